@@ -1,0 +1,27 @@
+"""The PT2 triage rubric (../RUBRIC.md in the product docs) as pure Python.
+
+No Django imports here: the engine takes plain data (IssueText) and returns an
+Assessment. The Django side (Issue.refresh_suggestions) maps rows to and from it.
+"""
+
+from .types import (
+    Assessment,
+    Avoided,
+    BisectionEvidence,
+    ChecklistItem,
+    CommentText,
+    IssueText,
+    Suggested,
+)
+from .engine import evaluate
+
+__all__ = [
+    "Assessment",
+    "Avoided",
+    "BisectionEvidence",
+    "ChecklistItem",
+    "CommentText",
+    "IssueText",
+    "Suggested",
+    "evaluate",
+]

@@ -1,0 +1,88 @@
+"""The engine's input and output, as plain frozen data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CommentText:
+    body: str
+    author: str = ""
+    github_id: int | None = None
+
+
+@dataclass(frozen=True)
+class BisectionEvidence:
+    """A label a finished bisection run concluded, with the rule that maps its verdict."""
+
+    label: str
+    rule_id: str
+    evidence: str
+    run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class IssueText:
+    number: int
+    title: str
+    body: str
+    comments: tuple[CommentText, ...] = ()
+    labels: tuple[str, ...] = ()
+    bisection: tuple[BisectionEvidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suggested:
+    """A label to ADD (module, route or flag) and why.
+
+    evidence_source says where `evidence` was found: "title", "body",
+    "comment:<index>", "bisection:<run id>" or "code".
+    """
+
+    label: str
+    rule_id: str
+    confidence: float
+    evidence: str = ""
+    evidence_source: str = ""
+    source: str = "rule"  # rule | model | bisection
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Avoided:
+    """A label NOT to apply, with the rule and the reason a triager would be tempted."""
+
+    label: str
+    rule_id: str
+    reason: str
+    evidence: str = ""
+    evidence_source: str = ""
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    """One rubric item for this issue. state: satisfied | violated | needs_human | not_applicable."""
+
+    rule_id: str
+    text: str
+    state: str
+    evidence: str = ""
+
+
+@dataclass
+class Assessment:
+    """What a careful PT2 triager would do with one issue.
+
+    route: "pt2" (stays in oncall: pt2), "cpu inductor" (the sub-queue),
+    "handoff" (to another oncall, named by the oncall: label in `add`), or "skip" (G0).
+    """
+
+    add: list[Suggested] = field(default_factory=list)
+    avoid: list[Avoided] = field(default_factory=list)
+    route: str = "pt2"
+    checklist: list[ChecklistItem] = field(default_factory=list)
+
+    def labels(self) -> list[str]:
+        """Every label to add, in suggestion order, without duplicates."""
+        return list(dict.fromkeys(s.label for s in self.add))

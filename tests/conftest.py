@@ -1,0 +1,121 @@
+"""Shared fixtures: personas, issues, and a real Celery worker on the real broker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from rubric_app.models import Issue, Label
+from rubric_app.roles import ensure_roles
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _user(username: str, role: str | None):
+    user = get_user_model().objects.create_user(username=username, password="password")
+    if role:
+        user.groups.add(ensure_roles()[role])
+    return user
+
+
+@pytest.fixture
+def triager(db):
+    """Can view, apply labels and run bisections."""
+    return _user("tina-triager", "triager")
+
+
+@pytest.fixture
+def chair(db):
+    """Runs the weekly meeting: may also record meeting decisions (high priority)."""
+    return _user("carl-chair", "meeting chair")
+
+
+@pytest.fixture
+def viewer(db):
+    """Reads everything, changes nothing."""
+    return _user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def outsider(db):
+    """Signed in, but holds no role."""
+    return _user("olga-outsider", None)
+
+
+def make_label(name: str, color: str = "ededed", allowed: bool = True) -> Label:
+    return Label.objects.get_or_create(name=name, defaults={"color": color, "allowed_for_triage": allowed})[0]
+
+
+def make_issue(number: int = 1001, title: str = "torch.compile fails", body: str = "", labels=("oncall: pt2",), **fields) -> Issue:
+    issue = Issue.objects.create(
+        number=number,
+        title=title,
+        body=body,
+        html_url=f"https://github.com/pytorch/pytorch/issues/{number}",
+        updated_at=fields.pop("updated_at", timezone.now()),
+        **fields,
+    )
+    issue.labels.set([make_label(name) for name in labels])
+    return issue
+
+
+@pytest.fixture
+def issue(db) -> Issue:
+    return make_issue()
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real `celery worker` process consuming the test broker, writing to the test database.
+
+    Tests that use it need `transactional_db`, so that the rows they create are
+    committed and visible to the worker.
+    """
+    with django_db_blocker.unblock():
+        db_name = connection.settings_dict["NAME"]
+    url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    name = f"test-{os.getpid()}@{socket.gethostname()}"
+    log = open(ROOT / "var" / "test-worker.log", "w") if (ROOT / "var").is_dir() else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", "default,github,cpu",
+         "--concurrency", "1", "--pool", "solo", "--loglevel", "INFO", "-n", name],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    _wait_for_worker(name)
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _wait_for_worker(name: str, timeout: float = 60) -> None:
+    from triage_site.celery import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if app.control.ping(destination=[name], timeout=1.0):
+            return
+    raise RuntimeError("the Celery worker did not answer a ping within 60 s")
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
+    """Poll predicate() until it returns a truthy value; return it, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

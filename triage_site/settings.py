@@ -1,0 +1,223 @@
+"""Settings for the PT2 triage dashboard.
+
+One file, driven by environment variables. With no variables set it runs the
+"embedded default": SQLite, a filesystem Celery broker and demo data, no
+external service needed. The real setup sets DATABASE_URL (PostgreSQL) and
+CELERY_BROKER_URL (Redis).
+"""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Return the boolean value of an env var; an unknown spelling is an error, not False."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false).")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """Return a comma-separated env var as a list with blanks dropped."""
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+
+
+def parse_database_url(url: str) -> dict:
+    """Return Django's DATABASES entry for url, or raise a clear ImproperlyConfigured.
+
+    dj-database-url reports an unknown scheme with a bare KeyError/ValueError that
+    names neither the variable nor the accepted forms; say both.
+    """
+    try:
+        config = dj_database_url.parse(url, conn_max_age=60)
+    except Exception as exc:  # noqa: BLE001 - any parse failure gets the same clear message
+        raise ImproperlyConfigured(
+            f"DATABASE_URL could not be parsed ({exc.__class__.__name__}: {exc}). "
+            "Expected e.g. postgres://user@127.0.0.1:5432/dbname or sqlite:////abs/path.db"
+        ) from None
+    if not config.get("ENGINE") or not config.get("NAME"):
+        raise ImproperlyConfigured(
+            "DATABASE_URL names no engine or database. "
+            "Expected e.g. postgres://user@127.0.0.1:5432/dbname or sqlite:////abs/path.db"
+        )
+    return config
+
+
+DEBUG = env_bool("DEBUG", default="SECRET_KEY" not in os.environ)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "insecure-development-key-only-used-with-DEBUG-on"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver" if DEBUG else "")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rubric_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "triage_site.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "triage_site.wsgi.application"
+
+DATABASES = {
+    "default": parse_database_url(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The web process and the worker write to the same file; wait for the lock
+    # instead of failing with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "rubric_app:queue"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Production hardening: on whenever DEBUG is off, each overridable for a
+# deployment that terminates TLS elsewhere.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = int(env_float("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = not DEBUG
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if env_bool("USE_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+X_FRAME_OPTIONS = "DENY"
+
+# GitHub. The token stays on the server: never put it in a template context.
+GITHUB_TOKEN = os.environ.get("GITHUB_TOKEN", "")
+GITHUB_REPO = os.environ.get("GITHUB_REPO", "pytorch/pytorch")
+GITHUB_API_URL = os.environ.get("GITHUB_API_URL", "https://api.github.com").rstrip("/")
+# Several secrets so that a webhook secret can be rotated without dropping deliveries.
+GITHUB_WEBHOOK_SECRETS = env_list("GITHUB_WEBHOOK_SECRETS", os.environ.get("GITHUB_WEBHOOK_SECRET", ""))
+GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
+# GitHub asks for at least one second between mutating requests.
+GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
+GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
+
+# Celery. The embedded default uses kombu's filesystem transport: a real broker
+# and a real worker process, no service to install.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("out", "processed"):
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "out"),
+        "data_folder_out": str(_broker_dir / "out"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+else:
+    # A bisection can run for minutes; redeliver only after the longest one could have finished.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    # One worker with concurrency 1 consumes "github": that is what paces writes.
+    "rubric_app.tasks.apply_decision_task": {"queue": "github"},
+}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "sync-queue": {
+        "task": "rubric_app.tasks.sync_queue_task",
+        "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
+    },
+}
+
+# Bisection: which device this process's worker serves, and the sandbox's limits.
+BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")
+BISECTION_TIMEOUT_S = env_float("BISECTION_TIMEOUT_S", 120)
+BISECTION_MEMORY_MB = int(env_float("BISECTION_MEMORY_MB", 6144))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # urllib3 logs request URLs and PyGithub can log headers at DEBUG: keep them quiet so
+    # the Authorization header never reaches a log.
+    "loggers": {
+        "urllib3": {"level": "WARNING"},
+        "github": {"level": "WARNING"},
+    },
+}
