@@ -6,6 +6,7 @@ row whose transaction has not committed yet.
 
 from celery import shared_task
 
+from . import bisect_runs, decisions, sync
 from .models import Issue
 
 
@@ -15,3 +16,23 @@ def refresh_suggestions_task(issue_id: int) -> None:
     issue = Issue.objects.filter(pk=issue_id).first()
     if issue is not None:  # the issue may have been deleted meanwhile: nothing to do
         issue.refresh_suggestions()
+
+
+@shared_task
+def sync_queue_task(full: bool = False) -> None:
+    sync.sync_queue(full=full)
+
+
+@shared_task
+def process_webhook_task(delivery_id: int) -> None:
+    sync.process_webhook(delivery_id)
+
+
+@shared_task
+def apply_decision_task(decision_id: int) -> None:
+    decisions.apply_decision(decision_id)
+
+
+@shared_task
+def run_bisection_task(run_id: int) -> None:
+    bisect_runs.run_bisection(run_id)
