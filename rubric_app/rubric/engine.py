@@ -1,13 +1,210 @@
-"""Placeholder engine: the rubric engine issue replaces this with the full rule set."""
+"""The rubric engine: run every rule of rules.py, weigh the findings, enforce the invariants.
+
+Invariants that always hold on the returned Assessment (tests/test_rubric_invariants.py):
+- a PT2 issue that is not handed off or skipped ends with at least one `module:` label (G4);
+- nothing forbidden by G7 or outside the catalog is in `add` (R7.4 shows it in `avoid`);
+- never `high priority` (R11); no `module:` labels on a handoff (G5);
+- `triage review` never together with `triaged` (R11, G6).
+"""
 
 from __future__ import annotations
 
-from .types import Assessment, IssueText, Suggested
+from functools import lru_cache
+
+from . import rules
+from .catalog import catalog_names, is_forbidden
+from .rules import (
+    CORE,
+    COMPILE_UX,
+    CPU_ONCALL,
+    DISPATCHER,
+    DYNAMIC,
+    HIGH,
+    INDUCTOR,
+    PT2_ONCALL,
+    REVIEW,
+    TRIAGED,
+    Facts,
+    Finding,
+)
+from .text import code_blocks, read_code, sources_of
+from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
+
+# A component is suggested from this weight up; a second core component needs STRONG.
+MIN_WEIGHT = 0.45
+STRONG = 0.8
+# Domain and feature labels are visibility extras: only when shown clearly.
+MIN_EXTRA_WEIGHT = 0.6
+# An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
+OVERRIDES_AVOID = 0.9
+
+
+@lru_cache(maxsize=1)
+def shipped_catalog() -> frozenset[str]:
+    return catalog_names()
 
 
 def evaluate(issue: IssueText, catalog: frozenset[str] | None = None) -> Assessment:
-    """Return the Assessment of one issue. catalog: the label names that may be suggested (G7)."""
-    assessment = Assessment()
-    if not any(label.startswith("module:") for label in issue.labels):
-        assessment.add.append(Suggested("module: compile ux", "G4", 0.2, reason="fallback module label"))
-    return assessment
+    """Return what a careful PT2 triager would do with `issue`, each item citing its rule.
+
+    catalog: the label names that may be suggested (G7); None or empty means the
+    shipped catalog (an empty set only means the catalog has not been synced yet).
+    Pure function of its inputs: no I/O, no Django.
+    """
+    allowed = catalog or shipped_catalog()
+    sources = sources_of(issue)
+    facts = Facts(issue, sources, read_code(code_blocks(sources)), frozenset(issue.labels))
+
+    lane = rules.g0_other_oncall(facts)
+    if lane and lane[0].label != CPU_ONCALL:
+        return Assessment(route="skip", checklist=[
+            ChecklistItem("G0", f"Already in the {lane[0].label} queue: no module labels, no triaged.", "satisfied", lane[0].label)
+        ])
+
+    findings = [x for rule_id, fn in rules.RULES if rule_id != "G0" for x in fn(facts)] + _bisection(issue)
+    return _assess(facts, findings, allowed, cpu_lane=bool(lane))
+
+
+def _bisection(issue: IssueText) -> list[Finding]:
+    """Verdicts of finished bisection runs: the strongest evidence there is (R2)."""
+    found = []
+    for verdict in issue.bisection:
+        source = f"bisection:{verdict.run_id}" if verdict.run_id is not None else "bisection"
+        kind = "route" if verdict.label.startswith("oncall:") else "flag" if verdict.label == REVIEW else "add"
+        found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, "bisection verdict"))
+    return found
+
+
+def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
+    return Suggested(
+        x.label, x.rule_id, round(confidence if confidence is not None else x.weight, 2), x.evidence, x.source,
+        source="bisection" if x.source.startswith("bisection") else "rule", reason=x.reason,
+    )
+
+
+def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
+    """The strongest finding per label of one kind."""
+    best: dict[str, Finding] = {}
+    for x in findings:
+        if x.kind == kind and (x.label not in best or x.weight > best[x.label].weight):
+            best[x.label] = x
+    return best
+
+
+def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[Finding]:
+    """Pick the core component(s) and the visibility labels.
+
+    One core component normally (the strongest); a second only on strong evidence.
+    Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
+    """
+    candidates = {
+        label: x for label, x in adds.items()
+        if label not in avoided or x.weight >= OVERRIDES_AVOID
+    }
+    core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-x.weight, CORE.index(x.label)))
+    bisected = [x for x in core if x.source.startswith("bisection")]
+    if bisected:
+        core = bisected
+    elif any(x.rule_id == "R1.1" for x in core):
+        core = [x for x in core if x.label == DYNAMIC]
+    chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
+    extras = [x for l, x in candidates.items() if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT]
+    return chosen + extras
+
+
+def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool) -> Assessment:
+    avoided = _best(findings, "avoid")
+    adds = _best(findings, "add")
+    routes = _best(findings, "route")
+    flags = _best(findings, "flag")
+    checks = [x for x in findings if x.kind == "check"]
+    out = Assessment()
+
+    chosen = _components(adds, avoided)
+    core = [x for x in chosen if x.label in CORE]
+    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.weight >= STRONG), None)
+    cpu = routes.get(CPU_ONCALL)
+    if handoff:
+        out.route = "handoff"
+        out.add.append(_suggest(handoff))
+        for x in chosen:
+            if x.label.startswith("module:"):
+                out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
+        chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
+    elif cpu_lane or (cpu and (not core or INDUCTOR in {x.label for x in core} or core[0].weight < STRONG)):
+        out.route = "cpu inductor"
+        if cpu:
+            out.add.append(_suggest(cpu))
+        if INDUCTOR not in {x.label for x in chosen}:
+            evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="labels")
+            chosen.insert(0, Finding("R2.4", "add", INDUCTOR, 0.7, evidence.evidence, evidence.source, "the CPU Inductor lane is Inductor"))
+        chosen = [x for x in chosen if x.label not in (DYNAMIC, DISPATCHER) or x.weight >= STRONG]
+    elif PT2_ONCALL not in facts.labels:
+        out.add.append(Suggested(PT2_ONCALL, "G3", 0.9, reason="a PT2 issue stays in oncall: pt2 through labelling"))
+
+    out.add.extend(_suggest(x) for x in chosen)
+    has_module = any(s.label.startswith("module:") for s in out.add) or any(l.startswith("module:") for l in facts.labels)
+    if out.route != "handoff" and not has_module:
+        # G4: the catalog check below drops it again if this catalog lacks the fallback label.
+        out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
+
+    question = any(x.rule_id == "G1" for x in checks)
+    review = flags.get(REVIEW)
+    if out.route != "handoff":
+        if review:
+            out.add.append(_suggest(review))
+            out.avoid.append(Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source))
+            if TRIAGED in facts.labels:
+                out.avoid.append(Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides"))
+        if rules.LOW in flags:
+            out.add.append(_suggest(flags[rules.LOW]))
+        if not review and not question:
+            out.add.append(Suggested(TRIAGED, "G6", 0.6, reason="labelled, not redirected, not flagged for review"))
+
+    out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
+                     if x.label not in {s.label for s in out.add})
+    _enforce_catalog(out, allowed)
+    out.checklist = _checklist(out, checks, review, question)
+    return out
+
+
+def _enforce_catalog(out: Assessment, allowed: frozenset[str]) -> None:
+    """G7 and R7.4: drop forbidden or unknown labels from `add`, showing each in `avoid` with the reason."""
+    kept: list[Suggested] = []
+    seen: set[str] = set()
+    for s in out.add:
+        if s.label in seen:
+            continue
+        seen.add(s.label)
+        if s.label == HIGH:
+            out.avoid.append(Avoided(HIGH, "R11", "never suggested: high priority goes through the weekly meeting"))
+        elif is_forbidden(s.label):
+            out.avoid.append(Avoided(s.label, "G7", "forbidden label (G7)", s.evidence, s.evidence_source))
+        elif s.label not in allowed:
+            out.avoid.append(Avoided(s.label, "R7.4", f"{s.rule_id} names it, but it is not in the catalog: add by hand if it exists",
+                                     s.evidence, s.evidence_source))
+        else:
+            kept.append(s)
+    out.add = kept
+    fallback_ok = COMPILE_UX in allowed
+    if fallback_ok and out.route in ("pt2", "cpu inductor") and not any(s.label.startswith("module:") for s in kept):
+        out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
+
+
+def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, question: bool) -> list[ChecklistItem]:
+    """Every rubric item relevant to this issue, with its state."""
+    modules = [s.label for s in out.add if s.label.startswith("module:")]
+    items = [ChecklistItem(x.rule_id, x.reason, x.state, x.evidence) for x in checks]
+    if out.route == "handoff":
+        oncall = next(s.label for s in out.add if s.label.startswith("oncall:"))
+        items.append(ChecklistItem("G5", f"Hand off to {oncall}: exactly one oncall label, no module labels, no triaged.", "satisfied", oncall))
+    else:
+        items.append(ChecklistItem("G3", "oncall: pt2 is not a redirect: continue labelling.", "satisfied"))
+        fallback = any(s.rule_id == "G4" for s in out.add)
+        items.append(ChecklistItem("G4", "At least one module: label" + (" (fallback: try to be precise first)" if fallback else ""),
+                                   "needs_human" if fallback else "satisfied", ", ".join(modules)))
+        items.append(ChecklistItem("R11", "Crash, silent wrong result, regression or important user: flag triage review.",
+                                   "satisfied" if review else "not_applicable", review.evidence if review else ""))
+        items.append(ChecklistItem("G6", "Not redirected and not flagged: triaged.",
+                                   "not_applicable" if (review or question) else "satisfied"))
+    return items

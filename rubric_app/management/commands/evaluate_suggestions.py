@@ -1,0 +1,52 @@
+"""Score the rubric engine against the labels humans applied (JSON lines, e.g. tests/data/pt2_dev.jsonl)."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rubric_app.rubric.evaluation import COMPONENTS, REVIEW_TRUTH, InputError, predict, read_jsonl, score
+
+TARGETS = "targets: component micro-F1 >= 0.80 at precision >= 0.80, routing F1 >= 0.80, review recall >= 0.75 at precision >= 0.60"
+
+
+class Command(BaseCommand):
+    help = "Per-label precision/recall/F1, component micro-F1, routing F1 and review-flag figures."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--input", required=True, help="JSON lines with the labels triagers applied")
+        parser.add_argument(
+            "--halves", action="store_true", help="also score the older and newer half (by issue number) apart"
+        )
+
+    def handle(self, *args, input, halves, **options):
+        try:
+            with open(input, encoding="utf-8") as fh:
+                records = list(read_jsonl(fh))
+        except (OSError, InputError) as exc:
+            raise CommandError(f"{input}: {exc}") from None
+        if not records:
+            raise CommandError(f"{input}: no issues")
+        predictions = predict(records)
+        self._report("all", records, predictions, per_label=True)
+        if halves:
+            order = sorted(range(len(records)), key=lambda i: records[i]["number"])
+            for name, part in (("older half", order[: len(order) // 2]), ("newer half", order[len(order) // 2 :])):
+                self._report(name, [records[i] for i in part], [predictions[i] for i in part], per_label=False)
+
+    def _report(self, name, records, predictions, per_label):
+        result = score(records, predictions)
+        out = self.stdout.write
+        out(f"== {name}: {result.issues} issues (labels hidden from the engine; truncated label lists scored per the issue)")
+        if per_label:
+            out(f"{'label':34} {'tp':>4} {'fp':>4} {'fn':>4} {'prec':>6} {'rec':>6} {'f1':>6}")
+            for label, c in result.per_label.items():
+                if c.tp + c.fp + c.fn:
+                    out(f"{label:34} {c.tp:4} {c.fp:4} {c.fn:4} {c.precision:6.3f} {c.recall:6.3f} {c.f1:6.3f}")
+            out("components = the module: labels RUBRIC.md governs: " + ", ".join(COMPONENTS))
+            out("  (aliases counted as the same label: module: aotdispatch -> module: pt2-dispatcher, module: cpu inductor -> oncall: cpu inductor)")
+            out("routing = the redirect oncall: labels (oncall: pt2 itself is excluded: every issue here has it)")
+            out(f"review flag = the engine's triage review vs humans' {' or '.join(REVIEW_TRUTH)} (R11)")
+        for title, c in (("component micro", result.components), ("routing micro", result.routing), ("review flag", result.review)):
+            out(f"{title:16} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  (tp {c.tp}, fp {c.fp}, fn {c.fn})")
+        if per_label:
+            out(TARGETS)

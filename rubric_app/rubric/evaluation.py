@@ -1,0 +1,171 @@
+"""Offline runs of the engine over JSON-lines issues, and its score against the labels humans applied.
+
+Input lines: {"number", "title", "body", "comments": [str], "labels": [str], "labels_truncated": bool}.
+`labels_truncated: true` means only the first five labels, in sorted order, are shown: a label that
+sorts after the fifth is unknown and counts as neither a hit nor a miss.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine import evaluate
+from .rules import CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
+from .text import split_thread
+from .types import Assessment, CommentText, IssueText
+
+# The component labels scored by micro-F1: every `module:` label RUBRIC.md governs (R1-R9, R7.3).
+# Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
+# operators`) are outside the rubric, so the engine neither predicts nor is scored on them.
+COMPONENTS = (
+    "module: dynamo", "module: inductor", "module: dynamic shapes", "module: pt2-dispatcher",
+    "module: decompositions", "module: fx", "module: functorch", "module: helion", "module: cuda graphs",
+    "module: flex attention", "module: dtensor", "module: fsdp", "module: ddp", "module: determinism",
+    "module: compile-time", "module: numerical-stability", "module: memory usage", "module: performance",
+    "module: compile ux",
+)
+# Older names triagers applied for the same thing: `module: aotdispatch` is the AOTAutograd label the
+# catalog folds into pt2-dispatcher; `module: cpu inductor` was the CPU Inductor lane before the oncall.
+ALIASES = {"module: aotdispatch": DISPATCHER, "module: cpu inductor": CPU_ONCALL}
+# Review flag: R11 sends what used to get `high priority` straight away through `triage review`.
+REVIEW_TRUTH = (REVIEW, "high priority")
+
+
+class InputError(ValueError):
+    """A line of the input file is not a usable issue; the message names the line."""
+
+
+def read_jsonl(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Yield each record; raise InputError naming the first bad line (nothing is silently skipped)."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"line {n}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("title", ""), str) or not isinstance(record.get("body", ""), str):
+            raise InputError(f"line {n}: expected an object with string title and body")
+        if not isinstance(record.get("comments", []), list) or not isinstance(record.get("labels", []), list):
+            raise InputError(f"line {n}: comments and labels must be lists")
+        if "number" not in record:
+            raise InputError(f"line {n}: missing number")
+        yield record
+
+
+def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueText:
+    """The engine's input for one record; a harvested thread's inline comments become comments.
+
+    use_labels=False hides the record's labels: they are the answers when scoring.
+    """
+    description, thread_comments = split_thread(record.get("body") or "")
+    comments = [str(c.get("body", "") if isinstance(c, dict) else c) for c in record.get("comments", [])]
+    return IssueText(
+        number=int(record["number"]),
+        title=record.get("title") or "",
+        body=description,
+        comments=tuple(CommentText(body=c) for c in [*thread_comments, *comments]),
+        labels=tuple(str(l) for l in record.get("labels", [])) if use_labels else (),
+    )
+
+
+def output_line(number: int, assessment: Assessment) -> dict[str, Any]:
+    """The suggest_labels output for one issue."""
+    return {
+        "number": number,
+        "route": assessment.route,
+        "labels": assessment.labels(),
+        "avoid": [{"label": a.label, "rule_id": a.rule_id, "reason": a.reason} for a in assessment.avoid],
+        "evidence": {
+            s.label: {"rule_id": s.rule_id, "confidence": s.confidence, "evidence": s.evidence,
+                      "evidence_source": s.evidence_source, "reason": s.reason}
+            for s in assessment.add
+        },
+        "checklist": [{"rule_id": c.rule_id, "state": c.state, "text": c.text} for c in assessment.checklist],
+    }
+
+
+def truth(record: dict[str, Any], label: str) -> bool | None:
+    """Did the humans apply `label`? None when truncation hides the answer."""
+    shown = {ALIASES.get(l, l) for l in record.get("labels", [])}
+    if label in shown:
+        return True
+    if not record.get("labels_truncated"):
+        return False
+    names = sorted(record.get("labels", []))
+    hidden_after = names[-1] if names else ""
+    aliases = [a for a, target in ALIASES.items() if target == label]
+    # Every name that would count for `label` must sort at or before the last shown label to be known absent.
+    return False if all(name <= hidden_after for name in [label, *aliases]) else None
+
+
+def review_truth(record: dict[str, Any]) -> bool | None:
+    answers = [truth(record, label) for label in REVIEW_TRUTH]
+    if any(answers):
+        return True
+    return None if None in answers else False
+
+
+@dataclass
+class Counts:
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+
+    def add(self, predicted: bool, actual: bool | None) -> None:
+        if actual is None:
+            return
+        self.tp += predicted and actual
+        self.fp += predicted and not actual
+        self.fn += actual and not predicted
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+
+@dataclass
+class Score:
+    per_label: dict[str, Counts] = field(default_factory=dict)
+    components: Counts = field(default_factory=Counts)
+    routing: Counts = field(default_factory=Counts)
+    review: Counts = field(default_factory=Counts)
+    issues: int = 0
+
+
+def route_labels(records: list[dict[str, Any]]) -> list[str]:
+    """The redirect labels scored as routing: every non-pt2 `oncall:` label in the data, plus the ones the engine emits."""
+    seen = {ALIASES.get(l, l) for r in records for l in r.get("labels", [])}
+    return sorted({l for l in seen if l.startswith("oncall:") and l != PT2_ONCALL} | {CPU_ONCALL, "oncall: export", "oncall: distributed"})
+
+
+def score(records: list[dict[str, Any]], predictions: list[list[str]]) -> Score:
+    """Per-label counts, component micro-F1, routing micro-F1 over the redirect labels, review flag."""
+    result = Score(issues=len(records))
+    routes = route_labels(records)
+    for record, predicted in zip(records, predictions):
+        predicted_set = set(predicted)
+        for label in (*COMPONENTS, *routes):
+            actual = truth(record, label)
+            counts = result.per_label.setdefault(label, Counts())
+            counts.add(label in predicted_set, actual)
+            (result.components if label in COMPONENTS else result.routing).add(label in predicted_set, actual)
+        result.review.add(REVIEW in predicted_set, review_truth(record))
+    return result
+
+
+def predict(records: list[dict[str, Any]], catalog: frozenset[str] | None = None) -> list[list[str]]:
+    """The engine's labels for each record, with the record's own labels hidden."""
+    return [evaluate(issue_from_record(r, use_labels=False), catalog).labels() for r in records]

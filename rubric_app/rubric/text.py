@@ -1,0 +1,133 @@
+"""What the rules read: the issue's text, capped, split into sources, plus facts read off its repro code.
+
+Issue text is untrusted: every field is capped before any regular expression
+sees it, and the patterns in rules.py use bounded repetitions only, so a huge
+or hostile body costs linear time.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from .types import IssueText
+
+MAX_TITLE = 500
+MAX_BODY = 60_000
+MAX_COMMENT = 20_000
+MAX_COMMENTS = 100
+MAX_CODE_BLOCK = 20_000
+MAX_CODE_BLOCKS = 8
+
+# A harvested thread (the offline eval files) flattens comments into the body
+# under "author · comment · date" lines.
+_THREAD_MARK = re.compile(r"^([^\s·]{1,60}) · (description|comment) · (\d{4}-\d{2}-\d{2})[^\n]{0,40}$", re.M)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One searchable piece of the issue. name is the evidence_source: title, body, comment:<i>."""
+
+    name: str
+    text: str
+
+
+@dataclass
+class CodeFacts:
+    """What the repro code does, read with `ast` (regex fallback when the snippet does not parse).
+
+    compile_kwargs: keyword arguments of torch.compile calls, as source text.
+    calls: attribute or function names called, mapped to the exact source of the first call.
+    """
+
+    compile_kwargs: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, str] = field(default_factory=dict)
+    call_kwargs: dict[str, set[str]] = field(default_factory=dict)
+    imports: set[str] = field(default_factory=set)
+    decorators: dict[str, str] = field(default_factory=dict)
+    parsed: bool = False
+
+
+def split_thread(body: str) -> tuple[str, tuple[str, ...]]:
+    """Split a harvested thread into (description, comments); a plain body comes back unchanged."""
+    marks = list(_THREAD_MARK.finditer(body))
+    if not marks:
+        return body, ()
+    description: list[str] = [body[: marks[0].start()]]
+    comments: list[str] = []
+    for i, mark in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(body)
+        chunk = body[mark.end() : end]
+        (description if mark.group(2) == "description" else comments).append(chunk)
+    return "".join(description), tuple(comments)
+
+
+def sources_of(issue: IssueText) -> list[Source]:
+    """The title, body and comments, each capped, in the order evidence is looked for."""
+    sources = [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", (issue.body or "")[:MAX_BODY])]
+    for i, comment in enumerate(issue.comments[:MAX_COMMENTS]):
+        sources.append(Source(f"comment:{i}", (comment.body or "")[:MAX_COMMENT]))
+    return sources
+
+
+def code_blocks(sources: list[Source]) -> list[str]:
+    """Fenced code blocks of the body and comments, at most MAX_CODE_BLOCKS."""
+    blocks: list[str] = []
+    for source in sources[1:]:
+        # str.split instead of a regex: linear however many unclosed fences a body has.
+        for chunk in source.text.split("```")[1::2]:
+            _tag, _nl, code = chunk.partition("\n")
+            blocks.append(code[:MAX_CODE_BLOCK])
+            if len(blocks) >= MAX_CODE_BLOCKS:
+                return blocks
+    return blocks
+
+
+def _dotted(node: ast.AST) -> str:
+    """`torch.compile` for an Attribute chain, `compile` for a Name, "" otherwise."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif parts:
+        parts.append("")
+    return ".".join(reversed(parts))
+
+
+def read_code(blocks: list[str]) -> CodeFacts:
+    """Parse each block with ast; blocks that do not parse (tracebacks, fragments) are skipped."""
+    facts = CodeFacts()
+    for block in blocks:
+        try:
+            tree = ast.parse(block)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        facts.parsed = True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = _dotted(node.func)
+                short = name.rsplit(".", 1)[-1]
+                if not short:
+                    continue
+                segment = ast.get_source_segment(block, node) or short
+                facts.calls.setdefault(short, segment[:300])
+                facts.calls.setdefault(name, segment[:300])
+                facts.call_kwargs.setdefault(short, set()).update(k.arg for k in node.keywords if k.arg)
+                if short == "compile" and name in ("torch.compile", "compile", ".compile"):
+                    for kw in node.keywords:
+                        if kw.arg:
+                            facts.compile_kwargs.setdefault(kw.arg, ast.get_source_segment(block, kw) or kw.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = getattr(node, "module", None) or ""
+                facts.imports.update(filter(None, [module.split(".")[0]]))
+                facts.imports.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for deco in node.decorator_list:
+                    target = deco.func if isinstance(deco, ast.Call) else deco
+                    dotted = _dotted(target)
+                    if dotted:
+                        facts.decorators.setdefault(dotted, ast.get_source_segment(block, deco) or dotted)
+    return facts
