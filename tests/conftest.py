@@ -17,6 +17,9 @@ from django.utils import timezone
 from rubric_app.models import Issue, Label
 from rubric_app.roles import ensure_roles
 
+# The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
+pytest_plugins = ["tests.fakegithub"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -74,16 +77,23 @@ def issue(db) -> Issue:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker):
+def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server):
     """A real `celery worker` process consuming the test broker, writing to the test database.
 
     Tests that use it need `transactional_db`, so that the rows they create are
-    committed and visible to the worker.
+    committed and visible to the worker. It talks to the session's fake GitHub
+    server, and paces GitHub writes at the real 1 s (GITHUB_WRITE_INTERVAL).
     """
+    from tests.fakegithub import TOKEN
+
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
     url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name
-    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1",
+        "GITHUB_API_URL": fake_github_server.url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPO": fake_github_server.repo,
+        "GITHUB_WRITE_INTERVAL": "1.0",
+    }
     name = f"test-{os.getpid()}@{socket.gethostname()}"
     log = open(ROOT / "var" / "test-worker.log", "w") if (ROOT / "var").is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(

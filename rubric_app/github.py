@@ -1,0 +1,371 @@
+"""GitHub, through PyGithub: the only module that imports it.
+
+It returns plain data (IssueData, CommentData, LabelData, Page, WriteResult)
+and raises the named exceptions below; callers never see PyGithub's types.
+
+Reads go through a client that retries 5xx answers, timeouts and secondary
+rate limits (honouring Retry-After), watches X-RateLimit-Remaining/Reset and
+sends If-None-Match where the caller has an ETag. Writes are never retried on
+5xx or timeouts (the change may have landed): they report GitHub's answer, and
+are paced at least settings.GITHUB_WRITE_INTERVAL seconds apart per process
+(one worker consumes the `github` queue, so that is the pace of the whole site).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from urllib.parse import quote, urlencode
+
+import requests
+import urllib3
+from django.conf import settings
+from github import Auth, Github, GithubException, GithubRetry
+
+log = logging.getLogger(__name__)
+
+# How long a read may wait for a primary rate-limit reset before giving up (the sync resumes later).
+MAX_RATE_LIMIT_WAIT_S = 120
+MALFORMED_RETRIES = 2
+
+
+class GitHubError(Exception):
+    """GitHub could not be read or written; `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class GitHubUnavailable(GitHubError):
+    """5xx answers or timeouts, still failing after the retries."""
+
+
+class RateLimited(GitHubError):
+    """The rate limit is spent until `reset_at`, later than we are willing to wait."""
+
+    def __init__(self, message: str, reset_at: datetime | None = None) -> None:
+        super().__init__(message, 403)
+        self.reset_at = reset_at
+
+
+class MalformedResponse(GitHubError):
+    """GitHub answered 200 with a body that is not the JSON it should be."""
+
+
+class PageGone(GitHubError):
+    """A page of a listing answered 404/410/422 while we paginated (the listing changed)."""
+
+
+@dataclass(frozen=True)
+class LabelData:
+    name: str
+    color: str = "ededed"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CommentData:
+    github_id: int
+    author: str
+    body: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class IssueData:
+    number: int
+    title: str
+    body: str
+    state: str
+    author: str
+    html_url: str
+    labels: tuple[LabelData, ...]
+    comments_count: int
+    created_at: datetime
+    updated_at: datetime
+    is_pull_request: bool
+
+    @property
+    def label_names(self) -> list[str]:
+        return sorted(label.name for label in self.labels)
+
+
+@dataclass
+class Page:
+    """One page of a listing. not_modified: GitHub answered 304 to our ETag (items is empty)."""
+
+    items: list = field(default_factory=list)
+    next_url: str = ""
+    etag: str = ""
+    not_modified: bool = False
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """GitHub's answer to one mutating request (status None: no answer, e.g. a timeout)."""
+
+    action: str
+    target: str
+    status: int | None
+    ok: bool
+    response: str
+    labels: tuple[str, ...] | None = None  # the issue's labels after the write, when GitHub said
+
+
+@dataclass
+class _Answer:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def parse_label(raw: dict) -> LabelData:
+    return LabelData(name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or "")
+
+
+def parse_issue(raw: dict) -> IssueData:
+    """Map GitHub's issue JSON (REST or webhook payload) to IssueData; KeyError if a field is missing."""
+    return IssueData(
+        number=int(raw["number"]),
+        title=raw.get("title") or "",
+        body=raw.get("body") or "",
+        state=raw.get("state") or "open",
+        author=(raw.get("user") or {}).get("login", ""),
+        html_url=raw.get("html_url") or "",
+        labels=tuple(parse_label(label) for label in raw.get("labels") or []),
+        comments_count=int(raw.get("comments") or 0),
+        created_at=parse_time(raw["created_at"]),
+        updated_at=parse_time(raw["updated_at"]),
+        is_pull_request=bool(raw.get("pull_request")),
+    )
+
+
+def parse_comment(raw: dict) -> CommentData:
+    return CommentData(
+        github_id=int(raw["id"]),
+        author=(raw.get("user") or {}).get("login", ""),
+        body=raw.get("body") or "",
+        created_at=parse_time(raw["created_at"]),
+        updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
+    )
+
+
+def _next_link(link_header: str) -> str:
+    for part in (link_header or "").split(","):
+        if 'rel="next"' in part:
+            return part.split(";")[0].strip().strip("<>")
+    return ""
+
+
+def _excerpt(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# The last mutation's monotonic time, per process: pacing must hold across tasks and clients.
+_write_lock = threading.Lock()
+_last_write_at = 0.0
+
+
+class Client:
+    """A connection to one repo. Counts what it asked: `requests_made`, `not_modified` (304s)."""
+
+    def __init__(self, *, base_url: str, token: str, repo: str, timeout: float = 15.0, write_interval: float = 1.0) -> None:
+        self.repo = repo
+        self.write_interval = write_interval
+        self.requests_made = 0
+        self.not_modified = 0
+        self.rate_remaining: int | None = None
+        auth = Auth.Token(token) if token else None
+        common = dict(
+            base_url=base_url, auth=auth, per_page=100, timeout=max(int(round(timeout)), 1),
+            # PyGithub's own throttle would add 0.25 s per read; writes are paced below, per process.
+            seconds_between_requests=None, seconds_between_writes=None,
+        )
+        self._reader = Github(
+            retry=GithubRetry(total=5, backoff_factor=0.25, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S), **common
+        )
+        # Writes: retry only a 403 that says "rate limited" (GitHub did nothing); a 5xx or a
+        # timeout may have been applied, so it is reported, not repeated.
+        self._writer = Github(
+            retry=GithubRetry(
+                total=3, status_forcelist=[], read=0, backoff_factor=0.25, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S,
+                allowed_methods=frozenset({"GET", "POST", "DELETE", "PATCH"}),
+            ),
+            **common,
+        )
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+        """One logical request through PyGithub's requester; raises GitHubUnavailable/RateLimited."""
+        self.requests_made += 1
+        try:
+            status, resp_headers, text = gh.requester.requestJson(verb, url, parameters=params, headers=headers, input=input)
+        except GithubException as exc:  # raised by the retry layer (403s it gave up on)
+            message = (exc.data or {}).get("message", "") if isinstance(exc.data, dict) else str(exc.data)
+            if exc.status == 403 and "rate limit" in message.lower():
+                raise RateLimited(f"GitHub rate limit: {message}") from None
+            return _Answer(exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data))
+        except (requests.exceptions.RetryError, urllib3.exceptions.MaxRetryError) as exc:
+            raise GitHubUnavailable(f"GitHub kept failing for {verb} {url}: {exc.__class__.__name__}") from None
+        except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
+            raise GitHubUnavailable(f"GitHub did not answer {verb} {url} ({exc.__class__.__name__})") from None
+        answer = _Answer(status, {k.lower(): v for k, v in resp_headers.items()}, text or "")
+        if status == 304:
+            self.not_modified += 1
+        self._watch_rate_limit(answer)
+        return answer
+
+    def _watch_rate_limit(self, answer: _Answer) -> None:
+        """When the budget is spent, wait for the reset if it is near, else raise RateLimited."""
+        remaining = answer.headers.get("x-ratelimit-remaining")
+        if remaining is None or not remaining.isdigit():
+            return
+        self.rate_remaining = int(remaining)
+        if self.rate_remaining > 0:
+            return
+        reset = int(answer.headers.get("x-ratelimit-reset", "0") or 0)
+        wait = reset - time.time() + 1
+        reset_at = datetime.fromtimestamp(reset, timezone.utc)
+        if wait > MAX_RATE_LIMIT_WAIT_S:
+            raise RateLimited(f"GitHub's rate limit is spent until {reset_at:%H:%M:%S} UTC", reset_at)
+        log.info("rate limit spent; waiting %.1f s for the reset", wait)
+        time.sleep(max(wait, 0))
+
+    def _read_json(self, url: str, *, params=None, etag: str = "") -> tuple[_Answer, object]:
+        """GET url and decode it; returns (answer, data) with data None on 304.
+
+        Raises PageGone (404/410/422), GitHubUnavailable (5xx), GitHubError (other 4xx),
+        MalformedResponse when the body stays undecodable after MALFORMED_RETRIES retries.
+        """
+        headers = {"If-None-Match": etag} if etag else None
+        for attempt in range(MALFORMED_RETRIES + 1):
+            answer = self._call(self._reader, "GET", url, params=params, headers=headers)
+            if answer.status == 304:
+                return answer, None
+            if answer.status in (404, 410, 422):
+                raise PageGone(f"GET {url} answered {answer.status}", answer.status)
+            if answer.status >= 500:
+                raise GitHubUnavailable(f"GET {url} answered {answer.status}", answer.status)
+            if answer.status >= 400:
+                raise GitHubError(f"GET {url} answered {answer.status}: {_excerpt(answer.text, 200)}", answer.status)
+            try:
+                return answer, json.loads(answer.text)
+            except ValueError:
+                log.warning("malformed JSON from GET %s (attempt %d)", url, attempt + 1)
+        raise MalformedResponse(f"GET {url} kept answering malformed JSON", answer.status)
+
+    def _page(self, url: str, *, params=None, etag: str = "", parse=None) -> Page:
+        answer, data = self._read_json(url, params=params, etag=etag)
+        if answer.status == 304:
+            return Page(not_modified=True, etag=etag)
+        if not isinstance(data, list):
+            raise MalformedResponse(f"GET {url} answered {type(data).__name__}, expected a list", answer.status)
+        try:
+            items = [parse(raw) for raw in data]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
+        return Page(items=items, next_url=_next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", ""))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def issues_url(self, *, label: str = "", state: str = "open", since: datetime | None = None, sort: str = "created") -> str:
+        """The first page's URL of the repo's issues, oldest first by `sort`, 100 a page."""
+        params = {"state": state, "sort": sort, "direction": "asc", "per_page": 100}
+        if label:
+            params["labels"] = label
+        if since is not None:
+            params["since"] = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"/repos/{self.repo}/issues?{urlencode(params)}"
+
+    def issues_page(self, url: str, *, etag: str = "") -> Page:
+        """One page of issues from issues_url() or an earlier page's next_url; PRs included (callers skip them)."""
+        return self._page(url, etag=etag, parse=parse_issue)
+
+    def comments(self, number: int) -> list[CommentData]:
+        """All comments of an issue, oldest first (one request per 100)."""
+        page = self._page(f"/repos/{self.repo}/issues/{number}/comments", params={"per_page": 100}, parse=parse_comment)
+        items = list(page.items)
+        while page.next_url:
+            page = self._page(page.next_url, parse=parse_comment)
+            items += page.items
+        return items
+
+    def labels(self) -> list[LabelData]:
+        """The repo's whole label catalog."""
+        page = self._page(f"/repos/{self.repo}/labels", params={"per_page": 100}, parse=parse_label)
+        items = list(page.items)
+        while page.next_url:
+            page = self._page(page.next_url, parse=parse_label)
+            items += page.items
+        return items
+
+    def issue(self, number: int) -> IssueData:
+        """One issue as GitHub has it now; PageGone if it is gone (404/410)."""
+        answer, data = self._read_json(f"/repos/{self.repo}/issues/{number}")
+        try:
+            return parse_issue(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedResponse(f"issue #{number}: unexpected answer ({exc})", answer.status) from None
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def _pace(self) -> None:
+        global _last_write_at
+        with _write_lock:
+            wait = _last_write_at + self.write_interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            _last_write_at = time.monotonic()
+
+    def _write(self, action: str, target: str, verb: str, url: str, input=None) -> WriteResult:
+        self._pace()
+        try:
+            answer = self._call(self._writer, verb, url, input=input)
+        except GitHubError as exc:
+            return WriteResult(action, target, exc.status, False, exc.message)
+        ok = 200 <= answer.status < 300
+        labels = None
+        if ok:
+            try:
+                data = json.loads(answer.text)
+                raw_labels = data if isinstance(data, list) else data.get("labels", [])
+                labels = tuple(sorted(parse_label(raw).name for raw in raw_labels))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                labels = None
+        return WriteResult(action, target, answer.status, ok, _excerpt(answer.text), labels)
+
+    def add_label(self, number: int, name: str) -> WriteResult:
+        """Add one label (GitHub keeps the others): POST /issues/{n}/labels."""
+        return self._write("add_label", name, "POST", f"/repos/{self.repo}/issues/{number}/labels", {"labels": [name]})
+
+    def remove_label(self, number: int, name: str) -> WriteResult:
+        """Remove one label: DELETE /issues/{n}/labels/{name}."""
+        return self._write("remove_label", name, "DELETE", f"/repos/{self.repo}/issues/{number}/labels/{quote(name, safe='')}")
+
+    def close_issue(self, number: int) -> WriteResult:
+        return self._write("close", f"#{number}", "PATCH", f"/repos/{self.repo}/issues/{number}", {"state": "closed"})
+
+
+def client() -> Client:
+    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL (token from settings)."""
+    return Client(
+        base_url=settings.GITHUB_API_URL,
+        token=settings.GITHUB_TOKEN,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+    )
