@@ -6,5 +6,18 @@ app_name = "rubric_app"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("issues/<int:number>", views.issue_detail, name="issue"),
+    path("issues/<int:number>/preview", views.issue_preview, name="issue_preview"),
+    path("issues/<int:number>/apply", views.issue_apply, name="issue_apply"),
+    path("issues/<int:number>/bisect", views.bisect, name="bisect"),
+    path("decisions/<int:pk>", views.decision_status, name="decision"),
+    path("bisections", views.bisections, name="bisections"),
+    path("bisections/<int:pk>", views.bisection_status, name="bisection"),
+    path("meeting", views.meeting, name="meeting"),
+    path("meeting/start", views.meeting_start, name="meeting_start"),
+    path("meeting/end", views.meeting_end, name="meeting_end"),
+    path("meeting/issues/<int:number>/decide", views.meeting_decide, name="meeting_decide"),
+    path("meeting/<int:pk>/minutes.md", views.meeting_minutes, name="meeting_minutes"),
+    path("audit", views.audit, name="audit"),
     path("github/webhook", webhooks.github_webhook, name="github_webhook"),
 ]

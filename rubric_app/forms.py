@@ -1,0 +1,182 @@
+"""Forms of the dashboard: queue filters, the triage (apply) form, bisection and meeting decisions."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from .models import BisectionRun, Issue, Suggestion, TRIAGE_REVIEW, TRIAGED
+from .rubric.catalog import is_forbidden, load_catalog
+
+ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall")]
+# The status flags have their own controls (the review checkbox, and `triaged`, which
+# plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
+FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
+MEETING_DECISIONS = ["high priority", "triaged", "needs reproduction", "low priority", "close"]
+
+_catalog_cache: list[dict] | None = None
+
+
+def catalog() -> list[dict]:
+    """The shipped label catalog (read from disk once per process; it ships with the code)."""
+    global _catalog_cache
+    if _catalog_cache is None:
+        _catalog_cache = [item for item in load_catalog() if not is_forbidden(item["name"])]
+    return _catalog_cache
+
+
+def module_label_names() -> list[str]:
+    return sorted(item["name"] for item in catalog() if item["name"].startswith("module:"))
+
+
+def handoff_oncalls() -> list[str]:
+    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two."""
+    own = {"oncall: pt2", "oncall: cpu inductor"}
+    return sorted(item["name"] for item in catalog() if item["name"].startswith("oncall:") and item["name"] not in own)
+
+
+class QueueFilterForm(forms.Form):
+    """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
+
+    LANES = [("pt2", "oncall: pt2"), ("cpu", "oncall: cpu inductor"), ("review", "triage review"),
+             ("repro", "needs reproduction"), ("all", "all")]
+
+    lane = forms.ChoiceField(choices=LANES, required=False)
+    module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
+    author = forms.CharField(required=False, max_length=100)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+
+    def lane_value(self) -> str:
+        return (self.cleaned_data.get("lane") if self.is_valid() else "") or "pt2"
+
+    def filter(self, qs: QuerySet[Issue]) -> QuerySet[Issue]:
+        """Return qs narrowed by the valid filters; invalid input filters nothing (and shows its error)."""
+        if not self.is_valid():
+            return qs
+        data = self.cleaned_data
+        if data["module"]:
+            # Exists, not a join: a join on labels or suggestions would repeat rows.
+            suggested = Suggestion.objects.filter(issue=OuterRef("pk"), kind=Suggestion.Kind.ADD, label=data["module"])
+            applied = Issue.labels.through.objects.filter(issue=OuterRef("pk"), label__name=data["module"])
+            qs = qs.filter(Exists(suggested) | Exists(applied))
+        if data["author"]:
+            qs = qs.filter(author__iexact=data["author"].lstrip("@"))
+        if data["q"]:
+            text = data["q"].strip().lstrip("#")
+            match = Q(title__icontains=text) | Q(body__icontains=text)
+            if text.isdigit():
+                match |= Q(number=int(text))
+            qs = qs.filter(match)
+        return qs
+
+
+class TriageForm(forms.Form):
+    """The issue page's apply form: chosen labels, route, review flag, and what the page showed.
+
+    labels_seen carries the labels the triager saw, so the apply step can detect that
+    someone changed the issue on GitHub meanwhile (a conflict, not an overwrite).
+    """
+
+    labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    route = forms.ChoiceField(choices=ROUTES, initial="pt2", widget=forms.RadioSelect)
+    handoff_to = forms.ChoiceField(required=False, label="Hand off to")
+    review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+
+    def __init__(self, *args, issue: Issue, suggestions: list[Suggestion], allowed: frozenset[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.issue = issue
+        checkable = [s for s in suggestions if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS
+                     and not s.label.startswith("oncall:")]
+        names = list(dict.fromkeys(s.label for s in checkable))
+        # A label outside the triage catalog is shown but never offered for applying (R7.4, G7).
+        self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
+        self.not_in_catalog = [n for n in names if n not in allowed]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        self.suggested = self.suggested_initial(suggestions)
+        if not self.is_bound:
+            self.initial.update(self.suggested)
+
+    def suggested_initial(self, suggestions: list[Suggestion]) -> dict:
+        """The rubric's answer as form values: what "accept the suggestions" means."""
+        add = [s.label for s in suggestions if s.kind == Suggestion.Kind.ADD]
+        route = self.issue.suggested_route if self.issue.suggested_route in ("pt2", "cpu inductor", "handoff") else "pt2"
+        handoff = next((n for n in add if n.startswith("oncall:") and n in dict(self.fields["handoff_to"].choices)), "")
+        if route == "handoff" and not handoff:
+            route = "pt2"
+        return {
+            "labels": [n for n, _ in self.fields["labels"].choices if n in add],
+            "route": route,
+            "handoff_to": handoff,
+            "review": TRIAGE_REVIEW in add,
+            "labels_seen": json.dumps(self.issue.label_names()),
+        }
+
+    def clean_labels_seen(self) -> list[str]:
+        try:
+            seen = json.loads(self.cleaned_data["labels_seen"])
+        except ValueError:
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.") from None
+        if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.")
+        return seen
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("route") == "handoff" and not data.get("handoff_to"):
+            self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
+        return data
+
+    def chosen(self) -> list[str]:
+        """The checked labels, each once."""
+        return list(dict.fromkeys(self.cleaned_data["labels"]))
+
+    def route_value(self) -> str:
+        """plan_changes' route: "pt2", "cpu inductor", or the `oncall:` label handed off to."""
+        route = self.cleaned_data["route"]
+        return self.cleaned_data["handoff_to"] if route == "handoff" else route
+
+    def redirect_to(self) -> str:
+        route = self.cleaned_data["route"]
+        if route == "handoff":
+            return self.cleaned_data["handoff_to"]
+        return "oncall: cpu inductor" if route == "cpu inductor" else ""
+
+
+class BisectForm(forms.Form):
+    code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000,
+                           label="Repro (runs sandboxed; edit freely)")
+    device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
+
+    def clean_code(self) -> str:
+        code = self.cleaned_data["code"]
+        if not code.strip():
+            raise forms.ValidationError("Paste a repro to bisect.")
+        return code
+
+
+class MeetingDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+
+    clean_labels_seen = TriageForm.clean_labels_seen
+
+    def plan(self, issue: Issue) -> tuple[list[str], list[str], bool]:
+        """Return (add, remove, close) for the decision: it settles the review, so `triage review` goes.
+
+        Only the meeting may add `high priority` (R11); request_decision enforces who may.
+        """
+        decision = self.cleaned_data["decision"]
+        current = set(issue.label_names())
+        wanted = {
+            "high priority": ["high priority", TRIAGED],
+            "triaged": [TRIAGED],
+            "needs reproduction": ["needs reproduction"],
+            "low priority": ["low priority", TRIAGED],
+            "close": [],
+        }[decision]
+        add = [name for name in wanted if name not in current]
+        remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
+        return add, remove, decision == "close"
