@@ -30,6 +30,7 @@ from .rules import (
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
+HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
 STRONG = 0.8
@@ -52,8 +53,7 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None) -> Assessm
     Pure function of its inputs: no I/O, no Django.
     """
     allowed = catalog or shipped_catalog()
-    sources = sources_of(issue)
-    facts = Facts(issue, sources, read_code(code_blocks(sources)), frozenset(issue.labels))
+    facts = facts_of(issue)
 
     lane = rules.g0_other_oncall(facts)
     if lane and lane[0].label != CPU_ONCALL:
@@ -63,6 +63,12 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None) -> Assessm
 
     findings = [x for rule_id, fn in rules.RULES if rule_id != "G0" for x in fn(facts)] + _bisection(issue)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane))
+
+
+def facts_of(issue: IssueText) -> Facts:
+    """What the rules read: capped sources, repro-code facts, current labels."""
+    sources = sources_of(issue)
+    return Facts(issue, sources, read_code(code_blocks(sources)), frozenset(issue.labels))
 
 
 def _bisection(issue: IssueText) -> list[Finding]:
@@ -108,7 +114,11 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
     chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
-    extras = [x for l, x in candidates.items() if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT]
+    # Holistic labels name a symptom; G8: only when no core component explains it.
+    extras = [
+        x for l, x in candidates.items()
+        if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT and not (chosen and l in HOLISTIC)
+    ]
     return chosen + extras
 
 

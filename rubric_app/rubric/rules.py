@@ -211,9 +211,9 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
 
 DYNAMO_TITLE = re.compile(r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I)
 DYNAMO_ERROR = re.compile(
-    r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError|TorchRuntimeError)\b|\bInternalTorchDynamoError\b"
+    r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError)\b|\bInternalTorchDynamoError\b"
     r"|\bUnsupported: [^\n]{1,80}|graph[ _-]?break(?:s|ing)?\b|\bbytecode\b|\bskipfiles\b|InstructionTranslator\w*"
-    r"|\b\w{2,40}Variable\(\w{0,40}\)?|torch\._dynamo\.exc\.\w+|\bfullgraph\s{0,2}=\s{0,2}True\b[^\n]{0,60}?(?:fails|error)",
+    r"|\b\w{2,40}Variable\(\w{0,40}\)?|\bfullgraph\s{0,2}=\s{0,2}True\b[^\n]{0,60}?(?:fails|error)",
     I,
 )
 
@@ -303,14 +303,25 @@ def r2_2_inductor(f: Facts) -> list[Finding]:
         _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, 0.75, "an Inductor error or generated kernel")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_WEAK, 0.5, 0.45, "Inductor code generation is involved")
+        or _default_backend_wrong(f)
     )
+
+
+def _default_backend_wrong(f: Facts) -> list[Finding]:
+    """Wrong numbers under compile with no backend named: Inductor is the default backend, so the
+    likeliest place; a weak guess a bisection confirms or overrides (R2.2)."""
+    if not f.has(COMPILE_USE):
+        return []
+    return _add(f, "R2.2", INDUCTOR, SILENT_WRONG, 0.5, 0.45, "wrong results with the default (Inductor) backend; bisect to confirm")
 
 
 INDUCTOR_TITLE = re.compile(r"\[(?:torch)?inductor\]|\b(?:torch)?inductor\b|\btriton\b|\bcodegen\b|max[-_]autotune", I)
 INDUCTOR_ERROR = re.compile(
     r"\bInductorError\b|torch\._inductor\.exc\.\w+|\bLoweringException\b|\bCppCompileError\b|C\+\+ compile error"
     r"|triton\.compiler\.errors\.\w+|\bCompilationError\b|\bmax[-_]autotune\b|\bcpp_wrapper\b|generated (?:triton |c\+\+ )?(?:kernel|code)"
-    r"|\btl\.(?:load|store|where|full|sum|dot)\b|@triton\.jit|triton_heuristics|\bcodegen\b|torch\._inductor\.config\.\w+",
+    r"|\btl\.(?:load|store|where|full|sum|dot)\b|@triton\.jit|triton_heuristics|\bcodegen\b"
+    # BackendCompilerFailed wraps an exception of the backend compiler: Inductor unless another backend is named.
+    r"|\bBackendCompilerFailed\b",
     I,
 )
 INDUCTOR_WEAK = re.compile(r"torch/_inductor/[\w/]{1,80}\.py|\binductor\b|\btriton\b", I)
@@ -440,7 +451,7 @@ DISPATCHER_CAUSE = re.compile(
     r"|synthetic[ _]base|input mutations?|\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
     I,
 )
-HOP = re.compile(r"\bwhile_loop\b|\btorch\.cond\b|\binvoke_subgraph\b|nested_compile_region|\bhigher[- ]order op\w{0,8}|associative_scan|\bscan\(", I)
+HOP = re.compile(r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_subgraph\b|nested_compile_region|\bhigher[- ]order op\w{0,8}|associative_scan|\bscan\(", I)
 
 
 @rule("R5")
@@ -507,7 +518,7 @@ PT2D = re.compile(r"\bDTensor\b|\bFSDP\d?\b|fully_shard|\bDDP\b|DistributedDataP
 @rule("R6.4")
 def r6_4_pt2d(f: Facts) -> list[Finding]:
     """PT2 + distributed: add oncall: distributed for visibility, keep oncall: pt2 (no full handoff)."""
-    hit = f.find(PT2D)
+    hit = f.find(PT2D, "title")
     if hit and f.has(COMPILE_USE):
         return [Finding("R6.4", "add", DIST_ONCALL, 0.7, hit[0], hit[1], "PT2-D: visibility for distributed, PT2 keeps it")]
     return []
@@ -545,7 +556,7 @@ FEATURES = (
     ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
     ("module: memory usage", re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I), 0.85, 0.6),
     ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b", I), 0.8, 0.0),
-    ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.65),
+    ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
 )
 
 
@@ -682,23 +693,31 @@ def r10_cpu_inductor(f: Facts) -> list[Finding]:
 # --- R11. High priority goes through the meeting ------------------------------------------------------
 
 CRASH = re.compile(
-    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access|device-side assert\w{0,3}|core dumped|hard crash|\bcrash(?:es|ed|ing)?\b",
+    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access|device-side assert\w{0,3}|core dumped|hard crash",
     I,
 )
+# In a title "crashes" is the report's subject; in a body it is often a loose word for "raises".
+CRASH_TITLE = re.compile(CRASH.pattern + r"|\bcrash(?:es|ed|ing)?\b", I)
+# A performance regression counts only as PERF_REGRESSION (more than 10% on an important model).
 REGRESSION = re.compile(
-    r"\bregress\w{0,4}|used to work|no longer works?|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
+    r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
     I,
 )
 FLAKY = re.compile(r"\bflaky\b|\bintermittent(?:ly)?\b|\bnon-?deterministic(?:ally)? fail\w{0,3}", I)
 ECOSYSTEM = re.compile(r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b", I)
-PERF_REGRESSION = re.compile(r"(?:\d{2,3}(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|regression|slow ?down)|perf(?:ormance)? regression", I)
+PERF_REGRESSION = re.compile(r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I)
 
 
 @rule("R11")
 def r11_review(f: Facts) -> list[Finding]:
-    """Crash, silently wrong results, regression, flaky test, important model or user: FLAG triage review."""
+    """Crash, silently wrong results, regression, flaky test, important model or user: FLAG triage review.
+
+    A fuzzer report goes through R12's checklist instead: its divergences are not user-facing yet.
+    """
+    if _is_fuzzer(f):
+        return []
     reasons = (
-        (CRASH, "a crash"),
+        (CRASH_TITLE, "a crash"),
         (SILENT_WRONG, "silently wrong results"),
         (REGRESSION, "a regression"),
         (FLAKY, "a flaky test, usually a regression"),
@@ -708,7 +727,7 @@ def r11_review(f: Facts) -> list[Finding]:
         hit = f.find(pattern, "title")
         if hit:
             return [Finding("R11", "flag", REVIEW, 0.8, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
-    for pattern, why in reasons[:2]:
+    for pattern, why in ((CRASH, "a crash"), (SILENT_WRONG, "silently wrong results")):
         hit = f.find(pattern, "text")
         if hit and hit[1] == "body":
             return [Finding("R11", "flag", REVIEW, 0.6, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
