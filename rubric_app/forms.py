@@ -146,7 +146,8 @@ class TriageForm(forms.Form):
 
 
 class BisectForm(forms.Form):
-    code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000,
+    # strip=False: leading indentation is part of Python code.
+    code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000, strip=False,
                            label="Repro (runs sandboxed; edit freely)")
     device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
 

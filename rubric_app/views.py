@@ -139,10 +139,10 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
         form = _triage_form(issue, _form_data(form))
     plan = decisions.plan_changes(issue, chosen=form.chosen(), route=form.route_value(),
                                   review=form.cleaned_data["review"]) if form.is_valid() else None
-    context = {"issue": issue, "form": form, "plan": plan, "in_queue": "in_queue" in request.POST}
+    context = {"form": form, "plan": plan, "in_queue": "in_queue" in request.POST}
     if request.htmx:
         # htmx swaps only 2xx answers: form errors come back as 200 so the triager sees them.
-        return render(request, "rubric_app/issue.html#apply-preview", context)
+        return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, **context})
     return render(request, "rubric_app/issue.html", _issue_context(request, issue, **context))
 
 
@@ -158,10 +158,9 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number, perm="apply_labels")
     form = _triage_form(issue, request.POST)
     if not form.is_valid():
-        context = {"issue": issue, "form": form, "plan": None}
         if request.htmx:
-            return render(request, "rubric_app/issue.html#apply-preview", context)
-        return render(request, "rubric_app/issue.html", _issue_context(request, issue, **context), status=400)
+            return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
+        return render(request, "rubric_app/issue.html", _issue_context(request, issue, form=form), status=400)
     # Re-plan on the server: the posted form says what the triager chose, never what to send.
     add, remove = decisions.plan_changes(issue, chosen=form.chosen(), route=form.route_value(),
                                          review=form.cleaned_data["review"])

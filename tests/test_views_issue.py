@@ -1,0 +1,220 @@
+"""The issue page: text, checklist, suggestions, preview/apply, decision polling, bisection polling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from rubric_app.models import BisectionRun, Comment, Suggestion, TriageDecision
+from tests.conftest import make_issue, make_label
+
+HTMX = {"HX-Request": "true"}
+
+
+def _url(name: str, *args) -> str:
+    return reverse(f"rubric_app:{name}", args=args)
+
+
+@pytest.fixture
+def triaged_issue(db):
+    """A PT2 issue whose body shows a graph break, with the rubric's suggestions stored."""
+    for name in ("module: dynamo", "module: dynamic shapes", "triage review", "triaged", "oncall: export"):
+        make_label(name)
+    issue = make_issue(
+        2001, title="Graph break on tensor.item() under torch.compile",
+        body="Calling `x.item()` causes a graph break.\n\n```python\nimport torch\ntorch.compile(f)(x)\n```",
+        checklist=[{"rule_id": "G4", "text": "At least one module: label", "state": "violated", "evidence": ""},
+                   {"rule_id": "R1.4", "text": "Data-dependent op", "state": "satisfied", "evidence": ".item()"}],
+        suggested_route="pt2",
+    )
+    Comment.objects.create(issue=issue, github_id=1, author="bob", body="It passes with `dynamic=False`.")
+    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R1.4", confidence=0.9,
+                              evidence="causes a graph break", evidence_source="body", reason="data-dependent op")
+    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R1.1", confidence=0.8,
+                              evidence="passes with", evidence_source="comment:0")
+    Suggestion.objects.create(issue=issue, label="compile-cache", rule_id="R7.2", confidence=0.4)
+    Suggestion.objects.create(issue=issue, label="module: dynamo", kind="avoid", rule_id="R1.1",
+                              reason="the failure disappears with dynamic=False")
+    return issue
+
+
+def _apply_data(issue, **overrides) -> dict:
+    data = {"labels": ["module: dynamic shapes"], "route": "pt2", "handoff_to": "",
+            "labels_seen": json.dumps(issue.label_names())}
+    return {**data, **overrides}
+
+
+def test_it_forbids_outsiders_and_404s_unknown_issues(client, outsider, viewer, triaged_issue):
+    client.force_login(outsider)
+    assert client.get(_url("issue", 2001)).status_code == 403
+    client.force_login(viewer)
+    assert client.get(_url("issue", 9999)).status_code == 404
+
+
+def test_it_shows_text_checklist_suggestions_and_avoids(client, viewer, triaged_issue):
+    client.force_login(viewer)
+    html = client.get(_url("issue", 2001)).content.decode()
+    assert '<mark class="evidence">causes a graph break</mark>' in html  # body evidence highlighted
+    assert '<mark class="evidence">passes with</mark>' in html  # comment 0's evidence, in the comment
+    assert 'class="kn">import</span>' in html  # the code block went through Pygments
+    assert "R1.4" in html and "90%" in html and "data-dependent op" in html
+    assert "state-violated" in html and "At least one module: label" in html
+    assert "not in the catalog (R7.4)" in html  # compile-cache is suggested but not in the catalog
+    assert "the failure disappears with dynamic=False" in html
+    # one checkbox for the label although two rules suggest it, pre-selected
+    assert html.count('name="labels" value="module: dynamic shapes"') == 1
+    assert 'value="module: dynamic shapes" id="label-1" data-suggested checked' in html
+
+
+def test_it_previews_exactly_what_github_will_see(client, triager, triaged_issue):
+    client.force_login(triager)
+    response = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, review="on"), headers=HTMX)
+    html = response.content.decode()
+    assert "<html" not in html
+    assert "+ module: dynamic shapes" in html and "+ triage review" in html
+    assert "+ triaged" not in html  # R11: flagged for review, so not triaged
+    assert "data-apply" in html
+    assert not TriageDecision.objects.exists()  # a preview changes nothing
+
+
+def test_it_accepts_the_suggestions_from_the_queue(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.post(_url("issue_preview", 2001), {"accept": "1", "in_queue": "1"}, headers=HTMX).content.decode()
+    assert "+ module: dynamic shapes" in html and "+ triaged" in html
+    assert "compile-cache" not in html  # never applied silently (R7.4)
+
+
+def test_it_renders_the_whole_page_with_the_preview_without_javascript(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue)).content.decode()
+    assert "<html" in html and "+ module: dynamic shapes" in html and "Apply to GitHub" in html
+
+
+def test_it_requires_an_oncall_to_hand_off_to(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="handoff"), headers=HTMX).content.decode()
+    assert "Choose the oncall to hand the issue off to (G5)" in html and "data-apply" not in html
+    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="handoff", handoff_to="oncall: export"),
+                       headers=HTMX).content.decode()
+    assert "+ oncall: export" in html and "− oncall: pt2" in html and "+ module: dynamic shapes" not in html  # G5
+
+
+def test_it_lets_viewers_preview_but_not_apply(client, viewer, triaged_issue):
+    client.force_login(viewer)
+    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue), headers=HTMX).content.decode()
+    assert "data-apply" not in html
+    assert client.post(_url("issue_apply", 2001), _apply_data(triaged_issue)).status_code == 403
+    assert not TriageDecision.objects.exists()
+
+
+def test_it_refuses_get_on_post_only_views(client, triager, triaged_issue):
+    client.force_login(triager)
+    for name in ("issue_preview", "issue_apply", "bisect"):
+        assert client.get(_url(name, 2001)).status_code == 405
+
+
+def test_it_records_a_pending_decision_and_redirects_without_javascript(client, triager, triaged_issue):
+    client.force_login(triager)
+    response = client.post(_url("issue_apply", 2001), _apply_data(triaged_issue))
+    assert response.status_code == 302 and response["Location"] == _url("issue", 2001)
+    decision = TriageDecision.objects.get()
+    assert decision.status == "pending" and decision.user == triager
+    assert decision.labels_added == ["module: dynamic shapes", "triaged"]
+    assert decision.labels_seen == ["oncall: pt2"]
+    assert "pending" in client.get(_url("issue", 2001)).content.decode()
+
+
+def test_it_answers_htmx_apply_with_a_polling_fragment(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.post(_url("issue_apply", 2001), _apply_data(triaged_issue), headers=HTMX).content.decode()
+    decision = TriageDecision.objects.get()
+    assert f'hx-get="{_url("decision", decision.pk)}" hx-trigger="every 1s"' in html
+    assert 'id="apply-preview-2001"' in html and "<html" not in html
+
+
+def test_it_shows_why_a_decision_was_refused(client, triager, triaged_issue):
+    triaged_issue.is_pull_request = True
+    triaged_issue.save(update_fields=["is_pull_request"])
+    client.force_login(triager)
+    html = client.post(_url("issue_apply", 2001), _apply_data(triaged_issue), headers=HTMX).content.decode()
+    assert "refused" in html and "pull request" in html and "hx-trigger" not in html
+
+
+def test_it_polls_a_decision_until_it_is_finished(client, viewer, triaged_issue, django_assert_num_queries):
+    decision = TriageDecision.objects.create(issue=triaged_issue, labels_added=["triaged"], status="applying")
+    client.force_login(viewer)
+    # session, user, permissions (2), the decision with its issue and user
+    with django_assert_num_queries(5):
+        response = client.get(_url("decision", decision.pk), headers=HTMX)
+    assert response.status_code == 200 and 'hx-trigger="every 1s"' in response.content.decode()
+    TriageDecision.objects.filter(pk=decision.pk).update(status="conflict", result_message="Someone changed #2001")
+    response = client.get(_url("decision", decision.pk), headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 286  # htmx stops polling
+    assert "conflict" in html and "Someone changed #2001" in html and "hx-trigger" not in html
+
+
+def test_it_polls_a_bisection_until_the_run_ends(client, viewer, triaged_issue, django_assert_num_queries):
+    run = BisectionRun.objects.create(issue=triaged_issue, repro_code="import torch", status="running", current_mode="aot_eager",
+                                      results=[{"mode": "eager", "status": "passed", "phase": "run", "exception": "",
+                                                "message": "", "wall_s": 0.5}])
+    client.force_login(viewer)
+    # session, user, permissions (2), the run with its issue and requester
+    with django_assert_num_queries(5):
+        response = client.get(_url("bisection", run.pk), headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 200 and 'hx-trigger="every 1s"' in html and "now running <code>aot_eager</code>" in html
+    BisectionRun.objects.filter(pk=run.pk).update(
+        status="done", current_mode="", verdict_summary="fails on inductor, passes on aot_eager (R2.2)",
+        verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "inductor: raised"}],
+        results=run.results + [{"mode": "inductor", "status": "raised", "phase": "compile", "exception": "LoweringException",
+                                "message": "boom", "wall_s": 3.2}])
+    response = client.get(_url("bisection", run.pk), headers=HTMX)
+    html = response.content.decode()
+    assert response.status_code == 286 and "hx-trigger" not in html
+    assert "LoweringException" in html and "R2.2" in html and "module: inductor" in html
+
+
+def test_it_redirects_plain_status_polls_to_the_issue(client, viewer, triaged_issue):
+    run = BisectionRun.objects.create(issue=triaged_issue, repro_code="x")
+    client.force_login(viewer)
+    assert client.get(_url("bisection", run.pk))["Location"] == _url("issue", 2001) + "#bisection"
+
+
+def test_it_lists_earlier_runs_and_shows_the_latest(client, viewer, triaged_issue):
+    BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="failed", error="sandbox ran out of memory")
+    BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="queued")
+    client.force_login(viewer)
+    html = client.get(_url("issue", 2001)).content.decode()
+    assert "Earlier runs" in html and "sandbox ran out of memory" in html
+    assert 'data-run-status="queued"' in html and 'hx-trigger="every 1s"' in html
+
+
+def test_it_rejects_an_empty_repro(client, triager, triaged_issue):
+    client.force_login(triager)
+    response = client.post(_url("bisect", 2001), {"code": "  ", "device": "cpu"}, headers=HTMX)
+    assert response["HX-Retarget"] == "#bisect-form"
+    assert "Paste a repro to bisect." in response.content.decode()
+    assert not BisectionRun.objects.exists()
+
+
+def test_it_forbids_bisecting_to_viewers(client, viewer, triaged_issue):
+    client.force_login(viewer)
+    assert client.post(_url("bisect", 2001), {"code": "import torch", "device": "cpu"}).status_code == 403
+    assert "data-bisect" not in client.get(_url("issue", 2001)).content.decode()
+
+
+def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, viewer, triaged_issue, django_assert_num_queries):
+    client.force_login(viewer)
+    client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
+    # session, user, permissions (2), issue, labels, comments, suggestions, runs, triage catalog,
+    # latest decision, previous and next issue in the queue
+    with django_assert_num_queries(13):
+        client.get(_url("issue", 2001))
+    for i in range(2, 12):
+        Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
+        BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
+    with django_assert_num_queries(13):
+        client.get(_url("issue", 2001))
