@@ -118,18 +118,18 @@ def _add(f: Facts, rule_id: str, label: str, pattern: re.Pattern[str], title_w: 
 
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
 AOT_EAGER_FAILS = re.compile(
-    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes|is wrong|diverges)\b",
+    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes|is wrong|diverges)\b",
     I,
 )
 AOT_EAGER_PASSES = re.compile(
-    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.]{0,60}?\b(?:works|passes|is fine|is ok|succeeds|runs fine|matches|no error)",
+    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.;,]{0,60}?\b(?:works|passes|is fine|is ok|succeeds|runs fine|matches|no error)",
     I,
 )
 EAGER_BACKEND_FAILS = re.compile(
-    r"backend\s{0,3}=\s{0,3}['\"]eager['\"][^\n.]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes)\b", I
+    r"backend\s{0,3}=\s{0,3}['\"]eager['\"][^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes)\b", I
 )
-DECOMP_PARTITION_FAILS = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.]{0,60}?\b(?:also )?(?:fails|failed|errors|reproduces|diverges)\b", I)
-DECOMP_PARTITION_PASSES = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.]{0,60}?\b(?:works|passes|is fine|succeeds|matches)", I)
+DECOMP_PARTITION_FAILS = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|reproduces|diverges)\b", I)
+DECOMP_PARTITION_PASSES = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.;,]{0,60}?\b(?:works|passes|is fine|succeeds|matches)", I)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
 SILENT_WRONG = re.compile(
     r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
@@ -587,7 +587,7 @@ def r7_3_compile_ux(f: Facts) -> list[Finding]:
 
 # --- R8. Helion ----------------------------------------------------------------------------------
 
-HELION = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|\bhelion\b", I)
+HELION_TEXT = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|\bhelion\b", I)
 PLAIN_TRITON = re.compile(r"@triton\.jit|\btl\.(?:load|store|program_id|arange|dot)\b|\btriton\.jit\b", I)
 GENERATED_TRITON = re.compile(r"triton_heuristics|generated (?:triton )?(?:kernel|code)|\btriton_(?:poi|red|per|tem)_\w{1,60}", I)
 
@@ -595,14 +595,14 @@ GENERATED_TRITON = re.compile(r"triton_heuristics|generated (?:triton )?(?:kerne
 @rule("R8.1")
 def r8_1_helion(f: Facts) -> list[Finding]:
     """Mentions helion, @helion.kernel, helion.language, hl.tile or helion frames: module: helion."""
-    return _add(f, "R8.1", HELION, HELION, 0.95, 0.9, "Helion is named")
+    return _add(f, "R8.1", HELION, HELION_TEXT, 0.95, 0.9, "Helion is named")
 
 
 @rule("R8.2")
 def r8_2_helion_alone(f: Facts) -> list[Finding]:
     """A Helion kernel wrong on its own, without torch.compile: helion only."""
-    if f.has(HELION) and not f.has(COMPILE_CALL):
-        hit = f.find(HELION)
+    if f.has(HELION_TEXT) and not f.has(COMPILE_CALL):
+        hit = f.find(HELION_TEXT)
         return [Finding("R8.2", "avoid", INDUCTOR, evidence=hit[0], source=hit[1],
                         reason="the Helion kernel fails without torch.compile: helion only")]
     return []
@@ -611,7 +611,7 @@ def r8_2_helion_alone(f: Facts) -> list[Finding]:
 @rule("R8.3")
 def r8_3_helion_under_compile(f: Facts) -> list[Finding]:
     """A Helion kernel under torch.compile, or Inductor's fusion of a Helion template: helion + inductor."""
-    if f.has(HELION):
+    if f.has(HELION_TEXT):
         hit = f.find(COMPILE_CALL) or f.find(re.compile(r"template fusion|epilogue fusion|prologue fusion", I))
         if hit:
             return [Finding("R8.3", "add", INDUCTOR, 0.85, hit[0], hit[1], "a Helion kernel inside torch.compile")]
@@ -622,7 +622,7 @@ def r8_3_helion_under_compile(f: Facts) -> list[Finding]:
 def r8_4_plain_triton(f: Facts) -> list[Finding]:
     """Plain Triton without Helion is Inductor, not Helion."""
     hit = f.find(PLAIN_TRITON)
-    if hit and not f.has(HELION):
+    if hit and not f.has(HELION_TEXT):
         return [
             Finding("R8.4", "add", INDUCTOR, 0.8, hit[0], hit[1], "user Triton kernels go through Inductor"),
             Finding("R8.4", "avoid", HELION, evidence=hit[0], source=hit[1], reason="plain Triton, no Helion"),
@@ -634,7 +634,7 @@ def r8_4_plain_triton(f: Facts) -> list[Finding]:
 def r8_5_generated_triton(f: Facts) -> list[Finding]:
     """Inductor's generated Triton code is not Helion: require an explicit Helion import or mention."""
     hit = f.find(GENERATED_TRITON)
-    if hit and not f.has(HELION) and not f.has(PLAIN_TRITON):
+    if hit and not f.has(HELION_TEXT) and not f.has(PLAIN_TRITON):
         return [Finding("R8.5", "avoid", HELION, evidence=hit[0], source=hit[1], reason="generated Triton from Inductor, not Helion")]
     return []
 
@@ -651,7 +651,7 @@ FUNCTORCH_TRANSFORM = re.compile(
 def r9_1_functorch(f: Facts) -> list[Finding]:
     """Compiling a functorch transform: module: functorch and dynamo-functorch."""
     hit = f.find(FUNCTORCH_TRANSFORM)
-    if not hit or not f.has(COMPILE_USE):
+    if not hit or not f.has(COMPILE_CALL):
         return []
     weight = 0.85 if hit[1] == "title" else 0.7
     return [
@@ -663,7 +663,7 @@ def r9_1_functorch(f: Facts) -> list[Finding]:
 @rule("R9.2")
 def r9_2_functorch_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher on top of functorch only when AOTAutograd is at the fault."""
-    if not f.has(FUNCTORCH_TRANSFORM) or not f.has(COMPILE_USE):
+    if not f.has(FUNCTORCH_TRANSFORM) or not f.has(COMPILE_CALL):
         return []
     frame = f.find(AOT_FRAME, "text")
     if frame:
