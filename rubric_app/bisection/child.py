@@ -1,0 +1,284 @@
+"""What runs inside the sandboxed child G: one repro under one mode (pure Python; torch, no Django).
+
+The child reports only through `emit()` on a pipe, as JSON lines: phase
+markers while it runs (so a crash or a hang can be located) and one final
+"result" event with the outcome and, for comparison, the outputs serialized
+with torch.save (the fork server reads them back with weights_only=True).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import random
+import sys
+import traceback
+import types
+from typing import Any, Callable
+
+MODES = (
+    "eager",
+    "dynamo_eager",
+    "aot_eager",
+    "aot_eager_decomp_partition",
+    "aot_eager_decomp_partition_crossref",
+    "inductor",
+)
+# The torch backend each mode compiles with; "eager" (the reference) does not compile.
+BACKENDS = {
+    "dynamo_eager": "eager",
+    "aot_eager": "aot_eager",
+    "aot_eager_decomp_partition": "aot_eager_decomp_partition",
+    "aot_eager_decomp_partition_crossref": "aot_eager_decomp_partition_crossref",
+    "inductor": "inductor",
+}
+TRACING_EXCEPTIONS = ("Unsupported", "UserError", "TorchRuntimeError", "InternalTorchDynamoError")
+MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+
+_res_fd = -1
+_phase = "setup"
+
+
+def emit(event: dict) -> None:
+    """Write one JSON line to the result pipe (a single write, so lines never interleave)."""
+    os.write(_res_fd, (json.dumps(event) + "\n").encode())
+
+
+def set_phase(phase: str) -> None:
+    global _phase
+    if phase != _phase:
+        _phase = phase
+        emit({"event": "phase", "phase": phase})
+
+
+def qualname(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """Return (status, phase) for an exception escaping the repro."""
+    import torch
+
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    text = str(exc)
+    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())) or (
+        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+    ):
+        return "oom", _phase if _phase != "setup" else "runtime"
+    if isinstance(exc, BackendCompilerFailed):
+        return "raised", "backend_compile"
+    if type(exc).__name__ in TRACING_EXCEPTIONS and type(exc).__module__.startswith("torch._dynamo"):
+        return "raised", "dynamo_tracing"
+    return "raised", "runtime" if _phase in ("setup", "runtime") else _phase
+
+
+def describe(exc: BaseException) -> str:
+    """First lines of the message, plus the inner exception a BackendCompilerFailed hides (raised `from None`)."""
+    inner = getattr(exc, "inner_exception", None)
+    lines = [f"{qualname(exc)}: {exc}".strip()]
+    if inner is not None:
+        lines.insert(0, f"inner: {qualname(inner)}: {inner}".strip())
+    return "\n".join("\n".join(lines).splitlines()[:8])[:2000]
+
+
+def traceback_tail(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)[-8:])[-4000:]
+
+
+def _install_phase_markers() -> None:
+    import torch._dynamo.callback as callback
+    from torch._dynamo.output_graph import OutputGraph
+
+    callback.on_compile_start(lambda *_: set_phase("dynamo_tracing"))
+    callback.on_compile_end(lambda *_: set_phase("runtime"))
+    original = OutputGraph.call_user_compiler
+
+    def call_user_compiler(self, gm, example_inputs):
+        set_phase("backend_compile")
+        try:
+            return original(self, gm, example_inputs)
+        finally:
+            set_phase("dynamo_tracing")
+
+    OutputGraph.call_user_compiler = call_user_compiler
+
+
+def _configure(mode: str, workdir: str) -> None:
+    """Per-run compile settings, applied in the child (the fork server's env was read at import)."""
+    import torch._dynamo.config as dynamo_config
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(workdir, "inductor")
+    os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+    import tempfile
+
+    tempfile.tempdir = None
+    inductor_config.fx_graph_cache = False
+    functorch_config.enable_autograd_cache = False
+    inductor_config.cpp_cache_precompile_headers = False
+    inductor_config.compile_threads = 1
+    dynamo_config.suppress_errors = False
+    if mode == "eager":
+        dynamo_config.disable = True
+    else:
+        # Per graph, inside Dynamo: also catches torch._dynamo.optimize(custom_backend).
+        dynamo_config.debug_backend_override = f">=0:{BACKENDS[mode]}"
+
+
+def _detach(value: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu").clone()
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        return repr(type(x))
+
+    return tree_map(leaf, value)
+
+
+class Recorder:
+    """Patches torch.compile so every compiled callable uses this mode and records its outputs in order."""
+
+    def __init__(self, mode: str, overrides: dict[str, Any]):
+        import torch
+
+        self.mode, self.overrides, self.outputs = mode, overrides, []
+        self.original = torch.compile
+        torch.compile = self.compile
+
+    def compile(self, model=None, **kwargs):
+        if model is None:  # used as @torch.compile(...)
+            return lambda m: self.compile(m, **kwargs)
+        import torch
+
+        kwargs.update(self.overrides)
+        if self.mode == "eager":
+            target = model
+        else:
+            kwargs["backend"] = BACKENDS[self.mode]
+            if self.mode != "inductor":
+                kwargs.pop("mode", None)
+                kwargs.pop("options", None)
+            target = self.original(model, **kwargs)
+        if isinstance(target, torch.nn.Module):
+            target.register_forward_hook(lambda _m, _a, out: self.outputs.append(_detach(out)))
+            return target
+        return self.wrap(target)
+
+    def wrap(self, target: Callable) -> Callable:
+        def recorded(*args, **kwargs):
+            set_phase("runtime")
+            out = target(*args, **kwargs)
+            self.outputs.append(_detach(out))
+            return out
+
+        return recorded
+
+
+def _to(value: Any, device: str, fp64: bool) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            y = x.detach().to(device)
+            if fp64 and y.is_floating_point():
+                y = y.to(torch.float64)
+            return y.requires_grad_(x.requires_grad) if y.is_floating_point() or y.is_complex() else y
+        return x
+
+    return tree_map(leaf, value)
+
+
+def _run_module_style(ns: dict, mode: str, device: str, overrides: dict, recorder: Recorder) -> dict:
+    """Call fn on every input tuple (make_calls() or [make_inputs()]); for eager also in float64."""
+    import copy
+
+    import torch
+
+    fn = ns["fn"]
+    calls = ns["make_calls"]() if "make_calls" in ns else [ns["make_inputs"]()]
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.to(device)
+    kwargs = dict(ns.get("COMPILE_KWARGS", {}))
+    target = torch.compile(fn, **kwargs)
+    outs = [target(*_to(args, device, False)) for args in calls]
+    del outs  # the recorder kept detached copies
+    result = {"outputs": list(recorder.outputs)}
+    if mode == "eager":
+        # The float64 truth for same(fp64_ref=...); optional: many repros are dtype-specific.
+        try:
+            fn64 = copy.deepcopy(fn).to(torch.float64) if isinstance(fn, torch.nn.Module) else fn
+            result["fp64"] = [_detach(fn64(*_to(args, device, True))) for args in calls]
+        except Exception as exc:  # noqa: BLE001 - any failure only means "no fp64 reference"
+            result["fp64"] = None
+            result["fp64_error"] = f"{qualname(exc)}: {str(exc)[:200]}"
+    return result
+
+
+def is_module_style(ns_or_names) -> bool:
+    return "fn" in ns_or_names and ("make_inputs" in ns_or_names or "make_calls" in ns_or_names)
+
+
+def run(spec: dict, res_fd: int, workdir: str) -> None:
+    """Run spec["code"] under spec["mode"]; emit the result event; the caller then leaves with os._exit."""
+    global _res_fd
+    _res_fd = res_fd
+    status, phase, exception, message, payload = "passed", "", "", "", None
+    try:
+        import torch
+
+        _configure(spec["mode"], workdir)
+        _install_phase_markers()
+        recorder = Recorder(spec["mode"], spec.get("overrides", {}))
+    except Exception as exc:  # noqa: BLE001 - our bug, not the repro's: say so, never blame the repro
+        emit({"event": "result", "status": "crashed", "phase": "setup", "exception": qualname(exc),
+              "message": "the harness failed before running the repro: " + describe(exc)})
+        return
+    try:
+        random.seed(0)
+        torch.manual_seed(0)
+        set_phase("runtime")
+        module = types.ModuleType("__main__" if spec["style"] == "script" else "repro")
+        module.__file__ = os.path.join(workdir, "repro.py")
+        sys.modules[module.__name__] = module
+        code = compile(spec["code"], module.__file__, "exec")
+        try:
+            exec(code, module.__dict__)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise RuntimeError(f"the script exited with status {exc.code!r}") from None
+        if spec["style"] == "module":
+            torch.manual_seed(0)
+            payload = _run_module_style(module.__dict__, spec["mode"], spec["device"], spec.get("overrides", {}), recorder)
+        else:
+            payload = {"outputs": recorder.outputs}
+    except BaseException as exc:  # noqa: BLE001 - whatever the repro raises is the result
+        status, phase = classify(exc)
+        exception, message, tail = qualname(exc), describe(exc), traceback_tail(exc)
+        payload = None
+    else:
+        tail = ""
+    event = {"event": "result", "status": status, "phase": phase, "exception": exception, "message": message,
+             "traceback": tail}
+    if payload is not None:
+        buffer = io.BytesIO()
+        try:
+            import torch
+
+            torch.save(payload, buffer)
+            if buffer.tell() <= MAX_OUTPUT_BYTES:
+                event["payload"] = base64.b64encode(buffer.getvalue()).decode()
+            else:
+                event["payload_note"] = "outputs too large to compare"
+        except Exception as exc:  # noqa: BLE001
+            event["payload_note"] = f"outputs not serializable: {qualname(exc)}"
+    emit(event)

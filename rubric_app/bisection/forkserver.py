@@ -1,0 +1,275 @@
+"""The fork server: a long-lived process that imported torch once and forks one sandboxed child per mode.
+
+It is started by `harness.ForkServer` as a fresh interpreter with a scrubbed
+environment (never forked from a Celery worker, whose memory holds the
+database URL and the GitHub token). Protocol: one JSON request per line on
+stdin, one JSON reply per line on the original stdout; the server itself
+writes nothing else there.
+
+It also compares each mode's outputs with the eager reference, so torch stays
+out of the web and worker processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import selectors
+import signal
+import site
+import sys
+import time
+
+from . import child
+from .sandbox import Limits, SandboxReport, become_pid1_sandbox, enter_namespaces, kill_tree
+
+_refs: dict[str, dict] = {}
+
+
+def _warm_imports() -> str:
+    """Import what every mode needs, so a fork costs milliseconds; returns the torch version.
+
+    Nothing here compiles or starts a thread pool: forking after OpenMP or a
+    compile worker pool started would hand the child a broken copy.
+    """
+    import torch
+    import torch._dynamo
+    import torch._dynamo.backends.debugging  # noqa: F401 - registers aot_eager* backends
+    import torch._functorch.aot_autograd  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.decomposition  # noqa: F401
+    import torch._inductor.lowering  # noqa: F401
+    import torch._dynamo.utils  # noqa: F401
+
+    return torch.__version__
+
+
+def _hidden_and_kept() -> tuple[list[str], list[str]]:
+    """Host dirs to hide from the repro, and the interpreter/torch dirs to keep visible inside them."""
+    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(child.__file__))))
+    hide = [p for p in (os.path.expanduser("~root"), "/home", project) if os.path.isdir(p)]
+    keep = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
+    return hide, sorted(keep)
+
+
+def _run_child(spec: dict, limits: Limits, res_w: int, out_w: int, ctl_w: int) -> None:
+    """Body of C: enter namespaces, fork G (the repro), relay G's pid and exit status on ctl_w."""
+    report = SandboxReport()
+    hide, keep = _hidden_and_kept()
+    enter_namespaces(report, hide=hide, keep=keep, disk_mb=limits.disk_mb)
+    g = os.fork()
+    if g == 0:
+        try:
+            os.close(ctl_w)
+            devnull = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            os.dup2(res_w, 3)
+            os.closerange(4, 65536)  # the protocol pipes and anything else the server held
+            workdir = become_pid1_sandbox(report, limits)
+            os.chdir(workdir)
+            report.env_keys = sorted(os.environ)
+            child._res_fd = 3
+            child.emit({"event": "sandbox", "report": report.as_dict()})
+            child.run(spec, 3, workdir)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - exiting anyway
+                    pass
+            os._exit(0)
+    os.write(ctl_w, (json.dumps({"pid": g}) + "\n").encode())
+    _, status, usage = os.wait4(g, 0)
+    info = {"status": status, "maxrss_mb": round(usage.ru_maxrss / 1024, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+    os.write(ctl_w, (json.dumps(info) + "\n").encode())
+
+
+def run_mode(spec: dict, limits: Limits) -> dict:
+    """Run one mode of one repro in a fresh sandboxed child; return {"result", "log", "sandbox"}."""
+    out_r, out_w = os.pipe()
+    res_r, res_w = os.pipe()
+    ctl_r, ctl_w = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for fd in (out_r, res_r, ctl_r):
+                os.close(fd)
+            _run_child(spec, limits, res_w, out_w, ctl_w)
+        finally:
+            os._exit(0)
+    for fd in (out_w, res_w, ctl_w):
+        os.close(fd)
+    buffers = {out_r: bytearray(), res_r: bytearray(), ctl_r: bytearray()}
+    caps = {out_r: limits.output_bytes, res_r: 64 * 1024 * 1024, ctl_r: 4096}
+    truncated = False
+    selector = selectors.DefaultSelector()
+    for fd in buffers:
+        selector.register(fd, selectors.EVENT_READ)
+    deadline = started + limits.timeout_s
+    timed_out = False
+    g_pid = None
+    while selector.get_map():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and not timed_out:
+            timed_out = True
+            kill_tree(g_pid) if g_pid else os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10  # let C report G's end, then give up on the pipes
+            continue
+        if remaining <= 0:
+            break
+        for key, _ in selector.select(timeout=min(remaining, 1.0)):
+            data = os.read(key.fd, 65536)
+            if not data:
+                selector.unregister(key.fd)
+                continue
+            if len(buffers[key.fd]) + len(data) > caps[key.fd]:
+                truncated = truncated or key.fd == out_r
+                data = data[: max(0, caps[key.fd] - len(buffers[key.fd]))]
+            buffers[key.fd] += data
+            if key.fd == ctl_r and g_pid is None and b"\n" in buffers[ctl_r]:
+                g_pid = json.loads(buffers[ctl_r].split(b"\n", 1)[0])["pid"]
+    selector.close()
+    if g_pid is not None:
+        kill_tree(g_pid)
+    _reap(pid)
+    for fd in buffers:
+        os.close(fd)
+    wall = round(time.monotonic() - started, 2)
+    log = buffers[out_r].decode("utf-8", "replace") + ("\n[output truncated]" if truncated else "")
+    return _outcome(spec, limits, buffers[res_r], buffers[ctl_r], timed_out, wall, log)
+
+
+def _reap(pid: int) -> None:
+    """Wait for C, killing it if it outlived G (it only waits for G, so that means G is stuck unkillable)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _outcome(spec: dict, limits: Limits, res: bytes, ctl: bytes, timed_out: bool, wall: float, log: str) -> dict:
+    events = []
+    for line in res.decode("utf-8", "replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue  # a repro may scribble on fd 3; only well-formed events count
+    ctl_lines = [json.loads(line) for line in ctl.decode().splitlines() if line.strip()]
+    info = next((c for c in ctl_lines if "status" in c), {})
+    phases = [e["phase"] for e in events if e.get("event") == "phase"]
+    last_phase = phases[-1] if phases else "setup"
+    sandbox = next((e["report"] for e in events if e.get("event") == "sandbox"), {})
+    final = next((e for e in reversed(events) if e.get("event") == "result"), None)
+    result = {"mode": spec["mode"], "status": "", "phase": "", "exception": "", "message": "", "wall_s": wall,
+              "maxrss_mb": info.get("maxrss_mb"), "cpu_s": info.get("cpu_s"), "probes": {}}
+    status = info.get("status")
+    if final is not None and not timed_out:
+        result.update(status=final["status"], phase=final["phase"], exception=final["exception"],
+                      message=final["message"], traceback=final.get("traceback", ""))
+        if final["status"] == "passed":
+            _compare(spec, final, result)
+    elif timed_out:
+        result.update(status="timeout", phase=last_phase, message=f"no result within {limits.timeout_s:g} s wall clock; the whole sandbox was killed")
+    elif status is not None and os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in (signal.SIGXCPU, signal.SIGKILL) and (info.get("cpu_s") or 0) >= limits.cpu_seconds() - 1:
+            result.update(status="timeout", phase=last_phase, message=f"CPU limit of {limits.cpu_seconds()} s reached")
+        else:
+            result.update(status="crashed", phase=last_phase, message=f"killed by {signal.Signals(sig).name} during {last_phase}")
+    else:
+        code = os.WEXITSTATUS(status) if status is not None else "unknown"
+        result.update(status="crashed", phase=last_phase, message=f"exited with status {code} during {last_phase} before reporting a result")
+    if result["status"] == "passed":
+        result["phase"] = ""
+    return {"result": result, "log": log, "sandbox": sandbox}
+
+
+def _load(final: dict):
+    import torch
+
+    if "payload" not in final:
+        return None
+    # Data only: the child is untrusted, never unpickle arbitrary objects from it.
+    return torch.load(io.BytesIO(base64.b64decode(final["payload"])), weights_only=True)
+
+
+def _compare(spec: dict, final: dict, result: dict) -> None:
+    """Store eager's outputs as the reference, or compare this mode's outputs with it (sets status diverged)."""
+    try:
+        payload = _load(final)
+    except Exception as exc:  # noqa: BLE001 - an unreadable payload is the repro's doing
+        result["message"] = f"outputs could not be read back ({type(exc).__name__}); not compared"
+        return
+    if spec["mode"] == "eager":
+        if not spec.get("overrides"):
+            _refs[spec["key"]] = payload or {"outputs": []}
+        return
+    ref = _refs.get(spec["key"])
+    if ref is None or payload is None:
+        result["message"] = "no eager reference to compare with"
+        return
+    problem = compare_outputs(ref, payload, spec.get("tol") or 1e-4)
+    if problem:
+        result.update(status="diverged", phase="compare", message=problem)
+
+
+def compare_outputs(ref: dict, res: dict, tol: float) -> str:
+    """Return "" when res matches eager's ref, else what differs.
+
+    Structure, shapes and dtypes are checked first: same() broadcasts, so
+    ones(3, 4) would "equal" ones(4).
+    """
+    import torch
+    from torch._dynamo.utils import same
+    from torch.utils._pytree import tree_flatten
+
+    ref_outs, res_outs, fp64 = ref["outputs"], res["outputs"], ref.get("fp64")
+    if len(ref_outs) != len(res_outs):
+        return f"{len(res_outs)} compiled call(s) recorded vs {len(ref_outs)} in eager"
+    for i, (expected, actual) in enumerate(zip(ref_outs, res_outs)):
+        exp_leaves, exp_spec = tree_flatten(expected)
+        act_leaves, act_spec = tree_flatten(actual)
+        if exp_spec != act_spec:
+            return f"call {i}: output structure differs from eager"
+        for j, (a, b) in enumerate(zip(exp_leaves, act_leaves)):
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    return f"call {i} output {j}: {tuple(b.shape)} {b.dtype} vs eager {tuple(a.shape)} {a.dtype}"
+        ref64 = fp64[i] if fp64 and i < len(fp64) else None
+        if not same(expected, actual, fp64_ref=ref64, tol=tol, equal_nan=True, exact_dtype=True, log_error=lambda *a: None):
+            diffs = [
+                (b.double() - a.double()).abs().nan_to_num(nan=float("inf")).max().item()
+                for a, b in zip(exp_leaves, act_leaves)
+                if isinstance(a, torch.Tensor) and a.numel() and (a.is_floating_point() or a.is_complex())
+            ]
+            worst = f"; max abs difference {max(diffs):.3g}" if diffs else ""
+            basis = "float64 reference" if ref64 is not None else "allclose only, no float64 reference"
+            return f"call {i}: differs from eager beyond tol={tol:g} ({basis}){worst}"
+    return ""
+
+
+def serve() -> None:
+    """Answer requests until stdin closes. Requests: run, forget, ping."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # stray prints (torch warnings) must not corrupt the protocol
+    version = _warm_imports()
+    hide, keep = _hidden_and_kept()
+    proto.write(json.dumps({"ready": True, "torch": version, "pid": os.getpid(), "hide": hide}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "run":
+            reply = run_mode(request["spec"], Limits(**request.get("limits", {})))
+        elif op == "forget":
+            _refs.pop(request["key"], None)
+            reply = {"ok": True}
+        else:
+            reply = {"ok": True, "torch": version}
+        proto.write(json.dumps(reply) + "\n")

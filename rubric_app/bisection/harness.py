@@ -1,0 +1,213 @@
+"""The bisection itself: modes in order, probes on the first failure, verdict (pure Python, no torch here).
+
+`bisect()` talks to a `ForkServer` (one per process, started on first use and
+kept warm), so the Celery worker and the CLI never import torch nor run repro
+code themselves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from . import verdict as verdict_rules
+from .child import MODES
+from .extract import detect_style
+from .sandbox import Limits, scrubbed_env
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LOG_CAP = 200_000
+DYNAMIC_HINT = re.compile(r"dynamic\s*=\s*True|mark_dynamic|make_calls")
+FULLGRAPH_HINT = re.compile(r"fullgraph\s*=\s*True")
+
+
+class ForkServerError(RuntimeError):
+    """The fork server died or stopped answering; the run is failed, the next call starts a new one."""
+
+
+class ForkServer:
+    """A warm process with torch imported that forks a sandboxed child per mode."""
+
+    def __init__(self, python: str = sys.executable):
+        self.python = python
+        self.proc: subprocess.Popen | None = None
+        self.base = ""
+        self.torch_version = ""
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        self.base = tempfile.mkdtemp(prefix="bisect-server-")
+        boot = (f"import sys; sys.path.insert(0, {PROJECT_ROOT!r}); "
+                "from rubric_app.bisection.forkserver import serve; serve()")
+        # -I: no PYTHON* variables, no user site; the env is an allowlist (no secrets in its memory).
+        self.proc = subprocess.Popen(
+            [self.python, "-I", "-c", boot], env=scrubbed_env(self.base), cwd=self.base,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,  # stderr: the worker's log
+        )
+        hello = self._read(timeout=120)
+        self.torch_version = hello["torch"]
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _read(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            raise ForkServerError("the bisection fork server died or stopped answering")
+        return json.loads(line)
+
+    def request(self, payload: dict, timeout: float) -> dict:
+        """Send one request and return its reply; starts the server if needed."""
+        with self.lock:
+            if not self.alive:
+                self.start()
+            try:
+                self.proc.stdin.write(json.dumps(payload) + "\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                self.close()
+                raise ForkServerError("the bisection fork server died") from None
+            return self._read(timeout)
+
+    def run_mode(self, key: str, mode: str, code: str, style: str, device: str, limits: Limits,
+                 overrides: dict | None = None) -> dict:
+        spec = {"key": key, "mode": mode, "code": code, "style": style, "device": device,
+                "overrides": overrides or {}}
+        return self.request({"op": "run", "spec": spec, "limits": asdict(limits)}, timeout=limits.timeout_s + 60)
+
+    def forget(self, key: str) -> None:
+        if self.alive:
+            self.request({"op": "forget", "key": key}, timeout=30)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self.base:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+_server: ForkServer | None = None
+
+
+def shared_server() -> ForkServer:
+    """This process's fork server (a Celery worker process keeps one warm across runs)."""
+    global _server
+    if _server is None:
+        _server = ForkServer()
+        atexit.register(_server.close)
+    return _server
+
+
+@dataclass
+class Report:
+    """One bisection: results (the BisectionRun.results contract), labels, summary, sandbox, capped log."""
+
+    device: str
+    style: str
+    results: list[dict] = field(default_factory=list)
+    labels: list[dict] = field(default_factory=list)
+    summary: str = ""
+    torch_version: str = ""
+    sandbox: dict = field(default_factory=dict)
+    log: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _probe_plan(result: dict, code: str, device: str, style: str, cuda: bool) -> list[tuple[str, dict, str]]:
+    """Which re-runs of the first failing mode tell us more: (probe name, overrides, device)."""
+    if result["mode"] == "eager" or result["status"] == "timeout":
+        return []  # a timeout probe would cost another full timeout
+    plan = []
+    if DYNAMIC_HINT.search(code):
+        plan.append(("dynamic=False", {"dynamic": False}, device))
+    if FULLGRAPH_HINT.search(code):
+        if result["phase"] == "dynamo_tracing":
+            plan.append(("fullgraph=False", {"fullgraph": False}, device))
+    elif result["mode"] != "inductor":
+        plan.append(("fullgraph=True", {"fullgraph": True}, device))
+    if result["mode"] == "inductor" and device == "cpu" and cuda and style == "module":
+        plan.append(("device=cuda", {}, "cuda"))
+    return plan
+
+
+def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: Limits | None = None,
+           server: ForkServer | None = None, on_progress: Callable[[str, list[dict]], None] | None = None,
+           repeats: int = 0, cuda_probe: bool = False, stop_at_first_failure: bool = True) -> Report:
+    """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
+
+    on_progress(current_mode, results) is called before each mode and after
+    each result, so callers can persist progress as it happens. Raises
+    ForkServerError only if the fork server itself dies.
+    """
+    server = server or shared_server()
+    limits = limits or Limits()
+    style = style or detect_style(code)
+    report = Report(device=device, style=style)
+    progress = on_progress or (lambda mode, results: None)
+    key = uuid.uuid4().hex
+    logs: list[str] = []
+
+    def run(mode: str, overrides: dict | None = None, on: str = device) -> dict:
+        reply = server.run_mode(key, mode, code, style, on, limits, overrides)
+        if not report.sandbox:
+            report.sandbox = reply["sandbox"]
+        tag = f"{mode}" + (f" {overrides}" if overrides else "") + (f" on {on}" if on != device else "")
+        logs.append(f"===== {tag}: {reply['result']['status']} =====\n{reply['log']}")
+        return reply["result"]
+
+    def probe(name: str, result: dict) -> None:
+        # "probes" keeps the contract's name -> status; the details tell a graph break from the same failure.
+        failed["probes"][name] = result["status"]
+        failed.setdefault("probe_details", {})[name] = {
+            key: result[key] for key in ("status", "phase", "exception", "wall_s")}
+
+    failed = None
+    try:
+        for mode in MODES:
+            if failed is not None and stop_at_first_failure:
+                report.results.append({"mode": mode, "status": "skipped", "phase": "", "exception": "",
+                                       "message": f"not run: {failed['mode']} already fails", "wall_s": 0.0,
+                                       "probes": {}})
+                continue
+            progress(mode, report.results)
+            result = run(mode)
+            report.results.append(result)
+            progress(mode, report.results)
+            if result["status"] != "passed" and failed is None:
+                failed = result
+        report.torch_version = server.torch_version
+        if failed is not None:
+            for name, overrides, on in _probe_plan(failed, code, device, style, cuda_probe):
+                progress(f"{failed['mode']} ({name})", report.results)
+                probe(name, run(failed["mode"], overrides, on))
+            for i in range(repeats):
+                probe("repeat" if i == 0 else f"repeat{i + 1}", run(failed["mode"]))
+            progress(failed["mode"], report.results)
+    finally:
+        try:
+            server.forget(key)
+        except ForkServerError:
+            pass
+    decided = verdict_rules.decide(report.results, device)
+    report.labels, report.summary = decided.labels, decided.summary
+    report.log = "\n".join(logs)[-LOG_CAP:]
+    return report

@@ -1,0 +1,103 @@
+"""Per-mode results -> labels with RUBRIC rule ids and a one-paragraph summary (pure Python).
+
+The first mode that does not pass decides the component (R2); the probes
+refine it (R1.1 dynamic=False) and the kind of failure flags the meeting (R11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DYNAMO = "module: dynamo"
+DYNAMIC_SHAPES = "module: dynamic shapes"
+DISPATCHER = "module: pt2-dispatcher"
+DECOMPOSITIONS = "module: decompositions"
+INDUCTOR = "module: inductor"
+CPU_INDUCTOR = "oncall: cpu inductor"
+TRIAGE_REVIEW = "triage review"
+
+# (label, rule id, what the first failing mode says) by first failing mode.
+COMPONENT = {
+    "dynamo_eager": (DYNAMO, "R2.3", "fails while tracing on backend=eager (Dynamo only)"),
+    "aot_eager": (DISPATCHER, "R2.1", "fails on aot_eager, passes on backend=eager"),
+    "aot_eager_decomp_partition": (
+        DECOMPOSITIONS, "R2.5", "fails on aot_eager_decomp_partition, passes on aot_eager",
+    ),
+    "aot_eager_decomp_partition_crossref": (
+        DISPATCHER, "R5", "a custom op's fake implementation disagrees with its real kernel (crossref), "
+        "passes on aot_eager_decomp_partition",
+    ),
+    "inductor": (INDUCTOR, "R2.2", "fails on inductor, passes on aot_eager_decomp_partition"),
+}
+
+
+@dataclass
+class Verdict:
+    labels: list[dict] = field(default_factory=list)
+    summary: str = ""
+    first_failure: str = ""
+
+
+def _evidence(prefix: str, result: dict) -> str:
+    """E.g. "fails while tracing on backend=eager (Dynamo only): torch._dynamo.exc.Unsupported: Call to ..."."""
+    first_line = (result["message"] or "").strip().splitlines()[0][:240] if result["message"] else ""
+    if result["status"] in ("raised", "oom") and result["exception"]:
+        what = first_line if first_line.startswith(result["exception"]) else f"{result['exception']}: {first_line}"
+    else:
+        what = f"{result['status']}: {first_line}" if first_line else result["status"]
+    where = f" [{result['phase']}]" if result["phase"] and result["status"] != "diverged" else ""
+    return f"{prefix}: {what}{where}"
+
+
+def decide(results: list[dict], device: str) -> Verdict:
+    """Return the labels (dicts with label, rule_id, evidence) and a summary for one bisection's results."""
+    ran = [r for r in results if r["status"] != "skipped"]
+    if not ran:
+        return Verdict(summary="Nothing ran.")
+    broken = next((r for r in ran if r["phase"] == "setup"), None)
+    if broken is not None:
+        return Verdict(summary=f"The bisection harness failed on {broken['mode']} (not the repro): "
+                       f"{broken['message'][:300]}")
+    eager = ran[0]
+    if eager["mode"] == "eager" and eager["status"] != "passed":
+        return Verdict(
+            first_failure="eager",
+            summary=f"The repro fails in plain eager, without torch.compile ({eager['status']}: "
+            f"{eager['exception'] or eager['message'][:120]}): not a compile bug. Fix the repro or ask the "
+            "reporter for one that runs in eager.",
+        )
+    bad = next((r for r in ran if r["status"] != "passed"), None)
+    if bad is None:
+        return Verdict(summary=f"No failure reproduced on {device}: every mode matched eager. "
+                       "Try other inputs, another device, or ask for a fuller repro.")
+    label, rule, prefix = COMPONENT[bad["mode"]]
+    probes = bad.get("probes", {})
+    labels = []
+    if probes.get("dynamic=False") == "passed":
+        # R1.1: dynamic=False makes it pass -> dynamic shapes only, not dynamo nor the backend.
+        labels.append({"label": DYNAMIC_SHAPES, "rule_id": "R1.1",
+                       "evidence": _evidence(prefix, bad) + "; passes with dynamic=False"})
+        component = "dynamic shapes"
+    else:
+        labels.append({"label": label, "rule_id": rule, "evidence": _evidence(prefix, bad)})
+        component = label
+    if label == INDUCTOR and device == "cpu" and probes.get("device=cuda") == "passed":
+        labels.append({"label": CPU_INDUCTOR, "rule_id": "R2.4",
+                       "evidence": "inductor fails on cpu and passes on cuda"})
+    if bad["status"] in ("crashed", "diverged"):
+        kind = "crash" if bad["status"] == "crashed" else "silently wrong result (differs from eager, no error)"
+        labels.append({"label": TRIAGE_REVIEW, "rule_id": "R11", "evidence": f"{kind} on {bad['mode']}"})
+    notes = []
+    if probes.get("fullgraph=False") == "passed":
+        notes.append("passes with fullgraph=False: a graph break made fatal by fullgraph=True (R1.2)")
+    fullgraph = bad.get("probe_details", {}).get("fullgraph=True", {})
+    if fullgraph.get("phase") == "dynamo_tracing":
+        notes.append(f"has graph breaks ({fullgraph['exception'] or 'fails'} with fullgraph=True)")
+    if probes.get("repeat") == "passed":
+        notes.append("did not fail again on a repeat run: flaky")
+    if label == INDUCTOR and device == "cpu" and "device=cuda" not in probes:
+        notes.append("CUDA not checked: oncall: cpu inductor (R2.4) needs a passing GPU run")
+    summary = f"First failure: {bad['mode']} ({bad['status']}). Component: {component}."
+    if notes:
+        summary += " " + "; ".join(notes) + "."
+    return Verdict(labels=labels, summary=summary, first_failure=bad["mode"])
