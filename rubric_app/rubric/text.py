@@ -17,6 +17,8 @@ MAX_TITLE = 500
 MAX_BODY = 60_000
 MAX_COMMENT = 20_000
 MAX_COMMENTS = 100
+# All the text the rules read, body and comments together: bounds the cost of a huge thread.
+MAX_THREAD = 150_000
 MAX_CODE_BLOCK = 20_000
 MAX_CODE_BLOCKS = 8
 
@@ -66,8 +68,13 @@ def split_thread(body: str) -> tuple[str, tuple[str, ...]]:
 def sources_of(issue: IssueText) -> list[Source]:
     """The title, body and comments, each capped, in the order evidence is looked for."""
     sources = [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", (issue.body or "")[:MAX_BODY])]
+    budget = MAX_THREAD - len(sources[1].text)
     for i, comment in enumerate(issue.comments[:MAX_COMMENTS]):
-        sources.append(Source(f"comment:{i}", (comment.body or "")[:MAX_COMMENT]))
+        if budget <= 0:
+            break
+        text = (comment.body or "")[: min(MAX_COMMENT, budget)]
+        budget -= len(text)
+        sources.append(Source(f"comment:{i}", text))
     return sources
 
 

@@ -1,0 +1,107 @@
+"""suggest_labels and evaluate_suggestions: offline runs over JSON lines, and the scoring rules."""
+
+from __future__ import annotations
+
+import json
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from rubric_app.rubric.evaluation import Counts, issue_from_record, review_truth, score, truth
+
+DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
+
+ISSUES = [
+    {"number": 1, "title": "[dynamo] graph break on zip", "body": "torch._dynamo.exc.Unsupported: zip",
+     "comments": ["aot_eager works fine too."], "labels": ["oncall: pt2"]},
+    {"number": 2, "title": "torch.export.export fails on an unflattened module", "body": "ep = torch.export.export(m, args)",
+     "comments": [], "labels": []},
+    {"number": 3, "title": "Compiled resnet segfaults", "body": "Segmentation fault (core dumped)", "comments": [],
+     "labels": ["oncall: distributed"]},
+]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_it_writes_one_suggestion_line_per_issue(tmp_path):
+    src, out = write_jsonl(tmp_path / "in.jsonl", ISSUES), tmp_path / "out.jsonl"
+    call_command("suggest_labels", input=str(src), output=str(out), stdout=StringIO())
+    lines = [json.loads(l) for l in out.read_text().splitlines()]
+    assert [l["number"] for l in lines] == [1, 2, 3]
+    first, export, skipped = lines
+    assert "module: dynamo" in first["labels"] and "triaged" in first["labels"]
+    assert first["evidence"]["module: dynamo"]["evidence"] in ISSUES[0]["title"] + ISSUES[0]["body"]
+    assert export["labels"][0] == "oncall: export" and not any(l.startswith("module:") for l in export["labels"])
+    assert skipped["route"] == "skip" and skipped["labels"] == []  # G0: already distributed's
+
+
+def test_it_can_ignore_the_files_labels(tmp_path):
+    src, out = write_jsonl(tmp_path / "in.jsonl", ISSUES[2:]), tmp_path / "out.jsonl"
+    call_command("suggest_labels", input=str(src), output=str(out), ignore_labels=True, stdout=StringIO())
+    line = json.loads(out.read_text())
+    assert line["route"] == "pt2" and "triage review" in line["labels"] and "high priority" not in line["labels"]
+
+
+def test_it_rejects_a_bad_line_and_keeps_the_old_output(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps(ISSUES[0]) + "\n{not json\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous run\n")
+    with pytest.raises(CommandError, match="line 2: not JSON"):
+        call_command("suggest_labels", input=str(src), output=str(out), stdout=StringIO())
+    assert out.read_text() == "previous run\n"
+    src.write_text(json.dumps({"title": "no number"}) + "\n")
+    with pytest.raises(CommandError, match="line 1: missing number"):
+        call_command("suggest_labels", input=str(src), output=str(out), stdout=StringIO())
+    with pytest.raises(CommandError, match="missing.jsonl"):
+        call_command("suggest_labels", input=str(tmp_path / "missing.jsonl"), output=str(out), stdout=StringIO())
+
+
+def test_it_splits_a_harvested_thread_into_comments():
+    body = "# t\n\nalice · description · 2025-01-01\nIt fails.\n\nbob · comment · 2025-01-02\naot_eager also fails.\n"
+    issue = issue_from_record({"number": 5, "title": "t", "body": body, "labels": ["oncall: pt2"]}, use_labels=False)
+    assert "It fails." in issue.body and "aot_eager" not in issue.body
+    assert [c.body.strip() for c in issue.comments] == ["aot_eager also fails."]
+    assert issue.labels == ()
+
+
+def test_it_treats_labels_hidden_by_truncation_as_unknown():
+    # Only the first five labels in sorted order are shown: anything sorting after the fifth is unknown.
+    record = {"labels": ["bot-triaged", "high priority", "module: correctness (silent)", "module: dynamo", "module: inductor"],
+              "labels_truncated": True}
+    assert truth(record, "module: dynamo") is True
+    assert truth(record, "module: dynamic shapes") is False  # sorts before the fifth: known absent
+    assert truth(record, "module: pt2-dispatcher") is None  # sorts after the fifth: unknown
+    assert truth(record, "oncall: cpu inductor") is None
+    assert review_truth(record) is True  # high priority went to the meeting (R11)
+    full = {"labels": ["module: aotdispatch", "oncall: pt2"], "labels_truncated": False}
+    assert truth(full, "module: pt2-dispatcher") is True  # the older name of the same label
+    assert review_truth(full) is False
+
+
+def test_it_scores_unknown_labels_as_neither_hit_nor_miss():
+    records = [{"labels": ["a", "b", "c", "d", "module: dynamo"], "labels_truncated": True},
+               {"labels": ["module: inductor", "oncall: pt2"], "labels_truncated": False}]
+    result = score(records, [["module: pt2-dispatcher", "module: dynamo"], ["module: dynamo"]])
+    dispatcher, dynamo = result.per_label["module: pt2-dispatcher"], result.per_label["module: dynamo"]
+    assert (dispatcher.tp, dispatcher.fp, dispatcher.fn) == (0, 0, 0)
+    assert (dynamo.tp, dynamo.fp, dynamo.fn) == (1, 1, 0)
+    assert result.per_label["module: inductor"].fn == 1
+    assert Counts(tp=1, fp=1, fn=0).f1 == pytest.approx(2 / 3)
+
+
+def test_it_prints_the_figures_on_the_dev_set():
+    out = StringIO()
+    call_command("evaluate_suggestions", input=str(DEV), halves=True, stdout=out)
+    text = out.getvalue()
+    assert "286 issues" in text and "module: inductor" in text and "older half" in text
+    figures = dict(re.findall(r"^(component micro|routing micro|review flag)\s+precision [\d.]+\s+recall [\d.]+\s+F1 ([\d.]+)", text, re.M))
+    assert set(figures) == {"component micro", "routing micro", "review flag"}
+    # A floor well under the measured figures: catches a rule change that breaks the engine, not noise.
+    assert float(figures["component micro"]) > 0.5

@@ -1,0 +1,98 @@
+"""Properties of every Assessment, whatever the issue text (G4, G5, G7, R11), and hostile input."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
+from rubric_app.rubric.catalog import is_forbidden
+from rubric_app.rubric.engine import shipped_catalog
+
+# Phrases the rules react to, so that generated issues exercise them and not only random noise.
+PHRASES = [
+    "torch.compile", "graph break", "torch._dynamo.exc.Unsupported: zip", "dynamic=False works", "dynamic=True",
+    "SymInt", ".item()", "aot_eager fails", "aot_eager works", "backend='eager' fails", "InductorError",
+    "[Inductor][CPU]", "MKLDNN", "segfault", "silently wrong results", "regression", "worked in 2.4",
+    "@triton.jit", "@helion.kernel", "hl.tile", "torch.func.vmap", "make_fx", "FakeTensor", "functionalization",
+    "DTensor", "FSDP", "DDP", "flex_attention", "torch.export.export", "use_deterministic_algorithms",
+    "FX graph cache", "OOM", "slower than eager", "[Fuzzer]", "atol=1e-9", "argmax", "fp64_ref",
+    "How do I", "?", "torchvision", "<script>alert(1)</script>", "\u202e\u0000\ufeff", "```python\nx = 1\n```",
+]
+LABELS = ["oncall: pt2", "oncall: cpu inductor", "oncall: export", "oncall: distributed", "triaged", "topic: fuzzer",
+          "module: dynamo", "high priority"]
+VERDICTS = [
+    BisectionEvidence("module: dynamo", "R2.3", "fails while tracing", 1),
+    BisectionEvidence("module: pt2-dispatcher", "R2.1", "fails on aot_eager", 2),
+    BisectionEvidence("module: inductor", "R2.2", "fails on inductor only", 3),
+    BisectionEvidence("oncall: cpu inductor", "R2.4", "fails only on cpu", 4),
+    BisectionEvidence("triage review", "R11", "silently wrong", 5),
+]
+
+text = st.lists(st.one_of(st.sampled_from(PHRASES), st.text(max_size=40)), max_size=12).map(" ".join)
+issues = st.builds(
+    IssueText,
+    number=st.integers(1, 10**6),
+    title=text,
+    body=text,
+    comments=st.lists(text.map(CommentText), max_size=3).map(tuple),
+    labels=st.lists(st.sampled_from(LABELS), max_size=3, unique=True).map(tuple),
+    bisection=st.lists(st.sampled_from(VERDICTS), max_size=2).map(tuple),
+)
+
+
+def _oncall_labels(labels) -> set[str]:
+    return {l for l in labels if l.startswith("oncall:")}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(issues)
+def test_it_keeps_the_invariants_for_any_issue(issue):
+    a = evaluate(issue)
+    labels = a.labels()
+    catalog = shipped_catalog()
+    assert a.route in ("pt2", "cpu inductor", "handoff", "skip")
+    # G7 / R7.4: nothing forbidden, nothing outside the catalog.
+    assert all(l in catalog and not is_forbidden(l) for l in labels), labels
+    # R11: never high priority; triage review never with triaged.
+    assert "high priority" not in labels
+    assert not ("triage review" in labels and "triaged" in labels)
+    if a.route == "skip":
+        assert labels == []
+    elif a.route == "handoff":
+        # G5: exactly one oncall label, no module labels, no triaged.
+        assert len(_oncall_labels(labels)) == 1 and not any(l.startswith("module:") for l in labels)
+        assert "triaged" not in labels
+    else:
+        # G4: at least one module label, on the issue already or suggested.
+        assert any(l.startswith("module:") for l in [*labels, *issue.labels])
+    for s in a.add:
+        assert 0.0 <= s.confidence <= 1.0 and s.rule_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(issues)
+def test_it_quotes_evidence_verbatim(issue):
+    a = evaluate(issue)
+    texts = {"title": issue.title, "body": issue.body}
+    texts.update({f"comment:{i}": c.body for i, c in enumerate(issue.comments)})
+    for item in [*a.add, *a.avoid]:
+        if item.evidence_source in texts:
+            assert item.evidence in texts[item.evidence_source]
+
+
+def test_it_survives_hostile_text_quickly():
+    huge = "a" * 5_000_000
+    nasty = [
+        IssueText(1, "<script>alert(1)</script>" * 1000, huge),
+        IssueText(2, "x", "```" * 200_000),
+        IssueText(3, "aot_eager " * 50_000, ("aot_eager " + "x" * 59) * 20_000),
+        IssueText(4, "\u202e\u0000\ufeff" * 10_000, "backend='eager'" + " " * 1_000_000 + "fails"),
+        IssueText(5, "t", "```python\n" + "(" * 100_000 + "\n```"),
+        IssueText(6, "t", "b", comments=tuple(CommentText("graph break " * 10_000) for _ in range(5_000))),
+    ]
+    # Input caps and bounded patterns keep this linear; a catastrophic backtrack would hang here.
+    for issue in nasty:
+        a = evaluate(issue)
+        assert a.route in ("pt2", "cpu inductor", "handoff", "skip")
+        assert all(len(s.evidence) <= 1_000 for s in a.add)
