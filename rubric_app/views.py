@@ -190,14 +190,19 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
 def bisect(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number, perm="run_bisection")
     form = BisectForm(request.POST)
-    if not form.is_valid():
+    run = None
+    if form.is_valid():
+        try:
+            run = bisect_runs.start_bisection(issue=issue, user=request.user, code=form.cleaned_data["code"],
+                                              device=form.cleaned_data["device"])
+        except ValueError as exc:  # the harness's own checks: say why, keep the code in the form
+            form.add_error(None, str(exc))
+    if run is None:
         if request.htmx:
             # The form targets the run slot; a form with errors must replace the form instead.
             response = render(request, "rubric_app/issue.html#bisect-form", {"issue": issue, "bisect_form": form})
             return reswap(retarget(response, "#bisect-form"), "outerHTML")
         return render(request, "rubric_app/issue.html", _issue_context(request, issue, bisect_form=form), status=400)
-    run = bisect_runs.start_bisection(issue=issue, user=request.user, code=form.cleaned_data["code"],
-                                      device=form.cleaned_data["device"])
     if request.htmx:
         return render(request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue})
     return redirect(f"{issue.get_absolute_url()}#bisection")

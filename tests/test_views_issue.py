@@ -218,3 +218,20 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, view
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
     with django_assert_num_queries(13):
         client.get(_url("issue", 2001))
+
+
+def test_it_prefills_the_repro_from_the_issue_text(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.get(_url("issue", 2001)).content.decode()
+    assert "torch.compile(f)(x)" in html.split('name="code"')[1].split("</textarea>")[0]
+
+
+def test_it_starts_a_bisection_with_the_edited_code(client, triager, triaged_issue):
+    client.force_login(triager)
+    code = "import torch\n\ndef f(x):\n    return x.sin()\n"
+    html = client.post(_url("bisect", 2001), {"code": code, "device": "cpu"}, headers=HTMX).content.decode()
+    run = BisectionRun.objects.get()
+    assert run.repro_code == code and run.requested_by == triager and run.status == "queued"
+    assert f'hx-get="{_url("bisection", run.pk)}" hx-trigger="every 1s"' in html and "<html" not in html
+    response = client.post(_url("bisect", 2001), {"code": code, "device": "cpu"})
+    assert response.status_code == 302 and response["Location"].endswith("#bisection")
