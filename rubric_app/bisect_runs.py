@@ -1,16 +1,119 @@
-"""Start and run backend bisections for issues (Django side of rubric_app.bisection).
+"""Start and run backend bisections for issues (the Django side of rubric_app.bisection).
 
-(Contract laid by the foundation; the bisection issue implements it.)
+start_bisection() records a queued BisectionRun (the exact code) and enqueues it
+on the device's queue after commit; run_bisection() is what the Celery task
+calls: claim, run the sandboxed harness writing progress to the row, store the
+verdict, refresh the issue's suggestions. Only a person with the
+run_bisection permission starts a run; the sync never does.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+from datetime import timedelta
 
-def start_bisection(*, issue, user, code: str, device: str):
-    """Record a queued BisectionRun and enqueue it on the device's queue; returns the run."""
-    raise NotImplementedError
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.utils import timezone
+
+from . import bisection
+from .models import BisectionRun
+
+log = logging.getLogger(__name__)
+
+QUEUES = {BisectionRun.Device.CPU: "cpu", BisectionRun.Device.CUDA: "gpu"}
 
 
-def run_bisection(run_id: int):
-    """Run a queued BisectionRun in the sandbox, writing progress to its row."""
-    raise NotImplementedError
+def queue_for(device: str) -> str:
+    """The Celery queue whose workers serve device ("cpu" -> cpu, "cuda" -> gpu); ValueError for others."""
+    try:
+        return QUEUES[device]
+    except KeyError:
+        raise ValueError(f"unknown device {device!r}: choose cpu or cuda") from None
+
+
+def limits() -> bisection.Limits:
+    return bisection.Limits(timeout_s=settings.BISECTION_TIMEOUT_S, memory_mb=settings.BISECTION_MEMORY_MB)
+
+
+def longest_run() -> timedelta:
+    """An upper bound on one bisection: six modes plus four re-runs, each at most the timeout, plus slack."""
+    return timedelta(seconds=10 * settings.BISECTION_TIMEOUT_S + 300)
+
+
+def start_bisection(*, issue, user, code: str, device: str) -> BisectionRun:
+    """Record a queued BisectionRun with the exact code and enqueue it on the device's queue; return the run.
+
+    Raises PermissionDenied without rubric_app.run_bisection (checked here too:
+    untrusted code must never run for someone without it) and ValueError for
+    empty code or an unknown device.
+    """
+    if user is None or not user.has_perm("rubric_app.run_bisection"):
+        raise PermissionDenied("running a bisection needs the run_bisection permission")
+    queue = queue_for(device)
+    if not code.strip():
+        raise ValueError("the repro is empty")
+    run = BisectionRun.objects.create(
+        issue=issue, requested_by=user, device=device, repro_code=code, repro_style=bisection.detect_style(code)
+    )
+    from .tasks import run_bisection_task  # tasks imports this module
+
+    run_bisection_task.apply_async_on_commit((run.pk,), queue=queue)
+    return run
+
+
+def fail_stale_runs() -> int:
+    """Mark failed the runs left "running" by a worker that died; returns how many."""
+    return BisectionRun.objects.filter(
+        status=BisectionRun.Status.RUNNING, started_at__lt=timezone.now() - longest_run()
+    ).update(
+        status=BisectionRun.Status.FAILED, finished_at=timezone.now(),
+        error="the worker running this bisection stopped before finishing; start it again",
+    )
+
+
+def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
+    """Run a queued BisectionRun in the sandbox, writing progress to its row; return the run.
+
+    The queued -> running claim is a conditional UPDATE: a second delivery of
+    the same task finds the row claimed and does nothing, except that a
+    redelivered message for a still "running" row means its worker died
+    (acks_late): that run is marked failed rather than left running forever.
+    """
+    fail_stale_runs()
+    worker = f"{socket.gethostname()}:{os.getpid()} ({settings.BISECTION_DEVICE})"
+    claimed = BisectionRun.objects.filter(pk=run_id, status=BisectionRun.Status.QUEUED).update(
+        status=BisectionRun.Status.RUNNING, started_at=timezone.now(), worker=worker
+    )
+    run = BisectionRun.objects.select_related("issue").get(pk=run_id)
+    if not claimed:
+        if redelivered and run.status == BisectionRun.Status.RUNNING:
+            _finish(run, BisectionRun.Status.FAILED, error="the worker running this bisection died; start it again")
+        return run
+    if run.device != settings.BISECTION_DEVICE:
+        return _finish(run, BisectionRun.Status.FAILED,
+                       error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}")
+
+    def progress(mode: str, results: list[dict]) -> None:
+        run.current_mode, run.results = mode, results
+        run.save(update_fields=["current_mode", "results"])
+
+    try:
+        report = bisection.bisect(run.repro_code, device=run.device, style=run.repro_style, limits=limits(),
+                                  on_progress=progress)
+    except bisection.ForkServerError as exc:
+        return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
+    run.results, run.verdict_labels, run.verdict_summary = report.results, report.labels, report.summary
+    run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
+    _finish(run, BisectionRun.Status.DONE)
+    # The verdict feeds the rubric engine through Issue.as_issue_text().
+    run.issue.refresh_suggestions()
+    return run
+
+
+def _finish(run: BisectionRun, status: str, error: str = "") -> BisectionRun:
+    run.status, run.error, run.current_mode, run.finished_at = status, error, "", timezone.now()
+    run.save()
+    return run

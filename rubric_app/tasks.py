@@ -33,6 +33,14 @@ def apply_decision_task(decision_id: int) -> None:
     decisions.apply_decision(decision_id)
 
 
-@shared_task
-def run_bisection_task(run_id: int) -> None:
-    bisect_runs.run_bisection(run_id)
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_bisection_task(self, run_id: int) -> None:
+    """Run one queued bisection on this worker's device queue (cpu or gpu).
+
+    acks_late + reject_on_worker_lost: if the worker dies mid-run the message is
+    redelivered (after the broker's visibility timeout) and run_bisection marks
+    the run failed instead of leaving it "running" forever. No retries: the
+    triager decides whether to run untrusted code again.
+    """
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    bisect_runs.run_bisection(run_id, redelivered=redelivered)

@@ -1,0 +1,143 @@
+"""The harness with real torch: one small repro per outcome (tests/repros/), asserting the verdict labels.
+
+Each repro injects its own bug (a wrong fake kernel, decomposition or lowering, a
+crash, a hang...) so the expected first failing mode is known. They share this
+process's warm fork server; only the inductor cases pay a compile (~6-13 s here).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rubric_app.bisection import Limits, bisect, detect_style, extract_repro
+
+pytestmark = pytest.mark.torch
+REPROS = Path(__file__).parent / "repros"
+
+
+def run(name: str, device: str = "cpu", timeout_s: float = 60):
+    """Bisect tests/repros/<name>.py; return (results by mode, results, [(label, rule_id)], the Report)."""
+    report = bisect((REPROS / f"{name}.py").read_text(), device=device, limits=Limits(timeout_s=timeout_s))
+    assert report.sandbox["netns"] and report.sandbox["uid"] == 65534, report.sandbox
+    return {r["mode"]: r for r in report.results}, report.results, [(x["label"], x["rule_id"]) for x in report.labels], report
+
+
+def statuses(results: list[dict]) -> list[str]:
+    return [r["status"] for r in results]
+
+
+def test_it_blames_dynamo_for_a_failure_while_tracing():
+    by_mode, results, labels, report = run("dynamo_graph_break")
+    assert statuses(results) == ["passed", "raised", "skipped", "skipped", "skipped", "skipped"]
+    failure = by_mode["dynamo_eager"]
+    assert (failure["phase"], failure["exception"]) == ("dynamo_tracing", "torch._dynamo.exc.Unsupported")
+    assert failure["probes"] == {"fullgraph=False": "passed"}
+    assert labels == [("module: dynamo", "R2.3")]
+    assert "graph break made fatal by fullgraph=True (R1.2)" in report.summary
+
+
+def test_it_blames_the_dispatcher_when_aot_eager_fails_and_dynamo_passes():
+    by_mode, results, labels, _ = run("fake_shape_autograd")
+    assert statuses(results)[:3] == ["passed", "passed", "raised"]
+    failure = by_mode["aot_eager"]
+    assert failure["phase"] == "backend_compile"
+    assert failure["exception"] == "torch._dynamo.exc.BackendCompilerFailed"
+    assert "invalid gradient" in failure["message"]  # the inner exception BackendCompilerFailed hides
+    assert labels == [("module: pt2-dispatcher", "R2.1")]
+
+
+def test_it_blames_decompositions_when_only_the_inductor_table_diverges():
+    by_mode, results, labels, _ = run("bad_decomposition")
+    assert statuses(results)[:4] == ["passed", "passed", "passed", "diverged"]
+    assert by_mode["aot_eager_decomp_partition"]["phase"] == "compare"
+    assert "float64 reference" in by_mode["aot_eager_decomp_partition"]["message"]
+    assert labels == [("module: decompositions", "R2.5"), ("triage review", "R11")]
+
+
+def test_it_blames_inductor_for_a_wrong_lowering_and_flags_the_silent_divergence():
+    by_mode, results, labels, report = run("inductor_lowering")
+    assert statuses(results) == ["passed"] * 5 + ["diverged"]
+    assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+    # No GPU checked here, so no "oncall: cpu inductor" (R2.4) yet: it needs a passing CUDA run.
+    assert "CUDA not checked" in report.summary
+
+
+def test_it_says_dynamic_shapes_only_when_dynamic_false_makes_it_pass():
+    by_mode, results, labels, _ = run("dynamic_only")
+    assert by_mode["dynamo_eager"]["probes"]["dynamic=False"] == "passed"
+    assert labels == [("module: dynamic shapes", "R1.1")]  # and not module: dynamo (R1.1)
+
+
+def test_it_contains_a_segfault_in_inductor_and_flags_the_crash():
+    by_mode, results, labels, _ = run("segfault_in_inductor")
+    crash = by_mode["inductor"]
+    assert (crash["status"], crash["phase"]) == ("crashed", "backend_compile")
+    assert "SIGSEGV" in crash["message"]
+    assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+
+
+def test_it_kills_an_endless_compile_and_everything_it_started():
+    # A short wall clock: the earlier modes take well under a second each here.
+    by_mode, results, labels, _ = run("endless_inductor", timeout_s=8)
+    hung = by_mode["inductor"]
+    assert (hung["status"], hung["phase"]) == ("timeout", "backend_compile")
+    assert labels == [("module: inductor", "R2.2")]
+    assert not _processes_with_cmdline(b"sleep\x001000\x00")  # the pid namespace took its child down too
+
+
+def test_it_says_a_repro_broken_in_eager_is_not_a_compile_bug():
+    by_mode, results, labels, report = run("broken_in_eager")
+    assert statuses(results) == ["raised"] + ["skipped"] * 5
+    assert by_mode["eager"]["exception"] == "RuntimeError"
+    assert labels == []
+    assert "not a compile bug" in report.summary
+
+
+def test_it_redirects_a_scripts_own_backend_mode_by_mode():
+    code = (REPROS / "script_inductor_accuracy.py").read_text()
+    assert detect_style(code) == "script"
+    by_mode, results, labels, report = run("script_inductor_accuracy")
+    # The script asks for backend="inductor" itself; only the inductor mode may see the injected bug.
+    assert statuses(results) == ["passed"] * 5 + ["diverged"]
+    assert "tensor(" in report.log  # the script's own print, captured
+    assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/nvidiactl"), reason="needs a CUDA GPU")
+def test_it_bisects_on_cuda():
+    by_mode, results, labels, _ = run("inductor_lowering", device="cuda")
+    assert statuses(results) == ["passed"] * 5 + ["diverged"]
+    assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+
+
+def test_it_extracts_the_best_repro_from_body_and_comments():
+    body = (
+        "It crashes:\n```\nTraceback (most recent call last):\n  File \"x.py\", line 1\n```\n"
+        "```bash\npip install torch\n```\n"
+    )
+    comment_a = "Smaller:\n```python\nimport numpy as np\nprint(np.ones(3))\n```"
+    comment_b = (
+        "Repro:\n```py\nimport torch\n\ndef f(x):\n    return x.sin()\n\n"
+        "print(torch.compile(f)(torch.randn(3)))\n```\nthanks"
+    )
+    found = extract_repro([body, comment_a, comment_b])
+    assert found.source == 2 and found.style == "script"
+    assert found.code.startswith("import torch\n") and "torch.compile(f)" in found.code
+    module = "```python\nimport torch\ndef fn(x):\n    return x + 1\ndef make_inputs():\n    return (torch.ones(2),)\n```"
+    assert extract_repro([module]).style == "module"
+    assert extract_repro(["no code here", "```python\nprint('hi')\n```"]) is None
+
+
+def _processes_with_cmdline(needle: bytes) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() == needle:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
