@@ -195,6 +195,8 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     # One worker with concurrency 1 consumes "github": that is what paces writes.
     "rubric_app.tasks.apply_decision_task": {"queue": "github"},
+    # start_bisection picks "gpu" for cuda runs; a GPU worker runs `-Q gpu` with BISECTION_DEVICE=cuda.
+    "rubric_app.tasks.run_bisection_task": {"queue": "cpu"},
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
