@@ -188,6 +188,7 @@ class Client:
         self.requests_made = 0
         self.not_modified = 0
         self.rate_remaining: int | None = None
+        self._spent_until = 0  # epoch of the rate limit's reset while the budget is spent
         auth = Auth.Token(token) if token else None
         common = dict(
             base_url=base_url, auth=auth, per_page=100, timeout=max(int(round(timeout)), 1),
@@ -195,7 +196,7 @@ class Client:
             seconds_between_requests=None, seconds_between_writes=None,
         )
         self._reader = Github(
-            retry=GithubRetry(total=5, backoff_factor=0.25, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S), **common
+            retry=GithubRetry(total=5, backoff_factor=0.25, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S), **common
         )
         # Writes: retry only a 403 that says "rate limited" (GitHub did nothing); a 5xx or a
         # timeout may have been applied, so it is reported, not repeated.
@@ -211,6 +212,7 @@ class Client:
 
     def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
         """One logical request through PyGithub's requester; raises GitHubUnavailable/RateLimited."""
+        self._before_request()
         self.requests_made += 1
         try:
             status, resp_headers, text = gh.requester.requestJson(verb, url, parameters=params, headers=headers, input=input)
@@ -230,20 +232,25 @@ class Client:
         return answer
 
     def _watch_rate_limit(self, answer: _Answer) -> None:
-        """When the budget is spent, wait for the reset if it is near, else raise RateLimited."""
+        """Note when the budget is spent: the next request waits for the reset (see _before_request)."""
         remaining = answer.headers.get("x-ratelimit-remaining")
         if remaining is None or not remaining.isdigit():
             return
         self.rate_remaining = int(remaining)
-        if self.rate_remaining > 0:
+        reset = answer.headers.get("x-ratelimit-reset", "")
+        self._spent_until = int(reset) if self.rate_remaining == 0 and reset.isdigit() else 0
+
+    def _before_request(self) -> None:
+        """Wait for the rate limit's reset if it is near; raise RateLimited if it is far."""
+        if not self._spent_until:
             return
-        reset = int(answer.headers.get("x-ratelimit-reset", "0") or 0)
-        wait = reset - time.time() + 1
-        reset_at = datetime.fromtimestamp(reset, timezone.utc)
+        wait = self._spent_until - time.time() + 1
+        reset_at = datetime.fromtimestamp(self._spent_until, timezone.utc)
         if wait > MAX_RATE_LIMIT_WAIT_S:
             raise RateLimited(f"GitHub's rate limit is spent until {reset_at:%H:%M:%S} UTC", reset_at)
         log.info("rate limit spent; waiting %.1f s for the reset", wait)
         time.sleep(max(wait, 0))
+        self._spent_until = 0
 
     def _read_json(self, url: str, *, params=None, etag: str = "") -> tuple[_Answer, object]:
         """GET url and decode it; returns (answer, data) with data None on 304.

@@ -20,16 +20,26 @@ def refresh_suggestions_task(issue_id: int) -> None:
 
 @shared_task
 def sync_queue_task(full: bool = False) -> None:
+    """Sync the queue from GitHub (beat runs it incrementally every SYNC_INTERVAL_MINUTES).
+
+    A GitHubError propagates to the worker's log; the saved resume point and
+    high-water mark make the next run continue where this one stopped.
+    """
     sync.sync_queue(full=full)
 
 
 @shared_task
 def process_webhook_task(delivery_id: int) -> None:
+    """Apply one stored webhook delivery to the local mirror (a claim makes a redelivery a no-op)."""
     sync.process_webhook(delivery_id)
 
 
 @shared_task
 def apply_decision_task(decision_id: int) -> None:
+    """Apply one pending decision to GitHub; routed to the single-concurrency `github` queue.
+
+    No automatic retry: a write that failed may have half-landed, so it is reported, not repeated.
+    """
     decisions.apply_decision(decision_id)
 
 
