@@ -1,11 +1,55 @@
-"""POST /github/webhook (the GitHub issue implements it)."""
+"""POST /github/webhook: verify, store, enqueue, answer 202 at once.
 
-from django.http import HttpResponse
+The signature is checked before anything else is read; a delivery id seen
+before is acknowledged and dropped (GitHub redelivers, attackers replay).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+
+from .models import WebhookDelivery
+from .tasks import process_webhook_task
+
+EVENTS = frozenset({"issues", "issue_comment", "label", "ping"})
+
+
+def signature_ok(body: bytes, header: str, secrets: list[str]) -> bool:
+    """True when header is `sha256=<hex>` of HMAC-SHA256(body) under one of the secrets."""
+    if not header.startswith("sha256=") or not secrets:
+        return False
+    given = header.removeprefix("sha256=")
+    # Check every secret (no early exit) so the timing does not tell which one matched.
+    matches = [hmac.compare_digest(hmac.new(s.encode(), body, hashlib.sha256).hexdigest(), given) for s in secrets]
+    return any(matches)
 
 
 @csrf_exempt
 @require_POST
-def github_webhook(request):
-    return HttpResponse(status=501)
+def github_webhook(request: HttpRequest) -> HttpResponse:
+    if not signature_ok(request.body, request.headers.get("X-Hub-Signature-256", ""), settings.GITHUB_WEBHOOK_SECRETS):
+        return HttpResponse("Missing or bad X-Hub-Signature-256.", status=403, content_type="text/plain")
+    event, delivery_id = request.headers.get("X-GitHub-Event", ""), request.headers.get("X-GitHub-Delivery", "")
+    try:
+        payload = json.loads(request.body)
+    except ValueError as exc:
+        return HttpResponse(f"The body is not JSON: {exc}.", status=400, content_type="text/plain")
+    if not delivery_id or not isinstance(payload, dict):
+        return HttpResponse("Missing X-GitHub-Delivery or a JSON object body.", status=400, content_type="text/plain")
+    if event not in EVENTS:
+        return HttpResponse(f"Event {event!r} ignored.", status=202, content_type="text/plain")
+    try:
+        with transaction.atomic():
+            delivery = WebhookDelivery.objects.create(delivery_id=delivery_id[:100], event=event, payload=payload)
+            process_webhook_task.delay_on_commit(delivery.pk)
+    except IntegrityError:
+        return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
+    return HttpResponse("Accepted.", status=202, content_type="text/plain")

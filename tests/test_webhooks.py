@@ -1,0 +1,218 @@
+"""POST /github/webhook: signatures, replays, and applying events in any order."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from rubric_app.models import Comment, Issue, Label, WebhookDelivery
+from rubric_app.sync import process_webhook
+from tests.conftest import make_issue, wait_until
+
+pytestmark = pytest.mark.django_db
+URL = "/github/webhook"
+
+
+@pytest.fixture(autouse=True)
+def secrets(settings):
+    # Two secrets: the new one and the one being rotated out.
+    settings.GITHUB_WEBHOOK_SECRETS = ["new-secret", "old-secret"]
+
+
+def _sign(body: bytes, secret: str = "new-secret") -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _post(client, event: str, payload, *, secret: str | None = "new-secret", delivery: str | None = None, body: bytes | None = None):
+    body = body if body is not None else json.dumps(payload).encode()
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
+    if secret is not None:
+        headers["X-Hub-Signature-256"] = _sign(body, secret)
+    return client.post(URL, data=body, content_type="application/json", headers=headers)
+
+
+def _issue_payload(fake, number: int, action: str = "edited", **fields) -> dict:
+    issue = fake.add_issue(number, **fields) if number not in fake.issues else fake.issues[number]
+    return {"action": action, "issue": fake.issue_json(issue), "repository": {"full_name": fake.repo}}
+
+
+def test_it_is_routed_by_name():
+    assert reverse("rubric_app:github_webhook") == URL
+
+
+def test_it_accepts_a_good_signature_stores_the_delivery_and_enqueues_once(client, fake_github, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "issues", _issue_payload(fake_github, 5), delivery="d-1")
+
+    assert response.status_code == 202
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.delivery_id, delivery.event, delivery.payload["issue"]["number"]) == ("d-1", "issues", 5)
+    assert len(callbacks) == 1  # process_webhook_task.delay_on_commit
+
+
+def test_it_accepts_the_secret_being_rotated_out(client, fake_github):
+    assert _post(client, "issues", _issue_payload(fake_github, 5), secret="old-secret").status_code == 202
+
+
+@pytest.mark.parametrize("secret", [None, "wrong-secret"])
+def test_it_refuses_a_missing_or_bad_signature_with_403(client, fake_github, secret, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "issues", _issue_payload(fake_github, 5), secret=secret)
+
+    assert response.status_code == 403
+    assert not WebhookDelivery.objects.exists() and not callbacks
+
+
+def test_it_refuses_a_signature_over_another_body(client, fake_github):
+    body = json.dumps(_issue_payload(fake_github, 5)).encode()
+    response = client.post(
+        URL, data=body + b" ", content_type="application/json",
+        headers={"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-x", "X-Hub-Signature-256": _sign(body)},
+    )
+    assert response.status_code == 403
+
+
+def test_it_refuses_everything_when_no_secret_is_configured(client, fake_github, settings):
+    settings.GITHUB_WEBHOOK_SECRETS = []
+    assert _post(client, "issues", _issue_payload(fake_github, 5)).status_code == 403
+
+
+def test_it_answers_400_to_a_signed_body_that_is_not_json(client):
+    response = _post(client, "issues", None, body=b"{not json")
+
+    assert response.status_code == 400
+    assert b"not JSON" in response.content
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_it_ignores_a_replayed_delivery_id(client, fake_github, django_capture_on_commit_callbacks):
+    payload = _issue_payload(fake_github, 5)
+    _post(client, "issues", payload, delivery="same-id")
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "issues", payload, delivery="same-id")
+
+    assert response.status_code == 200
+    assert WebhookDelivery.objects.count() == 1 and not callbacks
+
+
+def test_it_refuses_get_with_405(client):
+    assert client.get(URL).status_code == 405
+
+
+def test_it_applies_an_issues_event_and_refreshes_suggestions(client, fake_github):
+    payload = _issue_payload(fake_github, 7, title="graph break in dynamo", labels=["oncall: pt2", "module: dynamo"])
+    _post(client, "issues", payload, delivery="d-7")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="d-7").pk)
+
+    issue = Issue.objects.get(number=7)
+    assert issue.title == "graph break in dynamo" and issue.label_names() == ["module: dynamo", "oncall: pt2"]
+    assert issue.suggestions_updated_at is not None
+    assert WebhookDelivery.objects.get(delivery_id="d-7").processed_at is not None
+
+
+def test_it_never_lets_an_older_event_overwrite_a_newer_one(client, fake_github):
+    fake_github.add_issue(8, title="first title")
+    old = _issue_payload(fake_github, 8)
+    fake_github.update_issue(8, title="second title")
+    new = {"action": "edited", "issue": fake_github.issue_json(fake_github.issues[8])}
+    _post(client, "issues", new, delivery="newer")
+    _post(client, "issues", old, delivery="older")  # arrives last
+
+    for delivery_id in ("newer", "older"):
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    assert Issue.objects.get(number=8).title == "second title"
+
+
+def test_it_marks_an_issue_that_leaves_the_queue(client, fake_github):
+    make_issue(9)
+    fake_github.add_issue(9, labels=["oncall: pt2"])
+    fake_github.update_issue(9, state="closed")
+    _post(client, "issues", _issue_payload(fake_github, 9, action="closed"), delivery="closed-9")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="closed-9").pk)
+
+    issue = Issue.objects.get(number=9)
+    assert (issue.state, issue.in_queue) == ("closed", False)
+
+
+def test_it_ignores_issues_outside_the_queue_it_does_not_know(client, fake_github):
+    _post(client, "issues", _issue_payload(fake_github, 10, labels=["module: docs"]), delivery="d-10")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="d-10").pk)
+
+    assert not Issue.objects.filter(number=10).exists()
+
+
+def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, fake_github):
+    fake_github.add_issue(11)
+    comment = fake_github.add_comment(11, "fails on aot_eager too")
+    issue_json = fake_github.issue_json(fake_github.issues[11])
+    created = fake_github.comment_json(11, comment)
+    edited = {**created, "body": "fails on aot_eager, passes in eager", "updated_at": (comment["updated_at"] + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    _post(client, "issue_comment", {"action": "edited", "issue": issue_json, "comment": edited}, delivery="c-edit")
+    _post(client, "issue_comment", {"action": "created", "issue": issue_json, "comment": created}, delivery="c-new")
+
+    for delivery_id in ("c-edit", "c-new"):  # the edit arrives before the creation
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    assert list(Comment.objects.values_list("body", flat=True)) == ["fails on aot_eager, passes in eager"]
+    _post(client, "issue_comment", {"action": "deleted", "issue": issue_json, "comment": edited}, delivery="c-del")
+    process_webhook(WebhookDelivery.objects.get(delivery_id="c-del").pk)
+    assert not Comment.objects.exists()
+
+
+def test_it_applies_label_events(client):
+    Label.objects.create(name="module: old name", allowed_for_triage=False)
+    events = [
+        ("l-1", {"action": "created", "label": {"name": "module: dynamo", "color": "1d76db", "description": "Dynamo"}}),
+        ("l-2", {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
+                 "changes": {"name": {"from": "module: old name"}}}),
+        ("l-3", {"action": "created", "label": {"name": "ciflow/trunk", "color": "ffffff"}}),
+        ("l-4", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}}),
+    ]
+    for delivery_id, payload in events:
+        _post(client, "label", payload, delivery=delivery_id)
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    assert Label.objects.get(name="module: dynamo").in_catalog is False
+    renamed = Label.objects.get(name="module: inductor")
+    assert (renamed.color, renamed.allowed_for_triage) == ("aabbcc", True)
+    assert not Label.objects.filter(name="module: old name").exists()
+    assert Label.objects.get(name="ciflow/trunk").allowed_for_triage is False  # G7
+
+
+def test_it_records_a_payload_it_cannot_understand(client):
+    _post(client, "issues", {"action": "edited", "issue": {"title": "no number"}}, delivery="bad")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="bad").pk)
+
+    assert "payload not understood" in WebhookDelivery.objects.get(delivery_id="bad").error
+
+
+def test_it_processes_a_delivery_only_once(client, fake_github):
+    _post(client, "issues", _issue_payload(fake_github, 12), delivery="d-12")
+    delivery = WebhookDelivery.objects.get(delivery_id="d-12")
+    process_webhook(delivery.pk)
+    Issue.objects.filter(number=12).update(title="changed locally")
+
+    process_webhook(delivery.pk)  # a redelivered task
+
+    assert Issue.objects.get(number=12).title == "changed locally"
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_processes_the_delivery_in_the_worker(client, fake_github, celery_worker_process):
+    _post(client, "issues", _issue_payload(fake_github, 13, title="via the worker"), delivery="d-13")
+
+    wait_until(lambda: WebhookDelivery.objects.filter(delivery_id="d-13", processed_at__isnull=False).exists(), timeout=60)
+    assert Issue.objects.get(number=13).title == "via the worker"
