@@ -1,0 +1,156 @@
+"""The Django side: who may start a run, where it is queued, the claim, progress on the row, the verdict
+feeding suggestions, stale and redelivered runs, the CLI, and the task once through a real worker."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import PermissionDenied
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from rubric_app import bisect_runs
+from rubric_app.models import BisectionRun
+from tests.conftest import make_issue, make_label, wait_until
+from triage_site.celery import app
+
+REPROS = Path(__file__).parent / "repros"
+GRAPH_BREAK = (REPROS / "dynamo_graph_break.py").read_text()
+
+
+def _queued(issue, user, device="cpu") -> BisectionRun:
+    return BisectionRun.objects.create(issue=issue, requested_by=user, device=device, repro_code=GRAPH_BREAK,
+                                       repro_style="module")
+
+
+@pytest.mark.parametrize("persona", ["viewer", "outsider"])
+def test_it_refuses_to_start_a_run_without_the_permission(request, issue, persona):
+    user = request.getfixturevalue(persona)
+    with pytest.raises(PermissionDenied):
+        bisect_runs.start_bisection(issue=issue, user=user, code=GRAPH_BREAK, device="cpu")
+    assert not BisectionRun.objects.exists()
+
+
+def test_it_rejects_an_unknown_device_or_empty_code(issue, triager):
+    with pytest.raises(ValueError, match="unknown device"):
+        bisect_runs.start_bisection(issue=issue, user=triager, code=GRAPH_BREAK, device="tpu")
+    with pytest.raises(ValueError, match="empty"):
+        bisect_runs.start_bisection(issue=issue, user=triager, code="  \n", device="cpu")
+    assert not BisectionRun.objects.exists()
+
+
+def test_it_queues_the_exact_code_on_the_gpu_queue_after_commit(issue, triager, django_capture_on_commit_callbacks):
+    code = "import torch\n\ndef fn(x):\n    return x\n\ndef make_inputs():\n    return (torch.ones(1),)\n"
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        run = bisect_runs.start_bisection(issue=issue, user=triager, code=code, device="cuda")
+    assert len(callbacks) == 1  # held until the row commits: a worker never looks for an uncommitted run
+    run.refresh_from_db()
+    assert (run.status, run.repro_code, run.repro_style, run.requested_by) == ("queued", code, "module", triager)
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue("gpu")
+        while True:  # drop leftovers of an interrupted earlier session
+            try:
+                queue.get(block=False).ack()
+            except queue.Empty:
+                break
+        callbacks[0]()
+        message = queue.get(timeout=10)
+        message.ack()
+        queue.close()
+    assert message.headers["task"] == "rubric_app.tasks.run_bisection_task"
+    assert message.headers["argsrepr"] == f"({run.pk},)"
+
+
+@pytest.mark.torch
+def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triager, django_assert_max_num_queries):
+    make_label("module: dynamo")
+    run = _queued(issue, triager)
+    # claim, fetch, 1 progress save before and 1 after each of the 2 modes run + probe + final, finish,
+    # then the issue's suggestions refresh.
+    with django_assert_max_num_queries(40):
+        bisect_runs.run_bisection(run.pk)
+    run.refresh_from_db()
+    assert run.status == "done" and run.finished_at and run.current_mode == ""
+    assert [r["status"] for r in run.results] == ["passed", "raised"] + ["skipped"] * 4
+    assert run.verdict_labels[0]["label"] == "module: dynamo" and run.verdict_labels[0]["rule_id"] == "R2.3"
+    assert "Unsupported" in run.verdict_labels[0]["evidence"]
+    assert run.torch_version.startswith("2.") and run.worker.endswith("(cpu)")
+    assert run.sandbox_report["netns"] is True and run.sandbox_report["uid"] == 65534
+    assert "===== dynamo_eager: raised" in run.log
+    suggestion = issue.suggestions.get(label="module: dynamo", kind="add")
+    assert (suggestion.source, suggestion.evidence_source) == ("bisection", f"bisection:{run.pk}")
+
+
+def test_it_runs_a_claimed_run_only_once(issue, triager):
+    run = _queued(issue, triager)
+    BisectionRun.objects.filter(pk=run.pk).update(status="done", verdict_summary="kept")
+    assert bisect_runs.run_bisection(run.pk).verdict_summary == "kept"
+    run.refresh_from_db()
+    assert (run.status, run.verdict_summary) == ("done", "kept")
+
+
+def test_it_fails_a_redelivered_run_whose_worker_died(issue, triager):
+    run = _queued(issue, triager)
+    BisectionRun.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now())
+    bisect_runs.run_bisection(run.pk)  # a duplicate delivery while it runs elsewhere: left alone
+    run.refresh_from_db()
+    assert run.status == "running"
+    bisect_runs.run_bisection(run.pk, redelivered=True)
+    run.refresh_from_db()
+    assert run.status == "failed" and "died" in run.error and run.finished_at
+
+
+def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager):
+    stale, fresh = _queued(issue, triager), _queued(issue, triager)
+    long_ago = timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+    BisectionRun.objects.filter(pk=stale.pk).update(status="running", started_at=long_ago)
+    BisectionRun.objects.filter(pk=fresh.pk).update(status="running", started_at=timezone.now())
+    assert bisect_runs.fail_stale_runs() == 1
+    assert BisectionRun.objects.get(pk=stale.pk).status == "failed"
+    assert BisectionRun.objects.get(pk=fresh.pk).status == "running"
+
+
+def test_it_fails_a_run_for_a_device_this_worker_does_not_serve(issue, triager, settings):
+    settings.BISECTION_DEVICE = "cpu"
+    run = bisect_runs.run_bisection(_queued(issue, triager, device="cuda").pk)
+    assert run.status == "failed" and "serves cpu" in run.error
+    assert run.results == []  # nothing ran
+
+
+@pytest.mark.torch
+def test_it_bisects_a_file_from_the_command_line():
+    out = StringIO()
+    call_command("bisect_repro", str(REPROS / "fake_shape_autograd.py"), "--device", "cpu", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert [r["mode"] for r in report["results"]][:3] == ["eager", "dynamo_eager", "aot_eager"]
+    assert [(x["label"], x["rule_id"]) for x in report["labels"]] == [("module: pt2-dispatcher", "R2.1")]
+    text = StringIO()
+    call_command("bisect_repro", str(REPROS / "broken_in_eager.py"), stdout=text)
+    assert "not a compile bug" in text.getvalue() and "netns=True" in text.getvalue()
+    with pytest.raises(CommandError, match="cannot read"):
+        call_command("bisect_repro", str(REPROS / "missing.py"))
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_progress_to_the_row_through_a_real_worker(celery_worker_process, triager):
+    issue = make_issue(4343)
+    run = bisect_runs.start_bisection(issue=issue, user=triager, code=GRAPH_BREAK, device="cpu")
+    seen = []
+
+    def finished():
+        row = BisectionRun.objects.values("status", "current_mode", "results").get(pk=run.pk)
+        seen.append((row["status"], row["current_mode"], len(row["results"])))
+        return row["status"] in ("done", "failed")
+
+    wait_until(finished, timeout=180, interval=0.05)
+    run.refresh_from_db()
+    assert run.status == "done", run.error
+    assert ("running", "eager", 0) in seen  # the worker said what it was doing before any result
+    assert any(status == "running" and 0 < count for status, _, count in seen), seen  # results landed as it went
+    assert run.verdict_labels[0]["label"] == "module: dynamo"
