@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .types import IssueText
@@ -104,6 +105,30 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
+# The calls the rules ask about (R12's comparisons, index-returning ops, torch.compile's options).
+CALLS_OF_INTEREST = frozenset({
+    "compile", "allclose", "assert_close", "isclose", "same", "argmax", "argmin", "max", "min", "topk", "sort",
+    "argsort", "item", "nonzero", "detach_", "requires_grad_", "vmap", "grad", "vjp", "jvp", "make_fx",
+})
+
+
+def _segments(block: str) -> Callable[[ast.AST], str]:
+    """A cheap ast.get_source_segment for one block: splits the lines once, not per node."""
+    lines = block.splitlines(keepends=True)
+
+    def segment(node: ast.AST) -> str:
+        start, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        if start is None or end is None or end > len(lines):
+            return ""
+        if start == end:
+            return lines[start - 1].encode()[node.col_offset : node.end_col_offset].decode(errors="ignore")
+        first = lines[start - 1].encode()[node.col_offset :].decode(errors="ignore")
+        last = lines[end - 1].encode()[: node.end_col_offset].decode(errors="ignore")
+        return first + "".join(lines[start : end - 1]) + last
+
+    return segment
+
+
 def read_code(blocks: list[str]) -> CodeFacts:
     """Parse each block with ast; blocks that do not parse (tracebacks, fragments) are skipped."""
     facts = CodeFacts()
@@ -113,20 +138,21 @@ def read_code(blocks: list[str]) -> CodeFacts:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         facts.parsed = True
+        segment = _segments(block)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 name = _dotted(node.func)
                 short = name.rsplit(".", 1)[-1]
-                if not short:
+                if short not in CALLS_OF_INTEREST:
                     continue
-                segment = ast.get_source_segment(block, node) or short
-                facts.calls.setdefault(short, segment[:300])
-                facts.calls.setdefault(name, segment[:300])
+                text = segment(node) or short
+                facts.calls.setdefault(short, text[:300])
+                facts.calls.setdefault(name, text[:300])
                 facts.call_kwargs.setdefault(short, set()).update(k.arg for k in node.keywords if k.arg)
                 if short == "compile" and name in ("torch.compile", "compile", ".compile"):
                     for kw in node.keywords:
                         if kw.arg:
-                            facts.compile_kwargs.setdefault(kw.arg, ast.get_source_segment(block, kw) or kw.arg)
+                            facts.compile_kwargs.setdefault(kw.arg, segment(kw) or kw.arg)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = getattr(node, "module", None) or ""
                 facts.imports.update(filter(None, [module.split(".")[0]]))
