@@ -36,6 +36,8 @@ MIN_WEIGHT = 0.45
 STRONG = 0.8
 # Domain and feature labels are visibility extras: only when shown clearly.
 MIN_EXTRA_WEIGHT = 0.6
+# Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
+SOFT_AVOIDS = frozenset({"R1.5"})
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
 OVERRIDES_AVOID = 0.9
 
@@ -105,7 +107,7 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
     """
     candidates = {
         label: x for label, x in adds.items()
-        if label not in avoided or x.weight >= OVERRIDES_AVOID
+        if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or x.weight >= OVERRIDES_AVOID
     }
     core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-x.weight, CORE.index(x.label)))
     bisected = [x for x in core if x.source.startswith("bisection")]

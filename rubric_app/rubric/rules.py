@@ -458,7 +458,7 @@ def r3_1_dropped_inplace(f: Facts) -> list[Finding]:
 SIDE_EFFECT = re.compile(
     r"side[ -]effects?|global (?:state|variables?)|\bnonlocal\b|random\.seed|__torch_function__|tensor subclass\w{0,2}|autograd\.Function"
     r"|\bfunctools\.\w{1,20}|\bNamedTuple\b|namedtuple|(?:forward|backward)(?:_pre)?_hooks?|register_\w{0,20}hook|context manager|\bgenerators?\b"
-    r"|\bclosures?\b|\bsetattr\b|\bsuper\(\)|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
+    r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\bsuper\(\)|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
     r"|class attribute|attributes? (?:is |are )?mutated|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
     I,
 )
@@ -467,7 +467,7 @@ SIDE_EFFECT = re.compile(
 @rule("R3.2")
 def r3_2_side_effects(f: Facts) -> list[Finding]:
     """A side effect or a Python feature that tracing must model (globals, hooks, subclasses): Dynamo."""
-    return _add(f, "R3.2", DYNAMO, SIDE_EFFECT, 0.7, 0.0, "Python-level behaviour that Dynamo must trace")
+    return _add(f, "R3.2", DYNAMO, SIDE_EFFECT, 0.7, 0.5, "Python-level behaviour that Dynamo must trace")
 
 
 @rule("R3.3")
