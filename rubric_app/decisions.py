@@ -1,21 +1,204 @@
 """A triager's decision: plan it, validate it, queue it, apply it to GitHub, audit it.
 
-(Contract laid by the foundation; the GitHub issue implements it.)
+plan_changes turns the triage form's choices into label additions and removals
+(RUBRIC G5, G6, R11). request_decision validates (G7, R11, the queue) and
+records a TriageDecision, refused or pending; a pending one is applied by
+apply_decision in the single-concurrency `github` Celery queue, one label at a
+time, after checking that nobody changed the labels since the triager looked.
+Each HTTP call is recorded as a GitHubWrite.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 
-def plan_changes(issue, *, chosen: list[str], route: str, review: bool):
-    """Return (add, remove): exactly what GitHub will see for the triager's choices."""
-    raise NotImplementedError
+from rubric_app import github
+from rubric_app.models import (
+    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, TriageDecision,
+)
+from rubric_app.rubric.catalog import is_forbidden
+
+MEETING_DECISIONS = ("high priority", "triaged", "needs reproduction", "low priority", "close")
+PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
 
 
-def request_decision(*, issue, user, add, remove, labels_seen, redirect="", meeting_decision="", close=False, meeting=None):
-    """Validate and record a decision, then enqueue its application; returns the TriageDecision."""
-    raise NotImplementedError
+def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool) -> tuple[list[str], list[str]]:
+    """Return (add, remove), sorted: exactly what GitHub will see for the triager's choices.
+
+    route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
+    (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
+    (G5: that one oncall label, no module labels, no `triaged`). review flags `triage review`
+    (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6). Labels
+    currently on the issue are only removed by these rules, never because they were not ticked.
+    """
+    current = set(issue.label_names())
+    target = set(current) | set(chosen)
+    if route in ("pt2", PT2_ONCALL):
+        oncall = PT2_ONCALL
+    elif route in ("cpu inductor", CPU_INDUCTOR_ONCALL):
+        oncall = CPU_INDUCTOR_ONCALL
+    else:
+        oncall = route if route.startswith("oncall:") else f"oncall: {route}"
+    handoff = oncall not in PT2_QUEUES
+    target = {name for name in target if not name.startswith("oncall:")} | {oncall}
+    if handoff:
+        target = {name for name in target if not name.startswith("module:") and name != TRIAGED}
+    if review:
+        target.add(TRIAGE_REVIEW)
+    elif not handoff:
+        target.add(TRIAGED)
+    return sorted(target - current), sorted(current - target)
 
 
-def apply_decision(decision_id: int):
-    """Apply a pending decision to GitHub label by label, after a conflict check."""
-    raise NotImplementedError
+def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_decision: str, close: bool) -> str:
+    """Why this decision may not go to GitHub, in plain words; "" when it may."""
+    if issue.is_pull_request:
+        return f"#{issue.number} is a pull request; the dashboard only changes issues."
+    if issue.repo != settings.GITHUB_REPO:
+        return f"#{issue.number} belongs to {issue.repo}, not to the configured repo {settings.GITHUB_REPO}."
+    if not issue.in_queue or issue.state != Issue.State.OPEN:
+        return f"#{issue.number} is no longer in the oncall: pt2 queue (closed or relabelled); sync and look again."
+    if user is None or not user.has_perm("rubric_app.apply_labels"):
+        return "You may not change labels on GitHub (the triager role is needed)."
+    if meeting_decision and meeting_decision not in MEETING_DECISIONS:
+        return f"Unknown meeting decision {meeting_decision!r}; expected one of {', '.join(MEETING_DECISIONS)}."
+    if set(add) & set(remove):
+        return f"Asked to add and remove the same label: {', '.join(sorted(set(add) & set(remove)))}."
+    if not add and not remove and not close:
+        return "Nothing to change: the issue already has these labels."
+    forbidden = sorted(name for name in set(add) | set(remove) if is_forbidden(name))
+    if forbidden:
+        return f"RUBRIC G7 forbids changing {', '.join(forbidden)} from the dashboard."
+    catalog = Label.objects.triage_catalog()
+    unknown = sorted(name for name in add if name not in catalog)
+    if unknown:
+        return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
+    wants_high = HIGH_PRIORITY in add or meeting_decision == HIGH_PRIORITY
+    if wants_high and not user.has_perm("rubric_app.record_meeting_decision"):
+        return "`high priority` is decided by the triage meeting (R11): flag `triage review` instead."
+    return ""
+
+
+def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: str = "", meeting_decision: str = "",
+                     close: bool = False, meeting=None) -> TriageDecision:
+    """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
+
+    A refused decision is kept for the audit log and nothing is sent to GitHub.
+    """
+    from rubric_app.tasks import apply_decision_task  # tasks imports this module
+
+    add, remove = sorted(set(add)), sorted(set(remove))
+    why = refusal(issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
+    with transaction.atomic():
+        decision = TriageDecision.objects.create(
+            issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=add, labels_removed=remove,
+            redirect=redirect, meeting_decision=meeting_decision, meeting=meeting, close_issue=close,
+            status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
+            result_message=why, finished_at=timezone.now() if why else None,
+        )
+        if not why:
+            apply_decision_task.delay_on_commit(decision.pk)
+    return decision
+
+
+def _finish(decision: TriageDecision, status: str, message: str) -> TriageDecision:
+    decision.status, decision.result_message, decision.finished_at = status, message, timezone.now()
+    decision.save(update_fields=["status", "result_message", "finished_at"])
+    return decision
+
+
+def _audit(decision: TriageDecision, result: github.WriteResult) -> None:
+    GitHubWrite.objects.create(
+        decision=decision, action=result.action, target=result.target[:200], status_code=result.status,
+        ok=result.ok, response=result.response,
+    )
+
+
+def _failure_message(result: github.WriteResult, done: list[str]) -> str:
+    reasons = {
+        403: "GitHub refused: the token may not change this issue (403).",
+        404: "GitHub could not find the issue or label (404).",
+        410: "The issue is gone from GitHub (410).",
+        422: "GitHub rejected the change as invalid (422).",
+    }
+    if result.status is None:
+        why = f"GitHub did not answer ({result.response})."
+    elif result.status >= 500:
+        why = f"GitHub had a server error ({result.status}); try again later."
+    else:
+        why = reasons.get(result.status, f"GitHub answered {result.status}.")
+    step = f"{result.action.replace('_', ' ')} {result.target!r}"
+    partial = f" Already applied before it: {', '.join(done)}; the next sync will show them." if done else ""
+    return f"{step} failed: {why}{partial} Local labels were left as they were."
+
+
+def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> TriageDecision:
+    """Apply a pending decision to GitHub label by label, after a conflict check; returns it.
+
+    Claims the row (pending -> applying) and returns at once if another run already did.
+    Ends `conflict` (nothing written) when GitHub's labels differ from labels_seen,
+    `failed` when GitHub refuses a write or cannot be read, `applied` otherwise.
+    """
+    claimed = TriageDecision.objects.filter(pk=decision_id, status=TriageDecision.Status.PENDING).update(
+        status=TriageDecision.Status.APPLYING
+    )
+    decision = TriageDecision.objects.select_related("issue").get(pk=decision_id)
+    if not claimed:
+        return decision
+    gh = gh or github.client()
+    issue = decision.issue
+    try:
+        remote = gh.issue(issue.number)
+    except github.GitHubError as exc:
+        _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
+        return _finish(decision, TriageDecision.Status.FAILED, f"Could not re-read #{issue.number} from GitHub: {exc.message}")
+    _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", 200, True, ", ".join(remote.label_names)))
+    now_labels, seen = set(remote.label_names), set(decision.labels_seen)
+    if now_labels != seen or remote.state != "open" and not decision.close_issue:
+        diff = [f"+{n}" for n in sorted(now_labels - seen)] + [f"-{n}" for n in sorted(seen - now_labels)]
+        state = "" if remote.state == "open" else f" The issue is now {remote.state}."
+        return _finish(
+            decision, TriageDecision.Status.CONFLICT,
+            f"Someone changed #{issue.number} on GitHub since you looked ({', '.join(diff) or 'same labels'}).{state} "
+            "Nothing was written; review the issue again.",
+        )
+    steps = [(gh.add_label, n) for n in decision.labels_added] + [(gh.remove_label, n) for n in decision.labels_removed]
+    done: list[str] = []
+    after = (now_labels | set(decision.labels_added)) - set(decision.labels_removed)
+    for write, name in steps:
+        result = write(issue.number, name)
+        _audit(decision, result)
+        if not result.ok:
+            return _finish(decision, TriageDecision.Status.FAILED, _failure_message(result, done))
+        done.append(f"{result.action.replace('_', ' ')} {name}")
+        if result.labels is not None:
+            after = set(result.labels)  # GitHub's word, including anyone else's change meanwhile
+    if decision.close_issue:
+        result = gh.close_issue(issue.number)
+        _audit(decision, result)
+        if not result.ok:
+            return _finish(decision, TriageDecision.Status.FAILED, _failure_message(result, done))
+    _update_local(issue, after, decision)
+    issue.refresh_suggestions()
+    return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {', '.join(done) or 'closed'}.")
+
+
+def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> None:
+    """Mirror the applied change locally (the next sync confirms it)."""
+    labels = [Label.objects.get_or_create(name=name)[0] for name in sorted(after)]
+    with transaction.atomic():
+        issue.labels.set(labels)
+        fields = []
+        if TRIAGE_REVIEW in decision.labels_added and issue.review_flagged_at is None:
+            issue.review_flagged_at = timezone.now()
+            fields.append("review_flagged_at")
+        if decision.close_issue:
+            issue.state, issue.in_queue = Issue.State.CLOSED, False
+            fields += ["state", "in_queue"]
+        elif not after & set(settings.GITHUB_QUEUE_LABELS):
+            issue.in_queue = False  # handed off (G5): it left our queue
+            fields.append("in_queue")
+        if fields:
+            issue.save(update_fields=fields)

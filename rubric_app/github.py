@@ -353,7 +353,9 @@ class Client:
                 labels = tuple(sorted(parse_label(raw).name for raw in raw_labels))
             except (ValueError, KeyError, TypeError, AttributeError):
                 labels = None
-        return WriteResult(action, target, answer.status, ok, _excerpt(answer.text), labels)
+        # The audit shows the labels GitHub says the issue has now, rather than raw JSON.
+        response = f"labels now: {', '.join(labels)}" if labels is not None else _excerpt(answer.text)
+        return WriteResult(action, target, answer.status, ok, response, labels)
 
     def add_label(self, number: int, name: str) -> WriteResult:
         """Add one label (GitHub keeps the others): POST /issues/{n}/labels."""

@@ -48,7 +48,8 @@ class Recorded:
     headers: dict[str, str]
     at: float
     status: int = 0
-    body: str = ""
+    body: str = ""  # the first 200 characters of the answer
+    sent: str = ""  # the request's body
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Fault:
         )
 
 
-FAULT_KINDS = ("error", "timeout", "secondary_rate_limit", "rate_limit_exhausted", "malformed_json", "vanish_page")
+FAULT_KINDS = ("race", "error", "timeout", "secondary_rate_limit", "rate_limit_exhausted", "malformed_json", "vanish_page")
 
 
 class FakeGitHub:
@@ -181,12 +182,14 @@ class FakeGitHub:
     def inject(self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options) -> None:
         """Answer the next `times` matching requests with a fault.
 
-        kind: "error" (status=502|503|404|422|..., message=...), "timeout" (delay=s, then a normal
+        kind: "race" (run=callable, called before the request is answered normally: someone
+        else's change lands first), "error" (status=502|503|404|422|..., message=...), "timeout" (delay=s, then a normal
         answer), "secondary_rate_limit" (403 with Retry-After: retry_after=s), "rate_limit_exhausted"
         (a normal answer with X-RateLimit-Remaining: 0 and a reset in reset_in=s), "malformed_json"
         (200 with a truncated body), "vanish_page" (the issues of that page are closed first, as if
         someone closed them while we paginated, so the page comes back empty).
-        path is a regex searched in the URL path; query a dict that must match.
+        path is a regex searched in the URL path; query a dict that must match; after=n lets the
+        first n matching requests through.
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
@@ -249,6 +252,9 @@ class FakeGitHub:
         with self.lock:
             for fault in self.faults:
                 if fault.matches(method, path, query):
+                    if fault.options.get("after", 0) > 0:  # let this many matching requests through first
+                        fault.options["after"] -= 1
+                        continue
                     fault.times -= 1
                     return fault
         return None
@@ -320,11 +326,15 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        record = Recorded(method, path, query, {k.lower(): v for k, v in self.headers.items()}, time.time())
+        record = Recorded(method, path, query, {k.lower(): v for k, v in self.headers.items()}, time.time(),
+                          sent=raw.decode("utf-8", "replace"))
         with fake.lock:
             fake.requests.append(record)
         fault = fake.take_fault(method, path, query)
         extra: dict[str, str] = {}
+        if fault and fault.kind == "race":
+            fault.options["run"]()
+            fault = None
         if fault and fault.kind == "timeout":
             time.sleep(fault.options.get("delay", 2.0))
             fault = None
