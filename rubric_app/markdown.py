@@ -78,7 +78,9 @@ def _mark_evidence(rendered: str, evidence: Iterable[str]) -> str:
     Evidence that markdown split across formatting is left unmarked: the panel beside
     the text still quotes it, so a miss costs a highlight, not information.
     """
-    needles = sorted({html.escape(e, quote=False) for e in evidence if e and len(e.strip()) >= 3}, key=len, reverse=True)
+    # Escaped as markdown-it escapes text (&, <, >, and " but not ').
+    needles = sorted({html.escape(e, quote=False).replace('"', "&quot;") for e in evidence if e and len(e.strip()) >= 3},
+                     key=len, reverse=True)
     if not needles:
         return rendered
     pattern = re.compile("|".join(re.escape(n) for n in needles))
@@ -95,6 +97,30 @@ def render_markdown(text: str, evidence: Iterable[str] = ()) -> SafeString:
     """
     rendered = _md.render(text or "")
     return mark_safe(sanitize(_mark_evidence(rendered, evidence)))  # noqa: S308 - nh3 output
+
+
+_FENCE = re.compile(r"^(```|~~~)")
+
+
+def summary(text: str, limit: int = 280) -> str:
+    """The first prose of an issue as plain text: headings, code blocks, tables and quotes skipped.
+
+    GitHub's issue template starts with a heading ("### 🐛 Describe the bug"); a summary
+    that repeats it says nothing.
+    """
+    prose, in_code = [], False
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if _FENCE.match(stripped):
+            in_code = not in_code
+            continue
+        if in_code or not stripped or stripped.startswith(("#", "|", ">", "<!--")):
+            if prose and not in_code and not stripped:
+                break  # the end of the first paragraph
+            continue
+        prose.append(stripped)
+    joined = " ".join(prose)
+    return joined if len(joined) <= limit else joined[: limit - 1].rsplit(" ", 1)[0] + "…"
 
 
 def pygments_css() -> str:

@@ -9,7 +9,10 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from rubric_app.markdown import render_markdown
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from rubric_app.markdown import render_markdown, summary as markdown_summary
 
 register = template.Library()
 
@@ -105,3 +108,24 @@ def json_list(value) -> str:
 def md_cell(value) -> str:
     """Text fit for one Markdown table cell: no newlines, pipes escaped."""
     return " ".join(str(value).split()).replace("|", "\\|")
+
+
+@register.filter
+def summary(text: str) -> str:
+    """The issue's first paragraph of prose, as plain text (auto-escaped by the template)."""
+    return markdown_summary(text)
+
+
+@register.filter
+def age(value) -> str:
+    """'3 weeks' rather than '3 weeks, 2 days': the queue only needs the order of magnitude."""
+    return timesince(value, timezone.now(), depth=1) if value else ""
+
+
+STATE_NAMES = {"satisfied": "satisfied", "violated": "violated", "needs_human": "needs a human",
+               "not_applicable": "n/a"}
+
+
+@register.filter
+def state_name(state: str) -> str:
+    return STATE_NAMES.get(state, state or "")
