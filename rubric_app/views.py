@@ -216,7 +216,7 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(BisectionRun.objects.select_related("issue", "requested_by"), pk=pk)
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
-    context = {"run": run, "issue": run.issue}
+    context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
     if run.is_finished:
         return HttpResponseStopPolling(render_to_string("rubric_app/issue.html#bisection-run", context, request))
     return render(request, "rubric_app/issue.html#bisection-run", context)

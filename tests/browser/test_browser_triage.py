@@ -219,3 +219,37 @@ def test_it_screenshots_every_page_with_the_demo_data(transactional_db, chair, m
     first = page.get_attribute("[data-issue-row]", "data-href")
     page.goto(first)
     screenshot(page, "demo-issue")
+
+
+def test_it_shows_failed_when_github_refuses_a_write(transactional_db, celery_worker_process, fake_github, triager,
+                                                    make_page):
+    _issue_on_both(fake_github, 5010, "Graph break, but the token may not label")
+    fake_github.inject("error", method="POST", path=r"/issues/5010/labels", status=403,
+                       message="Resource not accessible by integration", times=5)
+    page = make_page(triager.username)
+    page.goto("/issues/5010")
+    page.click("[data-preview]")
+    page.click("#apply-preview-5010 [data-apply]")
+    _wait_for_status(page, "failed")
+    assert "403" in page.inner_text("#apply-preview-5010")
+    assert fake_github.labels_of(5010) == ["oncall: pt2"]
+    page.goto("/audit")
+    assert "403" in page.inner_text("#audit-table")
+
+
+@pytest.mark.torch
+def test_it_bisects_live_through_the_worker(transactional_db, celery_worker_process, triager, make_page):
+    repro = (Path(__file__).resolve().parents[1] / "repros" / "dynamo_graph_break.py").read_text()
+    make_issue(5011, title="fullgraph=True fails on a graph break", body=f"Repro:\n\n```python\n{repro}```\n")
+    page = make_page(triager.username)
+    statuses = []
+    page.on("response", lambda r: statuses.append(r.status) if "/bisections/" in r.url else None)
+    page.goto("/issues/5011")
+    assert "torch._dynamo.graph_break()" in page.input_value("textarea[name=code]")  # extracted from the body
+    page.click("[data-bisect]")
+    page.wait_for_selector('#bisection-current[data-run-status="running"] >> text=now running', timeout=120_000)
+    page.wait_for_selector('#bisection-current[data-run-status="done"]', timeout=180_000)
+    text = page.inner_text("#bisection-current")
+    assert "module: dynamo" in text and "eager" in text
+    assert statuses[-1] == 286 and statuses.count(286) == 1  # the last poll stopped the polling
+    screenshot(page, "issue-bisection-live")
