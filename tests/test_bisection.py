@@ -106,11 +106,22 @@ def test_it_redirects_a_scripts_own_backend_mode_by_mode():
     assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/nvidiactl"), reason="needs a CUDA GPU")
+needs_gpu = pytest.mark.skipif(not os.path.exists("/dev/nvidiactl"), reason="needs a CUDA GPU")
+
+
+@needs_gpu
 def test_it_bisects_on_cuda():
-    by_mode, results, labels, _ = run("inductor_lowering", device="cuda")
+    by_mode, results, labels, report = run("inductor_lowering", device="cuda")
     assert statuses(results) == ["passed"] * 5 + ["diverged"]
     assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+    assert "RLIMIT_AS" not in report.sandbox["rlimits"]  # CUDA cannot start under an address-space limit
+
+
+@needs_gpu
+def test_it_routes_an_inductor_bug_that_passes_on_cuda_to_cpu_inductor():
+    by_mode, results, labels, _ = run("cpu_only_inductor", device="cpu")
+    assert by_mode["inductor"]["probes"]["device=cuda"] == "passed"
+    assert labels == [("module: inductor", "R2.2"), ("oncall: cpu inductor", "R2.4"), ("triage review", "R11")]
 
 
 def test_it_extracts_the_best_repro_from_body_and_comments():

@@ -213,6 +213,8 @@ def _run_module_style(ns: dict, mode: str, device: str, overrides: dict, recorde
     outs = [target(*_to(args, device, False)) for args in calls]
     del outs  # the recorder kept detached copies
     result = {"outputs": list(recorder.outputs)}
+    if isinstance(ns.get("TOL"), (int, float)):
+        result["tol"] = float(ns["TOL"])
     if mode == "eager":
         # The float64 truth for same(fp64_ref=...); optional: many repros are dtype-specific.
         try:

@@ -42,7 +42,17 @@ def _warm_imports() -> str:
     import torch._inductor.decomposition  # noqa: F401
     import torch._inductor.lowering  # noqa: F401
     import torch._dynamo.utils  # noqa: F401
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.codegen.cpp  # noqa: F401
+    import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
+    import torch._inductor.cpp_builder  # noqa: F401
+    import torch._inductor.graph  # noqa: F401
+    import torch._inductor.scheduler  # noqa: F401
+    from torch._inductor import cpu_vec_isa
 
+    # The g++ ISA probes are cached per process: probing once here (trusted code, the
+    # server's own cache dir) saves every child's inductor mode several compiles.
+    cpu_vec_isa.pick_vec_isa()
     return torch.__version__
 
 
@@ -69,7 +79,7 @@ def _run_child(spec: dict, limits: Limits, res_w: int, out_w: int, ctl_w: int) -
             os.dup2(out_w, 2)
             os.dup2(res_w, 3)
             os.closerange(4, 65536)  # the protocol pipes and anything else the server held
-            workdir = become_pid1_sandbox(report, limits)
+            workdir = become_pid1_sandbox(report, limits, spec["device"])
             os.chdir(workdir)
             report.env_keys = sorted(os.environ)
             child._res_fd = 3
@@ -215,7 +225,7 @@ def _compare(spec: dict, final: dict, result: dict) -> None:
     if ref is None or payload is None:
         result["message"] = "no eager reference to compare with"
         return
-    problem = compare_outputs(ref, payload, spec.get("tol") or 1e-4)
+    problem = compare_outputs(ref, payload, payload.get("tol") or 1e-4)
     if problem:
         result.update(status="diverged", phase="compare", message=problem)
 
@@ -261,7 +271,9 @@ def serve() -> None:
     os.dup2(2, 1)  # stray prints (torch warnings) must not corrupt the protocol
     version = _warm_imports()
     hide, keep = _hidden_and_kept()
-    proto.write(json.dumps({"ready": True, "torch": version, "pid": os.getpid(), "hide": hide}) + "\n")
+    # Whether a cuda probe can run: checked without initializing CUDA, which must not happen before fork.
+    cuda = os.path.exists("/dev/nvidiactl")
+    proto.write(json.dumps({"ready": True, "torch": version, "pid": os.getpid(), "hide": hide, "cuda": cuda}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
         op = request.get("op")

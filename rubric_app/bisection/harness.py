@@ -44,6 +44,7 @@ class ForkServer:
         self.proc: subprocess.Popen | None = None
         self.base = ""
         self.torch_version = ""
+        self.cuda = False
         self.lock = threading.Lock()
 
     def start(self) -> None:
@@ -56,7 +57,7 @@ class ForkServer:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,  # stderr: the worker's log
         )
         hello = self._read(timeout=120)
-        self.torch_version = hello["torch"]
+        self.torch_version, self.cuda = hello["torch"], hello["cuda"]
 
     @property
     def alive(self) -> bool:
@@ -151,12 +152,13 @@ def _probe_plan(result: dict, code: str, device: str, style: str, cuda: bool) ->
 
 def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: Limits | None = None,
            server: ForkServer | None = None, on_progress: Callable[[str, list[dict]], None] | None = None,
-           repeats: int = 0, cuda_probe: bool = False, stop_at_first_failure: bool = True) -> Report:
+           repeats: int = 0, cuda_probe: bool | None = None, stop_at_first_failure: bool = True) -> Report:
     """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
 
     on_progress(current_mode, results) is called before each mode and after
-    each result, so callers can persist progress as it happens. Raises
-    ForkServerError only if the fork server itself dies.
+    each result, so callers can persist progress as it happens. cuda_probe
+    (default: when the machine has a GPU) re-runs a CPU inductor failure on
+    cuda for R2.4. Raises ForkServerError only if the fork server itself dies.
     """
     server = server or shared_server()
     limits = limits or Limits()
@@ -196,7 +198,8 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
                 failed = result
         report.torch_version = server.torch_version
         if failed is not None:
-            for name, overrides, on in _probe_plan(failed, code, device, style, cuda_probe):
+            cuda = server.cuda if cuda_probe is None else cuda_probe
+            for name, overrides, on in _probe_plan(failed, code, device, style, cuda):
                 progress(f"{failed['mode']} ({name})", report.results)
                 probe(name, run(failed["mode"], overrides, on))
             for i in range(repeats):

@@ -174,7 +174,7 @@ def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str],
         report.notes.append(f"filesystem masking incomplete: {exc}")
 
 
-def become_pid1_sandbox(report: SandboxReport, limits: Limits) -> str:
+def become_pid1_sandbox(report: SandboxReport, limits: Limits, device: str = "cpu") -> str:
     """In G: /proc for the new pid namespace, a new session, rlimits, then drop to nobody with no_new_privs.
 
     Returns the directory the repro must use as HOME/cwd/TMPDIR.
@@ -196,6 +196,11 @@ def become_pid1_sandbox(report: SandboxReport, limits: Limits) -> str:
         "RLIMIT_NPROC": (limits.nproc,) * 2,
         "RLIMIT_CORE": (0, 0),
     }
+    if device == "cuda":
+        # The CUDA driver reserves far more virtual address space than it uses: an AS
+        # limit makes CUDA initialization itself fail, so GPU runs go without one.
+        del wanted["RLIMIT_AS"]
+        report.notes.append("RLIMIT_AS not set on cuda (the driver reserves large virtual ranges)")
     for name, (soft, hard) in wanted.items():
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
