@@ -27,6 +27,7 @@ from .rules import (
     Facts,
     Finding,
 )
+from .model import GOVERNING_RULE, LabelModel, features
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -36,6 +37,9 @@ MIN_WEIGHT = 0.45
 STRONG = 0.8
 # Domain and feature labels are visibility extras: only when shown clearly.
 MIN_EXTRA_WEIGHT = 0.6
+# The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
+MODEL_MIN_P = 0.5
+MODEL_WEIGHT = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
@@ -47,12 +51,19 @@ def shipped_catalog() -> frozenset[str]:
     return catalog_names()
 
 
-def evaluate(issue: IssueText, catalog: frozenset[str] | None = None) -> Assessment:
+@lru_cache(maxsize=1)
+def shipped_model() -> LabelModel | None:
+    return LabelModel.load()
+
+
+def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
+             use_model: bool = True) -> Assessment:
     """Return what a careful PT2 triager would do with `issue`, each item citing its rule.
 
     catalog: the label names that may be suggested (G7); None or empty means the
     shipped catalog (an empty set only means the catalog has not been synced yet).
-    Pure function of its inputs: no I/O, no Django.
+    model: the learned labeler to weigh in (default: the trained one shipped in data/, if any);
+    use_model=False runs the rules alone. No I/O beyond loading those files once, no Django.
     """
     allowed = catalog or shipped_catalog()
     facts = facts_of(issue)
@@ -63,8 +74,35 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None) -> Assessm
             ChecklistItem("G0", f"Already in the {lane[0].label} queue: no module labels, no triaged.", "satisfied", lane[0].label)
         ])
 
-    findings = [x for rule_id, fn in rules.RULES if rule_id != "G0" for x in fn(facts)] + _bisection(issue)
+    findings = rule_findings(facts) + _bisection(issue)
+    learned = (model or shipped_model()) if use_model else None
+    if learned is not None:
+        findings += _model_findings(learned, facts, findings)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane))
+
+
+def rule_findings(facts: Facts) -> list[Finding]:
+    """Every finding of every text rule (G0 aside: evaluate() handles it first)."""
+    return [x for rule_id, fn in rules.RULES if rule_id != "G0" for x in fn(facts)]
+
+
+def _model_findings(model: LabelModel, facts: Facts, findings: list[Finding]) -> list[Finding]:
+    """The learned labeler's view as weighed ADD findings, citing the rule that governs each label.
+
+    Only confident predictions count (MODEL_MIN_P); the weight grows with the probability, so a
+    very confident model can add a second core label, and a rule with direct evidence still wins.
+    """
+    feats = features(facts.sources, findings)
+    out = []
+    for label, (p, top) in model.predict(feats).items():
+        if p < MODEL_MIN_P or not top:
+            continue
+        evidence, source = feats[top[0]]
+        names = ", ".join(f.split(":", 1)[1] if not f.startswith("rule:") else f.split(":")[1] for f in top)
+        out.append(Finding(GOVERNING_RULE[label], "add", label, round(MODEL_WEIGHT * p, 2), evidence, source,
+                           f"learned from {model.trained_on} triaged issues (p={p:.2f}; top features: {names})",
+                           origin="model"))
+    return out
 
 
 def facts_of(issue: IssueText) -> Facts:
@@ -86,7 +124,7 @@ def _bisection(issue: IssueText) -> list[Finding]:
 def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
     return Suggested(
         x.label, x.rule_id, round(confidence if confidence is not None else x.weight, 2), x.evidence, x.source,
-        source="bisection" if x.source.startswith("bisection") else "rule", reason=x.reason,
+        source="bisection" if x.source.startswith("bisection") else x.origin, reason=x.reason,
     )
 
 

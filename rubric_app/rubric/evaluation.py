@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import evaluate
+from .engine import evaluate, facts_of, rule_findings
+from .model import MODEL_LABELS, LabelModel, features, train
 from .rules import CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from .text import split_thread
 from .types import Assessment, CommentText, IssueText
@@ -166,6 +167,32 @@ def score(records: list[dict[str, Any]], predictions: list[list[str]]) -> Score:
     return result
 
 
-def predict(records: list[dict[str, Any]], catalog: frozenset[str] | None = None) -> list[list[str]]:
-    """The engine's labels for each record, with the record's own labels hidden."""
-    return [evaluate(issue_from_record(r, use_labels=False), catalog).labels() for r in records]
+def predict(records: list[dict[str, Any]], model: LabelModel | None = None, use_model: bool = True) -> list[list[str]]:
+    """The engine's labels for each record, with the record's own labels hidden.
+
+    model: the learned labeler to use (default: the shipped one); use_model=False: rules alone.
+    """
+    return [evaluate(issue_from_record(r, use_labels=False), model=model, use_model=use_model).labels() for r in records]
+
+
+def training_examples(records: list[dict[str, Any]]) -> list[tuple[set[str], dict[str, bool | None]]]:
+    """(features, answers) per record for model.train; answers are None where truncation hides them."""
+    examples = []
+    for record in records:
+        facts = facts_of(issue_from_record(record, use_labels=False))
+        feats = features(facts.sources, rule_findings(facts))
+        examples.append((set(feats), {label: truth(record, label) for label in MODEL_LABELS}))
+    return examples
+
+
+def cross_validate(records: list[dict[str, Any]], folds: int = 5) -> list[list[str]]:
+    """Held-out predictions: each record is labelled by a model trained on the other folds only."""
+    examples = training_examples(records)
+    predictions: list[list[str]] = [[] for _ in records]
+    for fold in range(folds):
+        train_part = [e for i, e in enumerate(examples) if i % folds != fold]
+        model = train(train_part)
+        for i, record in enumerate(records):
+            if i % folds == fold:
+                predictions[i] = evaluate(issue_from_record(record, use_labels=False), model=model).labels()
+    return predictions

@@ -64,6 +64,7 @@ class Finding:
     source: str = ""
     reason: str = ""
     state: str = ""
+    origin: str = "rule"  # rule | model | bisection: what the Suggested's `source` will say
 
 
 @lru_cache(maxsize=None)
