@@ -168,26 +168,36 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
         [through(issue_id=ids[d.number], label_id=label_ids[label.name]) for d in changed for label in d.labels],
         ignore_conflicts=True,
     )
+    fetched: dict[int, list[github.CommentData]] = {}
     for data in changed:
         row = existing.get(data.number)
         needs_comments = row is None or row["comments_count"] != data.comments_count or (
             row["updated_at"] != data.updated_at) or not row["comments_synced_at"]
         if gh is not None and needs_comments:
-            store_comments(ids[data.number], gh.comments(data.number) if data.comments_count else [], now)
-            report.comments_fetched += data.comments_count
+            fetched[ids[data.number]] = gh.comments(data.number) if data.comments_count else []
+            report.comments_fetched += len(fetched[ids[data.number]])
+    store_comments(fetched, now)
     report.issues_changed += len(changed)
     return list(ids.values())
 
 
-def store_comments(issue_id: int, comments: list[github.CommentData], now: datetime) -> None:
-    """Make the issue's local comments exactly GitHub's list (edits upserted, deleted ones dropped)."""
+def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) -> None:
+    """Make each issue's local comments exactly GitHub's list (edits upserted, deleted ones dropped).
+
+    fetched: {issue id: its comments}; three queries whatever the number of issues.
+    """
+    if not fetched:
+        return
     Comment.objects.bulk_create(
         [Comment(issue_id=issue_id, github_id=c.github_id, author=c.author[:100], body=c.body,
-                 created_at=c.created_at, updated_at=c.updated_at) for c in comments],
+                 created_at=c.created_at, updated_at=c.updated_at)
+         for issue_id, comments in fetched.items() for c in comments],
         update_conflicts=True, unique_fields=["github_id"], update_fields=["issue", "author", "body", "updated_at"],
+        batch_size=500,
     )
-    Comment.objects.filter(issue_id=issue_id).exclude(github_id__in=[c.github_id for c in comments]).delete()
-    Issue.objects.filter(pk=issue_id).update(comments_synced_at=now)
+    keep = [c.github_id for comments in fetched.values() for c in comments]
+    Comment.objects.filter(issue_id__in=fetched).exclude(github_id__in=keep).delete()
+    Issue.objects.filter(pk__in=fetched).update(comments_synced_at=now)
 
 
 def refresh(issue_ids: list[int]) -> None:
