@@ -200,3 +200,17 @@ def test_it_runs_a_full_sync_first_when_there_is_no_high_water_mark(fake_github)
 
     assert report.mode == "full (first)"
     assert Issue.objects.count() == 2
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_syncs_from_the_beat_task_in_the_worker(fake_github, celery_worker_process):
+    from rubric_app.tasks import sync_queue_task
+    from tests.conftest import wait_until
+
+    _queue(fake_github, 3, comments=1)
+
+    sync_queue_task.delay(full=True)
+
+    wait_until(lambda: SyncState.objects.filter(key=FULL_KEY, last_full_sync_at__isnull=False).exists(), timeout=60)
+    assert Issue.objects.count() == 3 and Comment.objects.count() == 3

@@ -56,6 +56,13 @@ def test_it_accepts_a_good_signature_stores_the_delivery_and_enqueues_once(clien
     assert len(callbacks) == 1  # process_webhook_task.delay_on_commit
 
 
+def test_it_answers_with_one_insert_and_no_other_query(client, fake_github, django_assert_num_queries):
+    payload = _issue_payload(fake_github, 5)
+    # SAVEPOINT, INSERT the delivery, RELEASE SAVEPOINT: nothing else before the 202.
+    with django_assert_num_queries(3):
+        assert _post(client, "issues", payload).status_code == 202
+
+
 def test_it_accepts_the_secret_being_rotated_out(client, fake_github):
     assert _post(client, "issues", _issue_payload(fake_github, 5), secret="old-secret").status_code == 202
 
