@@ -40,6 +40,8 @@ MIN_EXTRA_WEIGHT = 0.6
 # The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
 MODEL_MIN_P = 0.5
 MODEL_WEIGHT = 0.9
+# R2.4 routes an Inductor problem; a [CPU] tag in the title (R10, this weight) routes whatever the component.
+CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
@@ -181,7 +183,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
             if x.label.startswith("module:"):
                 out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
         chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
-    elif cpu_lane or (cpu and (not core or INDUCTOR in {x.label for x in core} or core[0].weight < STRONG)):
+    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or cpu.weight >= CPU_TAG)):
         out.route = "cpu inductor"
         if cpu:
             out.add.append(_suggest(cpu))

@@ -211,7 +211,10 @@ SILENT_WRONG = re.compile(
     r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
     r"|produces? (?:numerically )?(?:different|inconsistent|incorrect|wrong)|\b(?:output|numerical|result|accuracy) (?:mismatch|discrepancy|inconsistency)"
     r"|\binconsisten(?:t|cy) (?:results?|outputs?|behaviou?r)|\[inconsisten\w{0,4}\]|differs? from eager|diverges? from eager|eager and compiled? (?:disagree|differ)"
-    r"|\bdivergence\b|returns? NaN|outputs? NaN|\bmismatch (?:between|with|compared)",
+    r"|\bdivergence\b|returns? NaN|outputs? NaN|\bmismatch (?:between|with|compared)"
+    # "compile ignores X" / "does nothing": no error, just not what eager does.
+    r"|\bignor(?:es|ed|ing) (?:the |a |my )?`?[\w.]{2,40}|\bdoes(?: not|n't) (?:recompile|persist|propagate|preserve)|\bdoes nothing\b"
+    r"|\bincorrect(?:ly)? (?:indices|strides|shapes?)\b|\bprecision (?:bug|is lower|appears to be lower|loss)",
     I,
 )
 
@@ -415,7 +418,10 @@ def r2_3_fails_tracing(f: Facts) -> list[Finding]:
 CPU_TITLE = re.compile(r"\[cpu\]|\bcpu\b|mkldnn|onednn|\bx86\b|\bavx\w{0,6}|\bvectori[sz]ed\b|\bwindows\b|\bmsvc\b", I)
 CPU_ONLY = re.compile(
     r"only (?:on|with) (?:the )?cpu|(?:works|passes|fine) on (?:cuda|gpu)[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
-    r"|\bmkldnn\w{0,20}|\bonednn\b|\bCppCompileError\b|C\+\+ compile error|cpp_fused_\w{1,60}|\bcpp_wrapper\b|\bMSVC\b",
+    r"|\bmkldnn\w{0,20}|\bonednn\b|\bCppCompileError\b|C\+\+ compile error|cpp_fused_\w{1,60}|\bMSVC\b"
+    r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ (?:CPU )?backend"
+    # A CPU-only torch build (the version string of collect_env): whatever fails, fails on Inductor's CPU backend.
+    r"|\b[12]\.\d{1,2}\.\d{1,2}(?:\.dev\d{8})?\+cpu\b",
     I,
 )
 
@@ -780,7 +786,7 @@ REGRESSION = re.compile(
     I,
 )
 FLAKY = re.compile(r"\bflaky\b|\bintermittent(?:ly)?\b|\bnon-?deterministic(?:ally)? fail\w{0,3}", I)
-ECOSYSTEM = re.compile(r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b", I)
+ECOSYSTEM = re.compile(r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b|\b(?:llama|mistral|gpt-?\d|stable diffusion|timm|torchbench)\w{0,10}", I)
 PERF_REGRESSION = re.compile(r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I)
 
 
@@ -798,6 +804,7 @@ def r11_review(f: Facts) -> list[Finding]:
         (REGRESSION, "a regression"),
         (FLAKY, "a flaky test, usually a regression"),
         (PERF_REGRESSION, "a performance regression"),
+        (ECOSYSTEM, "an important model or ecosystem user"),
     )
     for pattern, why in reasons:
         hit = f.find(pattern, "title")
