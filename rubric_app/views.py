@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget
 
 from . import bisect_runs, decisions
+from .bisection import extract_repro
 from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
 from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision
 
@@ -58,16 +59,9 @@ def _triage_form(issue: Issue, data=None) -> TriageForm:
 
 
 def _repro_for(issue: Issue) -> str:
-    """The best repro found in the issue text, or "" (the triager then pastes one)."""
-    try:
-        from .bisection import extract_repro
-    except ImportError:
-        return ""
-    try:
-        found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
-    except NotImplementedError:
-        return ""
-    return getattr(found, "code", found) or ""
+    """The best repro found in the issue text (body first, then comments), or "" for the triager to paste one."""
+    found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
+    return found.code if found else ""
 
 
 def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
@@ -78,7 +72,8 @@ def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
     return prev, nxt
 
 
-def _issue_context(request: HttpRequest, issue: Issue, **extra) -> dict:
+def _issue_context(issue: Issue, **extra) -> dict:
+    """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan)."""
     runs = list(issue.bisection_runs.all())
     form = extra.pop("form", None) or _triage_form(issue)
     checkable = {name for name, _ in form.fields["labels"].choices}
@@ -126,7 +121,7 @@ def _query_without_page(request: HttpRequest) -> str:
 @require_GET
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number)
-    return render(request, "rubric_app/issue.html", _issue_context(request, issue))
+    return render(request, "rubric_app/issue.html", _issue_context(issue))
 
 
 @login_required
@@ -143,7 +138,7 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     if request.htmx:
         # htmx swaps only 2xx answers: form errors come back as 200 so the triager sees them.
         return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, **context})
-    return render(request, "rubric_app/issue.html", _issue_context(request, issue, **context))
+    return render(request, "rubric_app/issue.html", _issue_context(issue, **context))
 
 
 def _form_data(form: TriageForm) -> dict:
@@ -160,7 +155,7 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
     if not form.is_valid():
         if request.htmx:
             return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
-        return render(request, "rubric_app/issue.html", _issue_context(request, issue, form=form), status=400)
+        return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
     # Re-plan on the server: the posted form says what the triager chose, never what to send.
     add, remove = decisions.plan_changes(issue, chosen=form.chosen(), route=form.route_value(),
                                          review=form.cleaned_data["review"])
@@ -202,7 +197,7 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
             # The form targets the run slot; a form with errors must replace the form instead.
             response = render(request, "rubric_app/issue.html#bisect-form", {"issue": issue, "bisect_form": form})
             return reswap(retarget(response, "#bisect-form"), "outerHTML")
-        return render(request, "rubric_app/issue.html", _issue_context(request, issue, bisect_form=form), status=400)
+        return render(request, "rubric_app/issue.html", _issue_context(issue, bisect_form=form), status=400)
     if request.htmx:
         return render(request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue})
     return redirect(f"{issue.get_absolute_url()}#bisection")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,22 @@ def test_it_bisects_live_through_the_worker(transactional_db, celery_worker_proc
     assert "module: dynamo" in text and "eager" in text
     assert statuses[-1] == 286 and statuses.count(286) == 1  # the last poll stopped the polling
     screenshot(page, "issue-bisection-live")
+
+
+def test_it_flags_review_and_moves_between_issues_with_the_keyboard(transactional_db, celery_worker_process, fake_github,
+                                                                   triager, make_page):
+    older = _issue_on_both(fake_github, 5012, "Older: graph break in a loop")
+    Issue.objects.filter(pk=older.pk).update(updated_at=timezone.now() - timedelta(days=1))
+    _issue_on_both(fake_github, 5013, "Newer: segfault after a graph break")
+    page = make_page(triager.username)
+    page.goto("/issues/5013")
+    page.keyboard.press("j")  # next issue in the queue: the older one
+    page.wait_for_url("**/issues/5012")
+    page.keyboard.press("k")
+    page.wait_for_url("**/issues/5013")
+    page.keyboard.press("r")  # flag triage review: the preview follows the form
+    page.wait_for_selector("#apply-preview-5013 .plan >> text=+ triage review")
+    assert "+ triaged" not in page.inner_text("#apply-preview-5013")  # R11: the meeting decides
+    page.keyboard.press("Enter")
+    _wait_for_status(page, "applied")
+    assert fake_github.labels_of(5013) == ["module: dynamo", "oncall: pt2", "triage review"]
