@@ -188,7 +188,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
         if cpu:
             out.add.append(_suggest(cpu))
         if INDUCTOR not in {x.label for x in chosen}:
-            evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="labels")
+            evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="")
             chosen.insert(0, Finding("R2.4", "add", INDUCTOR, 0.7, evidence.evidence, evidence.source, "the CPU Inductor lane is Inductor"))
         chosen = [x for x in chosen if x.label not in (DYNAMIC, DISPATCHER) or x.weight >= STRONG]
     elif PT2_ONCALL not in facts.labels:
@@ -253,8 +253,9 @@ def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, q
     else:
         items.append(ChecklistItem("G3", "oncall: pt2 is not a redirect: continue labelling.", "satisfied"))
         fallback = any(s.rule_id == "G4" for s in out.add)
-        items.append(ChecklistItem("G4", "At least one module: label" + (" (fallback: try to be precise first)" if fallback else ""),
-                                   "needs_human" if fallback else "satisfied", ", ".join(modules)))
+        note = " (fallback: try to be precise first)" if fallback else "" if modules else ": none in this catalog, pick one by hand"
+        items.append(ChecklistItem("G4", "At least one module: label" + note,
+                                   "satisfied" if modules and not fallback else "needs_human", ", ".join(modules)))
         items.append(ChecklistItem("R11", "Crash, silent wrong result, regression or important user: flag triage review.",
                                    "satisfied" if review else "not_applicable", review.evidence if review else ""))
         items.append(ChecklistItem("G6", "Not redirected and not flagged: triaged.",

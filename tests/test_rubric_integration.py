@@ -1,0 +1,69 @@
+"""The engine behind Issue.refresh_suggestions: rows the UI reads, recomputed with bisection verdicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rubric_app.demo import load_catalog_labels
+from rubric_app.models import BisectionRun, Comment, Suggestion
+from tests.conftest import make_issue
+
+
+@pytest.fixture
+def catalog(db) -> int:
+    """The shipped catalog as Label rows: refresh_suggestions suggests only what the catalog allows (G7)."""
+    return load_catalog_labels()
+
+TRACE = "```\ntorch._dynamo.exc.Unsupported: call_function BuiltinVariable(zip) [ListVariable()] {}\n```"
+
+
+def test_it_stores_suggestions_with_rule_and_verbatim_evidence(catalog):
+    issue = make_issue(number=4242, title="Graph break on zip in a compiled loop", body=TRACE, labels=("oncall: pt2",))
+    Comment.objects.create(issue=issue, github_id=77, author="rev", body="Same with backend='eager' fails too.")
+    issue.refresh_suggestions()
+    rows = {(s.kind, s.label): s for s in Suggestion.objects.filter(issue=issue)}
+    dynamo = rows[("add", "module: dynamo")]
+    assert dynamo.rule_id in ("R1.2", "R2.3") and dynamo.source == "rule"
+    sources = {"title": issue.title, "body": issue.body, "comment:0": "Same with backend='eager' fails too."}
+    assert dynamo.evidence in sources[dynamo.evidence_source]
+    assert ("add", "triaged") in rows and ("add", "high priority") not in rows
+    issue.refresh_from_db()
+    assert issue.suggested_route == "pt2"
+    assert {item["rule_id"] for item in issue.checklist} >= {"G3", "G4", "G6", "R6.1"}
+    json.dumps(issue.checklist)  # stored as JSON
+
+
+def test_it_shows_what_the_synced_catalog_lacks(db):
+    # Only oncall: pt2 is synced: the rest is shown as "not in the catalog" (R7.4), never suggested.
+    issue = make_issue(number=4245, title="Graph break on zip", body=TRACE, labels=("oncall: pt2",))
+    issue.refresh_suggestions()
+    assert not Suggestion.objects.filter(issue=issue, kind="add", label="module: dynamo").exists()
+    avoided = Suggestion.objects.get(issue=issue, kind="avoid", label="module: dynamo")
+    assert avoided.rule_id == "R7.4" and "not in the catalog" in avoided.reason
+    issue.refresh_from_db()
+    g4 = next(item for item in issue.checklist if item["rule_id"] == "G4")
+    assert g4["state"] == "needs_human"  # G4 cannot be met from this catalog: a human must pick
+
+
+def test_it_recomputes_with_a_finished_bisection(catalog):
+    issue = make_issue(number=4243, title="[dynamo] compiled function gives a different value", body="No error.")
+    issue.refresh_suggestions()
+    assert Suggestion.objects.filter(issue=issue, label="module: dynamo", kind="add").exists()
+    run = BisectionRun.objects.create(
+        issue=issue, repro_code="print(1)", status=BisectionRun.Status.DONE,
+        verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes, inductor differs"}],
+    )
+    issue.refresh_suggestions()
+    inductor = Suggestion.objects.get(issue=issue, label="module: inductor", kind="add")
+    assert (inductor.source, inductor.evidence_source, inductor.rule_id) == ("bisection", f"bisection:{run.pk}", "R2.2")
+    assert not Suggestion.objects.filter(issue=issue, label="module: dynamo", kind="add").exists()
+
+
+def test_it_skips_an_issue_another_oncall_owns(catalog):
+    issue = make_issue(number=4244, title="Graph break on zip", body=TRACE, labels=("oncall: distributed",))
+    issue.refresh_suggestions()
+    issue.refresh_from_db()
+    assert issue.suggested_route == "skip"
+    assert not Suggestion.objects.filter(issue=issue, kind="add").exists()
