@@ -5,7 +5,16 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from rubric_app.rubric.engine import shipped_model
-from rubric_app.rubric.evaluation import COMPONENTS, REVIEW_TRUTH, InputError, cross_validate, predict, read_jsonl, score
+from rubric_app.rubric.evaluation import (
+    COMPONENTS,
+    REVIEW_TRUTH,
+    InputError,
+    cross_validate,
+    predict,
+    read_jsonl,
+    score,
+    truth,
+)
 
 def without_placeholder(labels: list[str]) -> list[str]:
     """The labels minus a lone `module: compile ux`, which is what G4's fallback produces."""
@@ -67,9 +76,14 @@ class Command(BaseCommand):
             out("  (aliases counted as the same label: module: aotdispatch -> module: pt2-dispatcher, module: cpu inductor -> oncall: cpu inductor)")
             out("routing = the redirect oncall: labels (oncall: pt2 itself is excluded: every issue here has it)")
             out(f"review flag = the engine's triage review vs humans' {' or '.join(REVIEW_TRUTH)} (R11)")
+            out("G4-labelled = the issues to which humans applied at least one component label (G4 wants one on every issue)")
         # G4's fallback is a placeholder the triager is asked to replace: show the figure without it too.
         placeholder = score(records, [without_placeholder(p) for p in predictions]).components
+        # G4: every PT2 issue should end with a module label; humans left some without any. Scored apart:
+        labelled = [i for i, r in enumerate(records) if any(truth(r, l) for l in COMPONENTS)]
+        on_labelled = score([records[i] for i in labelled], [predictions[i] for i in labelled]).components
         rows = (("component micro", result.components), ("  w/o G4 fallback", placeholder),
+                (f"  on {len(labelled)} G4-labelled", on_labelled),
                 ("routing micro", result.routing), ("review flag", result.review))
         for title, c in rows:
             out(f"{title:16} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  (tp {c.tp}, fp {c.fp}, fn {c.fn})")
