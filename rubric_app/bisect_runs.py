@@ -113,7 +113,11 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
     return run
 
 
+FINISH_FIELDS = ["status", "error", "current_mode", "finished_at", "results", "verdict_labels", "verdict_summary",
+                 "torch_version", "sandbox_report", "log"]
+
+
 def _finish(run: BisectionRun, status: str, error: str = "") -> BisectionRun:
     run.status, run.error, run.current_mode, run.finished_at = status, error, "", timezone.now()
-    run.save()
+    run.save(update_fields=FINISH_FIELDS)
     return run
