@@ -273,3 +273,25 @@ def test_it_flags_review_and_moves_between_issues_with_the_keyboard(transactiona
     page.keyboard.press("Enter")
     _wait_for_status(page, "applied")
     assert fake_github.labels_of(5013) == ["module: dynamo", "oncall: pt2", "triage review"]
+
+
+def test_it_filters_the_queue_in_place_with_a_shareable_url(transactional_db, viewer, make_page):
+    make_issue(5014, title="Guard failure on a symbolic size", author="alice")
+    make_issue(5015, title="Inductor NaN on CPU", labels=("oncall: cpu inductor",), author="bob")
+    make_issue(5016, title="Graph break in a generator", author="bob")
+    page = make_page(viewer.username)
+    page.goto("/")
+    page.evaluate("window.notReloaded = true")  # survives only if the swap happens in place
+    page.fill("input[name=q]", "generator")
+    page.wait_for_function("document.querySelectorAll('[data-issue-row]').length === 1")
+    assert page.evaluate("window.notReloaded") is True
+    assert "q=generator" in page.url
+    page.click("label.lane:has(input[value=cpu])")
+    page.wait_for_selector("#queue-table >> text=Nothing in this lane.")
+    shared = page.url
+    assert "lane=cpu" in shared and "q=generator" in shared
+    page.fill("input[name=q]", "")
+    page.wait_for_selector('[data-issue-row="5015"]')
+    other = make_page(viewer.username)  # someone opening the shared link sees the same filtered table
+    other.goto(shared)
+    assert other.locator("[data-issue-row]").count() == 0 and other.is_visible("text=Nothing in this lane.")
