@@ -9,7 +9,7 @@ from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision
 from tests.conftest import make_issue
 
 
-@pytest.mark.parametrize("name", ["bisections", "audit"])
+@pytest.mark.parametrize("name", ["bisections", "audit", "meeting"])
 def test_it_forbids_outsiders(client, outsider, name):
     client.force_login(outsider)
     assert client.get(reverse(f"rubric_app:{name}")).status_code == 403
