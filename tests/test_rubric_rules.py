@@ -10,7 +10,7 @@ import pytest
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import facts_of
-from rubric_app.rubric.rules import RULES, Finding
+from rubric_app.rubric.facts import RULES, Finding
 
 RULE_FNS = dict(RULES)
 

@@ -1,4 +1,4 @@
-"""The rubric engine: run every rule of rules.py, weigh the findings, enforce the invariants.
+"""The rubric engine: run every rule (rules.py, rules_domain.py), weigh the findings, enforce the invariants.
 
 Invariants that always hold on the returned Assessment (tests/test_rubric_invariants.py):
 - a PT2 issue that is not handed off or skipped ends with at least one `module:` label (G4);
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import rules
+from . import rules, rules_domain  # noqa: F401  (importing them registers their rules)
 from .catalog import catalog_names, is_forbidden
-from .rules import (
+from .facts import (
     CORE,
     COMPILE_UX,
     CPU_ONCALL,
@@ -24,6 +24,8 @@ from .rules import (
     PT2_ONCALL,
     REVIEW,
     TRIAGED,
+    LOW,
+    RULES,
     Facts,
     Finding,
 )
@@ -85,7 +87,7 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
 
 def rule_findings(facts: Facts) -> list[Finding]:
     """Every finding of every text rule (G0 aside: evaluate() handles it first)."""
-    return [x for rule_id, fn in rules.RULES if rule_id != "G0" for x in fn(facts)]
+    return [x for rule_id, fn in RULES if rule_id != "G0" for x in fn(facts)]
 
 
 def _model_findings(model: LabelModel, facts: Facts, findings: list[Finding]) -> list[Finding]:
@@ -208,8 +210,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
             out.avoid.append(Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source))
             if TRIAGED in facts.labels:
                 out.avoid.append(Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides"))
-        if rules.LOW in flags:
-            out.add.append(_suggest(flags[rules.LOW]))
+        if LOW in flags:
+            out.add.append(_suggest(flags[LOW]))
         if not review and not question:
             out.add.append(Suggested(TRIAGED, "G6", 0.6, reason="labelled, not redirected, not flagged for review"))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .engine import evaluate, facts_of, rule_findings
 from .model import MODEL_LABELS, LabelModel, features, train
-from .rules import CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
+from .facts import CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from .text import split_thread
 from .types import Assessment, CommentText, IssueText
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .rules import DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR, Finding
+from .facts import DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR, Finding
 from .text import Source
 
 MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "label_model.json"

@@ -1,0 +1,182 @@
+"""The vocabulary of the rubric rules: label names, Finding, Facts (the issue as rules read it), the registry.
+
+Rules live in rules.py (G, R1-R5) and rules_domain.py (R6-R12); each registers itself with @rule.
+"""
+
+from __future__ import annotations
+
+import re
+import re._constants as sre_constants
+import re._parser as sre_parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .text import CodeFacts, Source
+from .types import IssueText
+
+DYNAMO = "module: dynamo"
+INDUCTOR = "module: inductor"
+DYNAMIC = "module: dynamic shapes"
+DISPATCHER = "module: pt2-dispatcher"
+DECOMP = "module: decompositions"
+FX = "module: fx"
+FUNCTORCH = "module: functorch"
+HELION = "module: helion"
+COMPILE_UX = "module: compile ux"
+CPU_ONCALL = "oncall: cpu inductor"
+EXPORT_ONCALL = "oncall: export"
+DIST_ONCALL = "oncall: distributed"
+PT2_ONCALL = "oncall: pt2"
+TRIAGED = "triaged"
+REVIEW = "triage review"
+LOW = "low priority"
+HIGH = "high priority"
+
+# The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
+CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
+
+I = re.I
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One conclusion of one rule.
+
+    kind: add (a component or domain label, weighed by the engine), avoid, route
+    (an oncall: label to hand off or redirect to), flag (a status label), check
+    (a checklist item; `state` is satisfied | violated | needs_human | not_applicable).
+    """
+
+    rule_id: str
+    kind: str
+    label: str = ""
+    weight: float = 0.0
+    evidence: str = ""
+    source: str = ""
+    reason: str = ""
+    state: str = ""
+    origin: str = "rule"  # rule | model | bisection: what the Suggested's `source` will say
+
+
+@lru_cache(maxsize=None)
+def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Lowercase literals of which any match must contain at least one; None when the pattern has
+    an alternative without one. A cheap `in` test on them skips most regex searches (the hot path)."""
+    try:
+        tree = sre_parse.parse(pattern.pattern.lower())
+    except re.error:
+        return None
+    found = _alternatives_needles(list(tree))
+    return tuple(found) if found else None
+
+
+def _alternatives_needles(seq: list) -> list[str] | None:
+    """Needles of a parsed sequence: its longest literal run, else a required group's alternatives."""
+    if len(seq) == 1 and seq[0][0] is sre_constants.BRANCH:
+        found: list[str] = []
+        for branch in seq[0][1][1]:
+            sub = _alternatives_needles(list(branch))
+            if sub is None:
+                return None
+            found += sub
+        return found
+    best = run = ""
+    for op, arg in seq:
+        if op is sre_constants.LITERAL:
+            run += chr(arg)
+        else:
+            best, run = max(best, run, key=len), ""
+    best = max(best, run, key=len)
+    if len(best) >= 3:
+        return [best]
+    for op, arg in seq:
+        # A group that must match (not optional): any of its alternatives' needles will do.
+        sub = (
+            _alternatives_needles(list(arg[3])) if op is sre_constants.SUBPATTERN
+            else _alternatives_needles([(op, arg)]) if op is sre_constants.BRANCH
+            else None
+        )
+        if sub:
+            return sub
+    return None
+
+
+def _contains_any(text: str, required: tuple[str, ...]) -> bool:
+    for needle in required:
+        if needle in text:
+            return True
+    return False
+
+
+@dataclass
+class Facts:
+    """The issue as the rules see it: capped sources, repro-code facts, current labels."""
+
+    issue: IssueText
+    sources: list[Source]
+    code: CodeFacts
+    labels: frozenset[str]
+    _lowered: list[str] = field(default_factory=list, repr=False)
+    _found: dict[tuple[int, str], tuple[str, str] | None] = field(default_factory=dict, repr=False)
+    _lowered_whole: tuple[str, str, str] = ("", "", "")
+
+    def find(self, pattern: re.Pattern[str], where: str = "all") -> tuple[str, str] | None:
+        """First match as (exact matched text, source name), looking in title, body, then comments.
+
+        where: "all", "title", or "text" (body and comments, not the title). Memoized per issue:
+        several rules ask the same question.
+        """
+        key = (id(pattern), where)
+        if key not in self._found:
+            self._found[key] = self._search(pattern, where)
+        return self._found[key]
+
+    def _search(self, pattern: re.Pattern[str], where: str) -> tuple[str, str] | None:
+        if not self._lowered:
+            self._lowered = [s.text.lower() for s in self.sources]
+            # title, then body and comments as one string: one `in` test rules out every source at once.
+            text = "\n".join(self._lowered[1:])
+            self._lowered_whole = (self._lowered[0], text, self._lowered[0] + "\n" + text)
+        required = needles(pattern)
+        if required is not None:
+            scope = self._lowered_whole[{"title": 0, "text": 1}.get(where, 2)]
+            if not _contains_any(scope, required):
+                return None
+        for source, lowered in zip(self.sources, self._lowered):
+            if where == "title" and source.name != "title":
+                continue
+            if where == "text" and source.name == "title":
+                continue
+            if required is not None and not _contains_any(lowered, required):
+                continue
+            match = pattern.search(source.text)
+            if match and match.group(0):
+                return match.group(0), source.name
+        return None
+
+    def has(self, pattern: re.Pattern[str], where: str = "all") -> bool:
+        return self.find(pattern, where) is not None
+
+
+RuleFn = Callable[[Facts], Iterable[Finding]]
+RULES: list[tuple[str, RuleFn]] = []
+
+
+def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
+    def register(fn: RuleFn) -> RuleFn:
+        RULES.append((rule_id, fn))
+        return fn
+
+    return register
+
+
+def _add(f: Facts, rule_id: str, label: str, pattern: re.Pattern[str], title_w: float, text_w: float, reason: str):
+    """An ADD finding from the first match of pattern: title_w when it is in the title, text_w elsewhere."""
+    hit = f.find(pattern, "title")
+    if hit:
+        return [Finding(rule_id, "add", label, title_w, hit[0], hit[1], reason)]
+    hit = f.find(pattern, "text")
+    if hit and text_w > 0:
+        return [Finding(rule_id, "add", label, text_w, hit[0], hit[1], reason)]
+    return []

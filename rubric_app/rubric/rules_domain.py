@@ -1,0 +1,384 @@
+"""RUBRIC.md as code, part 2: routing and ownership (R6), domain labels (R7), Helion (R8),
+functorch (R9), CPU Inductor (R10), the review flag (R11) and fuzzer reports (R12).
+
+Same shape as rules.py: one function per rule id, registered with @rule, returning Findings.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .facts import (
+    COMPILE_UX,
+    CPU_ONCALL,
+    DISPATCHER,
+    DIST_ONCALL,
+    EXPORT_ONCALL,
+    FUNCTORCH,
+    Facts,
+    Finding,
+    HELION,
+    I,
+    INDUCTOR,
+    LOW,
+    REVIEW,
+    _add,
+    rule,
+)
+from .rules import (
+    AOT_FRAME,
+    COMPILE_CALL,
+    COMPILE_USE,
+    CPU_TITLE,
+    INDUCTOR_ERROR,
+    INDUCTOR_TITLE,
+    SILENT_WRONG,
+)
+
+
+# --- R6. PT2 keeps what PT2 owns ---------------------------------------------------------------
+
+
+@rule("R6.1")
+def r6_1_where_is_the_fix(f: Facts) -> list[Finding]:
+    """The routing test: where would the fix be made?"""
+    return [Finding("R6.1", "check", state="needs_human", reason="Where would the fix be made? In PT2 code: PT2 owns it.")]
+
+
+EXPORT_USE = re.compile(
+    r"torch\.export\.\w{1,20}|torch\._export\w{0,20}|\bExportedProgram\b|aoti_compile_and_package|\bAOTInductor\b|\baot_compile\b|run_decompositions|\[export\]|\bexport(?:ing|ed)? (?:a |the )?(?:model|module|program)",
+    I,
+)
+LEAKED_HOOK = re.compile(r"leak\w{0,3}[^\n]{0,40}?(?:aot_?autograd|hook)|(?:aot_?autograd|hook)[^\n]{0,40}?leak\w{0,3}", I)
+
+
+@rule("R6.2")
+def r6_2_keep(f: Facts) -> list[Finding]:
+    """Do not redirect: export leaking an AOTAutograd hook, DTensor error UX under compile, an Inductor bug in distributed training."""
+    hit = f.find(LEAKED_HOOK)
+    if hit:
+        return [Finding("R6.2", "check", evidence=hit[0], source=hit[1], state="satisfied",
+                        reason="a leaked AOTAutograd hook is PT2's to fix: keep it")]
+    return []
+
+
+DTENSOR_IMPL = re.compile(r"sharding (?:propagation|strategy|rule)|\bredistribute\b|\bPlacement\b|\bShard\(\d\)|\bReplicate\(\)", I)
+
+
+@rule("R6.3")
+def r6_3_redirect(f: Facts) -> list[Finding]:
+    """Redirect export-only problems (no compile) to export, DTensor internals to distributed."""
+    found: list[Finding] = []
+    export = f.find(EXPORT_USE)
+    if export and not f.has(COMPILE_CALL):
+        found.append(Finding("R6.3", "route", EXPORT_ONCALL, 0.85, export[0], export[1], "an export-only problem, no torch.compile"))
+    dtensor = f.find(DTENSOR_IMPL)
+    if dtensor and f.has(re.compile(r"\bDTensor\b")) and not f.has(COMPILE_CALL):
+        found.append(Finding("R6.3", "route", DIST_ONCALL, 0.8, dtensor[0], dtensor[1], "DTensor's own implementation, no compile"))
+    return found
+
+
+PT2D = re.compile(r"\bDTensor\b|\bFSDP\d?\b|fully_shard|\bDDP\b|DistributedDataParallel|tensor parallel\w{0,3}|\bdeepspeed\b|\btorchrun\b|\bc10d\b", I)
+
+
+@rule("R6.4")
+def r6_4_pt2d(f: Facts) -> list[Finding]:
+    """PT2 + distributed: add oncall: distributed for visibility, keep oncall: pt2 (no full handoff)."""
+    hit = f.find(PT2D, "title")
+    if hit and f.has(COMPILE_USE):
+        return [Finding("R6.4", "add", DIST_ONCALL, 0.7, hit[0], hit[1], "PT2-D: visibility for distributed, PT2 keeps it")]
+    return []
+
+
+@rule("R6.5")
+def r6_5_visibility_only(f: Facts) -> list[Finding]:
+    """Domain module: labels are fine for visibility; an oncall: label only on a handoff (engine enforces)."""
+    return []
+
+
+# --- R7. Domain and feature labels ----------------------------------------------------------------
+
+VISIBILITY = (
+    ("module: dtensor", re.compile(r"\bDTensor\b|tensor parallel\w{0,3}|\bparallelize_module\b", I)),
+    ("module: fsdp", re.compile(r"\bFSDP\d?\b|\bfully_shard\b|FullyShardedDataParallel", I)),
+    ("module: ddp", re.compile(r"\bDDP\b|DistributedDataParallel", I)),
+    ("module: flex attention", re.compile(r"flex[_ ]?attention|\bBlockMask\b|\bblock_mask\b|create_block_mask|mask_mod|score_mod", I)),
+)
+
+
+@rule("R7.1")
+def r7_1_visibility(f: Facts) -> list[Finding]:
+    """DTensor, FSDP, DDP, flex attention: their module labels for visibility."""
+    found: list[Finding] = []
+    for label, pattern in VISIBILITY:
+        found += _add(f, "R7.1", label, pattern, 0.9, 0.7, "for visibility")
+    return found
+
+
+FEATURES = (
+    ("compile-cache", re.compile(r"\bFX ?graph ?cache\b|\bcompile[ -]cache\b|\bcache (?:hit|miss)\w{0,2}|\bmega[ -]?cache\b|TORCHINDUCTOR_CACHE_DIR|\bautotune cache\b|\bwarm cache\b", I), 0.85, 0.7),
+    ("module: determinism", re.compile(r"use_deterministic_algorithms|\bnon-?deterministic\w{0,3}|\bdeterminism\b", I), 0.9, 0.7),
+    ("module: compile-time", re.compile(r"\bcompil(?:e|ation)[ -]time\b|(?:slow|long) (?:to )?compil\w{1,6}|compil\w{1,6} (?:is |are )?(?:very |extremely |too )?slow|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours)\b[^\n]{0,20}?compil|\bcold start\b|\bstartup time\b", I), 0.85, 0.6),
+    ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
+    ("module: memory usage", re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I), 0.85, 0.6),
+    ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b", I), 0.8, 0.0),
+    ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
+)
+
+
+@rule("R7.2")
+def r7_2_features(f: Facts) -> list[Finding]:
+    """Feature labels (check the catalog first): caching, determinism, compile time, numerics, memory, performance, cuda graphs."""
+    found: list[Finding] = []
+    for label, pattern, title_w, text_w in FEATURES:
+        found += _add(f, "R7.2", label, pattern, title_w, text_w, "feature label")
+    return found
+
+
+COMPILE_UX_TEXT = re.compile(
+    r"(?:bad|confusing|unhelpful|misleading|inscrutable|cryptic|unclear|better|improve\w{0,3}|irrelevant) (?:error )?(?:messages?|errors?|warnings?|logs?|logging)"
+    r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b|(?:shorter|noisy|spammy|verbose) logs?",
+    I,
+)
+
+
+@rule("R7.3")
+def r7_3_compile_ux(f: Facts) -> list[Finding]:
+    """The quick reference's holistic label: UX and error messages -> compile ux."""
+    return _add(f, "R7.3", COMPILE_UX, COMPILE_UX_TEXT, 0.85, 0.6, "the complaint is the user experience")
+
+
+# R7.4 (a label the catalog lacks is shown as "not in the catalog") is enforced by the engine.
+
+
+# --- R8. Helion ----------------------------------------------------------------------------------
+
+HELION_TEXT = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|\bhelion\b", I)
+PLAIN_TRITON = re.compile(r"@triton\.jit|\btl\.(?:load|store|program_id|arange|dot)\b|\btriton\.jit\b", I)
+GENERATED_TRITON = re.compile(r"triton_heuristics|generated (?:triton )?(?:kernel|code)|\btriton_(?:poi|red|per|tem)_\w{1,60}", I)
+
+
+@rule("R8.1")
+def r8_1_helion(f: Facts) -> list[Finding]:
+    """Mentions helion, @helion.kernel, helion.language, hl.tile or helion frames: module: helion."""
+    return _add(f, "R8.1", HELION, HELION_TEXT, 0.95, 0.9, "Helion is named")
+
+
+@rule("R8.2")
+def r8_2_helion_alone(f: Facts) -> list[Finding]:
+    """A Helion kernel wrong on its own, without torch.compile: helion only."""
+    if f.has(HELION_TEXT) and not f.has(COMPILE_CALL):
+        hit = f.find(HELION_TEXT)
+        return [Finding("R8.2", "avoid", INDUCTOR, evidence=hit[0], source=hit[1],
+                        reason="the Helion kernel fails without torch.compile: helion only")]
+    return []
+
+
+@rule("R8.3")
+def r8_3_helion_under_compile(f: Facts) -> list[Finding]:
+    """A Helion kernel under torch.compile, or Inductor's fusion of a Helion template: helion + inductor."""
+    if f.has(HELION_TEXT):
+        hit = f.find(COMPILE_CALL) or f.find(re.compile(r"template fusion|epilogue fusion|prologue fusion", I))
+        if hit:
+            return [Finding("R8.3", "add", INDUCTOR, 0.85, hit[0], hit[1], "a Helion kernel inside torch.compile")]
+    return []
+
+
+@rule("R8.4")
+def r8_4_plain_triton(f: Facts) -> list[Finding]:
+    """Plain Triton without Helion is Inductor, not Helion."""
+    hit = f.find(PLAIN_TRITON)
+    if hit and not f.has(HELION_TEXT):
+        return [
+            Finding("R8.4", "add", INDUCTOR, 0.8, hit[0], hit[1], "user Triton kernels go through Inductor"),
+            Finding("R8.4", "avoid", HELION, evidence=hit[0], source=hit[1], reason="plain Triton, no Helion"),
+        ]
+    return []
+
+
+@rule("R8.5")
+def r8_5_generated_triton(f: Facts) -> list[Finding]:
+    """Inductor's generated Triton code is not Helion: require an explicit Helion import or mention."""
+    hit = f.find(GENERATED_TRITON)
+    if hit and not f.has(HELION_TEXT) and not f.has(PLAIN_TRITON):
+        return [Finding("R8.5", "avoid", HELION, evidence=hit[0], source=hit[1], reason="generated Triton from Inductor, not Helion")]
+    return []
+
+
+# --- R9. functorch and compile -----------------------------------------------------------------
+
+FUNCTORCH_TRANSFORM = re.compile(
+    r"torch\.func\.(?:grad|vjp|jvp|vmap|jacrev|jacfwd|hessian|functional_call|grad_and_value)\b|\bfunctorch\b|\bvmap\b|\bjacrev\b|\bjacfwd\b|\bvjp\b|\bjvp\b",
+    I,
+)
+
+
+@rule("R9.1")
+def r9_1_functorch(f: Facts) -> list[Finding]:
+    """Compiling a functorch transform: module: functorch and dynamo-functorch."""
+    hit = f.find(FUNCTORCH_TRANSFORM)
+    if not hit or not f.has(COMPILE_CALL):
+        return []
+    weight = 0.85 if hit[1] == "title" else 0.7
+    return [
+        Finding("R9.1", "add", FUNCTORCH, weight, hit[0], hit[1], "a functorch transform under compile"),
+        Finding("R9.1", "add", "dynamo-functorch", weight, hit[0], hit[1], "a functorch transform under compile"),
+    ]
+
+
+@rule("R9.2")
+def r9_2_functorch_dispatcher(f: Facts) -> list[Finding]:
+    """pt2-dispatcher on top of functorch only when AOTAutograd is at the fault."""
+    if not f.has(FUNCTORCH_TRANSFORM) or not f.has(COMPILE_CALL):
+        return []
+    frame = f.find(AOT_FRAME, "text")
+    if frame:
+        return [Finding("R9.2", "add", DISPATCHER, 0.7, frame[0], frame[1], "AOTAutograd at the fault of a functorch transform")]
+    hit = f.find(FUNCTORCH_TRANSFORM)
+    return [Finding("R9.2", "avoid", DISPATCHER, evidence=hit[0], source=hit[1],
+                    reason="a functorch transform bug: module: functorch, not the dispatcher")]
+
+
+# --- R10. CPU Inductor routing ----------------------------------------------------------------------
+
+CPU_HALF = re.compile(r"(?:float16|fp16|bfloat16|bf16)[^\n]{0,30}?\bon cpu\b|\bcpu\b[^\n]{0,30}?(?:float16|fp16)", I)
+
+
+@rule("R10")
+def r10_cpu_inductor(f: Facts) -> list[Finding]:
+    """Clearly Inductor's CPU backend ([CPU] tag, MKLDNN, float16 on CPU, C++ codegen): oncall: cpu inductor."""
+    title = f.find(CPU_TITLE, "title")
+    if title and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title")):
+        return [Finding("R10", "route", CPU_ONCALL, 0.9, title[0], title[1], "tagged CPU in the title")]
+    hit = f.find(CPU_HALF)
+    if hit:
+        return [Finding("R10", "route", CPU_ONCALL, 0.75, hit[0], hit[1], "reduced precision on CPU")]
+    return []
+
+
+# --- R11. High priority goes through the meeting ------------------------------------------------------
+
+CRASH = re.compile(
+    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access|device-side assert\w{0,3}|core dumped|hard crash",
+    I,
+)
+# In a title "crashes" is the report's subject; in a body it is often a loose word for "raises".
+CRASH_TITLE = re.compile(CRASH.pattern + r"|\bcrash(?:es|ed|ing)?\b", I)
+# A performance regression counts only as PERF_REGRESSION (more than 10% on an important model).
+REGRESSION = re.compile(
+    r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
+    I,
+)
+FLAKY = re.compile(r"\bflaky\b|\bintermittent(?:ly)?\b|\bnon-?deterministic(?:ally)? fail\w{0,3}", I)
+ECOSYSTEM = re.compile(r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b|\b(?:llama|mistral|gpt-?\d|stable diffusion|timm|torchbench)\w{0,10}", I)
+PERF_REGRESSION = re.compile(r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I)
+
+
+@rule("R11")
+def r11_review(f: Facts) -> list[Finding]:
+    """Crash, silently wrong results, regression, flaky test, important model or user: FLAG triage review.
+
+    A fuzzer report goes through R12's checklist instead: its divergences are not user-facing yet.
+    """
+    if _is_fuzzer(f):
+        return []
+    reasons = (
+        (CRASH_TITLE, "a crash"),
+        (SILENT_WRONG, "silently wrong results"),
+        (REGRESSION, "a regression"),
+        (FLAKY, "a flaky test, usually a regression"),
+        (PERF_REGRESSION, "a performance regression"),
+        (ECOSYSTEM, "an important model or ecosystem user"),
+    )
+    for pattern, why in reasons:
+        hit = f.find(pattern, "title")
+        if hit:
+            return [Finding("R11", "flag", REVIEW, 0.8, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
+    for pattern, why in ((CRASH, "a crash"), (SILENT_WRONG, "silently wrong results")):
+        hit = f.find(pattern, "text")
+        if hit and hit[1] == "body":
+            return [Finding("R11", "flag", REVIEW, 0.6, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
+    return []
+
+
+# --- R12. Fuzzer issues ----------------------------------------------------------------------------------
+
+FUZZER = re.compile(r"\[fuzzer\]|\bfuzz(?:er|ing|ed)\b", I)
+
+
+def _is_fuzzer(f: Facts) -> bool:
+    return "topic: fuzzer" in f.labels or f.has(FUZZER, "title")
+
+
+@rule("R12.1")
+def r12_1_default_tolerances(f: Facts) -> list[Finding]:
+    """rtol/atol are at their defaults in the repro's comparison."""
+    if not _is_fuzzer(f):
+        return []
+    for call in ("allclose", "assert_close", "isclose", "same"):
+        if {"rtol", "atol", "tol"} & f.code.call_kwargs.get(call, set()):
+            return [Finding("R12.1", "check", evidence=f.code.calls.get(call, call), source="code", state="violated",
+                            reason="the repro sets its own tolerances: re-check with the defaults")]
+    return [Finding("R12.1", "check", state="satisfied" if f.code.parsed else "needs_human",
+                    reason="rtol/atol at their defaults")]
+
+
+INDEX_COMPARE = ("argmax", "argmin", "max", "min", "topk", "sort", "argsort")
+
+
+@rule("R12.2")
+def r12_2_no_index_compare(f: Facts) -> list[Finding]:
+    """The repro does not compare indices of max/min (ties make them differ legitimately)."""
+    if not _is_fuzzer(f):
+        return []
+    for name in INDEX_COMPARE:
+        if name in f.code.calls and (name.startswith("arg") or name in ("topk", "sort") or "indices" in f.code.calls[name]):
+            return [Finding("R12.2", "check", evidence=f.code.calls[name], source="code", state="violated",
+                            reason="compares indices of max/min, which ties make differ legitimately")]
+    if f.has(re.compile(r"\bindices\b[^\n]{0,40}?(?:differ|mismatch)|(?:argmax|argmin)\b", I)):
+        hit = f.find(re.compile(r"\bindices\b[^\n]{0,40}?(?:differ|mismatch)|(?:argmax|argmin)\b", I))
+        return [Finding("R12.2", "check", evidence=hit[0], source=hit[1], state="violated",
+                        reason="compares indices of max/min, which ties make differ legitimately")]
+    return [Finding("R12.2", "check", state="satisfied" if f.code.parsed else "needs_human", reason="no index comparison")]
+
+
+@rule("R12.3")
+def r12_3_fp64_reference(f: Facts) -> list[Finding]:
+    """The comparison uses torch._dynamo.utils.same with an fp64 reference."""
+    if not _is_fuzzer(f):
+        return []
+    if "fp64_ref" in f.code.call_kwargs.get("same", set()):
+        return [Finding("R12.3", "check", evidence=f.code.calls["same"], source="code", state="satisfied",
+                        reason="compares with same(..., fp64_ref=...)")]
+    hit = f.find(re.compile(r"fp64_ref", I))
+    if hit:
+        return [Finding("R12.3", "check", evidence=hit[0], source=hit[1], state="satisfied", reason="uses an fp64 reference")]
+    return [Finding("R12.3", "check", state="violated", reason="no fp64 reference: re-check with torch._dynamo.utils.same(..., fp64_ref=...)")]
+
+
+@rule("R12.4")
+def r12_4_normal_triage(f: Facts) -> list[Finding]:
+    """Criteria met and the bug looks common: triage normally."""
+    if not _is_fuzzer(f):
+        return []
+    return [Finding("R12.4", "check", state="needs_human", reason="criteria met and common or easy? then triage normally")]
+
+
+RARE_SETUP = re.compile(
+    r"torch\._(?:dynamo|inductor)\.config\.\w{1,60}\s{0,2}=|emulate_precision_casts|capture_scalar_outputs|\bstride=\(|\bas_strided\b|\bINT_MIN\b|\binf\b|\bnan\b",
+    I,
+)
+
+
+@rule("R12.5")
+def r12_5_low_priority(f: Facts) -> list[Finding]:
+    """A fuzzer bug that is complex and rare (non-default configs, exotic strides/values, a failed check): low priority."""
+    if not _is_fuzzer(f):
+        return []
+    rare = f.find(RARE_SETUP)
+    failed = [x for x in r12_1_default_tolerances(f) + r12_2_no_index_compare(f) if x.state == "violated"]
+    if failed:
+        return [Finding("R12.5", "flag", LOW, 0.6, failed[0].evidence, failed[0].source, "the fuzzer criteria fail: rare or noise")]
+    if rare:
+        return [Finding("R12.5", "flag", LOW, 0.5, rare[0], rare[1], "needs an unusual setup to reproduce: complex and rare")]
+    return []
