@@ -331,19 +331,22 @@ class Client:
     # --- writes -----------------------------------------------------------------------------
 
     def _pace(self) -> None:
-        global _last_write_at
-        with _write_lock:
-            wait = _last_write_at + self.write_interval - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            _last_write_at = time.monotonic()
+        """Sleep until write_interval has passed since the previous mutation was answered."""
+        wait = _last_write_at + self.write_interval - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
 
     def _write(self, action: str, target: str, verb: str, url: str, input=None) -> WriteResult:
-        self._pace()
-        try:
-            answer = self._call(self._writer, verb, url, input=input)
-        except GitHubError as exc:
-            return WriteResult(action, target, exc.status, False, exc.message)
+        global _last_write_at
+        # Counted from the previous answer, not its start: GitHub sees the gap even when a request was slow.
+        with _write_lock:
+            self._pace()
+            try:
+                answer = self._call(self._writer, verb, url, input=input)
+            except GitHubError as exc:
+                return WriteResult(action, target, exc.status, False, exc.message)
+            finally:
+                _last_write_at = time.monotonic()
         ok = 200 <= answer.status < 300
         labels = None
         if ok:

@@ -160,6 +160,9 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
     decision = apply_decision(decision.pk)
 
     assert decision.status == Status.APPLIED, decision.result_message
+    assert (decision.user, decision.labels_added, decision.labels_removed) == (
+        triager, ["module: dynamo", "triaged"], ["needs reproduction"],
+    )  # the audit entry: who asked for what
     assert fake_github.labels_of(1001) == ["module: dynamo", "oncall: pt2", "triaged"]
     assert _writes(fake_github) == [
         ("POST", "/repos/pytorch/pytorch/issues/1001/labels"),
