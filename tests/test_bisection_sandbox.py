@@ -200,3 +200,11 @@ def _processes_of_uid(uid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_it_starts_a_new_fork_server_when_the_old_one_died(server):
+    server.proc.kill()
+    server.proc.wait()
+    code = (Path(__file__).parent / "repros" / "broken_in_eager.py").read_text()
+    report = bisect(code, server=server, limits=Limits(timeout_s=60))
+    assert server.alive and "not a compile bug" in report.summary

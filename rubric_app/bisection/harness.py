@@ -48,6 +48,8 @@ class ForkServer:
         self.lock = threading.Lock()
 
     def start(self) -> None:
+        """Start (or restart) the server process and wait until it has imported torch."""
+        self.close()
         self.base = tempfile.mkdtemp(prefix="bisect-server-")
         boot = (f"import sys; sys.path.insert(0, {PROJECT_ROOT!r}); "
                 "from rubric_app.bisection.forkserver import serve; serve()")
@@ -102,6 +104,7 @@ class ForkServer:
             self.proc = None
         if self.base:
             shutil.rmtree(self.base, ignore_errors=True)
+            self.base = ""
 
 
 _server: ForkServer | None = None
@@ -202,6 +205,8 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
             for name, overrides, on in _probe_plan(failed, code, device, style, cuda):
                 progress(f"{failed['mode']} ({name})", report.results)
                 probe(name, run(failed["mode"], overrides, on))
+            # A crash may be memory corruption, which comes and goes: always check it once more.
+            repeats = max(repeats, 1) if failed["status"] == "crashed" else repeats
             for i in range(repeats):
                 probe("repeat" if i == 0 else f"repeat{i + 1}", run(failed["mode"]))
             progress(failed["mode"], report.results)

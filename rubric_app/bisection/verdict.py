@@ -95,6 +95,8 @@ def decide(results: list[dict], device: str) -> Verdict:
         notes.append(f"has graph breaks ({fullgraph['exception'] or 'fails'} with fullgraph=True)")
     if probes.get("repeat") == "passed":
         notes.append("did not fail again on a repeat run: flaky")
+    elif "repeat" in probes:
+        notes.append(f"reproduced on a repeat run ({probes['repeat']})")
     if label == INDUCTOR and device == "cpu" and "device=cuda" not in probes:
         notes.append("CUDA not checked: oncall: cpu inductor (R2.4) needs a passing GPU run")
     summary = f"First failure: {bad['mode']} ({bad['status']}). Component: {component}."
