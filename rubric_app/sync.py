@@ -368,6 +368,9 @@ def _apply_event(event: str, payload: dict) -> list[int]:
         return []
     if event not in ("issues", "issue_comment") or "issue" not in payload:
         return []
+    repo = (payload.get("repository") or {}).get("full_name")
+    if repo and repo != settings.GITHUB_REPO:
+        return []  # an org-wide hook: another repo's #n is not our #n
     data = github.parse_issue(payload["issue"])
     action = payload.get("action", "")
     if event == "issues" and action in ("deleted", "transferred"):

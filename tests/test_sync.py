@@ -193,6 +193,15 @@ def test_it_prints_a_one_line_summary_from_the_command(fake_github, capsys):
     assert "full sync: 2 issues fetched, 2 changed" in out and "2 comments" in out and "requests" in out
 
 
+def test_it_reports_a_github_failure_from_the_command_in_one_clear_line(fake_github):
+    from django.core.management.base import CommandError
+
+    fake_github.inject("error", path=r"/labels$", status=503, times=20)
+
+    with pytest.raises(CommandError, match="Sync stopped: .*kept failing.*resumes"):
+        call_command("sync_queue", "--full")
+
+
 def test_it_runs_a_full_sync_first_when_there_is_no_high_water_mark(fake_github):
     _queue(fake_github, 2)
 

@@ -159,6 +159,17 @@ def test_it_ignores_issues_outside_the_queue_it_does_not_know(client, fake_githu
     assert not Issue.objects.filter(number=10).exists()
 
 
+def test_it_ignores_events_of_another_repo(client, fake_github):
+    make_issue(14, title="ours")
+    payload = _issue_payload(fake_github, 14, title="theirs")
+    payload["repository"] = {"full_name": "pytorch/vision"}
+    _post(client, "issues", payload, delivery="d-14")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="d-14").pk)
+
+    assert Issue.objects.get(number=14).title == "ours"
+
+
 def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, fake_github):
     fake_github.add_issue(11)
     comment = fake_github.add_comment(11, "fails on aot_eager too")
