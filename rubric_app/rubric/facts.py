@@ -88,18 +88,18 @@ def _alternatives_needles(seq: list) -> list[str] | None:
         else:
             best, run = max(best, run, key=len), ""
     best = max(best, run, key=len)
-    if len(best) >= 3:
-        return [best]
+    # Candidates: the longest literal run, or the needles of any group that must match (any of its
+    # alternatives will do). The one whose shortest needle is longest filters best.
+    candidates = [[best]] if len(best) >= 3 else []
     for op, arg in seq:
-        # A group that must match (not optional): any of its alternatives' needles will do.
         sub = (
             _alternatives_needles(list(arg[3])) if op is sre_constants.SUBPATTERN
             else _alternatives_needles([(op, arg)]) if op is sre_constants.BRANCH
             else None
         )
         if sub:
-            return sub
-    return None
+            candidates.append(sub)
+    return max(candidates, key=lambda c: min(map(len, c))) if candidates else None
 
 
 def _contains_any(text: str, required: tuple[str, ...]) -> bool:

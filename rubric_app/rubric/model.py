@@ -40,10 +40,10 @@ def features(sources: list[Source], findings: Iterable[Finding]) -> dict[str, tu
     found: dict[str, tuple[str, str]] = {}
     for source in sources:
         prefix = "t:" if source.name == "title" else "b:"
-        for match in TOKEN.finditer(source.text[:MAX_TEXT]):
-            word = match.group(0).lower()
+        for token in set(TOKEN.findall(source.text[:MAX_TEXT])):
+            word = token.lower()
             if word not in STOP:
-                found.setdefault(prefix + word, (match.group(0), source.name))
+                found.setdefault(prefix + word, (token, source.name))
     for x in findings:
         if x.kind in ("add", "route", "flag", "avoid"):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
@@ -61,7 +61,7 @@ class LabelModel:
     def predict(self, feats: dict[str, tuple[str, str]], top: int = 3) -> dict[str, tuple[float, list[str]]]:
         out = {}
         for label, w in self.weights.items():
-            contributions = [(w[f], f) for f in feats if f in w]
+            contributions = [(w[f], f) for f in feats.keys() & w.keys()]
             z = self.bias[label] + sum(c for c, _ in contributions)
             p = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
             out[label] = (p, [f for c, f in sorted(contributions, reverse=True)[:top] if c > 0])

@@ -52,11 +52,12 @@ DECOMP_PARTITION_PASSES = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.;,]{
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
 SILENT_WRONG = re.compile(
     r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
-    r"|produces? (?:numerically )?(?:different|inconsistent|incorrect|wrong)|\b(?:output|numerical|result|accuracy) (?:mismatch|discrepancy|inconsistency)"
+    r"|produces? (?:numerically )?(?:different|inconsistent|incorrect|wrong)"
+    r"|\b(?:output|numerical|result|accuracy) mismatch|\b(?:output|numerical|result|accuracy) discrepancy|\b(?:output|numerical|result|accuracy) inconsistency"
     r"|\binconsisten(?:t|cy) (?:results?|outputs?|behaviou?r)|\[inconsisten\w{0,4}\]|differs? from eager|diverges? from eager|eager and compiled? (?:disagree|differ)"
-    r"|\bdivergence\b|returns? NaN|outputs? NaN|\bmismatch (?:between|with|compared)"
+    r"|\bdivergence\b|return NaN|returns NaN|output NaN|outputs NaN|\bmismatch (?:between|with|compared)"
     # "compile ignores X" / "does nothing": no error, just not what eager does.
-    r"|\bignor(?:es|ed|ing) (?:the |a |my )?`?[\w.]{2,40}|\bdoes(?: not|n't) (?:recompile|persist|propagate|preserve)|\bdoes nothing\b"
+    r"|\bignor(?:es|ed|ing) (?:the |a |my )?`?[\w.]{2,40}|\bdoes not (?:recompile|persist|propagate|preserve)|\bdoesn't (?:recompile|persist|propagate|preserve)|\bdoes nothing\b"
     r"|\bincorrect(?:ly)? (?:indices|strides|shapes?)\b|\bprecision (?:bug|is lower|appears to be lower|loss)",
     I,
 )
@@ -134,7 +135,7 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
 DYNAMO_TITLE = re.compile(r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I)
 DYNAMO_ERROR = re.compile(
     r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError)\b|\bInternalTorchDynamoError\b"
-    r"|\bUnsupported: [^\n]{1,80}|graph[ _-]?break(?:s|ing)?\b|\bbytecode\b|\bskipfiles\b|InstructionTranslator\w*"
+    r"|\bUnsupported: [^\n]{1,80}|graph break\w{0,3}|graph_break\w{0,3}|graph-break\w{0,3}|graphbreak\w{0,3}|\bbytecode\b|\bskipfiles\b|InstructionTranslator\w*"
     r"|\b\w{2,40}Variable\(\w{0,40}\)?|\bfullgraph\s{0,2}=\s{0,2}True\b[^\n]{0,60}?(?:fails|error)",
     I,
 )
@@ -260,9 +261,9 @@ def r2_3_fails_tracing(f: Facts) -> list[Finding]:
 
 CPU_TITLE = re.compile(r"\[cpu\]|\bcpu\b|mkldnn|onednn|\bx86\b|\bavx\w{0,6}|\bvectori[sz]ed\b|\bwindows\b|\bmsvc\b", I)
 CPU_ONLY = re.compile(
-    r"only (?:on|with) (?:the )?cpu|(?:works|passes|fine) on (?:cuda|gpu)[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
+    r"only on cpu|only on the cpu|only with cpu|(?:works|passes|fine) on cuda[^\n.]{0,40}?(?:but|fails) (?:on )?cpu|(?:works|passes|fine) on gpu[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
     r"|\bmkldnn\w{0,20}|\bonednn\b|\bCppCompileError\b|C\+\+ compile error|cpp_fused_\w{1,60}|\bMSVC\b"
-    r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ (?:CPU )?backend"
+    r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ backend|C\+\+ CPU backend"
     # A CPU-only torch build (the version string of collect_env): whatever fails, fails on Inductor's CPU backend.
     r"|\b[12]\.\d{1,2}\.\d{1,2}(?:\.dev\d{8})?\+cpu\b",
     I,
@@ -309,7 +310,7 @@ SIDE_EFFECT = re.compile(
     r"side[ -]effects?|global (?:state|variables?)|\bnonlocal\b|random\.seed|__torch_function__|tensor subclass\w{0,2}|autograd\.Function"
     r"|\bfunctools\.\w{1,20}|\bNamedTuple\b|namedtuple|(?:forward|backward)(?:_pre)?_hooks?|register_\w{0,20}hook|context manager|\bgenerators?\b"
     r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\bsuper\(\)|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
-    r"|class attribute|attributes? (?:is |are )?mutated|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
+    r"|class attribute|attribute is mutated|attributes are mutated|attribute mutated|attributes mutated|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
     I,
 )
 
@@ -372,7 +373,7 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
 
 DISPATCHER_TITLE = re.compile(r"\[aot[_ ]?autograd\]|\baot[_ ]?autograd\b|AOTAutograd|\baot[_ ]?dispatch\w{0,3}", I)
 DISPATCHER_CAUSE = re.compile(
-    r"\bfunctionali[sz]\w{1,10}|\bFakeTensor\w{0,10}|\bfake[ _]tensors?\b|\btorch\.library\.\w{1,20}|\bcustom[ _]op(?:erator)?s?\b|\bregister_fake\b"
+    r"\bfunctionali[sz]\w{1,10}|\bFakeTensor\w{0,10}|\bfake tensors?\b|\bfake_tensors?\b|\btorch\.library\.\w{1,20}|\bcustom ops?\b|\bcustom_ops?\b|\bcustom operators?\b|\bregister_fake\b"
     r"|synthetic[ _]base|input mutations?|\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
     I,
 )
