@@ -136,11 +136,32 @@ def test_it_extracts_the_best_repro_from_body_and_comments():
         "print(torch.compile(f)(torch.randn(3)))\n```\nthanks"
     )
     found = extract_repro([body, comment_a, comment_b])
-    assert found.source == 2 and found.style == "script"
-    assert found.code.startswith("import torch\n") and "torch.compile(f)" in found.code
+    assert found.source == 2
+    assert found.original.startswith("import torch\n") and "torch.compile(f)" in found.original
+    # Simple enough to convert to the convention, which gets a float64 reference.
+    assert found.style == "module" and detect_style(found.code) == "module"
+    assert "fn = f\n" in found.code and "return [(torch.randn(3),)]" in found.code
     module = "```python\nimport torch\ndef fn(x):\n    return x + 1\ndef make_inputs():\n    return (torch.ones(2),)\n```"
-    assert extract_repro([module]).style == "module"
+    assert extract_repro([module]).style == "module" and extract_repro([module]).original == ""
     assert extract_repro(["no code here", "```python\nprint('hi')\n```"]) is None
+
+
+def test_it_keeps_a_script_it_cannot_convert_as_a_script():
+    two_sites = "```python\nimport torch\na = torch.compile(f)\nb = torch.compile(g)\nprint(a(1), b(2))\n```"
+    assert extract_repro([two_sites]).style == "script"
+    keywords = "```python\nimport torch\nopt = torch.compile(f)\nopt(torch.ones(2), scale=2)\n```"
+    assert extract_repro([keywords]).style == "script"
+
+
+def test_it_bisects_a_converted_script_with_a_float64_reference():
+    # Without max-autotune: its CPU autotuning would only make this test slower.
+    script = (REPROS / "script_inductor_accuracy.py").read_text().replace(', mode="max-autotune-no-cudagraphs"', "")
+    found = extract_repro([f"```python\n{script}```"])
+    assert found.style == "module" and "COMPILE_KWARGS = {}" in found.code
+    report = bisect(found.code, limits=Limits(timeout_s=60))
+    assert [r["status"] for r in report.results] == ["passed"] * 5 + ["diverged"]
+    assert "(float64 reference)" in report.results[-1]["message"]
+    assert [x["label"] for x in report.labels] == ["module: inductor", "triage review"]
 
 
 def _processes_with_cmdline(needle: bytes) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from dataclasses import dataclass
 
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
@@ -14,12 +15,14 @@ NOT_CODE = re.compile(r"Traceback \(most recent call last\)|^\s*File \"", re.M)
 
 @dataclass(frozen=True)
 class Repro:
-    """A candidate repro: the code, its style ("module" or "script") and where it came from (index into texts)."""
+    """A candidate repro: the code, its style ("module" or "script"), where it came from (index into
+    texts), and the block as posted when `code` is its conversion to the module convention."""
 
     code: str
     style: str
     source: int
     score: int
+    original: str = ""
 
 
 def detect_style(code: str) -> str:
@@ -76,4 +79,120 @@ def extract_repro(texts: list[str]) -> Repro | None:
                 continue
             if best is None or score > best.score:
                 best = Repro(code=code, style=detect_style(code), source=index, score=score)
+    if best is not None and best.style == "script":
+        converted = to_module_style(best.code)
+        if converted is not None:
+            return Repro(code=converted, style="module", source=best.source, score=best.score, original=best.code)
     return best
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+
+
+def _is_compile(node: ast.AST) -> bool:
+    """torch.compile / torch.compile(...) as a callee or decorator."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    return isinstance(node, ast.Attribute) and node.attr == "compile" and isinstance(node.value, ast.Name) \
+        and node.value.id == "torch"
+
+
+def _assigned(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _literal_kwargs(call: ast.Call) -> dict | None:
+    try:
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg}
+    except ValueError:
+        return None
+    kwargs.pop("backend", None)  # each mode sets its own
+    return kwargs
+
+
+def to_module_style(code: str) -> str | None:
+    """Rewrite a simple script into the module convention (fn, make_calls, COMPILE_KWARGS), or return None.
+
+    "Simple": one torch.compile site (`opt = torch.compile(f, ...)`, `@torch.compile` on a def, or
+    `torch.compile(f)(args)`), literal compile kwargs, and compiled calls with positional arguments
+    the script computes before them. Statements that use a compiled result (prints, asserts,
+    comparisons) are dropped: the harness compares with eager itself, with a float64 reference.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    body: list[ast.stmt] = []
+    for stmt in tree.body:  # a __main__ guard's body counts as top level
+        test = getattr(stmt, "test", None)
+        if isinstance(stmt, ast.If) and "__name__" in _names(test) and not stmt.orelse:
+            body.extend(stmt.body)
+        else:
+            body.append(stmt)
+    sites = [n for n in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(n, ast.Attribute) and _is_compile(n)]
+    if len(sites) != 1:
+        return None
+    target = kwargs = stripped = None
+    callees: set[str] = set()
+    kept: list[ast.stmt] = []
+    calls: list[ast.Call] = []
+    dropped: set[str] = set()
+    for stmt in body:
+        if target is None and isinstance(stmt, ast.FunctionDef) and any(map(_is_compile, stmt.decorator_list)):
+            decorator = next(d for d in stmt.decorator_list if _is_compile(d))
+            kwargs = _literal_kwargs(decorator) if isinstance(decorator, ast.Call) else {}
+            stmt.decorator_list.remove(decorator)
+            stripped, target, callees = stmt, stmt.name, {stmt.name}
+            kept.append(stmt)
+            continue
+        if (target is None and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and _is_compile(stmt.value)
+                and isinstance(stmt.value, ast.Call) and len(stmt.value.args) == 1
+                and isinstance(stmt.value.args[0], ast.Name)):
+            target, kwargs = stmt.value.args[0].id, _literal_kwargs(stmt.value)
+            callees = {stmt.targets[0].id}
+            continue
+        found = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and (
+            (isinstance(n.func, ast.Name) and n.func.id in callees) or (_is_compile(n.func) and isinstance(n.func, ast.Call)))]
+        if found:
+            for call in found:
+                if isinstance(call.func, ast.Call):  # torch.compile(f, ...)(args)
+                    inner = call.func
+                    if len(inner.args) != 1 or not isinstance(inner.args[0], ast.Name):
+                        return None
+                    target, kwargs = inner.args[0].id, _literal_kwargs(inner)
+                calls.append(call)
+            dropped |= _assigned(stmt)
+        elif _names(stmt) & (dropped | (callees - {target})):
+            dropped |= _assigned(stmt)
+        else:
+            kept.append(stmt)
+    if target is None or kwargs is None or not calls:
+        return None
+    for call in calls:
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or _names(call) & dropped - callees:
+            return None
+    if target in dropped or any(target in _assigned(s) for s in kept if not isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.Assign))):
+        return None
+    args = ", ".join(_tuple([ast.unparse(a) for a in call.args]) for call in calls)
+    kept_code, previous = "", None
+    for stmt in kept:
+        if stmt is stripped:
+            text = ast.unparse(stmt)  # the source still has the torch.compile decorator
+        else:  # the posted text, comments inside statements included
+            text = textwrap.dedent(ast.get_source_segment(code, stmt, padded=True) or ast.unparse(stmt))
+        blocks = (ast.FunctionDef, ast.ClassDef)
+        spacing = "\n\n\n" if isinstance(stmt, blocks) or isinstance(previous, blocks) else "\n"
+        kept_code += (spacing if kept_code else "") + text
+        previous = stmt
+    return (
+        "# Converted from the posted script to the harness convention (fn + make_calls);\n"
+        "# prints and checks on the compiled result were dropped: the harness compares with eager.\n"
+        f"{kept_code}\n\n\nfn = {target}\nCOMPILE_KWARGS = {kwargs!r}\n\n\n"
+        f"def make_calls():\n    return [{args}]\n"
+    )
