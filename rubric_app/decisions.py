@@ -29,12 +29,14 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool) -
 
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
     (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
-    (G5: that one oncall label, no module labels, no `triaged`). review flags `triage review`
+    (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review flags `triage review`
     (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6). Labels
     currently on the issue are only removed by these rules, never because they were not ticked.
     """
     current = set(issue.label_names())
     target = set(current) | set(chosen)
+    if not route:  # no routing choice: the issue stays in the PT2 lane it is in
+        route = CPU_INDUCTOR_ONCALL if CPU_INDUCTOR_ONCALL in current else PT2_ONCALL
     if route in ("pt2", PT2_ONCALL):
         oncall = PT2_ONCALL
     elif route in ("cpu inductor", CPU_INDUCTOR_ONCALL):

@@ -63,6 +63,12 @@ def test_it_moves_the_issue_to_the_cpu_inductor_lane(db):
     )
 
 
+def test_it_keeps_the_lane_when_no_route_is_chosen(db):
+    issue = make_issue(labels=("oncall: cpu inductor",))
+
+    assert plan_changes(issue, chosen=["module: inductor"], route="", review=False) == (["module: inductor", "triaged"], [])
+
+
 def test_it_hands_off_with_one_oncall_label_and_no_module_labels_per_g5(db):
     issue = make_issue(labels=("oncall: pt2", "module: dynamo", "triaged", "needs reproduction"))
 
