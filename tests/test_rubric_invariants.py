@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
+from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate, rules, rules_domain
+from rubric_app.rubric.facts import _FOLD, needles
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
 
@@ -96,3 +99,29 @@ def test_it_survives_hostile_text_quickly():
         a = evaluate(issue)
         assert a.route in ("pt2", "cpu inductor", "handoff", "skip")
         assert all(len(s.evidence) <= 1_000 for s in a.add)
+
+
+PATTERN_TEXT = st.lists(
+    st.one_of(st.sampled_from(PHRASES), st.sampled_from(["İ", "ı", "ſ", "K", "É", "ß", "\n", " ", "`", "."]),
+              st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_ .()[]=+'\"\n", max_size=20)),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PATTERN_TEXT)
+def test_it_prefilters_without_losing_a_match(text):
+    # The literal prefilter (facts.needles) only skips searches that could not match.
+    folded = text.translate(_FOLD).lower()
+    patterns = [
+        (name, value) for module in (rules, rules_domain) for name, value in vars(module).items()
+        if isinstance(value, re.Pattern)
+    ] + [
+        (row[0], item) for module in (rules, rules_domain) for value in vars(module).values() if isinstance(value, tuple)
+        for row in value if isinstance(row, tuple) for item in row if isinstance(item, re.Pattern)
+    ]
+    assert len(patterns) > 50
+    for name, pattern in patterns:
+        if pattern.search(text):
+            required = needles(pattern)
+            assert required is None or any(n in folded for n in required), name

@@ -102,6 +102,11 @@ def _alternatives_needles(seq: list) -> list[str] | None:
     return max(candidates, key=lambda c: min(map(len, c))) if candidates else None
 
 
+# The four non-ASCII letters re.IGNORECASE matches to ASCII ones (see the re docs): folded the same
+# way before the `in` tests, so the prefilter never skips text the pattern would match.
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
 def _contains_any(text: str, required: tuple[str, ...]) -> bool:
     for needle in required:
         if needle in text:
@@ -134,7 +139,7 @@ class Facts:
 
     def _search(self, pattern: re.Pattern[str], where: str) -> tuple[str, str] | None:
         if not self._lowered:
-            self._lowered = [s.text.lower() for s in self.sources]
+            self._lowered = [s.text.translate(_FOLD).lower() for s in self.sources]
             # title, then body and comments as one string: one `in` test rules out every source at once.
             text = "\n".join(self._lowered[1:])
             self._lowered_whole = (self._lowered[0], text, self._lowered[0] + "\n" + text)
