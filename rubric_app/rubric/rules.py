@@ -165,8 +165,7 @@ def r1_3_symbolic(f: Facts) -> list[Finding]:
 
 
 DATA_DEPENDENT = re.compile(
-    r"GuardOnDataDependentSymNode|data[ -]dependent|\bunbacked\b(?: symbols?| sizes?| ints?)?|\bsize[ -]like\b"
-    r"|capture_dynamic_output_shape_ops",
+    r"GuardOnDataDependentSymNode|data[ -]dependent|\bunbacked\b(?: symbols?| sizes?| ints?)?|\bsize[ -]like\b",
     I,
 )
 DATA_DEPENDENT_OPS = re.compile(r"\.item\(\)|\.nonzero\(|torch\.nonzero\b|\.tolist\(\)|torch\.unique\b", I)
@@ -309,7 +308,7 @@ def r3_1_dropped_inplace(f: Facts) -> list[Finding]:
 SIDE_EFFECT = re.compile(
     r"side[ -]effects?|global (?:state|variables?)|\bnonlocal\b|random\.seed|__torch_function__|tensor subclass\w{0,2}|autograd\.Function"
     r"|\bfunctools\.\w{1,20}|\bNamedTuple\b|namedtuple|(?:forward|backward)(?:_pre)?_hooks?|register_\w{0,20}hook|context manager|\bgenerators?\b"
-    r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\bsuper\(\)|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
+    r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
     r"|class attribute|attribute is mutated|attributes are mutated|attribute mutated|attributes mutated|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
     I,
 )
