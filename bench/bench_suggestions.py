@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from itertools import cycle, islice
@@ -19,23 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rubric_app.rubric import evaluate  # noqa: E402  (pure Python: no Django setup needed)
-from rubric_app.rubric.evaluation import issue_from_record, read_jsonl  # noqa: E402
+from rubric_app.rubric.evaluation import issue_from_record, keyword_baseline, read_jsonl  # noqa: E402
 
 TARGET_S = 10.0
-# The baseline: what a keyword labeler does, one regex per label over title and body.
-BASELINE = {
-    "module: dynamo": re.compile(r"dynamo|graph break", re.I),
-    "module: inductor": re.compile(r"inductor|triton", re.I),
-    "module: dynamic shapes": re.compile(r"dynamic|symint", re.I),
-    "module: pt2-dispatcher": re.compile(r"aot_?autograd|functionaliz|fake ?tensor", re.I),
-}
-
-
-def baseline(issue) -> list[str]:
-    text = issue.title + "\n" + issue.body
-    return [label for label, pattern in BASELINE.items() if pattern.search(text)]
-
-
 def timed(fn, issues) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process): on a loaded machine the CPU time is the fair figure."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -60,7 +45,7 @@ def main() -> None:
         issues.append(issue)
 
     evaluate(issues[0])  # load the catalog once, outside the timing
-    base_wall, base_cpu = timed(baseline, issues)
+    base_wall, base_cpu = timed(keyword_baseline, issues)
     wall, cpu = timed(evaluate, issues)
     n = len(issues)
     print(f"issues:            {n} (dev set of {len(records)} cycled), one core")

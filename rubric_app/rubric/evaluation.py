@@ -8,6 +8,7 @@ sorts after the fifth is unknown and counts as neither a hit nor a miss.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,21 @@ COMPONENTS = (
 ALIASES = {"module: aotdispatch": DISPATCHER, "module: cpu inductor": CPU_ONCALL}
 # Review flag: R11 sends what used to get `high priority` straight away through `triage review`.
 REVIEW_TRUTH = (REVIEW, "high priority")
+
+
+# Reference points scored on the same data: what a keyword labeler does, one regex per label.
+KEYWORD_BASELINE = {
+    "module: dynamo": re.compile(r"dynamo|graph break", re.I),
+    "module: inductor": re.compile(r"inductor|triton", re.I),
+    "module: dynamic shapes": re.compile(r"dynamic|symint", re.I),
+    "module: pt2-dispatcher": re.compile(r"aot_?autograd|functionaliz|fake ?tensor", re.I),
+}
+
+
+def keyword_baseline(issue: IssueText) -> list[str]:
+    """The labels whose keyword appears in the title or body."""
+    text = issue.title + "\n" + issue.body
+    return [label for label, pattern in KEYWORD_BASELINE.items() if pattern.search(text)]
 
 
 class InputError(ValueError):

@@ -10,6 +10,8 @@ from rubric_app.rubric.evaluation import (
     REVIEW_TRUTH,
     InputError,
     cross_validate,
+    issue_from_record,
+    keyword_baseline,
     predict,
     read_jsonl,
     score,
@@ -57,6 +59,11 @@ class Command(BaseCommand):
             self._report("rules + shipped model", records, predict(records, model=model), per_label=True)
         if kfold:
             self._report(f"rules + model, {kfold}-fold held out", records, cross_validate(records, kfold), per_label=False)
+        blind = [issue_from_record(r, use_labels=False) for r in records]
+        for name, predicted in (("baseline: every issue module: dynamo", [["module: dynamo"]] * len(records)),
+                                ("baseline: keyword regex labeler", [keyword_baseline(i) for i in blind])):
+            c = score(records, predicted).components
+            self.stdout.write(f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}")
         if halves:
             order = sorted(range(len(records)), key=lambda i: records[i]["number"])
             for name, part in (("rules alone, older half", order[: len(order) // 2]), ("rules alone, newer half", order[len(order) // 2 :])):
