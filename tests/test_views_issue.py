@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from html import unescape
 
 import pytest
 from django.urls import reverse
 
+from rubric_app.bisection import extract_repro
 from rubric_app.models import BisectionRun, Comment, Suggestion, TriageDecision
 from tests.conftest import make_issue, make_label
 
@@ -223,7 +225,9 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, view
 def test_it_prefills_the_repro_from_the_issue_text(client, triager, triaged_issue):
     client.force_login(triager)
     html = client.get(_url("issue", 2001)).content.decode()
-    assert "torch.compile(f)(x)" in html.split('name="code"')[1].split("</textarea>")[0]
+    textarea = unescape(html.split('name="code"')[1].split(">", 1)[1].split("</textarea>")[0])
+    assert textarea.strip() == extract_repro([triaged_issue.body]).code.strip()  # the harness-ready repro
+    assert "import torch" in textarea
 
 
 def test_it_starts_a_bisection_with_the_edited_code(client, triager, triaged_issue):

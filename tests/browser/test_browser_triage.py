@@ -91,6 +91,8 @@ def test_it_triages_from_the_queue_in_two_clicks(transactional_db, celery_worker
     page.goto("/")
     clicks = ['[data-issue-row="5003"] [data-accept]', "#apply-preview-5003 [data-apply]"]
     page.click(clicks[0])
+    page.wait_for_selector(clicks[1])
+    assert page.inner_text("#apply-preview-5003 .plan").split("\n") == ["+ module: dynamo", "+ triaged"]
     screenshot(page, "queue-accept-preview")
     page.click(clicks[1])
     _wait_for_status(page, "applied", "#apply-preview-5003")
