@@ -63,6 +63,10 @@ def test_it_blames_inductor_for_a_wrong_lowering_and_flags_the_silent_divergence
     assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
     # No GPU checked here, so no "oncall: cpu inductor" (R2.4) yet: it needs a passing CUDA run.
     assert "CUDA not checked" in report.summary
+    # torch's CompilerBisector, run inside the sandbox, finds the overridden lowering.
+    assert by_mode["inductor"]["narrowed"]["subsystem"] == "lowerings"
+    assert "sigmoid" in by_mode["inductor"]["narrowed"]["debug_info"]
+    assert "narrows it to inductor / lowerings" in report.summary
 
 
 def test_it_says_dynamic_shapes_only_when_dynamic_false_makes_it_pass():
@@ -158,7 +162,7 @@ def test_it_bisects_a_converted_script_with_a_float64_reference():
     script = (REPROS / "script_inductor_accuracy.py").read_text().replace(', mode="max-autotune-no-cudagraphs"', "")
     found = extract_repro([f"```python\n{script}```"])
     assert found.style == "module" and "COMPILE_KWARGS = {}" in found.code
-    report = bisect(found.code, limits=Limits(timeout_s=60))
+    report = bisect(found.code, limits=Limits(timeout_s=60), narrow=False)
     assert [r["status"] for r in report.results] == ["passed"] * 5 + ["diverged"]
     assert "(float64 reference)" in report.results[-1]["message"]
     assert [x["label"] for x in report.labels] == ["module: inductor", "triage review"]

@@ -107,7 +107,7 @@ def _install_phase_markers() -> None:
     OutputGraph.call_user_compiler = call_user_compiler
 
 
-def _configure(mode: str, workdir: str) -> None:
+def _configure(mode: str, workdir: str, narrow: bool = False) -> None:
     """Per-run compile settings, applied in the child (the fork server's env was read at import)."""
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
@@ -125,7 +125,7 @@ def _configure(mode: str, workdir: str) -> None:
     dynamo_config.suppress_errors = False
     if mode == "eager":
         dynamo_config.disable = True
-    else:
+    elif not narrow:  # CompilerBisector picks the backends itself
         # Per graph, inside Dynamo: also catches torch._dynamo.optimize(custom_backend).
         dynamo_config.debug_backend_override = f">=0:{BACKENDS[mode]}"
 
@@ -226,6 +226,46 @@ def _run_module_style(ns: dict, mode: str, device: str, overrides: dict, recorde
     return result
 
 
+def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
+    """Run torch's CompilerBisector here, in the sandbox: which subsystem (and which pass, op or node)
+    makes the compiled fn differ from eager. Returns {} when it finds nothing to blame.
+
+    The oracle compiles afresh each call; the bisector steers the backend and the
+    subsystems through its own state, so no backend override is set for this child.
+    """
+    import torch
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    from .compare import compare_outputs
+
+    fn = ns["fn"]
+    calls = ns["make_calls"]() if "make_calls" in ns else [ns["make_inputs"]()]
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.to(device)
+    kwargs = dict(ns.get("COMPILE_KWARGS", {}))
+    tol = float(ns["TOL"]) if isinstance(ns.get("TOL"), (int, float)) else 1e-4
+    ref = {"outputs": [_detach(fn(*_to(args, device, False))) for args in calls], "fp64": None}
+    try:
+        ref["fp64"] = [_detach(fn(*_to(args, device, True))) for args in calls] if not isinstance(fn, torch.nn.Module) else None
+    except Exception:  # noqa: BLE001 - no float64 reference, allclose only
+        ref["fp64"] = None
+
+    def good() -> bool:
+        torch._dynamo.reset()
+        compiled = compile_fn(fn, backend="inductor", **kwargs)
+        try:
+            outs = [_detach(compiled(*_to(args, device, False))) for args in calls]
+        except Exception:  # noqa: BLE001 - any failure is "bad" for the bisector
+            return False
+        return not compare_outputs(ref, {"outputs": outs}, tol)
+
+    found = CompilerBisector.do_bisect(good)
+    if found is None:
+        return {}
+    return {"backend": found.backend, "subsystem": found.subsystem or "", "bisect_number": found.bisect_number,
+            "debug_info": str(found.debug_info or "")[:500]}
+
+
 def is_module_style(ns_or_names) -> bool:
     return "fn" in ns_or_names and ("make_inputs" in ns_or_names or "make_calls" in ns_or_names)
 
@@ -238,7 +278,7 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
     try:
         import torch
 
-        _configure(spec["mode"], workdir)
+        _configure(spec["mode"], workdir, spec.get("narrow", False))
         _install_phase_markers()
         recorder = Recorder(spec["mode"], spec.get("overrides", {}))
     except Exception as exc:  # noqa: BLE001 - our bug, not the repro's: say so, never blame the repro
@@ -258,6 +298,12 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 raise RuntimeError(f"the script exited with status {exc.code!r}") from None
+        if spec.get("narrow"):
+            torch.manual_seed(0)
+            narrowed = _narrow(module.__dict__, spec["device"], recorder.original)
+            emit({"event": "result", "status": "passed", "phase": "", "exception": "", "message": "",
+                  "traceback": "", "narrowed": narrowed})
+            return
         if spec["style"] == "module":
             torch.manual_seed(0)
             payload = _run_module_style(module.__dict__, spec["mode"], spec["device"], spec.get("overrides", {}), recorder)

@@ -87,9 +87,13 @@ class ForkServer:
             return self._read(timeout)
 
     def run_mode(self, key: str, mode: str, code: str, style: str, device: str, limits: Limits,
-                 overrides: dict | None = None) -> dict:
+                 overrides: dict | None = None, narrow: bool = False) -> dict:
+        """Run one mode in a fresh sandboxed child; returns {"result", "log", "sandbox"}.
+
+        narrow: run torch's CompilerBisector in that child instead (module style).
+        """
         spec = {"key": key, "mode": mode, "code": code, "style": style, "device": device,
-                "overrides": overrides or {}}
+                "overrides": overrides or {}, "narrow": narrow}
         return self.request({"op": "run", "spec": spec, "limits": asdict(limits)}, timeout=limits.timeout_s + 60)
 
     def forget(self, key: str) -> None:
@@ -155,13 +159,16 @@ def _probe_plan(result: dict, code: str, device: str, style: str, cuda: bool) ->
 
 def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: Limits | None = None,
            server: ForkServer | None = None, on_progress: Callable[[str, list[dict]], None] | None = None,
-           repeats: int = 0, cuda_probe: bool | None = None, stop_at_first_failure: bool = True) -> Report:
+           repeats: int = 0, cuda_probe: bool | None = None, narrow: bool = True,
+           stop_at_first_failure: bool = True) -> Report:
     """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
 
     on_progress(current_mode, results) is called before each mode and after
     each result, so callers can persist progress as it happens. cuda_probe
     (default: when the machine has a GPU) re-runs a CPU inductor failure on
-    cuda for R2.4. Raises ForkServerError only if the fork server itself dies.
+    cuda for R2.4; narrow runs torch's CompilerBisector on an Inductor error or
+    divergence of a module-style repro (the subsystem and pass/op to blame).
+    Raises ForkServerError only if the fork server itself dies.
     """
     server = server or shared_server()
     limits = limits or Limits()
@@ -171,8 +178,8 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
     key = uuid.uuid4().hex
     logs: list[str] = []
 
-    def run(mode: str, overrides: dict | None = None, on: str = device) -> dict:
-        reply = server.run_mode(key, mode, code, style, on, limits, overrides)
+    def run(mode: str, overrides: dict | None = None, on: str = device, narrow: bool = False) -> dict:
+        reply = server.run_mode(key, mode, code, style, on, limits, overrides, narrow)
         if not report.sandbox:
             report.sandbox = reply["sandbox"]
         tag = f"{mode}" + (f" {overrides}" if overrides else "") + (f" on {on}" if on != device else "")
@@ -209,6 +216,11 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
             repeats = max(repeats, 1) if failed["status"] == "crashed" else repeats
             for i in range(repeats):
                 probe("repeat" if i == 0 else f"repeat{i + 1}", run(failed["mode"]))
+            if narrow and failed["mode"] == "inductor" and failed["status"] in ("raised", "diverged") and style == "module":
+                progress("inductor (CompilerBisector)", report.results)
+                narrowed = run("inductor", narrow=True)
+                failed["probes"]["CompilerBisector"] = narrowed["status"]
+                failed["narrowed"] = narrowed.get("narrowed") or {}
             progress(failed["mode"], report.results)
     finally:
         try:

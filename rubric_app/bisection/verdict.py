@@ -97,6 +97,12 @@ def decide(results: list[dict], device: str) -> Verdict:
         notes.append("did not fail again on a repeat run: flaky")
     elif "repeat" in probes:
         notes.append(f"reproduced on a repeat run ({probes['repeat']})")
+    narrowed = bad.get("narrowed") or {}
+    if narrowed.get("subsystem"):
+        where = f" ({narrowed['debug_info']})" if narrowed.get("debug_info") else ""
+        notes.append(f"torch's CompilerBisector narrows it to {narrowed['backend']} / {narrowed['subsystem']}{where}")
+    elif narrowed.get("backend"):
+        notes.append(f"torch's CompilerBisector blames backend {narrowed['backend']} (no narrower subsystem)")
     if label == INDUCTOR and device == "cpu" and "device=cuda" not in probes:
         notes.append("CUDA not checked: oncall: cpu inductor (R2.4) needs a passing GPU run")
     summary = f"First failure: {bad['mode']} ({bad['status']}). Component: {component}."
