@@ -116,20 +116,28 @@ def _label_ids(labels) -> dict[str, int]:
 
 
 def store_issues(items: list[github.IssueData], *, gh: github.Client | None, report: SyncReport,
-                 only_known_or_queued: bool = True) -> list[int]:
+                 only_known_or_queued: bool = True, authoritative: bool = True) -> list[int]:
     """Upsert issues (skipping PRs and older data) and their comments; returns the ids that changed.
 
     Issues not in the queue and unknown locally are ignored. Comments are fetched
     (gh given) only when comments_count or updated_at changed. Call inside a transaction.
+    authoritative: the data was just read from GitHub, so when its updated_at equals ours
+    (second resolution) but the content differs, it wins; a webhook's data does not.
     """
     items = [i for i in items if not i.is_pull_request]
     now = timezone.now()
     existing = {
         row["number"]: row
         for row in Issue.objects.filter(number__in=[i.number for i in items]).values(
-            "pk", "number", "updated_at", "comments_count", "in_queue", "review_flagged_at", "comments_synced_at"
+            "pk", "number", "updated_at", "comments_count", "in_queue", "review_flagged_at", "comments_synced_at",
+            "title", "state",
         )
     }
+    ties = [existing[i.number]["pk"] for i in items if i.number in existing and i.updated_at == existing[i.number]["updated_at"]]
+    tie_labels: dict[int, set[str]] = {pk: set() for pk in ties}
+    if authoritative and ties:
+        for pk, name in Issue.labels.through.objects.filter(issue_id__in=ties).values_list("issue_id", "label__name"):
+            tie_labels[pk].add(name)
     changed: list[github.IssueData] = []
     touched: list[int] = []
     for data in items:
@@ -139,6 +147,10 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
             continue
         if row is not None and (data.updated_at < row["updated_at"] or (
             data.updated_at == row["updated_at"] and row["in_queue"] == queued and row["comments_synced_at"]
+            and (not authoritative or (
+                (row["title"], row["state"], row["comments_count"], tie_labels[row["pk"]])
+                == (data.title[:1024], data.state, data.comments_count, set(data.label_names))
+            ))
         )):
             touched.append(row["pk"])  # older or the same: never overwrite newer data with older
             continue
@@ -376,7 +388,7 @@ def _apply_event(event: str, payload: dict) -> list[int]:
     if event == "issues" and action in ("deleted", "transferred"):
         Issue.objects.filter(number=data.number).update(in_queue=False)
         return []
-    changed = store_issues([data], gh=None, report=report)
+    changed = store_issues([data], gh=None, report=report, authoritative=False)
     if event == "issue_comment" and "comment" in payload:
         issue = Issue.objects.filter(number=data.number).first()
         comment = github.parse_comment(payload["comment"])

@@ -8,6 +8,7 @@ from django.core.management import call_command
 from rubric_app import github
 from rubric_app.models import Comment, Issue, Label, SyncState
 from rubric_app.sync import FULL_KEY, INCREMENTAL_KEY, sync_queue
+from tests.conftest import make_label
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +159,17 @@ def test_it_never_overwrites_newer_local_data_with_older(fake_github):
     sync_queue(full=True)
 
     assert Issue.objects.get(number=1).title == "newer title from a webhook"
+
+
+def test_it_takes_githubs_labels_when_updated_at_ties_but_content_differs(fake_github):
+    fake_github.add_issue(1, labels=["oncall: pt2", "module: dynamo"])
+    sync_queue(full=True)
+    # A webhook stored a label that was removed again within the same second on GitHub.
+    Issue.objects.get(number=1).labels.add(make_label("module: inductor"))
+
+    sync_queue(full=True)
+
+    assert Issue.objects.get(number=1).label_names() == ["module: dynamo", "oncall: pt2"]
 
 
 def test_it_resumes_an_interrupted_full_sync_without_duplicates_or_gaps(fake_github):
