@@ -310,3 +310,41 @@ def test_it_reads_the_repro_code_for_the_fuzzer_checklist():
     a = evaluate(issue("[Fuzzer] sum diverges", body, labels=("oncall: pt2", "topic: fuzzer")))
     item = next(c for c in a.checklist if c.rule_id == "R12.1")
     assert item.state == "violated" and "atol=1e-9" in item.evidence
+
+
+# Whole-engine cases where a careless keyword match would go wrong.
+TRICKY = [
+    ("backend results listed in one sentence with a 'but'",
+     issue("[Inductor] masked softmax in fp16 differs from eager",
+           "This passes with backend='aot_eager' and aot_eager_decomp_partition but fails with inductor."),
+     {"module: inductor"}, {"module: decompositions", "module: pt2-dispatcher"}),
+    ("a negated Helion mention",
+     issue("User @triton.jit kernel fails in torch.compile", "A plain `@triton.jit` kernel, no Helion involved, raises InductorError."),
+     {"module: inductor"}, {"module: helion"}),
+    ("export fails while torch.compile is fine",
+     issue("torch.export.export fails on torch.cond with tuple outputs (torch.compile is fine)",
+           "torch.compile(m, fullgraph=True)(x) works; only torch.export.export(m, (x,)) errors."),
+     {"oncall: export"}, {"module: pt2-dispatcher", "triaged"}),
+    ("a DTensor bug that reproduces without compile",
+     issue("[DTensor] redistribute(Shard(0) -> Replicate()) returns wrong values",
+           "I first saw it under torch.compile, but it reproduces in plain eager without any compile."),
+     {"oncall: distributed"}, {"module: dtensor", "triaged"}),
+    ("a question filed with the bug template",
+     issue("How can I see why my model keeps recompiling?", "### 🐛 Describe the bug\n\nIs there a way to print the guards?"),
+     set(), {"triaged"}),
+    ("a UX complaint with a weak component hint",
+     issue("Typo in backend name only errors on first call, with a 40-line traceback and no suggestion",
+           "torch.compile(m, backend='inductr') ... the error lists every backend including inductor."),
+     {"module: compile ux"}, set()),
+    ("cudagraphs skipped because of mutated inputs",
+     issue("mode='reduce-overhead' skips CUDA graphs: skipping cudagraphs due to mutated inputs",
+           "The KV-cache update is in place."),
+     {"module: cuda graphs"}, {"module: pt2-dispatcher"}),
+]
+
+
+@pytest.mark.parametrize("case,expected,unexpected", [c[1:] for c in TRICKY], ids=[c[0] for c in TRICKY])
+def test_it_does_not_fall_for_keywords(case, expected, unexpected):
+    labels = set(evaluate(case).labels())
+    assert expected <= labels, labels
+    assert not (unexpected & labels), labels

@@ -33,6 +33,7 @@ from .model import GOVERNING_RULE, LabelModel, features
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
+HOLISTIC_YIELDS_TO = 0.6
 HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
@@ -158,10 +159,13 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
     chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
-    # Holistic labels name a symptom; G8: only when no core component explains it.
+    # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
+    # (R7.2) is the subject itself unless a component is shown with real evidence.
+    explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
         x for l, x in candidates.items()
-        if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT and not (chosen and l in HOLISTIC)
+        if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT
+        and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen))
     ]
     return chosen + extras
 

@@ -36,19 +36,28 @@ from .facts import (
 
 COMPILE_CALL = re.compile(r"torch\.compile|\.compile\(|@torch\.compile|torch\._dynamo\.optimize", I)
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
-AOT_EAGER_FAILS = re.compile(
-    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes|is wrong|diverges)\b",
-    I,
-)
-AOT_EAGER_PASSES = re.compile(
-    r"(?:backend\s{0,3}=\s{0,3}['\"])?aot_eager['\"]?[^\n.;,]{0,60}?\b(?:works|passes|is fine|is ok|succeeds|runs fine|matches|no error)",
-    I,
-)
-EAGER_BACKEND_FAILS = re.compile(
-    r"backend\s{0,3}=\s{0,3}['\"]eager['\"][^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|raises|reproduces|crashes)\b", I
-)
-DECOMP_PARTITION_FAILS = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.;,]{0,60}?\b(?:also )?(?:fails|failed|errors|reproduces|diverges)\b", I)
-DECOMP_PARTITION_PASSES = re.compile(r"aot_eager_decomp_partition['\"]?[^\n.;,]{0,60}?\b(?:works|passes|is fine|succeeds|matches)", I)
+# A backend comparison stays within one clause: a "but"/"while" starts the other half of the sentence.
+_CLAUSE = r"(?:(?!\bbut\b|\bwhile\b|\bwhereas\b)[^\n.;,]){0,60}?"
+FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges"
+PASS_WORDS = r"works|passes|is fine|is ok|succeeds|runs fine|matches|no error"
+
+
+def backend_verdict(backend: str, verdicts: str) -> re.Pattern[str]:
+    """`<backend> ... <verdict>` or `<verdict> on/with <backend>` (lists like "aot_eager and X" allowed)."""
+    return re.compile(
+        rf"{backend}{_CLAUSE}\b(?:also )?(?:{verdicts})\b"
+        rf"|\b(?:also )?(?:{verdicts}) (?:on|with|under|using|for) (?:the )?(?:[\w'\"=]{{1,40}} (?:and|or) ){{0,2}}{backend}",
+        I,
+    )
+
+
+_AOT_EAGER = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager\b['\"]?"  # \b: not aot_eager_decomp_partition
+_DECOMP_PARTITION = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager_decomp_partition\b['\"]?"
+AOT_EAGER_FAILS = backend_verdict(_AOT_EAGER, FAIL_WORDS)
+AOT_EAGER_PASSES = backend_verdict(_AOT_EAGER, PASS_WORDS)
+EAGER_BACKEND_FAILS = backend_verdict(r"backend\s{0,3}=\s{0,3}['\"]eager['\"]", FAIL_WORDS)
+DECOMP_PARTITION_FAILS = backend_verdict(_DECOMP_PARTITION, FAIL_WORDS)
+DECOMP_PARTITION_PASSES = backend_verdict(_DECOMP_PARTITION, PASS_WORDS)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
 SILENT_WRONG = re.compile(
     r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
@@ -79,7 +88,12 @@ def g0_other_oncall(f: Facts) -> list[Finding]:
 
 QUESTION_TITLE = re.compile(r"^\s{0,5}(?:\[?question\]?:?\s|how (?:do|can|to|should)\b|is (?:it|there) (?:possible|a way)\b|why (?:does|is|do)\b)", I)
 QUESTION_END = re.compile(r"\?\s{0,5}$")
-BUG_WORDS = re.compile(r"🐛|\bbug\b|error|traceback|fails?\b|crash|wrong|incorrect|exception", I)
+# What makes a question-shaped title a bug report after all: a traceback, a crash, wrong results
+# (not the bug template's header: the new-issue form puts it on questions too).
+BUG_WORDS = re.compile(
+    r"Traceback \(most recent call last\)|segmentation fault|\bcrash\w{0,3}|wrong (?:results?|outputs?)|incorrect (?:results?|outputs?)",
+    I,
+)
 
 
 @rule("G1")
@@ -373,7 +387,7 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
 DISPATCHER_TITLE = re.compile(r"\[aot[_ ]?autograd\]|\baot[_ ]?autograd\b|AOTAutograd|\baot[_ ]?dispatch\w{0,3}", I)
 DISPATCHER_CAUSE = re.compile(
     r"\bfunctionali[sz]\w{1,10}|\bFakeTensor\w{0,10}|\bfake tensors?\b|\bfake_tensors?\b|\btorch\.library\.\w{1,20}|\bcustom ops?\b|\bcustom_ops?\b|\bcustom operators?\b|\bregister_fake\b"
-    r"|synthetic[ _]base|input mutations?|\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
+    r"|synthetic[ _]base|input mutations?|(?<!due to )\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
     I,
 )
 HOP = re.compile(r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_subgraph\b|nested_compile_region|\bhigher[- ]order op\w{0,8}|associative_scan|\bscan\(", I)

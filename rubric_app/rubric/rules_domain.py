@@ -49,6 +49,12 @@ EXPORT_USE = re.compile(
     r"torch\.export\.\w{1,20}|torch\._export\w{0,20}|\bExportedProgram\b|aoti_compile_and_package|\bAOTInductor\b|\baot_compile\b|run_decompositions|\[export\]|\bexport(?:ing|ed)? (?:a |the )?(?:model|module|program)",
     I,
 )
+# The reporter checked that compile is not involved: the fix is outside PT2 (R6.1).
+COMPILE_NOT_INVOLVED = re.compile(
+    r"(?:torch\.)?compile (?:is fine|works)|no (?:torch\.)?compile is involved|without (?:any )?(?:torch\.)?compile"
+    r"|in plain eager|reproduces in eager|eager (?:mode )?(?:too|also) (?:fails|is wrong)|also (?:fails|happens|wrong) in eager",
+    I,
+)
 LEAKED_HOOK = re.compile(r"leak\w{0,3}[^\n]{0,40}?(?:aot_?autograd|hook)|(?:aot_?autograd|hook)[^\n]{0,40}?leak\w{0,3}", I)
 
 
@@ -70,10 +76,11 @@ def r6_3_redirect(f: Facts) -> list[Finding]:
     """Redirect export-only problems (no compile) to export, DTensor internals to distributed."""
     found: list[Finding] = []
     export = f.find(EXPORT_USE)
-    if export and not f.has(COMPILE_CALL):
+    compile_free = not f.has(COMPILE_CALL) or f.has(COMPILE_NOT_INVOLVED)
+    if export and compile_free:
         found.append(Finding("R6.3", "route", EXPORT_ONCALL, 0.85, export[0], export[1], "an export-only problem, no torch.compile"))
     dtensor = f.find(DTENSOR_IMPL)
-    if dtensor and f.has(re.compile(r"\bDTensor\b")) and not f.has(COMPILE_CALL):
+    if dtensor and f.has(re.compile(r"\bDTensor\b")) and compile_free:
         found.append(Finding("R6.3", "route", DIST_ONCALL, 0.8, dtensor[0], dtensor[1], "DTensor's own implementation, no compile"))
     return found
 
@@ -136,6 +143,7 @@ def r7_2_features(f: Facts) -> list[Finding]:
 
 
 COMPILE_UX_TEXT = re.compile(
+    r"\bno suggestion\w{0,2}|\b\d{2,4}-line traceback|\bdid you mean\b|hard to understand|"
     r"(?:bad|confusing|unhelpful|misleading|inscrutable|cryptic|unclear|better|improve\w{0,3}|irrelevant) (?:error )?(?:messages?|errors?|warnings?|logs?|logging)"
     r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b|(?:shorter|noisy|spammy|verbose) logs?",
     I,
@@ -153,7 +161,8 @@ def r7_3_compile_ux(f: Facts) -> list[Finding]:
 
 # --- R8. Helion ----------------------------------------------------------------------------------
 
-HELION_TEXT = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|\bhelion\b", I)
+# "plain Triton, no Helion" is not a mention (R8.5).
+HELION_TEXT = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|(?<!no )(?<!not )(?<!without )\bhelion\b", I)
 PLAIN_TRITON = re.compile(r"@triton\.jit|\btl\.(?:load|store|program_id|arange|dot)\b|\btriton\.jit\b", I)
 GENERATED_TRITON = re.compile(r"triton_heuristics|generated (?:triton )?(?:kernel|code)|\btriton_(?:poi|red|per|tem)_\w{1,60}", I)
 
@@ -167,7 +176,7 @@ def r8_1_helion(f: Facts) -> list[Finding]:
 @rule("R8.2")
 def r8_2_helion_alone(f: Facts) -> list[Finding]:
     """A Helion kernel wrong on its own, without torch.compile: helion only."""
-    if f.has(HELION_TEXT) and not f.has(COMPILE_CALL):
+    if f.has(HELION_TEXT) and (not f.has(COMPILE_CALL) or f.has(COMPILE_NOT_INVOLVED)):
         hit = f.find(HELION_TEXT)
         return [Finding("R8.2", "avoid", INDUCTOR, evidence=hit[0], source=hit[1],
                         reason="the Helion kernel fails without torch.compile: helion only")]
