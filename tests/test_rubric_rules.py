@@ -348,3 +348,15 @@ def test_it_does_not_fall_for_keywords(case, expected, unexpected):
     labels = set(evaluate(case).labels())
     assert expected <= labels, labels
     assert not (unexpected & labels), labels
+
+
+def test_it_asks_the_questions_that_would_settle_the_component():
+    def states(case):
+        return {(c.rule_id, c.state) for c in evaluate(case).checklist}
+
+    open_question = states(issue("Compiled model returns wrong values", "No error, values differ from eager."))
+    assert ("R2", "needs_human") in open_question  # run the bisection
+    settled = states(issue("Compiled model returns wrong values", "No error.", comments=("aot_eager works fine here.",)))
+    assert ("R2", "satisfied") in settled
+    assert ("R1.1", "needs_human") in states(issue("Graph break on zip", TRACE_DYNAMO))
+    assert ("R5", "needs_human") in states(issue("Functionalization drops a mutation of a view", "The input is not updated."))

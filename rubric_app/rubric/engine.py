@@ -19,6 +19,7 @@ from .facts import (
     CPU_ONCALL,
     DISPATCHER,
     DYNAMIC,
+    DYNAMO,
     HIGH,
     INDUCTOR,
     PT2_ONCALL,
@@ -222,7 +223,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed)
-    out.checklist = _checklist(out, checks, review, question)
+    out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings)
     return out
 
 
@@ -266,4 +267,25 @@ def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, q
                                    "satisfied" if review else "not_applicable", review.evidence if review else ""))
         items.append(ChecklistItem("G6", "Not redirected and not flagged: triaged.",
                                    "not_applicable" if (review or question) else "satisfied"))
+    return items
+
+
+def _component_checks(out: Assessment, findings: list[Finding]) -> list[ChecklistItem]:
+    """The questions that would confirm or change the suggested components (R1.1, R2, R5)."""
+    if out.route == "handoff":
+        return []
+    labels = {s.label for s in out.add}
+    items = []
+    decisive = next((x for x in findings if (x.origin == "rule" and x.weight >= 0.9 and x.rule_id.startswith("R2"))
+                     or x.source.startswith("bisection")), None)
+    if decisive:
+        items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", decisive.evidence))
+    elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
+        items.append(ChecklistItem("R2", "No backend results yet: run the bisection (eager, aot_eager, "
+                                   "aot_eager_decomp_partition, inductor) to find the component.", "needs_human"))
+    if labels & {DYNAMO, DYNAMIC} and not any(x.rule_id == "R1.1" for x in findings):
+        items.append(ChecklistItem("R1.1", "Does it pass with dynamic=False? Then dynamic shapes only, not Dynamo.", "needs_human"))
+    if DISPATCHER in labels:
+        items.append(ChecklistItem("R5", "Is the bug in AOTAutograd, functionalization, FakeTensor or custom-op dispatch, "
+                                   "not merely in the stack trace?", "needs_human"))
     return items
