@@ -44,6 +44,7 @@ MIN_EXTRA_WEIGHT = 0.6
 # The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
 MODEL_MIN_P = 0.5
 MODEL_WEIGHT = 0.9
+MODEL_FALLBACK_P = 0.3
 # R2.4 routes an Inductor problem; a [CPU] tag in the title (R10, this weight) routes whatever the component.
 CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
@@ -99,13 +100,20 @@ def _model_findings(model: LabelModel, facts: Facts, findings: list[Finding]) ->
     very confident model can add a second core label, and a rule with direct evidence still wins.
     """
     feats = features(facts.sources, findings)
+    predictions = model.predict(feats)
     out = []
-    for label, (p, top) in model.predict(feats).items():
-        if p < MODEL_MIN_P or not top:
+    # G4 asks to try to be precise before the fallback: with no component from the rules, the model's
+    # best guess may do at a lower probability.
+    unexplained = not any(x.kind == "add" and x.label in CORE and x.weight >= MIN_WEIGHT for x in findings)
+    best = max(predictions, key=lambda l: predictions[l][0]) if predictions else None
+    for label, (p, top) in predictions.items():
+        threshold = MODEL_FALLBACK_P if unexplained and label == best else MODEL_MIN_P
+        if p < threshold or not top:
             continue
         evidence, source = feats[top[0]]
         names = ", ".join(f.split(":", 1)[1] if not f.startswith("rule:") else f.split(":")[1] for f in top)
-        out.append(Finding(GOVERNING_RULE[label], "add", label, round(MODEL_WEIGHT * p, 2), evidence, source,
+        weight = max(round(MODEL_WEIGHT * p, 2), MIN_WEIGHT)
+        out.append(Finding(GOVERNING_RULE[label], "add", label, weight, evidence, source,
                            f"learned from {model.trained_on} triaged issues (p={p:.2f}; top features: {names})",
                            origin="model"))
     return out
