@@ -198,7 +198,7 @@ def _to(value: Any, device: str, fp64: bool) -> Any:
     return tree_map(leaf, value)
 
 
-def _run_module_style(ns: dict, mode: str, device: str, overrides: dict, recorder: Recorder) -> dict:
+def _run_module_style(ns: dict, mode: str, device: str, recorder: Recorder) -> dict:
     """Call fn on every input tuple (make_calls() or [make_inputs()]); for eager also in float64."""
     import copy
 
@@ -266,10 +266,6 @@ def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
             "debug_info": str(found.debug_info or "")[:500]}
 
 
-def is_module_style(ns_or_names) -> bool:
-    return "fn" in ns_or_names and ("make_inputs" in ns_or_names or "make_calls" in ns_or_names)
-
-
 def run(spec: dict, res_fd: int, workdir: str) -> None:
     """Run spec["code"] under spec["mode"]; emit the result event; the caller then leaves with os._exit."""
     global _res_fd
@@ -306,7 +302,7 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
             return
         if spec["style"] == "module":
             torch.manual_seed(0)
-            payload = _run_module_style(module.__dict__, spec["mode"], spec["device"], spec.get("overrides", {}), recorder)
+            payload = _run_module_style(module.__dict__, spec["mode"], spec["device"], recorder)
         else:
             payload = {"outputs": recorder.outputs}
     except BaseException as exc:  # noqa: BLE001 - whatever the repro raises is the result

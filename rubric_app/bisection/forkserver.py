@@ -115,15 +115,22 @@ def run_mode(spec: dict, limits: Limits) -> dict:
             os._exit(0)
     for fd in (out_w, res_w, ctl_w):
         os.close(fd)
+    out, res, ctl, timed_out = _drain(pid, out_r, res_r, ctl_r, limits, deadline=started + limits.timeout_s)
+    _reap(pid)
+    wall = round(time.monotonic() - started, 2)
+    log = out.decode("utf-8", "replace") + ("\n[output truncated]" if len(out) >= limits.output_bytes else "")
+    return _outcome(spec, limits, res, ctl, timed_out, wall, log)
+
+
+def _drain(pid: int, out_r: int, res_r: int, ctl_r: int, limits: Limits, deadline: float):
+    """Read the child's pipes (capped) until they close or the wall clock runs out; return
+    (output, result events, control lines, timed_out). On timeout the sandbox is killed."""
     buffers = {out_r: bytearray(), res_r: bytearray(), ctl_r: bytearray()}
     caps = {out_r: limits.output_bytes, res_r: 64 * 1024 * 1024, ctl_r: 4096}
-    truncated = False
     selector = selectors.DefaultSelector()
     for fd in buffers:
         selector.register(fd, selectors.EVENT_READ)
-    deadline = started + limits.timeout_s
-    timed_out = False
-    g_pid = None
+    timed_out, g_pid = False, None
     while selector.get_map():
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not timed_out:
@@ -138,21 +145,23 @@ def run_mode(spec: dict, limits: Limits) -> dict:
             if not data:
                 selector.unregister(key.fd)
                 continue
-            if len(buffers[key.fd]) + len(data) > caps[key.fd]:
-                truncated = truncated or key.fd == out_r
-                data = data[: max(0, caps[key.fd] - len(buffers[key.fd]))]
-            buffers[key.fd] += data
+            # Keep reading past the cap (a blocked writer would hang the run), keep nothing more.
+            buffers[key.fd] += data[: max(0, caps[key.fd] - len(buffers[key.fd]))]
             if key.fd == ctl_r and g_pid is None and b"\n" in buffers[ctl_r]:
                 g_pid = json.loads(buffers[ctl_r].split(b"\n", 1)[0])["pid"]
     selector.close()
-    if g_pid is not None:
-        kill_tree(g_pid)
-    _reap(pid)
     for fd in buffers:
         os.close(fd)
-    wall = round(time.monotonic() - started, 2)
-    log = buffers[out_r].decode("utf-8", "replace") + ("\n[output truncated]" if truncated else "")
-    return _outcome(spec, limits, buffers[res_r], buffers[ctl_r], timed_out, wall, log)
+    reaped = b'"status"' in buffers[ctl_r]
+    if g_pid is not None and not reaped:
+        kill_tree(g_pid)
+    elif g_pid is not None and b'"pidns": true' not in buffers[res_r]:
+        # No pid namespace: sweep escapees still in G's group (the group id outlives G while used).
+        try:
+            os.killpg(g_pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return bytes(buffers[out_r]), bytes(buffers[res_r]), bytes(buffers[ctl_r]), timed_out
 
 
 def _reap(pid: int) -> None:
@@ -220,12 +229,15 @@ def _compare(spec: dict, final: dict, result: dict) -> None:
     except Exception as exc:  # noqa: BLE001 - an unreadable payload is the repro's doing
         result["message"] = f"outputs could not be read back ({type(exc).__name__}); not compared"
         return
+    if payload is None:  # e.g. outputs over MAX_OUTPUT_BYTES: the mode passed, uncompared
+        result["message"] = final.get("payload_note") or "no outputs to compare"
+        return
     if spec["mode"] == "eager":
         if not spec.get("overrides"):
-            _refs[spec["key"]] = payload or {"outputs": []}
+            _refs[spec["key"]] = payload
         return
     ref = _refs.get(spec["key"])
-    if ref is None or payload is None:
+    if ref is None:
         result["message"] = "no eager reference to compare with"
         return
     problem = compare_outputs(ref, payload, payload.get("tol") or 1e-4)
