@@ -8,7 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate, rules, rules_domain
+from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, needles
+from rubric_app.rubric.model import train
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
 
@@ -48,10 +50,19 @@ def _oncall_labels(labels) -> set[str]:
     return {l for l in labels if l.startswith("oncall:")}
 
 
+# A small learned labeler, so the invariants are checked with a model weighing in too.
+MODEL = train(training_examples([
+    {"number": i, "title": f"{word} case {i}", "body": f"the {word} misbehaves under torch.compile", "comments": [],
+     "labels": [label, "oncall: pt2"]}
+    for i, (word, label) in enumerate([("graph", "module: dynamo"), ("kernel", "module: inductor"),
+                                       ("symbol", "module: dynamic shapes"), ("fake", "module: pt2-dispatcher")] * 6)
+]))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(issues)
-def test_it_keeps_the_invariants_for_any_issue(issue):
-    a = evaluate(issue)
+@given(issues, st.booleans())
+def test_it_keeps_the_invariants_for_any_issue(issue, with_model):
+    a = evaluate(issue, model=MODEL) if with_model else evaluate(issue, use_model=False)
     labels = a.labels()
     catalog = shipped_catalog()
     assert a.route in ("pt2", "cpu inductor", "handoff", "skip")
