@@ -159,8 +159,7 @@ def _probe_plan(result: dict, code: str, device: str, style: str, cuda: bool) ->
 
 def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: Limits | None = None,
            server: ForkServer | None = None, on_progress: Callable[[str, list[dict]], None] | None = None,
-           repeats: int = 0, cuda_probe: bool | None = None, narrow: bool = True,
-           stop_at_first_failure: bool = True) -> Report:
+           repeats: int = 0, cuda_probe: bool | None = None, narrow: bool = True) -> Report:
     """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
 
     on_progress(current_mode, results) is called before each mode and after
@@ -170,64 +169,74 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
     divergence of a module-style repro (the subsystem and pass/op to blame).
     Raises ForkServerError only if the fork server itself dies.
     """
-    server = server or shared_server()
-    limits = limits or Limits()
-    style = style or detect_style(code)
-    report = Report(device=device, style=style)
-    progress = on_progress or (lambda mode, results: None)
-    key = uuid.uuid4().hex
-    logs: list[str] = []
-
-    def run(mode: str, overrides: dict | None = None, on: str = device, narrow: bool = False) -> dict:
-        reply = server.run_mode(key, mode, code, style, on, limits, overrides, narrow)
-        if not report.sandbox:
-            report.sandbox = reply["sandbox"]
-        tag = f"{mode}" + (f" {overrides}" if overrides else "") + (f" on {on}" if on != device else "")
-        logs.append(f"===== {tag}: {reply['result']['status']} =====\n{reply['log']}")
-        return reply["result"]
-
-    def probe(name: str, result: dict) -> None:
-        # "probes" keeps the contract's name -> status; the details tell a graph break from the same failure.
-        failed["probes"][name] = result["status"]
-        failed.setdefault("probe_details", {})[name] = {
-            key: result[key] for key in ("status", "phase", "exception", "wall_s")}
-
-    failed = None
+    run = _Bisection(code, device, style or detect_style(code), limits or Limits(), server or shared_server(),
+                     on_progress or (lambda mode, results: None))
     try:
-        for mode in MODES:
-            if failed is not None and stop_at_first_failure:
-                report.results.append({"mode": mode, "status": "skipped", "phase": "", "exception": "",
-                                       "message": f"not run: {failed['mode']} already fails", "wall_s": 0.0,
-                                       "probes": {}})
-                continue
-            progress(mode, report.results)
-            result = run(mode)
-            report.results.append(result)
-            progress(mode, report.results)
-            if result["status"] != "passed" and failed is None:
-                failed = result
-        report.torch_version = server.torch_version
+        failed = run.chain()
         if failed is not None:
-            cuda = server.cuda if cuda_probe is None else cuda_probe
-            for name, overrides, on in _probe_plan(failed, code, device, style, cuda):
-                progress(f"{failed['mode']} ({name})", report.results)
-                probe(name, run(failed["mode"], overrides, on))
-            # A crash may be memory corruption, which comes and goes: always check it once more.
-            repeats = max(repeats, 1) if failed["status"] == "crashed" else repeats
-            for i in range(repeats):
-                probe("repeat" if i == 0 else f"repeat{i + 1}", run(failed["mode"]))
-            if narrow and failed["mode"] == "inductor" and failed["status"] in ("raised", "diverged") and style == "module":
-                progress("inductor (CompilerBisector)", report.results)
-                narrowed = run("inductor", narrow=True)
-                failed["probes"]["CompilerBisector"] = narrowed["status"]
-                failed["narrowed"] = narrowed.get("narrowed") or {}
-            progress(failed["mode"], report.results)
+            run.probe(failed, repeats, run.server.cuda if cuda_probe is None else cuda_probe, narrow)
     finally:
         try:
-            server.forget(key)
+            run.server.forget(run.key)
         except ForkServerError:
             pass
+    report = run.report
+    report.torch_version = run.server.torch_version
     decided = verdict_rules.decide(report.results, device)
     report.labels, report.summary = decided.labels, decided.summary
-    report.log = "\n".join(logs)[-LOG_CAP:]
+    report.log = "\n".join(run.logs)[-LOG_CAP:]
     return report
+
+
+class _Bisection:
+    """One bisection's state: the results so far, the logs, and how to run a mode of this repro."""
+
+    def __init__(self, code: str, device: str, style: str, limits: Limits, server: ForkServer,
+                 progress: Callable[[str, list[dict]], None]):
+        self.code, self.device, self.style, self.limits, self.server = code, device, style, limits, server
+        self.progress, self.key, self.logs = progress, uuid.uuid4().hex, []
+        self.report = Report(device=device, style=style)
+
+    def run(self, mode: str, overrides: dict | None = None, on: str = "", narrow: bool = False) -> dict:
+        on = on or self.device
+        reply = self.server.run_mode(self.key, mode, self.code, self.style, on, self.limits, overrides, narrow)
+        self.report.sandbox = self.report.sandbox or reply["sandbox"]
+        tag = mode + (f" {overrides}" if overrides else "") + (f" on {on}" if on != self.device else "")
+        self.logs.append(f"===== {tag}: {reply['result']['status']} =====\n{reply['log']}")
+        return reply["result"]
+
+    def chain(self) -> dict | None:
+        """Run the modes in order until one fails (the rest are recorded as skipped); return that result."""
+        results, failed = self.report.results, None
+        for mode in MODES:
+            if failed is not None:
+                results.append({"mode": mode, "status": "skipped", "phase": "", "exception": "", "wall_s": 0.0,
+                                "message": f"not run: {failed['mode']} already fails", "probes": {}})
+                continue
+            self.progress(mode, results)
+            results.append(self.run(mode))
+            self.progress(mode, results)
+            if results[-1]["status"] != "passed":
+                failed = results[-1]
+        return failed
+
+    def probe(self, failed: dict, repeats: int, cuda: bool, narrow: bool) -> None:
+        """Re-run the failing mode as the probes ask; record them on its result."""
+        plan = _probe_plan(failed, self.code, self.device, self.style, cuda)
+        # A crash may be memory corruption, which comes and goes: always check it once more.
+        repeats = max(repeats, 1) if failed["status"] == "crashed" else repeats
+        plan += [("repeat" if i == 0 else f"repeat{i + 1}", {}, self.device) for i in range(repeats)]
+        for name, overrides, on in plan:
+            self.progress(f"{failed['mode']} ({name})", self.report.results)
+            result = self.run(failed["mode"], overrides, on)
+            # "probes" keeps the contract's name -> status; the details tell a graph break from the same failure.
+            failed["probes"][name] = result["status"]
+            failed.setdefault("probe_details", {})[name] = {
+                key: result[key] for key in ("status", "phase", "exception", "wall_s")}
+        if narrow and failed["mode"] == "inductor" and failed["status"] in ("raised", "diverged") \
+                and self.style == "module":
+            self.progress("inductor (CompilerBisector)", self.report.results)
+            narrowed = self.run("inductor", narrow=True)
+            failed["probes"]["CompilerBisector"] = narrowed["status"]
+            failed["narrowed"] = narrowed.get("narrowed") or {}
+        self.progress(failed["mode"], self.report.results)
