@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate, rules, rules_domain
 from rubric_app.rubric.evaluation import training_examples
-from rubric_app.rubric.facts import _FOLD, needles
+from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import train
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
@@ -121,8 +121,8 @@ PATTERN_TEXT = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(PATTERN_TEXT)
-def test_it_prefilters_without_losing_a_match(text):
-    # The literal prefilter (facts.needles) only skips searches that could not match.
+def test_it_locates_without_losing_a_match(text):
+    # The literal needles and the locator (facts.py) only skip searches that could not match.
     folded = text.translate(_FOLD).lower()
     patterns = [
         (name, value) for module in (rules, rules_domain) for name, value in vars(module).items()
@@ -134,5 +134,6 @@ def test_it_prefilters_without_losing_a_match(text):
     assert len(patterns) > 50
     for name, pattern in patterns:
         if pattern.search(text):
-            required = needles(pattern)
+            required, loose = needles(pattern), locator(pattern)
             assert required is None or any(n in folded for n in required), name
+            assert loose is None or loose.search(folded), name

@@ -62,7 +62,8 @@ class Finding:
 @lru_cache(maxsize=None)
 def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     """Lowercase literals of which any match must contain at least one; None when the pattern has
-    an alternative without one. A cheap `in` test on them skips most regex searches (the hot path)."""
+    an alternative without one. A cheap `in` test on them skips most regex searches (the hot path);
+    the locator below then skips most of the rest."""
     try:
         tree = sre_parse.parse(pattern.pattern.lower())
     except re.error:
@@ -100,6 +101,24 @@ def _alternatives_needles(seq: list) -> list[str] | None:
         if sub:
             candidates.append(sub)
     return max(candidates, key=lambda c: min(map(len, c))) if candidates else None
+
+
+@lru_cache(maxsize=None)
+def locator(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
+    """A looser, much faster twin of `pattern` for the folded lowercase text: any text the pattern
+    matches, the locator matches too, so a locator miss skips the real search (the engine's hot path).
+
+    Lowercase and case-sensitive, without `\\b`: Python's re then scans for the first characters in C
+    instead of trying every alternative at every position (about 10x faster on issue text). None when
+    lowering would change the pattern's meaning (an uppercase escape such as \\S or \\B).
+    """
+    source = pattern.pattern
+    if re.search(r"\\[A-Z]", source):
+        return None
+    try:
+        return re.compile(source.lower().replace("\\b", ""))
+    except re.error:
+        return None
 
 
 # The four non-ASCII letters re.IGNORECASE matches to ASCII ones (see the re docs): folded the same
@@ -143,7 +162,7 @@ class Facts:
             # title, then body and comments as one string: one `in` test rules out every source at once.
             text = "\n".join(self._lowered[1:])
             self._lowered_whole = (self._lowered[0], text, self._lowered[0] + "\n" + text)
-        required = needles(pattern)
+        required, loose = needles(pattern), locator(pattern)
         if required is not None:
             scope = self._lowered_whole[{"title": 0, "text": 1}.get(where, 2)]
             if not _contains_any(scope, required):
@@ -154,6 +173,8 @@ class Facts:
             if where == "text" and source.name == "title":
                 continue
             if required is not None and not _contains_any(lowered, required):
+                continue
+            if loose is not None and not loose.search(lowered):
                 continue
             match = pattern.search(source.text)
             if match and match.group(0):
