@@ -360,3 +360,8 @@ def test_it_asks_the_questions_that_would_settle_the_component():
     assert ("R2", "satisfied") in settled
     assert ("R1.1", "needs_human") in states(issue("Graph break on zip", TRACE_DYNAMO))
     assert ("R5", "needs_human") in states(issue("Functionalization drops a mutation of a view", "The input is not updated."))
+
+
+def test_it_needs_no_fallback_when_the_issue_already_has_a_module_label():
+    a = evaluate(issue("Model does not work", "It fails. Please help.", labels=("oncall: pt2", "module: dynamo")))
+    assert not any(s.rule_id == "G4" for s in a.add)

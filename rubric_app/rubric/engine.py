@@ -34,8 +34,10 @@ from .model import GOVERNING_RULE, LabelModel, features
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
-HOLISTIC_YIELDS_TO = 0.6
+# Holistic labels name a symptom: they yield to a core component (a UX complaint only to one shown
+# with at least HOLISTIC_YIELDS_TO).
 HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
+HOLISTIC_YIELDS_TO = 0.6
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
 STRONG = 0.8
@@ -230,12 +232,12 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
-    _enforce_catalog(out, allowed)
+    _enforce_catalog(out, allowed, labelled=any(l.startswith("module:") for l in facts.labels))
     out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings)
     return out
 
 
-def _enforce_catalog(out: Assessment, allowed: frozenset[str]) -> None:
+def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -> None:
     """G7 and R7.4: drop forbidden or unknown labels from `add`, showing each in `avoid` with the reason."""
     kept: list[Suggested] = []
     seen: set[str] = set()
@@ -254,7 +256,7 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str]) -> None:
             kept.append(s)
     out.add = kept
     fallback_ok = COMPILE_UX in allowed
-    if fallback_ok and out.route in ("pt2", "cpu inductor") and not any(s.label.startswith("module:") for s in kept):
+    if fallback_ok and not labelled and out.route in ("pt2", "cpu inductor") and not any(s.label.startswith("module:") for s in kept):
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
 
