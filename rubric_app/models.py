@@ -27,6 +27,15 @@ NEEDS_REPRODUCTION = "needs reproduction"
 HIGH_PRIORITY = "high priority"
 
 
+def readable_text_color(background: str) -> str:
+    """Black or white, whichever reads better on a label's hex colour (as GitHub does)."""
+    try:
+        r, g, b = (int(background[i : i + 2], 16) for i in (0, 2, 4))
+    except ValueError:
+        return "000000"
+    return "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
+
+
 class LabelQuerySet(models.QuerySet):
     def triage_catalog(self) -> frozenset[str]:
         """Names the dashboard may suggest or apply (the catalog minus G7's forbidden ones)."""
@@ -61,15 +70,6 @@ class Label(models.Model):
     @property
     def is_oncall(self) -> bool:
         return self.name.startswith("oncall:")
-
-    @property
-    def text_color(self) -> str:
-        """Black or white, whichever reads better on this label's colour (as GitHub does)."""
-        try:
-            r, g, b = (int(self.color[i : i + 2], 16) for i in (0, 2, 4))
-        except ValueError:
-            return "000000"
-        return "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
 
 
 class IssueQuerySet(models.QuerySet):

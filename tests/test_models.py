@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision
+from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, readable_text_color
 from tests.conftest import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -44,9 +44,9 @@ def test_it_stores_suggestions_with_rule_ids():
 
 
 def test_it_picks_readable_chip_text():
-    assert Label(name="x", color="ffffff").text_color == "000000"
-    assert Label(name="x", color="000000").text_color == "ffffff"
-    assert Label(name="x", color="zzzzzz").text_color == "000000"
+    assert readable_text_color("ffffff") == "000000"
+    assert readable_text_color("000000") == "ffffff"
+    assert readable_text_color("zzzzzz") == "000000"
 
 
 def test_it_knows_when_runs_and_decisions_are_finished(issue):

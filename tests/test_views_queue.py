@@ -104,11 +104,12 @@ def test_it_returns_only_the_table_to_htmx(client, viewer):
     assert "<html" not in html and html.lstrip().startswith('<div id="queue-table">')
 
 
-def test_it_warns_about_a_pt2_issue_without_a_module_label(client, viewer):
-    make_issue(1, title="no module yet")
-    make_issue(2, title="has a module", labels=("oncall: pt2", "module: inductor"))
+def test_it_warns_about_a_triaged_pt2_issue_without_a_module_label(client, viewer):
+    make_issue(1, title="triaged without a module", labels=("oncall: pt2", "triaged"))
+    make_issue(2, title="triaged with a module", labels=("oncall: pt2", "module: inductor", "triaged"))
+    make_issue(3, title="not triaged yet")
     client.force_login(viewer)
-    html = client.get(URL).content.decode()
+    html = client.get(URL, {"lane": "all"}).content.decode()
     assert html.count("⚠ G4") == 1
 
 

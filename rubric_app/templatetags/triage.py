@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from rubric_app.markdown import render_markdown, summary as markdown_summary
+from rubric_app.models import readable_text_color
 
 register = template.Library()
 
@@ -55,13 +56,16 @@ def highlight_plain(text: str, suggestions=(), source: str = "title") -> SafeStr
 
 @register.filter
 def violations(issue) -> list[dict]:
-    """The rubric checklist items the issue violates, plus G4 when a PT2 issue has no module label.
+    """The rubric checklist items the issue violates, plus G4 when a triaged PT2 issue has no module label.
 
-    G4 is checked from the labels too, so the warning shows before the engine has run.
+    G4 says a PT2 issue *ends* with a module label: an untriaged one without is simply
+    work to do, so only `triaged` without a `module:` label is a violation. It is checked
+    from the labels too, so the warning shows before the engine has run.
     """
     items = [item for item in (issue.checklist or []) if isinstance(item, dict) and item.get("state") == "violated"]
     names = [label.name for label in issue.labels.all()]
-    if "oncall: pt2" in names and not any(n.startswith("module:") for n in names) and not any(
+    ended = "oncall: pt2" in names and "triaged" in names
+    if ended and not any(n.startswith("module:") for n in names) and not any(
         item.get("rule_id") == "G4" for item in items
     ):
         items.append({"rule_id": "G4", "text": "A PT2 issue needs at least one module: label."})
@@ -74,8 +78,7 @@ def chip(name: str, color: str = "", suggested: bool = False, title: str = "") -
     if suggested:
         return format_html('<span class="chip suggested" title="{}">{}</span>', title, name)
     color = hexcolor(color)
-    r, g, b = (int(color[i : i + 2], 16) for i in (0, 2, 4))
-    text = "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
+    text = readable_text_color(color)
     return format_html('<span class="chip" style="background:#{};color:#{}" title="{}">{}</span>', color, text, title, name)
 
 
