@@ -26,6 +26,7 @@ from .facts import (
     REVIEW,
     TRIAGED,
     LOW,
+    WEAK,
     RULES,
     Facts,
     Finding,
@@ -51,6 +52,9 @@ MODEL_FALLBACK_P = 0.3
 CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
+# Backend comparisons (R2.1-R2.5) read from the text at DECISIVE or more replace the text's guesses.
+DECISIVE_RULES = frozenset({"R2.1", "R2.2", "R2.3", "R2.5"})
+DECISIVE = 0.9
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
 OVERRIDES_AVOID = 0.9
 
@@ -66,13 +70,15 @@ def shipped_model() -> LabelModel | None:
 
 
 def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
-             use_model: bool = True) -> Assessment:
+             use_model: bool = True, min_confidence: float = 0.0) -> Assessment:
     """Return what a careful PT2 triager would do with `issue`, each item citing its rule.
 
     catalog: the label names that may be suggested (G7); None or empty means the
     shipped catalog (an empty set only means the catalog has not been synced yet).
     model: the learned labeler to weigh in (default: the trained one shipped in data/, if any);
-    use_model=False runs the rules alone. No I/O beyond loading those files once, no Django.
+    use_model=False runs the rules alone. min_confidence: component and domain labels below it are not
+    suggested but listed in the checklist as "needs a human" (precision for recall; the G4 fallback
+    still applies). No I/O beyond loading those files once, no Django.
     """
     allowed = catalog or shipped_catalog()
     facts = facts_of(issue)
@@ -87,7 +93,7 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
     learned = (model or shipped_model()) if use_model else None
     if learned is not None:
         findings += _model_findings(learned, facts, findings)
-    return _assess(facts, findings, allowed, cpu_lane=bool(lane))
+    return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence)
 
 
 def rule_findings(facts: Facts) -> list[Finding]:
@@ -165,10 +171,17 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
     }
     core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-x.weight, CORE.index(x.label)))
     bisected = [x for x in core if x.source.startswith("bisection")]
+    # R2: a backend comparison someone ran (often a maintainer, in a comment) outweighs the reporter's
+    # wording and the traceback's vocabulary; only a component tag in the title (as strong) stays beside it.
+    compared = [x for x in core if x.rule_id in DECISIVE_RULES and x.weight >= DECISIVE]
+    if compared:
+        compared += [x for x in core if x not in compared and x.weight >= DECISIVE]
     if bisected:
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
+    elif compared:
+        core = sorted(compared, key=lambda x: (-x.weight, CORE.index(x.label)))
     chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
@@ -178,10 +191,15 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
         if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen))
     ]
+    # G8: a weak guess (WEAK: a keyword in the body or a traceback) is only worth more than the G4
+    # fallback; next to a label shown with real evidence it is noise.
+    if any(x.weight > WEAK for x in chosen + extras):
+        chosen = [x for x in chosen if x.weight > WEAK]
     return chosen + extras
 
 
-def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool) -> Assessment:
+def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
+            min_confidence: float = 0.0) -> Assessment:
     avoided = _best(findings, "avoid")
     adds = _best(findings, "add")
     routes = _best(findings, "route")
@@ -190,6 +208,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out = Assessment()
 
     chosen = _components(adds, avoided)
+    unsure = [x for x in chosen if x.weight < min_confidence]
+    chosen = [x for x in chosen if x.weight >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
     handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.weight >= STRONG), None)
     cpu = routes.get(CPU_ONCALL)
@@ -233,7 +253,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed, labelled=any(l.startswith("module:") for l in facts.labels))
-    out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings)
+    out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings) + _weak_checks(out, adds, unsure)
     return out
 
 
@@ -298,4 +318,25 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
     if DISPATCHER in labels:
         items.append(ChecklistItem("R5", "Is the bug in AOTAutograd, functionalization, FakeTensor or custom-op dispatch, "
                                    "not merely in the stack trace?", "needs_human"))
+    return items
+
+
+def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding]) -> list[ChecklistItem]:
+    """Weak or below-threshold signals as questions for a human instead of suggestions (G8).
+
+    One item per label that had some evidence but is not suggested, or is suggested only as a weak
+    guess: the keyword says where it failed, a human decides whether that is why.
+    """
+    if out.route == "handoff":
+        return []
+    suggested = {s.label: s for s in out.add}
+    items = []
+    for label, x in adds.items():
+        if not label.startswith("module:") or label == COMPILE_UX:
+            continue
+        shown = suggested.get(label)
+        if x in unsure or (shown is None and x.weight <= WEAK) or (shown is not None and shown.confidence <= WEAK):
+            what = "suggested as a weak guess" if shown else "not suggested"
+            items.append(ChecklistItem(x.rule_id, f"{label}: {what} on weak evidence ({x.reason}): "
+                                       "is this why it fails, or only where? (G8)", "needs_human", x.evidence))
     return items

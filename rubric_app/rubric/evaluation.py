@@ -183,12 +183,49 @@ def score(records: list[dict[str, Any]], predictions: list[list[str]]) -> Score:
     return result
 
 
-def predict(records: list[dict[str, Any]], model: LabelModel | None = None, use_model: bool = True) -> list[list[str]]:
+def predict(records: list[dict[str, Any]], model: LabelModel | None = None, use_model: bool = True,
+            min_confidence: float = 0.0) -> list[list[str]]:
     """The engine's labels for each record, with the record's own labels hidden.
 
-    model: the learned labeler to use (default: the shipped one); use_model=False: rules alone.
+    model: the learned labeler to use (default: the shipped one); use_model=False: rules alone;
+    min_confidence: the engine's threshold for component labels.
     """
-    return [evaluate(issue_from_record(r, use_labels=False), model=model, use_model=use_model).labels() for r in records]
+    return [evaluate(issue_from_record(r, use_labels=False), model=model, use_model=use_model,
+                     min_confidence=min_confidence).labels() for r in records]
+
+
+def split_by_number(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(development half, held-out half): the older half by issue number, then the newer half.
+
+    Rules are designed on the development half only; the held-out half stands in for issues the
+    engine has never seen, so its figures are the honest ones.
+    """
+    ordered = sorted(records, key=lambda r: int(r["number"]))
+    return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
+
+
+# Component-label thresholds the precision/recall curve is reported at.
+CURVE = (0.0, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+
+
+def without_fallback(labels: list[str]) -> list[str]:
+    """The labels minus a lone `module: compile ux`, which is what G4's fallback produces."""
+    modules = [l for l in labels if l.startswith("module:")]
+    return [l for l in labels if l != "module: compile ux"] if modules == ["module: compile ux"] else labels
+
+
+def precision_recall_curve(records: list[dict[str, Any]], thresholds: Iterable[float] = CURVE, model: LabelModel | None = None,
+                           use_model: bool = False) -> list[tuple[float, Counts, Counts]]:
+    """(threshold, component micro counts, the same without G4's fallback) at each min_confidence.
+
+    Rules alone unless a model is given. The fallback replaces every label the threshold drops, so
+    only the second figure shows what the threshold itself trades.
+    """
+    curve = []
+    for t in thresholds:
+        predicted = predict(records, model=model, use_model=use_model, min_confidence=t)
+        curve.append((t, score(records, predicted).components, score(records, [without_fallback(p) for p in predicted]).components))
+    return curve
 
 
 def training_examples(records: list[dict[str, Any]]) -> list[tuple[set[str], dict[str, bool | None]]]:

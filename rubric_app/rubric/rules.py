@@ -27,6 +27,7 @@ from .facts import (
     I,
     INDUCTOR,
     PT2_ONCALL,
+    WEAK,
     _add,
     rule,
 )
@@ -146,6 +147,12 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
     ]
 
 
+# A bracketed component tag in the title is how PT2 developers file against a component: the
+# strongest text evidence short of a backend comparison.
+TAG = 0.9
+DYNAMO_TAG = re.compile(r"\[(?:torch)?dynamo\]", I)
+INDUCTOR_TAG = re.compile(r"\[(?:torch)?inductor\]", I)
+DISPATCHER_TAG = re.compile(r"\[aot[_ ]?(?:autograd|dispatch)\]", I)
 DYNAMO_TITLE = re.compile(r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I)
 DYNAMO_ERROR = re.compile(
     r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError)\b|\bInternalTorchDynamoError\b"
@@ -158,8 +165,9 @@ DYNAMO_ERROR = re.compile(
 @rule("R1.2")
 def r1_2_graph_breaks(f: Facts) -> list[Finding]:
     """Graph breaks, bytecode analysis or transformation errors: Dynamo."""
-    return _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
-        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break"
+    return _add(f, "R1.2", DYNAMO, DYNAMO_TAG, TAG, 0.0, "tagged [dynamo] in the title") or _add(
+        f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
+        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, WEAK, "a Dynamo tracing error or graph break"
     )
 
 
@@ -175,7 +183,7 @@ SYMBOLIC = re.compile(
 @rule("R1.3")
 def r1_3_symbolic(f: Facts) -> list[Finding]:
     """Guard failures, SymInt / symbolic size problems: dynamic shapes."""
-    return _add(f, "R1.3", DYNAMIC, SYMBOLIC, 0.85, 0.6, "symbolic sizes, guards or dynamic=True")
+    return _add(f, "R1.3", DYNAMIC, SYMBOLIC, 0.85, WEAK, "symbolic sizes, guards or dynamic=True")
 
 
 DATA_DEPENDENT = re.compile(
@@ -236,8 +244,9 @@ def r2_2_inductor(f: Facts) -> list[Finding]:
     if hit and "decomp_partition" not in hit[0]:
         return [Finding("R2.2", "add", INDUCTOR, 0.95, hit[0], hit[1], "passes on aot_eager, so the fault is in Inductor")]
     return (
-        _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
-        or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, 0.75, "an Inductor error or generated kernel")
+        _add(f, "R2.2", INDUCTOR, INDUCTOR_TAG, TAG, 0.0, "tagged [inductor] in the title")
+        or _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
+        or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, WEAK, "an Inductor error or generated kernel")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_WEAK, 0.5, 0.45, "Inductor code generation is involved")
         or _default_backend_wrong(f)
     )
@@ -356,14 +365,14 @@ HIGHER_ORDER_GRAD = re.compile(
 @rule("R4.1")
 def r4_1_operator_numerics(f: Facts) -> list[Finding]:
     """One operator's decomposition gives different numbers traced vs eager: decompositions."""
-    return _add(f, "R4.1", DECOMP, DECOMP_WORDS, 0.85, 0.7, "an operator's decomposition")
+    return _add(f, "R4.1", DECOMP, DECOMP_WORDS, 0.85, WEAK, "an operator's decomposition")
 
 
 @rule("R4.2")
 def r4_2_higher_order_grads(f: Facts) -> list[Finding]:
     """Wrong higher-order gradients under tracing: decompositions."""
     if f.has(COMPILE_USE) or f.has(re.compile(r"make_fx|aot_function|\btrac(?:e|ed|ing)\b", I)):
-        return _add(f, "R4.2", DECOMP, HIGHER_ORDER_GRAD, 0.8, 0.7, "higher-order gradients under tracing")
+        return _add(f, "R4.2", DECOMP, HIGHER_ORDER_GRAD, 0.8, WEAK, "higher-order gradients under tracing")
     return []
 
 
@@ -376,9 +385,10 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
     hit = f.find(MAKE_FX)
     if not hit:
         return []
+    strong = hit[1] == "title"
     return [
-        Finding("R4.3", "add", FX, 0.8, hit[0], hit[1], "make_fx tracing"),
-        Finding("R4.3", "add", DECOMP, 0.75, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
+        Finding("R4.3", "add", FX, 0.8 if strong else WEAK, hit[0], hit[1], "make_fx tracing"),
+        Finding("R4.3", "add", DECOMP, 0.75 if strong else WEAK, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
     ]
 
 
@@ -396,8 +406,9 @@ HOP = re.compile(r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_su
 @rule("R5")
 def r5_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher only when the bug is in AOTAutograd, functionalization, FakeTensor or custom ops."""
-    found = _add(f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
-        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch"
+    found = _add(f, "R5", DISPATCHER, DISPATCHER_TAG, TAG, 0.0, "tagged [aotautograd] in the title") or _add(
+        f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
+        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, WEAK, "functionalization, FakeTensor or custom-op dispatch"
     ) or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
     if found:
         return found

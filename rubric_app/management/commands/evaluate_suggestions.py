@@ -12,16 +12,16 @@ from rubric_app.rubric.evaluation import (
     cross_validate,
     issue_from_record,
     keyword_baseline,
+    precision_recall_curve,
     predict,
     read_jsonl,
     score,
+    split_by_number,
+    training_examples,
     truth,
+    without_fallback,
 )
-
-def without_placeholder(labels: list[str]) -> list[str]:
-    """The labels minus a lone `module: compile ux`, which is what G4's fallback produces."""
-    modules = [l for l in labels if l.startswith("module:")]
-    return [l for l in labels if l != "module: compile ux"] if modules == ["module: compile ux"] else labels
+from rubric_app.rubric.model import train
 
 
 TARGETS = "targets: component micro-F1 >= 0.80 at precision >= 0.80, routing F1 >= 0.80, review recall >= 0.75 at precision >= 0.60"
@@ -39,8 +39,17 @@ class Command(BaseCommand):
             "--kfold", type=int, default=0, metavar="K",
             help="also score the learned labeler held out: K models, each trained without the fold it labels",
         )
+        parser.add_argument(
+            "--split", action="store_true",
+            help="development half (older issues) vs held-out half (newer): the held-out figures are the honest ones; "
+                 "a model is trained on the development half only; prints the precision/recall curve on the held-out half",
+        )
+        parser.add_argument(
+            "--min-confidence", type=float, default=0.0, metavar="T",
+            help="suggest component labels only from this confidence up (the rest become checklist items)",
+        )
 
-    def handle(self, *args, input, halves, kfold, **options):
+    def handle(self, *args, input, halves, kfold, split, min_confidence, **options):
         try:
             with open(input, encoding="utf-8") as fh:
                 records = list(read_jsonl(fh))
@@ -50,8 +59,12 @@ class Command(BaseCommand):
             raise CommandError(f"{input}: no issues")
         if kfold == 1 or kfold < 0 or kfold > len(records):
             raise CommandError("--kfold needs 2 to the number of issues")
+        if not 0.0 <= min_confidence <= 1.0:
+            raise CommandError("--min-confidence needs a value from 0 to 1")
+        if split:
+            return self._split(records, kfold, min_confidence)
         model = shipped_model()
-        rules_only = predict(records, use_model=False)
+        rules_only = predict(records, use_model=False, min_confidence=min_confidence)
         self._report("rules alone", records, rules_only, per_label=model is None)
         if model is not None:
             self.stdout.write(f"(the shipped model was trained on {model.trained_on} issues: when that includes this file, "
@@ -70,6 +83,29 @@ class Command(BaseCommand):
                 self._report(name, [records[i] for i in part], [rules_only[i] for i in part], per_label=False)
         self.stdout.write(TARGETS)
 
+    def _split(self, records, kfold, min_confidence):
+        """Development half, held-out half, whole set; the learned labeler only ever trained on the development half."""
+        dev, held = split_by_number(records)
+        if len(dev) < 2:
+            raise CommandError("--split needs at least 4 issues")
+        span = lambda part: f"#{part[0]['number']}-#{part[-1]['number']}"
+        for name, part in ((f"rules alone, development half {span(dev)}", dev), (f"rules alone, HELD-OUT half {span(held)}", held),
+                           ("rules alone, whole set", records)):
+            self._report(name, part, predict(part, use_model=False, min_confidence=min_confidence), per_label=False)
+        if kfold:
+            if kfold > len(dev):
+                raise CommandError("--kfold needs 2 to the number of issues in the development half")
+            self._report(f"rules + model, {kfold}-fold within the development half", dev, cross_validate(dev, kfold), per_label=False)
+            model = train(training_examples(dev))
+            self._report("rules + model trained on the development half, HELD-OUT half", held,
+                         predict(held, model=model, min_confidence=min_confidence), per_label=False)
+        self.stdout.write("== precision/recall of component labels on the HELD-OUT half, rules alone, by --min-confidence")
+        self.stdout.write("  (dropped labels are replaced by G4's fallback, so the right-hand figures leave a lone fallback out)")
+        for threshold, c, bare in precision_recall_curve(held):
+            self.stdout.write(f"  min confidence {threshold:4.2f}  precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
+                              f"  | w/o G4 fallback precision {bare.precision:.3f}  recall {bare.recall:.3f}  F1 {bare.f1:.3f}")
+        self.stdout.write(TARGETS)
+
     def _report(self, name, records, predictions, per_label):
         result = score(records, predictions)
         out = self.stdout.write
@@ -85,7 +121,7 @@ class Command(BaseCommand):
             out(f"review flag = the engine's triage review vs humans' {' or '.join(REVIEW_TRUTH)} (R11)")
             out("G4-labelled = the issues to which humans applied at least one component label (G4 wants one on every issue)")
         # G4's fallback is a placeholder the triager is asked to replace: show the figure without it too.
-        placeholder = score(records, [without_placeholder(p) for p in predictions]).components
+        placeholder = score(records, [without_fallback(p) for p in predictions]).components
         # G4: every PT2 issue should end with a module label; humans left some without any. Scored apart:
         labelled = [i for i, r in enumerate(records) if any(truth(r, l) for l in COMPONENTS)]
         on_labelled = score([records[i] for i in labelled], [predictions[i] for i in labelled]).components
