@@ -105,3 +105,21 @@ def test_it_prints_the_figures_on_the_dev_set():
     assert set(figures) == {"component micro", "routing micro", "review flag"}
     # A floor well under the measured figures: catches a rule change that breaks the engine, not noise.
     assert float(figures["component micro"]) > 0.5
+
+
+def test_it_scores_the_held_out_half_apart(tmp_path):
+    rows = [{**r, "number": n, "labels": ["oncall: pt2", "module: dynamo"]} for n, r in zip((40, 10, 30, 20), ISSUES[:2] * 2)]
+    out = StringIO()
+    call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), split=True, kfold=2, stdout=out)
+    text = out.getvalue()
+    # The older half (#10, #20) is the development half; the newer (#30, #40) the held-out one.
+    assert "development half #10-#20: 2 issues" in text and "HELD-OUT half #30-#40: 2 issues" in text
+    assert "model trained on the development half, HELD-OUT half" in text
+    curve = re.findall(r"^  min confidence ([\d.]+)  precision", text, re.M)
+    assert curve[0] == "0.00" and len(curve) > 3
+
+
+def test_it_rejects_a_threshold_outside_zero_to_one(tmp_path):
+    with pytest.raises(CommandError, match="--min-confidence"):
+        call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", ISSUES)), min_confidence=1.5,
+                     stdout=StringIO())

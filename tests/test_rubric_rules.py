@@ -365,3 +365,65 @@ def test_it_asks_the_questions_that_would_settle_the_component():
 def test_it_needs_no_fallback_when_the_issue_already_has_a_module_label():
     a = evaluate(issue("Model does not work", "It fails. Please help.", labels=("oncall: pt2", "module: dynamo")))
     assert not any(s.rule_id == "G4" for s in a.add)
+
+
+# --- Second pass: root cause over keywords (G8), the thread's conclusions (R2), a threshold ---------
+
+
+def module_labels(a) -> set[str]:
+    return {l for l in a.labels() if l.startswith("module:")}
+
+
+def test_it_keeps_a_body_keyword_as_a_lone_guess_only():
+    # G8: an error name in a traceback says where it failed. Alone it beats the G4 fallback, weakly...
+    lone = evaluate(issue("Model fails under torch.compile", "torch._inductor.exc.InductorError: KeyError"))
+    guess = next(s for s in lone.add if s.label == "module: inductor")
+    assert guess.confidence <= 0.5 and guess.evidence in "torch._inductor.exc.InductorError: KeyError"
+    assert any(c.rule_id == "R2.2" and c.state == "needs_human" and "weak" in c.text for c in lone.checklist)
+    # ...but next to a component shown in the title it is noise, and a visibility label needs the title too.
+    tagged = evaluate(issue("[dynamo] graph break on zip", "A FakeTensor appears in the trace. We train with FSDP."))
+    assert module_labels(tagged) == {"module: dynamo"}
+    assert any(c.rule_id == "R5" and "not suggested" in c.text for c in tagged.checklist)
+
+
+def test_it_lets_a_comment_diagnosis_outrank_the_reporters_wording():
+    comment = "Dynamo eager passed. This looks like a general AOTAutograd problem, not specific to inductor."
+    a = evaluate(issue("Wrong requires_grad with inductor", "x.requires_grad is False after compile.", comments=(comment,)))
+    assert module_labels(a) == {"module: pt2-dispatcher"}
+    found = next(s for s in a.add if s.label == "module: pt2-dispatcher")
+    assert found.rule_id == "R2" and found.evidence_source == "comment:0" and found.evidence in comment
+
+
+def test_it_keeps_a_component_tag_beside_a_backend_comparison():
+    a = evaluate(issue("[dynamo] graph break on zip", "torch._dynamo.exc.Unsupported: zip", comments=("aot_eager works fine too.",)))
+    assert {"module: dynamo", "module: inductor"} <= module_labels(a)
+    plain = evaluate(issue("Shape error when training with Inductor", "RuntimeError: shape mismatch",
+                           comments=("I checked: aot_eager fails with the same error.",)))
+    assert module_labels(plain) == {"module: pt2-dispatcher"}
+
+
+def test_it_rules_out_inductor_when_the_repro_never_runs_it():
+    body = "```python\nimport torch\nf = torch.compile(fn, backend=\"aot_eager\")\n```\nThe values are wrong, no error."
+    a = evaluate(issue("Compiled fn returns wrong values", body))
+    assert "module: inductor" not in a.labels()
+    avoided = next(x for x in a.avoid if x.label == "module: inductor")
+    assert avoided.rule_id == "R2" and avoided.evidence_source == "code" and avoided.evidence in body
+    traced = evaluate(issue("Compiled fn raises", "```python\nimport torch\nf = torch.compile(fn, backend='eager')\n```"))
+    assert "module: dynamo" in traced.labels()
+
+
+def test_it_routes_a_repro_without_a_device_to_cpu_inductor():
+    code = "```python\nimport torch\nx = torch.rand(2, 4, 8)\nprint(torch.compile(fn)(x))\n```"
+    a = evaluate(issue("[inductor] masked_fill gives wrong results", code))
+    assert a.route == "cpu inductor" and "oncall: cpu inductor" in a.labels()
+    on_gpu = evaluate(issue("[inductor] masked_fill gives wrong results", code.replace("(2, 4, 8)", "(2, 4, 8, device='cuda')")))
+    assert on_gpu.route == "pt2"
+
+
+def test_it_turns_components_under_the_threshold_into_questions():
+    case = issue("[inductor] wrong strides", "The kernel is wrong.")
+    assert "module: inductor" in evaluate(case).labels()
+    strict = evaluate(case, min_confidence=0.95)
+    assert "module: inductor" not in strict.labels()
+    assert any(c.rule_id == "R2.2" and c.state == "needs_human" for c in strict.checklist)
+    assert "module: compile ux" in strict.labels()  # G4's fallback still holds

@@ -52,8 +52,8 @@ MODEL_FALLBACK_P = 0.3
 CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
-# Backend comparisons (R2.1-R2.5) read from the text at DECISIVE or more replace the text's guesses.
-DECISIVE_RULES = frozenset({"R2.1", "R2.2", "R2.3", "R2.5"})
+# Backend comparisons (R2.1-R2.5) and a comment's diagnosis (R2) read from the text at DECISIVE or more replace the text's guesses.
+DECISIVE_RULES = frozenset({"R2", "R2.1", "R2.2", "R2.3", "R2.5"})
 DECISIVE = 0.9
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
 OVERRIDES_AVOID = 0.9

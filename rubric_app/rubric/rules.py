@@ -39,7 +39,7 @@ COMPILE_CALL = re.compile(r"torch\.compile|\.compile\(|@torch\.compile|torch\._d
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
 # A backend comparison stays within one clause: a "but"/"while" starts the other half of the sentence.
 _CLAUSE = r"(?:(?!\bbut\b|\bwhile\b|\bwhereas\b)[^\n.;,]){0,60}?"
-FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges"
+FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges|arises|occurs|happens"
 PASS_WORDS = r"works|passes|is fine|is ok|succeeds|runs fine|matches|no error"
 
 
@@ -56,7 +56,12 @@ _AOT_EAGER = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager\b['\"]?"  # \b: not ao
 _DECOMP_PARTITION = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager_decomp_partition\b['\"]?"
 AOT_EAGER_FAILS = backend_verdict(_AOT_EAGER, FAIL_WORDS)
 AOT_EAGER_PASSES = backend_verdict(_AOT_EAGER, PASS_WORDS)
-EAGER_BACKEND_FAILS = backend_verdict(r"backend\s{0,3}=\s{0,3}['\"]eager['\"]", FAIL_WORDS)
+EAGER_BACKEND_FAILS = backend_verdict(
+    r"(?:backend\s{0,3}=\s{0,3}['\"]eager['\"]|(?<!aot_)(?<!aot )\beager\b['\"`]{0,2} backend|optimize\(['\"]eager['\"]\))", FAIL_WORDS
+)
+ALL_BACKENDS_FAIL = re.compile(
+    r"(?:fails|happens|errors|reproduces|occurs|crashes) (?:on|with|for|under|in) all (?:the )?backends|all (?:the )?backends (?:fail|error|crash)", I
+)
 DECOMP_PARTITION_FAILS = backend_verdict(_DECOMP_PARTITION, FAIL_WORDS)
 DECOMP_PARTITION_PASSES = backend_verdict(_DECOMP_PARTITION, PASS_WORDS)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
@@ -216,7 +221,12 @@ def r1_5_compile_is_not_dynamo(f: Facts) -> list[Finding]:
 
 @rule("R2")
 def r2_read_comments(f: Facts) -> list[Finding]:
-    """Read the comments first: they often hold the backend results."""
+    """Read the comments first: they often hold the backend results, or a maintainer's diagnosis;
+    and a repro already run below Inductor rules Inductor out."""
+    return _comments_checked(f) + _thread_diagnosis(f) + _repro_below_inductor(f)
+
+
+def _comments_checked(f: Facts) -> list[Finding]:
     comments = [s for s in f.sources if s.name.startswith("comment:")]
     backend = re.compile(r"\b(?:aot_eager(?:_decomp_partition)?|backend\s{0,2}=\s{0,2}['\"]\w{1,30}['\"])", I)
     for source in comments:
@@ -226,6 +236,49 @@ def r2_read_comments(f: Facts) -> list[Finding]:
                             reason="a comment reports a backend result")]
     state = "not_applicable" if not comments else "needs_human"
     return [Finding("R2", "check", state=state, reason="read the comments for backend results before bisecting")]
+
+
+# A maintainer's conclusion in the thread, naming the component at fault ("looks like an AOTAutograd
+# problem", "inductor doesn't preserve the grad", "a bug in dynamo's trace rules").
+_COMPONENT_NAMES = (
+    (DYNAMO, r"(?:torch)?dynamo(?:'s)?"),
+    (INDUCTOR, r"(?:torch)?inductor(?:'s)?"),
+    (DISPATCHER, r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensor(?:'s)?"),
+    (DYNAMIC, r"dynamic shapes?|unbacked sym\w{1,6}|symbolic shapes?"),
+    (DECOMP, r"(?:the |a )?decomposition"),
+)
+_NAMED = "|".join(names for _label, names in _COMPONENT_NAMES)
+_ANY_NAME = re.compile(_NAMED, I)
+_NAME_OF = tuple((label, re.compile(rf"\b(?:{names})", I)) for label, names in _COMPONENT_NAMES)
+DIAGNOSIS = re.compile(
+    rf"\b(?:this is|it's|it is|looks like|seems like|seems to be|appears to be|must be|probably|likely|so) "
+    rf"(?:a |an |the )?(?:general |real |genuine )?(?:{_NAMED})(?: side)? (?:bug|issue|problem|regression)\b"
+    rf"|\b(?:root[- ]?caused? (?:it )?(?:to|is)|the (?:bug|issue|problem) is in|bug in|issue in|problem in|fix (?:is|belongs) in) (?:the )?(?:{_NAMED})\b"
+    rf"|\b(?:{_NAMED}) (?:doesn't|does not|isn't|is not|fails to|can't|cannot) (?:preserve|handle|support|trace|respect|properly)\b"
+    rf"|\b(?:not|isn't|is not) (?:\w{{1,20}} ){{0,2}}(?:correctly |properly )?\w{{1,20}}ing [^\n.]{{0,40}}? in (?:{_NAMED})",
+    I,
+)
+
+
+def _thread_diagnosis(f: Facts) -> list[Finding]:
+    """A comment concludes where the bug is: the latest such conclusion names the component (R2: read
+    the comments first; they outrank the reporter's wording and the traceback's vocabulary)."""
+    for source in reversed([s for s in f.sources if s.name.startswith("comment:")]):
+        # Naming a component at all is rare enough to test first; the full pattern is slow.
+        match = _ANY_NAME.search(source.text) and DIAGNOSIS.search(source.text)
+        if match:
+            label = next(label for label, name in _NAME_OF if name.search(match.group(0)))
+            return [Finding("R2", "add", label, 0.9, match.group(0), source.name, "a comment concludes where the bug is")]
+    return []
+
+
+def _repro_below_inductor(f: Facts) -> list[Finding]:
+    """A repro compiled with backend='aot_eager' or 'eager' never reaches Inductor: not an Inductor bug."""
+    backend = f.code.compile_kwargs.get("backend", "")
+    if re.search(r"['\"](?:aot_)?eager['\"]", backend):
+        return [Finding("R2", "avoid", INDUCTOR, evidence=backend, source="code",
+                        reason="the repro compiles with a backend that runs no Inductor code")]
+    return []
 
 
 @rule("R2.1")
@@ -275,9 +328,13 @@ INDUCTOR_WEAK = re.compile(r"torch/_inductor/[\w/]{1,80}\.py|\binductor\b|\btrit
 @rule("R2.3")
 def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     """Fails while tracing, before any backend runs (the eager backend fails too): Dynamo."""
-    hit = f.find(EAGER_BACKEND_FAILS)
+    hit = f.find(EAGER_BACKEND_FAILS) or f.find(ALL_BACKENDS_FAIL)
     if hit:
         return [Finding("R2.3", "add", DYNAMO, 0.95, hit[0], hit[1], "fails even with backend='eager': tracing")]
+    backend = f.code.compile_kwargs.get("backend", "")
+    if re.search(r"['\"]eager['\"]", backend):
+        # The reporter's own repro compiles with the eager backend: no AOTAutograd, no Inductor runs.
+        return [Finding("R2.3", "add", DYNAMO, 0.8, backend, "code", "the repro fails with backend='eager': tracing")]
     return []
 
 
@@ -292,12 +349,22 @@ CPU_ONLY = re.compile(
 )
 
 
+# Tensors made without a device live on the CPU: a repro that never names another device runs
+# Inductor's CPU backend.
+TENSOR_FACTORY = re.compile(r"\btorch\.(?:rand|randn|randint|ones|zeros|tensor|empty|full|arange)\(", I)
+OTHER_DEVICE = re.compile(r"cuda|\bgpu\b|device|\.to\(|\bmps\b|\bxpu\b|\bnpu\b|\bhpu\b|\btriton\b", I)
+
+
 @rule("R2.4")
 def r2_4_cpu_only(f: Facts) -> list[Finding]:
     """An Inductor problem that fails only on CPU goes to the cpu inductor sub-queue (see R10)."""
     hit = f.find(CPU_ONLY)
     if hit:
         return [Finding("R2.4", "route", CPU_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
+    made = f.find(TENSOR_FACTORY, "text")
+    if made and not f.has(OTHER_DEVICE):
+        return [Finding("R2.4", "route", CPU_ONCALL, 0.75, made[0], made[1],
+                        "the repro's tensors get no device, so they are on the CPU: Inductor's CPU backend")]
     return []
 
 
