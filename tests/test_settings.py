@@ -31,7 +31,10 @@ def test_it_refuses_an_unknown_boolean(monkeypatch):
 
 
 def _manage(env: dict, *args: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY", "DEBUG", "CELERY_BROKER_URL")}
+    # Start from the host's environment minus what these tests set, and minus the
+    # DJANGO_ALLOW_ASYNC_UNSAFE the browser tests' process carries (a deploy error).
+    dropped = ("DATABASE_URL", "SECRET_KEY", "DEBUG", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    clean = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=120
     )

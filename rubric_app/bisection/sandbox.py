@@ -157,16 +157,19 @@ def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str],
                 continue
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
             report.masked.append(path)
-        for path, fd in fds:
-            if any(path == h or path.startswith(h.rstrip("/") + "/") for h in report.masked):
-                os.makedirs(path, exist_ok=True)
-                _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-            os.close(fd)
+        covered = list(report.masked)
         for path in SCRATCH_DIRS:
             if os.path.isdir(path):
                 size = f"size={disk_mb}m" if path == SANDBOX_TMP else "size=1m"
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,{size}")
+                covered.append(path)
+        # After every tmpfs is in place: a checkout (and its venv) may itself live under /tmp.
+        for path, fd in fds:
+            if any(path == c or path.startswith(c.rstrip("/") + "/") for c in covered):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            os.close(fd)
         os.makedirs(WORKDIR, mode=0o700)
         os.chown(WORKDIR, NOBODY, NOBODY)
         report.private_tmp = True
