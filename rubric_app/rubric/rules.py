@@ -331,10 +331,6 @@ def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     hit = f.find(EAGER_BACKEND_FAILS) or f.find(ALL_BACKENDS_FAIL)
     if hit:
         return [Finding("R2.3", "add", DYNAMO, 0.95, hit[0], hit[1], "fails even with backend='eager': tracing")]
-    backend = f.code.compile_kwargs.get("backend", "")
-    if re.search(r"['\"]eager['\"]", backend):
-        # The reporter's own repro compiles with the eager backend: no AOTAutograd, no Inductor runs.
-        return [Finding("R2.3", "add", DYNAMO, 0.8, backend, "code", "the repro fails with backend='eager': tracing")]
     return []
 
 
@@ -363,8 +359,11 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
         return [Finding("R2.4", "route", CPU_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
     made = f.find(TENSOR_FACTORY, "text")
     if made and not f.has(OTHER_DEVICE):
-        return [Finding("R2.4", "route", CPU_ONCALL, 0.75, made[0], made[1],
-                        "the repro's tensors get no device, so they are on the CPU: Inductor's CPU backend")]
+        # Failing on the CPU is not failing only there (R2.4, R10: "reproduces on CPU but not CUDA"):
+        # a question, not a route.
+        return [Finding("R2.4", "check", evidence=made[0], source=made[1], state="needs_human",
+                        reason="The repro's tensors get no device, so it ran on the CPU: does it pass on CUDA? "
+                               "Then route to oncall: cpu inductor.")]
     return []
 
 
