@@ -430,3 +430,11 @@ def test_it_turns_components_under_the_threshold_into_questions():
     assert "module: inductor" not in strict.labels()
     assert any(c.rule_id == "R2.2" and c.state == "needs_human" for c in strict.checklist)
     assert "module: compile ux" in strict.labels()  # G4's fallback still holds
+
+
+def test_it_does_not_make_a_dispatcher_keyword_in_the_title_a_second_component():
+    # R5: "mutating inputs" names where AOTAutograd is involved, not that the bug is in it.
+    a = evaluate(issue("User triton kernel mutating inputs is miscompiled by inductor", "The output buffer is stale."))
+    assert module_labels(a) == {"module: inductor"}
+    alone = evaluate(issue("Custom op mutating inputs loses the update under compile", "The input is not updated."))
+    assert module_labels(alone) == {"module: pt2-dispatcher"}

@@ -474,7 +474,7 @@ def r5_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher only when the bug is in AOTAutograd, functionalization, FakeTensor or custom ops."""
     found = _add(f, "R5", DISPATCHER, DISPATCHER_TAG, TAG, 0.0, "tagged [aotautograd] in the title") or _add(
         f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
-        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, WEAK, "functionalization, FakeTensor or custom-op dispatch"
+        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.6, WEAK, "functionalization, FakeTensor or custom-op dispatch"
     ) or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
     if found:
         return found
