@@ -16,7 +16,10 @@ fi
 # Writes to GitHub go through one single-concurrency worker: that is what paces them.
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO &
 writer=$!
-"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO &
+# With a token, the default worker also runs beat (-B): the periodic incremental sync.
+beat=""
+[ -n "${GITHUB_TOKEN:-}" ] && beat="-B -s var/celerybeat-schedule"
+"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO $beat &
 worker=$!
 trap 'kill $writer $worker 2>/dev/null; wait' EXIT INT TERM
 
