@@ -18,7 +18,7 @@ fi
 writer=$!
 # With a token, the default worker also runs beat (-B): the periodic incremental sync.
 beat=""
-[ -n "${GITHUB_TOKEN:-}" ] && beat="-B -s var/celerybeat-schedule"
+[ -n "${GITHUB_TOKEN:-}" ] && beat="-B -s ${TRIAGE_VAR_DIR:-var}/celerybeat-schedule"
 "$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO $beat &
 worker=$!
 trap 'kill $writer $worker 2>/dev/null; wait' EXIT INT TERM
