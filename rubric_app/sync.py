@@ -359,18 +359,21 @@ def process_webhook(delivery_id: int) -> None:
     issue_comment events are upserted or dropped too); label: the catalog row is
     created, renamed, updated or marked gone. Unknown events are marked processed.
     """
-    claimed = WebhookDelivery.objects.filter(pk=delivery_id, processed_at__isnull=True).update(processed_at=timezone.now())
-    if not claimed:
-        return  # already processed (a redelivered task)
-    delivery = WebhookDelivery.objects.get(pk=delivery_id)
-    payload = delivery.payload
-    try:
-        with transaction.atomic():
-            changed = _apply_event(delivery.event, payload)
-        refresh(changed)
-    except (KeyError, TypeError, ValueError) as exc:
-        delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
-        delivery.save(update_fields=["error"])
+    # Claim, apply and mark processed in one transaction: if the database fails midway,
+    # nothing is marked and the (idempotent) task can run again; nothing is lost.
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
+        if delivery is None:
+            return  # already processed (a redelivered task)
+        changed: list[int] = []
+        try:
+            with transaction.atomic():
+                changed = _apply_event(delivery.event, delivery.payload)
+        except (KeyError, TypeError, ValueError) as exc:
+            delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
+        delivery.processed_at = timezone.now()
+        delivery.save(update_fields=["processed_at", "error"])
+    refresh(changed)
 
 
 def _apply_event(event: str, payload: dict) -> list[int]:

@@ -5,6 +5,7 @@ row whose transaction has not committed yet.
 """
 
 from celery import shared_task
+from django.db import DatabaseError
 
 from . import bisect_runs, decisions, sync
 from .models import Issue
@@ -28,7 +29,8 @@ def sync_queue_task(full: bool = False) -> None:
     sync.sync_queue(full=full)
 
 
-@shared_task
+# Safe to retry: the delivery is claimed and marked processed in the same transaction.
+@shared_task(autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
 def process_webhook_task(delivery_id: int) -> None:
     """Apply one stored webhook delivery to the local mirror (a claim makes a redelivery a no-op)."""
     sync.process_webhook(delivery_id)

@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import DatabaseError, connection
 from django.urls import reverse
 
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
@@ -234,3 +235,23 @@ def test_it_processes_the_delivery_in_the_worker(client, fake_github, celery_wor
 
     wait_until(lambda: WebhookDelivery.objects.filter(delivery_id="d-13", processed_at__isnull=False).exists(), timeout=60)
     assert Issue.objects.get(number=13).title == "via the worker"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_leaves_a_delivery_unprocessed_when_the_database_fails_so_a_retry_loses_nothing(fake_github):
+    payload = _issue_payload(fake_github, 7, action="opened", labels=["oncall: pt2"])
+    delivery = WebhookDelivery.objects.create(delivery_id="d-db", event="issues", payload=payload)
+    with connection.cursor() as cursor:  # a real database failure: the table refuses issue #7 for now
+        cursor.execute("ALTER TABLE rubric_app_issue ADD CONSTRAINT refuse_seven CHECK (number <> 7)")
+    try:
+        with pytest.raises(DatabaseError):
+            process_webhook(delivery.pk)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE rubric_app_issue DROP CONSTRAINT refuse_seven")
+
+    delivery.refresh_from_db()
+    assert delivery.processed_at is None and not Issue.objects.filter(number=7).exists()
+    process_webhook(delivery.pk)  # the task's retry
+    delivery.refresh_from_db()
+    assert delivery.processed_at is not None and Issue.objects.filter(number=7).exists()

@@ -22,7 +22,6 @@ from .facts import (
     INDUCTOR,
     LOW,
     REVIEW,
-    WEAK,
     _add,
     rule,
 )
@@ -119,14 +118,14 @@ def r7_1_visibility(f: Facts) -> list[Finding]:
     """DTensor, FSDP, DDP, flex attention: their module labels for visibility."""
     found: list[Finding] = []
     for label, pattern in VISIBILITY:
-        found += _add(f, "R7.1", label, pattern, 0.9, WEAK, "for visibility")
+        found += _add(f, "R7.1", label, pattern, 0.9, 0.7, "for visibility")
     return found
 
 
 FEATURES = (
     ("compile-cache", re.compile(r"\bFXGraphCache\b|\bFX graph cache\b|\bfx_graph_cache\b|\bcompile-cache\b|\bcompile cache\b|\bcache (?:hit|miss)\w{0,2}|\bmega[ -]?cache\b|TORCHINDUCTOR_CACHE_DIR|\bautotune cache\b|\bwarm cache\b", I), 0.85, 0.7),
     ("module: determinism", re.compile(r"use_deterministic_algorithms|\bnon-?deterministic\w{0,3}|\bdeterminism\b", I), 0.9, 0.7),
-    ("module: compile-time", re.compile(r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow|\bcompile is (?:very |extremely |too )?slow|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours) to compile|\bcold start\b|\bstartup time\b", I), 0.85, WEAK),
+    ("module: compile-time", re.compile(r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow|\bcompile is (?:very |extremely |too )?slow|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours) to compile|\bcold start\b|\bstartup time\b", I), 0.85, 0.6),
     ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
     ("module: memory usage", re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I), 0.85, 0.6),
     ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b", I), 0.8, 0.0),
@@ -229,7 +228,7 @@ def r9_1_functorch(f: Facts) -> list[Finding]:
     hit = f.find(FUNCTORCH_TRANSFORM)
     if not hit or not f.has(COMPILE_CALL):
         return []
-    weight = 0.85 if hit[1] == "title" else WEAK
+    weight = 0.85 if hit[1] == "title" else 0.7
     return [
         Finding("R9.1", "add", FUNCTORCH, weight, hit[0], hit[1], "a functorch transform under compile"),
         Finding("R9.1", "add", "dynamo-functorch", weight, hit[0], hit[1], "a functorch transform under compile"),
