@@ -367,49 +367,42 @@ def test_it_needs_no_fallback_when_the_issue_already_has_a_module_label():
     assert not any(s.rule_id == "G4" for s in a.add)
 
 
-# --- Second pass: root cause over keywords (G8), the thread's conclusions (R2), a threshold ---------
+# --- Second pass: weak signals, the thread's conclusions and a threshold as questions for a human ---------
 
 
 def module_labels(a) -> set[str]:
     return {l for l in a.labels() if l.startswith("module:")}
 
 
-def test_it_keeps_a_body_keyword_as_a_lone_guess_only():
-    # G8: an error name in a traceback says where it failed. Alone it beats the G4 fallback, weakly...
-    lone = evaluate(issue("Model fails under torch.compile", "torch._inductor.exc.InductorError: KeyError"))
-    guess = next(s for s in lone.add if s.label == "module: inductor")
-    assert guess.confidence <= 0.5 and guess.evidence in "torch._inductor.exc.InductorError: KeyError"
-    assert any(c.rule_id == "R2.2" and c.state == "needs_human" and "weak" in c.text for c in lone.checklist)
-    # ...but next to a component shown in the title it is noise, and a visibility label needs the title too.
-    tagged = evaluate(issue("[dynamo] graph break on zip", "A FakeTensor appears in the trace. We train with FSDP."))
-    assert module_labels(tagged) == {"module: dynamo"}
-    assert any(c.rule_id == "R5" and "not suggested" in c.text for c in tagged.checklist)
+def needs_human(a, rule_id: str) -> list:
+    return [c for c in a.checklist if c.rule_id == rule_id and c.state == "needs_human"]
 
 
-def test_it_lets_a_comment_diagnosis_outrank_the_reporters_wording():
+def test_it_asks_a_human_to_confirm_a_weak_guess():
+    # G8: "wrong values" under compile names no component; Inductor (the default backend) is a guess.
+    a = evaluate(issue("Compiled model returns wrong values", "No error, the values differ from eager."))
+    guess = next(s for s in a.add if s.label == "module: inductor")
+    assert guess.confidence <= 0.5
+    assert any("weak" in c.text and "module: inductor" in c.text for c in needs_human(a, "R2.2"))
+    shown = evaluate(issue("[inductor] wrong strides", "The kernel is wrong."))
+    assert not any("weak" in c.text for c in shown.checklist)
+
+
+def test_it_turns_a_comment_diagnosis_into_a_question():
     comment = "Dynamo eager passed. This looks like a general AOTAutograd problem, not specific to inductor."
     a = evaluate(issue("Wrong requires_grad with inductor", "x.requires_grad is False after compile.", comments=(comment,)))
-    assert module_labels(a) == {"module: pt2-dispatcher"}
-    found = next(s for s in a.add if s.label == "module: pt2-dispatcher")
-    assert found.rule_id == "R2" and found.evidence_source == "comment:0" and found.evidence in comment
+    item = next(c for c in needs_human(a, "R2") if "pt2-dispatcher" in c.text)
+    assert item.evidence in comment and "AOTAutograd problem" in item.evidence
+    quiet = evaluate(issue("Wrong requires_grad with inductor", "x.requires_grad is False.", comments=("Thanks, looking.",)))
+    assert not any("concludes" in c.text for c in quiet.checklist)
 
 
-def test_it_keeps_a_component_tag_beside_a_backend_comparison():
-    a = evaluate(issue("[dynamo] graph break on zip", "torch._dynamo.exc.Unsupported: zip", comments=("aot_eager works fine too.",)))
-    assert {"module: dynamo", "module: inductor"} <= module_labels(a)
-    plain = evaluate(issue("Shape error when training with Inductor", "RuntimeError: shape mismatch",
-                           comments=("I checked: aot_eager fails with the same error.",)))
-    assert module_labels(plain) == {"module: pt2-dispatcher"}
-
-
-def test_it_rules_out_inductor_when_the_repro_never_runs_it():
+def test_it_questions_inductor_when_the_repro_never_runs_it():
     body = "```python\nimport torch\nf = torch.compile(fn, backend=\"aot_eager\")\n```\nThe values are wrong, no error."
-    a = evaluate(issue("Compiled fn returns wrong values", body))
-    assert "module: inductor" not in a.labels()
-    avoided = next(x for x in a.avoid if x.label == "module: inductor")
-    assert avoided.rule_id == "R2" and avoided.evidence_source == "code" and avoided.evidence in body
-    traced = evaluate(issue("Compiled fn raises", "The eager backend fails too, before any real backend runs."))
-    assert module_labels(traced) == {"module: dynamo"}
+    item = next(c for c in needs_human(evaluate(issue("Compiled fn returns wrong values", body)), "R2") if "no Inductor" in c.text)
+    assert item.evidence == 'backend="aot_eager"' and item.evidence in body
+    default = body.replace(', backend=\"aot_eager\"', "")
+    assert not any("no Inductor" in c.text for c in evaluate(issue("Compiled fn returns wrong values", default)).checklist)
 
 
 def test_it_asks_whether_a_repro_without_a_device_fails_only_on_cpu():
@@ -428,13 +421,5 @@ def test_it_turns_components_under_the_threshold_into_questions():
     assert "module: inductor" in evaluate(case).labels()
     strict = evaluate(case, min_confidence=0.95)
     assert "module: inductor" not in strict.labels()
-    assert any(c.rule_id == "R2.2" and c.state == "needs_human" for c in strict.checklist)
+    assert any("module: inductor" in c.text for c in needs_human(strict, "R2.2"))
     assert "module: compile ux" in strict.labels()  # G4's fallback still holds
-
-
-def test_it_does_not_make_a_dispatcher_keyword_in_the_title_a_second_component():
-    # R5: "mutating inputs" names where AOTAutograd is involved, not that the bug is in it.
-    a = evaluate(issue("User triton kernel mutating inputs is miscompiled by inductor", "The output buffer is stale."))
-    assert module_labels(a) == {"module: inductor"}
-    alone = evaluate(issue("Custom op mutating inputs loses the update under compile", "The input is not updated."))
-    assert module_labels(alone) == {"module: pt2-dispatcher"}

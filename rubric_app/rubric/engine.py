@@ -52,9 +52,6 @@ MODEL_FALLBACK_P = 0.3
 CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
-# Backend comparisons (R2.1-R2.5) and a comment's diagnosis (R2) read from the text at DECISIVE or more replace the text's guesses.
-DECISIVE_RULES = frozenset({"R2", "R2.1", "R2.2", "R2.3", "R2.5"})
-DECISIVE = 0.9
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
 OVERRIDES_AVOID = 0.9
 
@@ -171,17 +168,10 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
     }
     core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-x.weight, CORE.index(x.label)))
     bisected = [x for x in core if x.source.startswith("bisection")]
-    # R2: a backend comparison someone ran (often a maintainer, in a comment) outweighs the reporter's
-    # wording and the traceback's vocabulary; only a component tag in the title (as strong) stays beside it.
-    compared = [x for x in core if x.rule_id in DECISIVE_RULES and x.weight >= DECISIVE]
-    if compared:
-        compared += [x for x in core if x not in compared and x.weight >= DECISIVE]
     if bisected:
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
-    elif compared:
-        core = sorted(compared, key=lambda x: (-x.weight, CORE.index(x.label)))
     chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
@@ -191,10 +181,6 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
         if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen))
     ]
-    # G8: a weak guess (WEAK: a keyword in the body or a traceback) is only worth more than the G4
-    # fallback; next to a label shown with real evidence it is noise.
-    if any(x.weight > WEAK for x in chosen + extras):
-        chosen = [x for x in chosen if x.weight > WEAK]
     return chosen + extras
 
 

@@ -35,9 +35,8 @@ HIGH = "high priority"
 
 # The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
 CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
-# G8: an error name or keyword in the body or a comment (often a traceback frame) says where it
-# failed, not why. Such a finding is weak: it may be the lone guess before the G4 fallback, but never
-# a second component nor a visibility extra, and the checklist asks a human to confirm it.
+# G8: a finding at or under WEAK is a guess from a keyword (often a traceback's vocabulary, which
+# says where it failed, not why): the checklist asks a human to confirm it.
 WEAK = 0.5
 
 I = re.I

@@ -27,7 +27,6 @@ from .facts import (
     I,
     INDUCTOR,
     PT2_ONCALL,
-    WEAK,
     _add,
     rule,
 )
@@ -39,7 +38,7 @@ COMPILE_CALL = re.compile(r"torch\.compile|\.compile\(|@torch\.compile|torch\._d
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
 # A backend comparison stays within one clause: a "but"/"while" starts the other half of the sentence.
 _CLAUSE = r"(?:(?!\bbut\b|\bwhile\b|\bwhereas\b)[^\n.;,]){0,60}?"
-FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges|arises|occurs|happens"
+FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges"
 PASS_WORDS = r"works|passes|is fine|is ok|succeeds|runs fine|matches|no error"
 
 
@@ -56,12 +55,7 @@ _AOT_EAGER = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager\b['\"]?"  # \b: not ao
 _DECOMP_PARTITION = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager_decomp_partition\b['\"]?"
 AOT_EAGER_FAILS = backend_verdict(_AOT_EAGER, FAIL_WORDS)
 AOT_EAGER_PASSES = backend_verdict(_AOT_EAGER, PASS_WORDS)
-EAGER_BACKEND_FAILS = backend_verdict(
-    r"(?:backend\s{0,3}=\s{0,3}['\"]eager['\"]|(?<!aot_)(?<!aot )\beager\b['\"`]{0,2} backend|optimize\(['\"]eager['\"]\))", FAIL_WORDS
-)
-ALL_BACKENDS_FAIL = re.compile(
-    r"(?:fails|happens|errors|reproduces|occurs|crashes) (?:on|with|for|under|in) all (?:the )?backends|all (?:the )?backends (?:fail|error|crash)", I
-)
+EAGER_BACKEND_FAILS = backend_verdict(r"backend\s{0,3}=\s{0,3}['\"]eager['\"]", FAIL_WORDS)
 DECOMP_PARTITION_FAILS = backend_verdict(_DECOMP_PARTITION, FAIL_WORDS)
 DECOMP_PARTITION_PASSES = backend_verdict(_DECOMP_PARTITION, PASS_WORDS)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
@@ -152,12 +146,6 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
     ]
 
 
-# A bracketed component tag in the title is how PT2 developers file against a component: the
-# strongest text evidence short of a backend comparison.
-TAG = 0.9
-DYNAMO_TAG = re.compile(r"\[(?:torch)?dynamo\]", I)
-INDUCTOR_TAG = re.compile(r"\[(?:torch)?inductor\]", I)
-DISPATCHER_TAG = re.compile(r"\[aot[_ ]?(?:autograd|dispatch)\]", I)
 DYNAMO_TITLE = re.compile(r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I)
 DYNAMO_ERROR = re.compile(
     r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError)\b|\bInternalTorchDynamoError\b"
@@ -170,9 +158,8 @@ DYNAMO_ERROR = re.compile(
 @rule("R1.2")
 def r1_2_graph_breaks(f: Facts) -> list[Finding]:
     """Graph breaks, bytecode analysis or transformation errors: Dynamo."""
-    return _add(f, "R1.2", DYNAMO, DYNAMO_TAG, TAG, 0.0, "tagged [dynamo] in the title") or _add(
-        f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
-        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, WEAK, "a Dynamo tracing error or graph break"
+    return _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
+        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break"
     )
 
 
@@ -188,7 +175,7 @@ SYMBOLIC = re.compile(
 @rule("R1.3")
 def r1_3_symbolic(f: Facts) -> list[Finding]:
     """Guard failures, SymInt / symbolic size problems: dynamic shapes."""
-    return _add(f, "R1.3", DYNAMIC, SYMBOLIC, 0.85, WEAK, "symbolic sizes, guards or dynamic=True")
+    return _add(f, "R1.3", DYNAMIC, SYMBOLIC, 0.85, 0.6, "symbolic sizes, guards or dynamic=True")
 
 
 DATA_DEPENDENT = re.compile(
@@ -221,8 +208,11 @@ def r1_5_compile_is_not_dynamo(f: Facts) -> list[Finding]:
 
 @rule("R2")
 def r2_read_comments(f: Facts) -> list[Finding]:
-    """Read the comments first: they often hold the backend results, or a maintainer's diagnosis;
-    and a repro already run below Inductor rules Inductor out."""
+    """Read the comments first: they often hold the backend results or a maintainer's diagnosis.
+
+    The diagnosis and a repro already run below Inductor are checklist questions, not suggestions: as
+    suggestions they did not raise the held-out figures (README, rubric engine).
+    """
     return _comments_checked(f) + _thread_diagnosis(f) + _repro_below_inductor(f)
 
 
@@ -261,23 +251,23 @@ DIAGNOSIS = re.compile(
 
 
 def _thread_diagnosis(f: Facts) -> list[Finding]:
-    """A comment concludes where the bug is: the latest such conclusion names the component (R2: read
-    the comments first; they outrank the reporter's wording and the traceback's vocabulary)."""
+    """The latest comment that concludes where the bug is, as a question naming that component."""
     for source in reversed([s for s in f.sources if s.name.startswith("comment:")]):
         # Naming a component at all is rare enough to test first; the full pattern is slow.
         match = _ANY_NAME.search(source.text) and DIAGNOSIS.search(source.text)
         if match:
             label = next(label for label, name in _NAME_OF if name.search(match.group(0)))
-            return [Finding("R2", "add", label, 0.9, match.group(0), source.name, "a comment concludes where the bug is")]
+            return [Finding("R2", "check", label, evidence=match.group(0), source=source.name, state="needs_human",
+                            reason=f"A comment concludes the bug is in {label}: does the suggestion agree?")]
     return []
 
 
 def _repro_below_inductor(f: Facts) -> list[Finding]:
-    """A repro compiled with backend='aot_eager' or 'eager' never reaches Inductor: not an Inductor bug."""
+    """A repro compiled with backend='aot_eager' or 'eager' never reaches Inductor: ask before blaming it."""
     backend = f.code.compile_kwargs.get("backend", "")
     if re.search(r"['\"](?:aot_)?eager['\"]", backend):
-        return [Finding("R2", "avoid", INDUCTOR, evidence=backend, source="code",
-                        reason="the repro compiles with a backend that runs no Inductor code")]
+        return [Finding("R2", "check", INDUCTOR, evidence=backend, source="code", state="needs_human",
+                        reason="The repro compiles with a backend that runs no Inductor code: not module: inductor?")]
     return []
 
 
@@ -297,9 +287,8 @@ def r2_2_inductor(f: Facts) -> list[Finding]:
     if hit and "decomp_partition" not in hit[0]:
         return [Finding("R2.2", "add", INDUCTOR, 0.95, hit[0], hit[1], "passes on aot_eager, so the fault is in Inductor")]
     return (
-        _add(f, "R2.2", INDUCTOR, INDUCTOR_TAG, TAG, 0.0, "tagged [inductor] in the title")
-        or _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
-        or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, WEAK, "an Inductor error or generated kernel")
+        _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
+        or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, 0.75, "an Inductor error or generated kernel")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_WEAK, 0.5, 0.45, "Inductor code generation is involved")
         or _default_backend_wrong(f)
     )
@@ -328,7 +317,7 @@ INDUCTOR_WEAK = re.compile(r"torch/_inductor/[\w/]{1,80}\.py|\binductor\b|\btrit
 @rule("R2.3")
 def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     """Fails while tracing, before any backend runs (the eager backend fails too): Dynamo."""
-    hit = f.find(EAGER_BACKEND_FAILS) or f.find(ALL_BACKENDS_FAIL)
+    hit = f.find(EAGER_BACKEND_FAILS)
     if hit:
         return [Finding("R2.3", "add", DYNAMO, 0.95, hit[0], hit[1], "fails even with backend='eager': tracing")]
     return []
@@ -431,14 +420,14 @@ HIGHER_ORDER_GRAD = re.compile(
 @rule("R4.1")
 def r4_1_operator_numerics(f: Facts) -> list[Finding]:
     """One operator's decomposition gives different numbers traced vs eager: decompositions."""
-    return _add(f, "R4.1", DECOMP, DECOMP_WORDS, 0.85, WEAK, "an operator's decomposition")
+    return _add(f, "R4.1", DECOMP, DECOMP_WORDS, 0.85, 0.7, "an operator's decomposition")
 
 
 @rule("R4.2")
 def r4_2_higher_order_grads(f: Facts) -> list[Finding]:
     """Wrong higher-order gradients under tracing: decompositions."""
     if f.has(COMPILE_USE) or f.has(re.compile(r"make_fx|aot_function|\btrac(?:e|ed|ing)\b", I)):
-        return _add(f, "R4.2", DECOMP, HIGHER_ORDER_GRAD, 0.8, WEAK, "higher-order gradients under tracing")
+        return _add(f, "R4.2", DECOMP, HIGHER_ORDER_GRAD, 0.8, 0.7, "higher-order gradients under tracing")
     return []
 
 
@@ -451,10 +440,9 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
     hit = f.find(MAKE_FX)
     if not hit:
         return []
-    strong = hit[1] == "title"
     return [
-        Finding("R4.3", "add", FX, 0.8 if strong else WEAK, hit[0], hit[1], "make_fx tracing"),
-        Finding("R4.3", "add", DECOMP, 0.75 if strong else WEAK, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
+        Finding("R4.3", "add", FX, 0.8, hit[0], hit[1], "make_fx tracing"),
+        Finding("R4.3", "add", DECOMP, 0.75, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
     ]
 
 
@@ -472,9 +460,8 @@ HOP = re.compile(r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_su
 @rule("R5")
 def r5_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher only when the bug is in AOTAutograd, functionalization, FakeTensor or custom ops."""
-    found = _add(f, "R5", DISPATCHER, DISPATCHER_TAG, TAG, 0.0, "tagged [aotautograd] in the title") or _add(
-        f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
-        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.6, WEAK, "functionalization, FakeTensor or custom-op dispatch"
+    found = _add(f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
+        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch"
     ) or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
     if found:
         return found
