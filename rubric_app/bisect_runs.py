@@ -23,15 +23,17 @@ from .models import BisectionRun
 
 log = logging.getLogger(__name__)
 
-QUEUES = {BisectionRun.Device.CPU: "cpu", BisectionRun.Device.CUDA: "gpu"}
+QUEUES = {BisectionRun.Device.CPU: "cpu", BisectionRun.Device.CUDA: "gpu", BisectionRun.Device.BOTH: "gpu"}
+# What a worker declaring BISECTION_DEVICE can run: a GPU box has a CPU too.
+SERVES = {"cpu": {"cpu"}, "cuda": {"cuda", "both"}}
 
 
 def queue_for(device: str) -> str:
-    """The Celery queue whose workers serve device ("cpu" -> cpu, "cuda" -> gpu); ValueError for others."""
+    """The Celery queue whose workers serve device ("cpu" -> cpu, "cuda" or "both" -> gpu); ValueError for others."""
     try:
         return QUEUES[device]
     except KeyError:
-        raise ValueError(f"unknown device {device!r}: choose cpu or cuda") from None
+        raise ValueError(f"unknown device {device!r}: choose cpu, cuda or both") from None
 
 
 def limits() -> bisection.Limits:
@@ -92,7 +94,7 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
         if redelivered and run.status == BisectionRun.Status.RUNNING:
             _finish(run, BisectionRun.Status.FAILED, error="the worker running this bisection died; start it again")
         return run
-    if run.device != settings.BISECTION_DEVICE:
+    if run.device not in SERVES.get(settings.BISECTION_DEVICE, ()):
         return _finish(run, BisectionRun.Status.FAILED,
                        error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}")
 
@@ -101,7 +103,9 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
         run.save(update_fields=["current_mode", "results"])
 
     try:
-        report = bisection.bisect(run.repro_code, device=run.device, style=run.repro_style, limits=limits(),
+        # "both" bisects on CPU; on this GPU worker the harness re-runs an Inductor failure on cuda (R2.4).
+        device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
+        report = bisection.bisect(run.repro_code, device=device, style=run.repro_style, limits=limits(),
                                   on_progress=progress)
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))

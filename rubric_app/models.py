@@ -288,6 +288,8 @@ class BisectionRun(models.Model):
     class Device(models.TextChoices):
         CPU = "cpu", "CPU"
         CUDA = "cuda", "GPU (cuda)"
+        # Bisect on CPU on a GPU worker, re-running an Inductor failure on cuda: R2.4's test.
+        BOTH = "both", "CPU, then cuda for an Inductor failure (R2.4)"
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="bisection_runs")
     requested_by = models.ForeignKey(

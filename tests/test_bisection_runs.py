@@ -114,11 +114,19 @@ def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager
     assert BisectionRun.objects.get(pk=fresh.pk).status == "running"
 
 
-def test_it_fails_a_run_for_a_device_this_worker_does_not_serve(issue, triager, settings):
+@pytest.mark.parametrize("device", ["cuda", "both"])
+def test_it_fails_a_run_for_a_device_this_worker_does_not_serve(issue, triager, settings, device):
     settings.BISECTION_DEVICE = "cpu"
-    run = bisect_runs.run_bisection(_queued(issue, triager, device="cuda").pk)
+    run = bisect_runs.run_bisection(_queued(issue, triager, device=device).pk)
     assert run.status == "failed" and "serves cpu" in run.error
     assert run.results == []  # nothing ran
+
+
+def test_it_sends_a_cpu_and_cuda_comparison_to_the_gpu_workers():
+    # R2.4 needs both devices: the CPU bisection runs where cuda is there to re-run an Inductor failure.
+    assert bisect_runs.queue_for("both") == bisect_runs.queue_for("cuda") == "gpu"
+    assert bisect_runs.queue_for("cpu") == "cpu"
+    assert "both" in bisect_runs.SERVES["cuda"] and "both" not in bisect_runs.SERVES["cpu"]
 
 
 @pytest.mark.torch
