@@ -444,6 +444,9 @@ class SyncState(models.Model):
     last_full_sync_at = models.DateTimeField(null=True, blank=True)
     last_requests = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # Set while a sync holds the row's claim, so two syncs (beat, a webhook-triggered or a manual
+    # one) never run at once; a claim older than the lease is a dead worker's and is taken over.
+    running_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.key

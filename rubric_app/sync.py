@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app import github
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 FULL_KEY = "queue:full"
 INCREMENTAL_KEY = "queue:incremental"
+LOCK_KEY = "queue:lock"
+# Longer than any sync should take; a claim this old belongs to a worker that died mid-sync.
+SYNC_LEASE = timedelta(hours=1)
 ISSUE_FIELDS = [
     "repo", "title", "body", "state", "author", "html_url", "is_pull_request", "created_at", "updated_at",
     "comments_count", "in_queue", "last_synced_at", "review_flagged_at",
@@ -56,8 +60,11 @@ class SyncReport:
     not_modified: int = 0
     resumed: bool = False
     refresh_suggestions: bool = True
+    skipped: bool = False
 
     def summary(self) -> str:
+        if self.skipped:
+            return f"{self.mode} sync skipped: another sync is running"
         return (
             f"{self.mode} sync{' (resumed)' if self.resumed else ''}: {self.issues_fetched} issues fetched, "
             f"{self.issues_changed} changed, {self.left_queue} left the queue, {self.comments_fetched} comments, "
@@ -230,10 +237,23 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
     Raises github.GitHubError (e.g. RateLimited) when GitHub stays unusable; what was
     stored so far stays, and the next run resumes from the saved point.
     refresh_suggestions=False leaves the rubric engine out (the benchmark times it apart).
+    Only one sync runs at a time: while another holds the claim, this one returns at once
+    with report.skipped set and makes no request.
     """
-    gh = gh or github.client()
-    state, _ = SyncState.objects.get_or_create(key=FULL_KEY if full else INCREMENTAL_KEY)
     report = SyncReport(mode="full" if full else "incremental", refresh_suggestions=refresh_suggestions)
+    if not _claim_sync():
+        report.skipped = True
+        log.info("%s", report.summary())
+        return report
+    try:
+        return _sync(full=full, gh=gh or github.client(), report=report)
+    finally:
+        SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
+
+
+def _sync(*, full: bool, gh: github.Client, report: SyncReport) -> SyncReport:
+    """sync_queue's work, under the claim the caller holds."""
+    state, _ = SyncState.objects.get_or_create(key=FULL_KEY if full else INCREMENTAL_KEY)
     try:
         if full:
             _full_sync(gh, state, report)
@@ -249,6 +269,17 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
     state.save(update_fields=["last_requests", "last_error", "last_finished_at"])
     log.info("%s", report.summary())
     return report
+
+
+def _claim_sync() -> bool:
+    """Take the one sync claim with a conditional UPDATE; False when another sync holds it."""
+    SyncState.objects.get_or_create(key=LOCK_KEY)
+    now = timezone.now()
+    return bool(
+        SyncState.objects.filter(key=LOCK_KEY)
+        .filter(Q(running_since__isnull=True) | Q(running_since__lt=now - SYNC_LEASE))
+        .update(running_since=now)
+    )
 
 
 def _store_page(page: github.Page, gh: github.Client, report: SyncReport) -> None:
@@ -326,7 +357,7 @@ def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport
 def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
     if state.high_water_mark is None:
         # Nothing to be incremental from: a full sync sets the mark.
-        full = sync_queue(full=True, gh=gh, refresh_suggestions=report.refresh_suggestions)
+        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", refresh_suggestions=report.refresh_suggestions))
         report.mode, report.issues_fetched, report.issues_changed = "full (first)", full.issues_fetched, full.issues_changed
         report.comments_fetched, report.left_queue, report.labels_synced = full.comments_fetched, full.left_queue, full.labels_synced
         return

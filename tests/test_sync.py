@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 from django.core.management import call_command
 
 from rubric_app import github
 from rubric_app.models import Comment, Issue, Label, SyncState
-from rubric_app.sync import FULL_KEY, INCREMENTAL_KEY, sync_queue
+from rubric_app.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
 from tests.conftest import make_label
 
 pytestmark = pytest.mark.django_db
@@ -235,3 +238,26 @@ def test_it_syncs_from_the_beat_task_in_the_worker(fake_github, celery_worker_pr
 
     wait_until(lambda: SyncState.objects.filter(key=FULL_KEY, last_full_sync_at__isnull=False).exists(), timeout=60)
     assert Issue.objects.count() == 3 and Comment.objects.count() == 3
+
+
+def test_it_skips_a_sync_while_another_holds_the_claim_and_takes_over_a_dead_one(fake_github):
+    _queue(fake_github, 3)
+    SyncState.objects.create(key=LOCK_KEY, running_since=timezone.now())
+
+    skipped = sync_queue(full=True)
+
+    assert skipped.skipped and "skipped" in skipped.summary()
+    assert fake_github.requests == [] and not Issue.objects.exists()
+    # A claim older than the lease belongs to a worker that died mid-sync: the next sync takes over.
+    SyncState.objects.filter(key=LOCK_KEY).update(running_since=timezone.now() - SYNC_LEASE - timedelta(minutes=1))
+    report = sync_queue(full=True)
+    assert not report.skipped and Issue.objects.count() == 3
+    assert SyncState.objects.get(key=LOCK_KEY).running_since is None  # released for the next one
+
+
+def test_it_releases_the_claim_when_github_fails(fake_github):
+    _queue(fake_github, 1)
+    fake_github.inject("malformed_json", path=r"/issues$", times=3)
+    with pytest.raises(github.MalformedResponse):
+        sync_queue(full=True)
+    assert SyncState.objects.get(key=LOCK_KEY).running_since is None
