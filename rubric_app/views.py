@@ -35,6 +35,14 @@ def _partial(request: HttpRequest, template: str, partial: str) -> str:
     return f"{template}#{partial}" if request.htmx else template
 
 
+def _polled(request: HttpRequest, partial: str, context: dict, finished: bool) -> HttpResponse:
+    """An issue-page fragment that htmx polls; once finished it is answered with 286 so polling stops."""
+    template = f"rubric_app/issue.html#{partial}"
+    if finished:
+        return HttpResponseStopPolling(render_to_string(template, context, request))
+    return render(request, template, context)
+
+
 def _latest_verdict() -> Subquery:
     """The newest finished bisection's summary, as a column: one query for the whole page."""
     runs = BisectionRun.objects.filter(issue=OuterRef("pk"), status=BisectionRun.Status.DONE).order_by("-created_at")
@@ -174,10 +182,7 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
     decision = get_object_or_404(TriageDecision.objects.select_related("issue", "user"), pk=pk)
     if not request.htmx:
         return redirect(decision.issue)
-    context = {"decision": decision, "issue": decision.issue}
-    if decision.is_finished:
-        return HttpResponseStopPolling(render_to_string("rubric_app/issue.html#decision", context, request))
-    return render(request, "rubric_app/issue.html#decision", context)
+    return _polled(request, "decision", {"decision": decision, "issue": decision.issue}, decision.is_finished)
 
 
 @login_required
@@ -212,9 +217,7 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
-    if run.is_finished:
-        return HttpResponseStopPolling(render_to_string("rubric_app/issue.html#bisection-run", context, request))
-    return render(request, "rubric_app/issue.html#bisection-run", context)
+    return _polled(request, "bisection-run", context, run.is_finished)
 
 
 @login_required

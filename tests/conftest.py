@@ -129,3 +129,16 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+def processes_with_cmdline(needle: bytes) -> list[int]:
+    """Pids of the host's processes whose NUL-separated command line is exactly needle (escapee checks)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() == needle:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rubric_app.bisection import Limits, bisect, detect_style, extract_repro
+from tests.conftest import processes_with_cmdline
 
 pytestmark = pytest.mark.torch
 REPROS = Path(__file__).parent / "repros"
@@ -90,7 +91,7 @@ def test_it_kills_an_endless_compile_and_everything_it_started():
     hung = by_mode["inductor"]
     assert (hung["status"], hung["phase"]) == ("timeout", "backend_compile")
     assert labels == [("module: inductor", "R2.2")]
-    assert not _processes_with_cmdline(b"sleep\x001000\x00")  # the pid namespace took its child down too
+    assert not processes_with_cmdline(b"sleep\x001000\x00")  # the pid namespace took its child down too
 
 
 def test_it_says_a_repro_broken_in_eager_is_not_a_compile_bug():
@@ -166,15 +167,3 @@ def test_it_bisects_a_converted_script_with_a_float64_reference():
     assert [r["status"] for r in report.results] == ["passed"] * 5 + ["diverged"]
     assert "(float64 reference)" in report.results[-1]["message"]
     assert [x["label"] for x in report.labels] == ["module: inductor", "triage review"]
-
-
-def _processes_with_cmdline(needle: bytes) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read() == needle:
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rubric_app.bisection import ForkServer, Limits, bisect
+from tests.conftest import processes_with_cmdline
 
 pytestmark = pytest.mark.torch
 SECRET = "ghp_" + uuid.uuid4().hex  # unique per session, so finding it anywhere means it leaked
@@ -152,7 +153,7 @@ def test_it_kills_a_repro_that_never_exits_with_its_escapees(server):
             pass
     """, timeout_s=4)
     assert result["status"] == "timeout"
-    assert not _processes_with_cmdline(b"sleep\x00987654\x00")
+    assert not processes_with_cmdline(b"sleep\x00987654\x00")
     assert not _processes_of_uid(65534)
 
 
@@ -178,16 +179,6 @@ def test_it_keeps_serving_after_the_attacks(server):
     assert report.sandbox["netns"] and report.sandbox["pidns"] and report.sandbox["uid"] == 65534
 
 
-def _processes_with_cmdline(needle: bytes) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read() == needle:
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def _processes_of_uid(uid: int) -> list[int]:
