@@ -51,5 +51,11 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
             delivery = WebhookDelivery.objects.create(delivery_id=delivery_id[:100], event=event, payload=payload)
             process_webhook_task.delay_on_commit(delivery.pk)
     except IntegrityError:
-        return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
+        unprocessed = WebhookDelivery.objects.filter(delivery_id=delivery_id[:100], processed_at__isnull=True).first()
+        if unprocessed is None:
+            return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
+        # Stored but never processed (say the broker was down when it came): GitHub's redelivery
+        # queues it again rather than being dropped; the task's claim makes a double run a no-op.
+        process_webhook_task.delay_on_commit(unprocessed.pk)
+        return HttpResponse("Delivery queued again.", status=202, content_type="text/plain")
     return HttpResponse("Accepted.", status=202, content_type="text/plain")

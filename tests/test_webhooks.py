@@ -102,12 +102,25 @@ def test_it_answers_400_to_a_signed_body_that_is_not_json(client):
 def test_it_ignores_a_replayed_delivery_id(client, fake_github, django_capture_on_commit_callbacks):
     payload = _issue_payload(fake_github, 5)
     _post(client, "issues", payload, delivery="same-id")
+    process_webhook(WebhookDelivery.objects.get(delivery_id="same-id").pk)
 
     with django_capture_on_commit_callbacks() as callbacks:
         response = _post(client, "issues", payload, delivery="same-id")
 
     assert response.status_code == 200
     assert WebhookDelivery.objects.count() == 1 and not callbacks
+
+
+def test_it_queues_again_a_redelivery_of_a_delivery_never_processed(client, fake_github, django_capture_on_commit_callbacks):
+    # e.g. the broker was down when it first came: GitHub's redelivery must not be dropped as a replay.
+    payload = _issue_payload(fake_github, 5)
+    _post(client, "issues", payload, delivery="lost-id")
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "issues", payload, delivery="lost-id")
+
+    assert response.status_code == 202
+    assert WebhookDelivery.objects.count() == 1 and len(callbacks) == 1
 
 
 def test_it_refuses_get_with_405(client):
