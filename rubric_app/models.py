@@ -274,6 +274,10 @@ class Suggestion(models.Model):
 
 
 class BisectionRunQuerySet(models.QuerySet):
+    def stuck(self, before) -> BisectionRunQuerySet:
+        """Queued since before `before`: its task message may never have reached a worker."""
+        return self.filter(status=BisectionRun.Status.QUEUED, created_at__lt=before)
+
     def recent(self) -> BisectionRunQuerySet:
         return self.select_related("issue", "requested_by").order_by("-created_at")
 
@@ -358,6 +362,10 @@ class Meeting(models.Model):
 
 
 class TriageDecisionQuerySet(models.QuerySet):
+    def stuck(self, before) -> TriageDecisionQuerySet:
+        """Pending since before `before`: its task message may never have reached a worker."""
+        return self.filter(status=TriageDecision.Status.PENDING, created_at__lt=before)
+
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
 
@@ -452,6 +460,12 @@ class SyncState(models.Model):
         return self.key
 
 
+class WebhookDeliveryQuerySet(models.QuerySet):
+    def stuck(self, before) -> WebhookDeliveryQuerySet:
+        """Received before `before` and still unprocessed: its task may never have reached a worker."""
+        return self.filter(processed_at__isnull=True, received_at__lt=before)
+
+
 class WebhookDelivery(models.Model):
     """A received GitHub webhook delivery; the unique id makes replays no-ops."""
 
@@ -461,6 +475,8 @@ class WebhookDelivery(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+
+    objects = WebhookDeliveryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-received_at"]

@@ -7,8 +7,15 @@ row whose transaction has not committed yet.
 from celery import shared_task
 from django.db import DatabaseError
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from . import bisect_runs, decisions, sync
-from .models import Issue
+from .models import BisectionRun, Issue, TriageDecision, WebhookDelivery
+
+# Longer than a message normally waits in a queue; older pending work is sent again.
+STUCK_AFTER = timedelta(minutes=15)
 
 
 @shared_task
@@ -56,3 +63,19 @@ def run_bisection_task(self, run_id: int) -> None:
     """
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
     bisect_runs.run_bisection(run_id, redelivered=redelivered)
+
+
+@shared_task
+def requeue_stuck_task() -> None:
+    """Send again work whose message never reached a worker (e.g. the broker was down at enqueue).
+
+    Periodic (beat). Each task claims its row with a conditional UPDATE, so a message
+    that was only slow, not lost, makes the second run a no-op.
+    """
+    before = timezone.now() - STUCK_AFTER
+    for pk in TriageDecision.objects.stuck(before).values_list("pk", flat=True):
+        apply_decision_task.delay(pk)
+    for pk, device in BisectionRun.objects.stuck(before).values_list("pk", "device"):
+        run_bisection_task.apply_async((pk,), queue=bisect_runs.queue_for(device))
+    for pk in WebhookDelivery.objects.stuck(before).values_list("pk", flat=True):
+        process_webhook_task.delay(pk)

@@ -204,6 +204,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "rubric_app.tasks.sync_queue_task",
         "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
     },
+    "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
 }
 
 # Bisection: which device this process's worker serves, and the sandbox's limits.

@@ -1,0 +1,56 @@
+"""Work whose task message never reached a worker is sent again by the periodic sweep."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from rubric_app.models import BisectionRun, TriageDecision, WebhookDelivery
+from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
+from tests.conftest import make_issue, make_label, wait_until
+
+LONG_AGO = timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+
+
+def test_it_finds_only_old_unstarted_work(issue):
+    old = TriageDecision.objects.create(issue=issue, labels_added=["triaged"], created_at=LONG_AGO)
+    TriageDecision.objects.create(issue=issue, labels_added=["triaged"])  # just queued: leave it
+    TriageDecision.objects.create(issue=issue, status="applied", created_at=LONG_AGO)
+    run = BisectionRun.objects.create(issue=issue, repro_code="x", created_at=LONG_AGO)
+    BisectionRun.objects.create(issue=issue, repro_code="x", status="running", created_at=LONG_AGO)
+    delivery = WebhookDelivery.objects.create(delivery_id="a", event="issues", received_at=LONG_AGO)
+    WebhookDelivery.objects.create(delivery_id="b", event="issues", received_at=LONG_AGO, processed_at=timezone.now())
+
+    before = timezone.now() - STUCK_AFTER
+    assert list(TriageDecision.objects.stuck(before)) == [old]
+    assert list(BisectionRun.objects.stuck(before)) == [run]
+    assert list(WebhookDelivery.objects.stuck(before)) == [delivery]
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_github, triager, celery_worker_process):
+    make_label("module: dynamo")
+    make_label("triaged")
+    issue = make_issue(3101, labels=("oncall: pt2",))
+    fake_github.add_issue(3101, labels=["oncall: pt2"])
+    # As if the broker had been down when these were enqueued: rows exist, no message does.
+    decision = TriageDecision.objects.create(
+        issue=issue, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo", "triaged"],
+        created_at=LONG_AGO,
+    )
+    payload = {"action": "edited", "issue": fake_github.issue_json(fake_github.add_issue(3102, labels=["oncall: pt2"])),
+               "repository": {"full_name": fake_github.repo}}
+    delivery = WebhookDelivery.objects.create(delivery_id="lost", event="issues", payload=payload, received_at=LONG_AGO)
+
+    requeue_stuck_task()
+
+    def done():
+        decision.refresh_from_db()
+        delivery.refresh_from_db()
+        return decision.is_finished and delivery.processed_at
+
+    wait_until(done, timeout=60)
+    assert decision.status == TriageDecision.Status.APPLIED
+    assert fake_github.labels_of(3101) == ["module: dynamo", "oncall: pt2", "triaged"]
+    assert issue.label_names() == ["module: dynamo", "oncall: pt2", "triaged"]
