@@ -423,3 +423,22 @@ def test_it_turns_components_under_the_threshold_into_questions():
     assert "module: inductor" not in strict.labels()
     assert any("module: inductor" in c.text for c in needs_human(strict, "R2.2"))
     assert "module: compile ux" in strict.labels()  # G4's fallback still holds
+
+
+def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g1():
+    from rubric_app.rubric.rules import g1_needs_reproduction
+
+    needs_file = issue("LoweringException on my detection model",
+                       "```python\nmodel.load_state_dict(torch.load('detector_v3.pth'))\n```\n"
+                       "The checkpoint is at https://drive.google.com/file/d/abc/view")
+    self_contained = issue("LoweringException on a conv + relu model",
+                           "```python\nmodel = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())\ntorch.compile(model)(x)\n```")
+    mentions_only = issue("Inductor: faster .pt export?", "We save results as model.pt but never load one here.")
+
+    assert matches(g1_needs_reproduction(facts_of(needs_file)), "flag", "needs reproduction")
+    assert not g1_needs_reproduction(facts_of(self_contained))
+    assert not g1_needs_reproduction(facts_of(mentions_only))
+    assessment = evaluate(needs_file)
+    assert "needs reproduction" in assessment.labels()
+    suggestion = next(s for s in assessment.add if s.label == "needs reproduction")
+    assert suggestion.rule_id == "G1" and suggestion.evidence in needs_file.body

@@ -26,6 +26,7 @@ from .facts import (
     REVIEW,
     TRIAGED,
     LOW,
+    NEEDS_REPRO,
     WEAK,
     RULES,
     Facts,
@@ -233,6 +234,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
                 out.avoid.append(Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides"))
         if LOW in flags:
             out.add.append(_suggest(flags[LOW]))
+        if NEEDS_REPRO in flags and NEEDS_REPRO not in facts.labels:
+            out.add.append(_suggest(flags[NEEDS_REPRO]))
         if not review and not question:
             out.add.append(Suggested(TRIAGED, "G6", 0.6, reason="labelled, not redirected, not flagged for review"))
 

@@ -32,6 +32,7 @@ TRIAGED = "triaged"
 REVIEW = "triage review"
 LOW = "low priority"
 HIGH = "high priority"
+NEEDS_REPRO = "needs reproduction"
 
 # The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
 CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)

@@ -26,6 +26,7 @@ from .facts import (
     Finding,
     I,
     INDUCTOR,
+    NEEDS_REPRO,
     PT2_ONCALL,
     _add,
     rule,
@@ -83,6 +84,26 @@ def g0_other_oncall(f: Facts) -> list[Finding]:
         return [Finding("G0", "route", others[0], 1.0, others[0], "labels", "already in another oncall's queue")]
     if CPU_ONCALL in f.labels:
         return [Finding("G0", "route", CPU_ONCALL, 1.0, CPU_ONCALL, "labels", "PT2's CPU Inductor lane")]
+    return []
+
+
+# The triage template `needs_reproduction` (rubric_app/data/pytorch_triage_templates.json): the
+# repro depends on a file the reporter must send, so nobody can run it as posted.
+EXTERNAL_FILE = re.compile(
+    r"\b[\w-]{1,80}\.(?:pt|pth|pkl|ckpt|safetensors|onnx|bin)\b(?!\w)"
+    r"|drive\.google\.com|dropbox\.com|onedrive\.live\.com|1drv\.ms|mega\.nz|wetransfer\.com|huggingface\.co/[\w.-]{1,60}/[\w.-]{1,60}/(?:resolve|blob)/",
+    I,
+)
+LOADS_FILE = re.compile(r"torch\.load\(|from_pretrained\(|load_state_dict\(|onnx\.load\(|pickle\.load\(|\bdownload\b", I)
+
+
+@rule("G1")
+def g1_needs_reproduction(f: Facts) -> list[Finding]:
+    """The repro needs an external file (a checkpoint, a Drive link): ask for a self-contained one."""
+    hit = f.find(EXTERNAL_FILE, "text")
+    if hit and f.has(LOADS_FILE, "text"):
+        return [Finding("G1", "flag", NEEDS_REPRO, 0.7, hit[0], hit[1],
+                        "the repro needs a file the reporter must share: ask for a self-contained one")]
     return []
 
 
