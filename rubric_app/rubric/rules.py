@@ -100,8 +100,9 @@ LOADS_FILE = re.compile(r"torch\.load\(|from_pretrained\(|load_state_dict\(|onnx
 @rule("G1")
 def g1_needs_reproduction(f: Facts) -> list[Finding]:
     """The repro needs an external file (a checkpoint, a Drive link): ask for a self-contained one."""
-    hit = f.find(EXTERNAL_FILE, "text")
-    if hit and f.has(LOADS_FILE, "text"):
+    # LOADS_FILE first: its literals let the prefilter skip most issues before the costlier scan.
+    hit = f.has(LOADS_FILE, "text") and f.find(EXTERNAL_FILE, "text")
+    if hit:
         return [Finding("G1", "flag", NEEDS_REPRO, 0.7, hit[0], hit[1],
                         "the repro needs a file the reporter must share: ask for a self-contained one")]
     return []
