@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.utils import timezone
 
 from . import bisection
@@ -111,9 +112,11 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     run.results, run.verdict_labels, run.verdict_summary = report.results, report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
-    _finish(run, BisectionRun.Status.DONE)
-    # The verdict feeds the rubric engine through Issue.as_issue_text().
-    run.issue.refresh_suggestions()
+    # The verdict feeds the rubric engine through Issue.as_issue_text(). One transaction: whoever
+    # sees the run done (the issue page's poll) also sees the suggestions it produced.
+    with transaction.atomic():
+        _finish(run, BisectionRun.Status.DONE)
+        run.issue.refresh_suggestions()
     return run
 
 

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling, reswap, retarget
+from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
 from . import bisect_runs, decisions
 from .bisection import extract_repro
@@ -217,7 +217,9 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
-    return _polled(request, "bisection-run", context, run.is_finished)
+    response = _polled(request, "bisection-run", context, run.is_finished)
+    # The issue page refetches its triage panel: the verdict is in the suggestions now.
+    return trigger_client_event(response, "bisection-finished") if run.is_finished else response
 
 
 @login_required
