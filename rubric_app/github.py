@@ -304,19 +304,18 @@ class Client:
 
     def comments(self, number: int) -> list[CommentData]:
         """All comments of an issue, oldest first (one request per 100)."""
-        page = self._page(f"/repos/{self.repo}/issues/{number}/comments", params={"per_page": 100}, parse=parse_comment)
-        items = list(page.items)
-        while page.next_url:
-            page = self._page(page.next_url, parse=parse_comment)
-            items += page.items
-        return items
+        return self._every_page(f"/repos/{self.repo}/issues/{number}/comments", parse=parse_comment)
 
     def labels(self) -> list[LabelData]:
         """The repo's whole label catalog."""
-        page = self._page(f"/repos/{self.repo}/labels", params={"per_page": 100}, parse=parse_label)
+        return self._every_page(f"/repos/{self.repo}/labels", parse=parse_label)
+
+    def _every_page(self, path: str, *, parse):
+        """Every item of a paginated list, following Link headers, 100 a page."""
+        page = self._page(path, params={"per_page": 100}, parse=parse)
         items = list(page.items)
         while page.next_url:
-            page = self._page(page.next_url, parse=parse_label)
+            page = self._page(page.next_url, parse=parse)
             items += page.items
         return items
 
