@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.rubric.evaluation import Counts, issue_from_record, review_truth, score, truth
+from rubric_app.rubric.evaluation import Counts, g4_ceiling, issue_from_record, review_truth, score, truth
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
 
@@ -96,6 +96,20 @@ def test_it_scores_unknown_labels_as_neither_hit_nor_miss():
     assert Counts(tp=1, fp=1, fn=0).f1 == pytest.approx(2 / 3)
 
 
+def test_it_bounds_precision_by_what_g4_forces_on_issues_humans_left_without_a_component():
+    records = [
+        {"labels": ["oncall: pt2", "module: aotdispatch"]},  # the older name: scored as pt2-dispatcher
+        {"labels": ["oncall: pt2", "triaged"]},  # no component: G4's fallback is a false positive
+        {"labels": ["oncall: pt2", "oncall: export"]},  # handed off (G5): no module label owed
+        {"labels": ["oncall: cpu inductor"]},  # PT2's CPU lane, routed instead of oncall: pt2 (R10)
+    ]
+    predictions = g4_ceiling(records)
+    assert predictions == [["module: pt2-dispatcher"], ["module: compile ux"], [], []]
+    ceiling = score(records, predictions).components
+    assert (ceiling.tp, ceiling.fp, ceiling.fn) == (1, 1, 0)
+    assert ceiling.precision == 0.5 and ceiling.recall == 1.0
+
+
 def test_it_prints_the_figures_on_the_dev_set():
     out = StringIO()
     call_command("evaluate_suggestions", input=str(DEV), halves=True, stdout=out)
@@ -105,6 +119,10 @@ def test_it_prints_the_figures_on_the_dev_set():
     assert set(figures) == {"component micro", "routing micro", "review flag"}
     # A floor well under the measured figures: catches a rule change that breaks the engine, not noise.
     assert float(figures["component micro"]) > 0.5
+    # The dev set's G4 ceiling: 59 PT2 issues carry no component label, so even the humans' own
+    # labels plus G4's fallback score precision 244 / 303.
+    ceiling = re.search(r"^  G4 ceiling\s+precision ([\d.]+)\s+recall ([\d.]+).*\(tp (\d+), fp (\d+), fn (\d+)\)", text, re.M)
+    assert ceiling.groups() == ("0.805", "1.000", "244", "59", "0")
 
 
 def test_it_scores_the_held_out_half_apart(tmp_path):

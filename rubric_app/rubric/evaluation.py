@@ -204,6 +204,23 @@ def split_by_number(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
+def g4_ceiling(records: list[dict[str, Any]]) -> list[list[str]]:
+    """The best any engine that keeps G4 can score: the humans' own component labels, and G4's
+    fallback on a PT2 issue where they applied none.
+
+    Handoffs (G5) and the CPU Inductor lane (R2.4, R10: routed instead of oncall: pt2) are spared the
+    fallback, so this is the most generous reading. Its precision is a ceiling for precision: every
+    issue humans left without a component costs any G4-keeping engine one false positive.
+    """
+    predictions = []
+    for record in records:
+        shown = {ALIASES.get(l, l) for l in record.get("labels", [])}
+        components = [l for l in COMPONENTS if l in shown]
+        routed = any(l.startswith("oncall:") and l != PT2_ONCALL for l in shown)
+        predictions.append(components or ([] if routed else ["module: compile ux"]))
+    return predictions
+
+
 # Component-label thresholds the precision/recall curve is reported at.
 CURVE = (0.0, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 

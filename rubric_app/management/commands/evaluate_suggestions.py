@@ -10,6 +10,7 @@ from rubric_app.rubric.evaluation import (
     REVIEW_TRUTH,
     InputError,
     cross_validate,
+    g4_ceiling,
     issue_from_record,
     keyword_baseline,
     precision_recall_curve,
@@ -120,13 +121,16 @@ class Command(BaseCommand):
             out("routing = the redirect oncall: labels (oncall: pt2 itself is excluded: every issue here has it)")
             out(f"review flag = the engine's triage review vs humans' {' or '.join(REVIEW_TRUTH)} (R11)")
             out("G4-labelled = the issues to which humans applied at least one component label (G4 wants one on every issue)")
+            out("G4 ceiling = a perfect engine that keeps G4: the humans' own labels, G4's fallback where they applied none")
         # G4's fallback is a placeholder the triager is asked to replace: show the figure without it too.
         placeholder = score(records, [without_fallback(p) for p in predictions]).components
         # G4: every PT2 issue should end with a module label; humans left some without any. Scored apart:
         labelled = [i for i, r in enumerate(records) if any(truth(r, l) for l in COMPONENTS)]
         on_labelled = score([records[i] for i in labelled], [predictions[i] for i in labelled]).components
+        # What a perfect engine would score here while keeping G4: the ceiling for precision.
+        ceiling = score(records, g4_ceiling(records)).components
         rows = (("component micro", result.components), ("  w/o G4 fallback", placeholder),
-                (f"  on {len(labelled)} G4-labelled", on_labelled),
+                (f"  on {len(labelled)} G4-labelled", on_labelled), ("  G4 ceiling", ceiling),
                 ("routing micro", result.routing), ("review flag", result.review))
         for title, c in rows:
             out(f"{title:16} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  (tp {c.tp}, fp {c.fp}, fn {c.fn})")
