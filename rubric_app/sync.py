@@ -455,7 +455,14 @@ def _apply_label_event(payload: dict) -> None:
         Label.objects.filter(name=data.name).update(in_catalog=False)
         return
     old_name = ((payload.get("changes") or {}).get("name") or {}).get("from")
-    label = Label.objects.filter(name=old_name or data.name).first() or Label(name=data.name)
+    label = Label.objects.filter(name=data.name).first()
+    renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
+    if renamed is not None and label is not None:
+        # Renamed onto a name we already have a row for (GitHub deleted that label and we missed
+        # the event, or an issue carried it first): one label now, its issues keep it.
+        label.issues.add(*renamed.issues.all())
+        renamed.delete()
+    label = label or renamed or Label(name=data.name)
     label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
     label.allowed_for_triage = data.name in catalog_names() and not is_forbidden(data.name)
     label.save()

@@ -222,6 +222,27 @@ def test_it_applies_label_events(client):
     assert Label.objects.get(name="ciflow/trunk").allowed_for_triage is False  # G7
 
 
+def test_it_merges_a_label_renamed_onto_a_name_it_already_has(client):
+    # We missed GitHub deleting "module: inductor"; an issue still carries the stale row.
+    stale = Label.objects.create(name="module: inductor", in_catalog=False)
+    old = Label.objects.create(name="module: codegen")
+    both, only_old = make_issue(number=21), make_issue(number=22)
+    both.labels.add(stale, old)
+    only_old.labels.add(old)
+    payload = {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
+               "changes": {"name": {"from": "module: codegen"}}}
+    _post(client, "label", payload, delivery="l-merge")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="l-merge").pk)
+
+    delivery = WebhookDelivery.objects.get(delivery_id="l-merge")
+    assert delivery.processed_at is not None and delivery.error == ""
+    merged = Label.objects.get(name="module: inductor")
+    assert (merged.pk, merged.color, merged.in_catalog, merged.allowed_for_triage) == (stale.pk, "aabbcc", True, True)
+    assert not Label.objects.filter(name="module: codegen").exists()
+    assert sorted(merged.issues.values_list("number", flat=True)) == [21, 22]
+
+
 def test_it_records_a_payload_it_cannot_understand(client):
     _post(client, "issues", {"action": "edited", "issue": {"title": "no number"}}, delivery="bad")
 
