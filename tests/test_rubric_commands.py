@@ -38,7 +38,19 @@ def test_it_writes_one_suggestion_line_per_issue(tmp_path):
     assert "module: dynamo" in first["labels"] and "triaged" in first["labels"]
     assert first["evidence"]["module: dynamo"]["evidence"] in ISSUES[0]["title"] + ISSUES[0]["body"]
     assert export["labels"][0] == "oncall: export" and not any(l.startswith("module:") for l in export["labels"])
-    assert skipped["route"] == "skip" and skipped["labels"] == []  # G0: already distributed's
+    # G0: already distributed's. Nothing to add; the output still names the queue it belongs in.
+    assert skipped["route"] == "skip" and skipped["labels"] == ["oncall: distributed"]
+    assert first["labels"][-1] == "oncall: pt2"  # the file's labels say it is there already: named, not duplicated
+    assert first["labels"].count("oncall: pt2") == 1
+
+
+def test_it_names_the_cpu_lane_of_an_issue_already_in_it(tmp_path):
+    row = {"number": 4, "title": "Compiled model slow", "body": "", "comments": [], "labels": ["oncall: cpu inductor"]}
+    src, out = write_jsonl(tmp_path / "in.jsonl", [row]), tmp_path / "out.jsonl"
+    call_command("suggest_labels", input=str(src), output=str(out), stdout=StringIO())
+    line = json.loads(out.read_text())
+    assert line["route"] == "cpu inductor" and "oncall: cpu inductor" in line["labels"]
+    assert "oncall: pt2" not in line["labels"]  # R10: routed instead of oncall: pt2
 
 
 def test_it_can_ignore_the_files_labels(tmp_path):

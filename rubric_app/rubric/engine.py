@@ -83,7 +83,7 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
 
     lane = rules.g0_other_oncall(facts)
     if lane and lane[0].label != CPU_ONCALL:
-        return Assessment(route="skip", checklist=[
+        return Assessment(route="skip", queue=lane[0].label, checklist=[
             ChecklistItem("G0", f"Already in the {lane[0].label} queue: no module labels, no triaged.", "satisfied", lane[0].label)
         ])
 
@@ -201,14 +201,14 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.weight >= STRONG), None)
     cpu = routes.get(CPU_ONCALL)
     if handoff:
-        out.route = "handoff"
+        out.route, out.queue = "handoff", handoff.label
         out.add.append(_suggest(handoff))
         for x in chosen:
             if x.label.startswith("module:"):
                 out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
         chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
     elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or cpu.weight >= CPU_TAG)):
-        out.route = "cpu inductor"
+        out.route, out.queue = "cpu inductor", CPU_ONCALL
         if cpu:
             out.add.append(_suggest(cpu))
         if INDUCTOR not in {x.label for x in chosen}:

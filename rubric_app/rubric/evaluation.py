@@ -94,7 +94,7 @@ def output_line(number: int, assessment: Assessment) -> dict[str, Any]:
     return {
         "number": number,
         "route": assessment.route,
-        "labels": assessment.labels(),
+        "labels": assessment.verdict(),
         "avoid": [{"label": a.label, "rule_id": a.rule_id, "reason": a.reason} for a in assessment.avoid],
         "evidence": {
             s.label: {"rule_id": s.rule_id, "confidence": s.confidence, "evidence": s.evidence,
@@ -191,7 +191,7 @@ def predict(records: list[dict[str, Any]], model: LabelModel | None = None, use_
     min_confidence: the engine's threshold for component labels.
     """
     return [evaluate(issue_from_record(r, use_labels=False), model=model, use_model=use_model,
-                     min_confidence=min_confidence).labels() for r in records]
+                     min_confidence=min_confidence).verdict() for r in records]
 
 
 def split_by_number(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -264,5 +264,5 @@ def cross_validate(records: list[dict[str, Any]], folds: int = 5) -> list[list[s
         model = train(train_part)
         for i, record in enumerate(records):
             if i % folds == fold:
-                predictions[i] = evaluate(issue_from_record(record, use_labels=False), model=model).labels()
+                predictions[i] = evaluate(issue_from_record(record, use_labels=False), model=model).verdict()
     return predictions

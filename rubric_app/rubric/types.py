@@ -76,13 +76,20 @@ class Assessment:
 
     route: "pt2" (stays in oncall: pt2), "cpu inductor" (the sub-queue),
     "handoff" (to another oncall, named by the oncall: label in `add`), or "skip" (G0).
+    queue: the oncall: label of the queue the issue belongs in, whether or not it already carries it.
     """
 
     add: list[Suggested] = field(default_factory=list)
     avoid: list[Avoided] = field(default_factory=list)
     route: str = "pt2"
     checklist: list[ChecklistItem] = field(default_factory=list)
+    queue: str = "oncall: pt2"
 
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""
         return list(dict.fromkeys(s.label for s in self.add))
+
+    def verdict(self) -> list[str]:
+        """The labels to add plus the queue's oncall: label: what the offline output reports, so an
+        issue already routed (G0, the CPU lane) still names its route."""
+        return list(dict.fromkeys([*self.labels(), self.queue]))
