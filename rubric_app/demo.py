@@ -107,7 +107,5 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
                     "updated_at": _when(comment["created_at"]),
                 },
             )
-    catalog = Label.objects.triage_catalog()
-    for issue in Issue.objects.filter(number__in=[d["number"] for d in issues]).prefetch_related("labels", "comments"):
-        issue.refresh_suggestions(catalog)
+    Issue.objects.filter(number__in=[d["number"] for d in issues]).refresh_suggestions()
     return len(issues)

@@ -100,6 +100,22 @@ class IssueQuerySet(models.QuerySet):
             ),
         ).order_by("-updated_at")
 
+    def refresh_suggestions(self, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
+        """Recompute and store the rubric engine's suggestions of these issues; returns how many.
+
+        A few queries per `batch` issues, not per issue: a cold sync refreshes thousands.
+        """
+        if catalog is None:
+            catalog = Label.objects.triage_catalog()
+        finished = BisectionRun.objects.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
+        ids = list(self.order_by("pk").values_list("pk", flat=True))
+        for start in range(0, len(ids), batch):
+            issues = Issue.objects.filter(pk__in=ids[start : start + batch]).order_by("pk").prefetch_related(
+                "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
+            )
+            _store_suggestions(list(issues), catalog)
+        return len(ids)
+
     def for_meeting(self, since) -> IssueQuerySet:
         """Issues flagged `triage review` (R11) since `since` and still undecided."""
         qs = self.in_queue().filter(labels__name=TRIAGE_REVIEW)
@@ -165,7 +181,10 @@ class Issue(models.Model):
 
     def as_issue_text(self) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections."""
-        runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")[:3]
+        runs = getattr(self, "finished_runs", None)  # prefetched by IssueQuerySet.refresh_suggestions
+        if runs is None:
+            runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
+        runs = runs[:3]
         bisection = tuple(
             rubric.BisectionEvidence(
                 label=item["label"], rule_id=item["rule_id"], evidence=item.get("evidence", ""), run_id=run.pk
@@ -187,35 +206,12 @@ class Issue(models.Model):
     def refresh_suggestions(self, catalog: frozenset[str] | None = None) -> rubric.Assessment:
         """Recompute and store the rubric engine's suggestions; return the Assessment.
 
-        Called by the sync when the issue or its comments changed and when a
-        bisection run finishes. Pass catalog when refreshing many issues at once.
+        Called when a bisection run finishes or a decision is applied; the sync refreshes many
+        issues at once through IssueQuerySet.refresh_suggestions.
         """
         if catalog is None:
             catalog = Label.objects.triage_catalog()
-        assessment = rubric.evaluate(self.as_issue_text(), catalog)
-        now = timezone.now()
-        rows = [
-            Suggestion(
-                issue=self, label=s.label, kind=Suggestion.Kind.ADD, rule_id=s.rule_id, evidence=s.evidence,
-                evidence_source=s.evidence_source, reason=s.reason, confidence=s.confidence, source=s.source,
-                created_at=now,
-            )
-            for s in assessment.add
-        ] + [
-            Suggestion(
-                issue=self, label=a.label, kind=Suggestion.Kind.AVOID, rule_id=a.rule_id, evidence=a.evidence,
-                evidence_source=a.evidence_source, reason=a.reason, confidence=1.0, created_at=now,
-            )
-            for a in assessment.avoid
-        ]
-        with transaction.atomic():
-            self.suggestions.all().delete()
-            Suggestion.objects.bulk_create(rows)
-            self.suggested_route = assessment.route
-            self.checklist = [asdict(item) for item in assessment.checklist]
-            self.suggestions_updated_at = now
-            self.save(update_fields=["suggested_route", "checklist", "suggestions_updated_at"])
-        return assessment
+        return _store_suggestions([self], catalog)[0]
 
     @property
     def lane(self) -> str:
@@ -223,6 +219,42 @@ class Issue(models.Model):
         if CPU_INDUCTOR_ONCALL in names:
             return "cpu"
         return "pt2"
+
+
+def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessment]:
+    """Run the engine on each issue and replace their stored suggestions, route and checklist.
+
+    The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
+    and a finished bisection) never leave both sets of suggestions behind.
+    """
+    now = timezone.now()
+    assessments = [rubric.evaluate(issue.as_issue_text(), catalog) for issue in issues]
+    rows = []
+    for issue, assessment in zip(issues, assessments):
+        rows += [
+            Suggestion(
+                issue=issue, label=s.label, kind=Suggestion.Kind.ADD, rule_id=s.rule_id, evidence=s.evidence,
+                evidence_source=s.evidence_source, reason=s.reason, confidence=s.confidence, source=s.source,
+                created_at=now,
+            )
+            for s in assessment.add
+        ] + [
+            Suggestion(
+                issue=issue, label=a.label, kind=Suggestion.Kind.AVOID, rule_id=a.rule_id, evidence=a.evidence,
+                evidence_source=a.evidence_source, reason=a.reason, confidence=1.0, created_at=now,
+            )
+            for a in assessment.avoid
+        ]
+        issue.suggested_route = assessment.route
+        issue.checklist = [asdict(item) for item in assessment.checklist]
+        issue.suggestions_updated_at = now
+    ids = [issue.pk for issue in issues]
+    with transaction.atomic():
+        list(Issue.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
+        Suggestion.objects.filter(issue_id__in=ids).delete()
+        Suggestion.objects.bulk_create(rows)
+        Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
+    return assessments
 
 
 class Comment(models.Model):

@@ -221,11 +221,8 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
 
 def refresh(issue_ids: list[int]) -> None:
     """Recompute the rubric's suggestions of the issues that changed (one catalog read for all)."""
-    if not issue_ids:
-        return
-    catalog = Label.objects.triage_catalog()
-    for issue in Issue.objects.filter(pk__in=issue_ids).prefetch_related("labels", "comments"):
-        issue.refresh_suggestions(catalog)
+    if issue_ids:
+        Issue.objects.filter(pk__in=issue_ids).refresh_suggestions()
 
 
 # --- the syncs ---------------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from rubric_app.demo import load_catalog_labels
-from rubric_app.models import BisectionRun, Comment, Suggestion
+from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
 from tests.conftest import make_issue
 
 
@@ -67,3 +69,29 @@ def test_it_skips_an_issue_another_oncall_owns(catalog):
     issue.refresh_from_db()
     assert issue.suggested_route == "skip"
     assert not Suggestion.objects.filter(issue=issue, kind="add").exists()
+
+
+def test_it_refreshes_many_issues_in_a_constant_number_of_queries(catalog):
+    # The sync refreshes every changed issue at once: thousands after a cold start.
+    def queries_for(numbers) -> int:
+        for n in numbers:
+            issue = make_issue(number=n, title="Graph break on zip", body=TRACE)
+            Comment.objects.create(issue=issue, github_id=n, body="fails with backend='eager' too")
+        with CaptureQueriesContext(connection) as captured:
+            refreshed = Issue.objects.filter(number__in=numbers).refresh_suggestions()
+        assert refreshed == len(numbers)
+        return len(captured)
+
+    assert queries_for(range(5000, 5003)) == queries_for(range(6000, 6030))
+    assert Suggestion.objects.filter(issue__number=6029, kind="add", label="module: dynamo").count() == 1
+
+
+def test_it_uses_each_issues_own_finished_bisection_when_refreshing_many(catalog):
+    bisected, other = make_issue(number=4250, title="Wrong values", body="No error."), make_issue(number=4251, title="Wrong values", body="No error.")
+    BisectionRun.objects.create(issue=bisected, repro_code="print(1)", status=BisectionRun.Status.DONE,
+                                verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes"}])
+    BisectionRun.objects.create(issue=other, repro_code="print(1)", status=BisectionRun.Status.FAILED,
+                                verdict_labels=[{"label": "module: dynamo", "rule_id": "R2.3", "evidence": "eager backend fails"}])
+    Issue.objects.filter(pk__in=[bisected.pk, other.pk]).refresh_suggestions()
+    assert Suggestion.objects.get(issue=bisected, label="module: inductor", kind="add").source == "bisection"
+    assert not Suggestion.objects.filter(issue=other, source="bisection").exists()  # only finished runs count
