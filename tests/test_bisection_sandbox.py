@@ -143,6 +143,27 @@ def test_it_confines_writes_to_a_small_private_tmp(server):
     assert sandbox["private_tmp"] and sandbox["no_new_privs"]
 
 
+def test_it_gives_shared_memory_room_for_torch_but_caps_it(server):
+    # DataLoader workers and torch.multiprocessing share tensors through /dev/shm.
+    result, log, _ = attack(server, """
+        shared = torch.ones(2**20).share_memory_()  # 4 MiB
+        print("shared", shared.is_shared(), int(shared.sum()))
+        written = 0
+        try:
+            with open("/dev/shm/fill", "wb") as fh:
+                while True:
+                    fh.write(b"x" * 2**20)
+                    fh.flush()
+                    written += 1
+        except OSError as exc:
+            print("shm full after", written, "MiB:", exc.strerror)
+    """, shm_mb=16)
+    assert result["status"] == "passed"
+    assert f"shared True {2**20}" in log
+    written = int(log.split("shm full after ")[1].split(" MiB")[0])
+    assert 8 <= written <= 16 and "No space left on device" in log
+
+
 def test_it_kills_a_repro_that_never_exits_with_its_escapees(server):
     result, log, _ = attack(server, """
         subprocess.Popen(["setsid", "sleep", "987654"])

@@ -69,7 +69,7 @@ def _run_child(spec: dict, limits: Limits, res_w: int, out_w: int, ctl_w: int) -
     """Body of C: enter namespaces, fork G (the repro), relay G's pid and exit status on ctl_w."""
     report = SandboxReport()
     hide, keep = _hidden_and_kept()
-    enter_namespaces(report, hide=hide, keep=keep, disk_mb=limits.disk_mb)
+    enter_namespaces(report, hide=hide, keep=keep, disk_mb=limits.disk_mb, shm_mb=limits.shm_mb)
     g = os.fork()
     if g == 0:
         try:

@@ -51,13 +51,15 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 @dataclass
 class Limits:
-    """Per-mode resource limits. disk_mb sizes the private tmpfs that is the repro's only writable place."""
+    """Per-mode resource limits. disk_mb sizes the private tmpfs that is the repro's only writable place;
+    shm_mb its /dev/shm, where torch.multiprocessing and DataLoader workers share tensors."""
 
     timeout_s: float = 120.0
     cpu_s: int = 0  # 0: twice the wall-clock timeout
     memory_mb: int = 6144
     fsize_mb: int = 256
     disk_mb: int = 1024
+    shm_mb: int = 64
     nofile: int = 1024
     nproc: int = 256
     output_bytes: int = 64 * 1024
@@ -132,7 +134,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     )
 
 
-def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str], disk_mb: int) -> None:
+def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str], disk_mb: int, shm_mb: int = 1) -> None:
     """In C (a forked child, before forking G): new net/mount/pid/ipc/uts namespaces and a private filesystem view.
 
     hide: host dirs covered with an empty tmpfs (e.g. root's home, the project);
@@ -160,7 +162,7 @@ def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str],
         covered = list(report.masked)
         for path in SCRATCH_DIRS:
             if os.path.isdir(path):
-                size = f"size={disk_mb}m" if path == SANDBOX_TMP else "size=1m"
+                size = {SANDBOX_TMP: f"size={disk_mb}m", "/dev/shm": f"size={shm_mb}m"}.get(path, "size=1m")
                 _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,{size}")
                 covered.append(path)
         # After every tmpfs is in place: a checkout (and its venv) may itself live under /tmp.
