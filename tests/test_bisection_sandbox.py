@@ -48,6 +48,23 @@ def attack(server: ForkServer, body: str, **limits) -> tuple[dict, str, dict]:
     return reply["result"], reply["log"], reply["sandbox"]
 
 
+def fill(path: str) -> str:
+    """Repro lines that write 1 MiB chunks to `path` until refused, then say how many got in.
+
+    Indented as the attack bodies below are, so that attack() can dedent the two together."""
+    return textwrap.indent(textwrap.dedent(f"""
+        written = 0
+        try:
+            with open("{path}", "wb") as fh:
+                while True:
+                    fh.write(b"x" * 2**20)
+                    fh.flush()
+                    written += 1
+        except OSError as exc:
+            print("full after", written, "MiB:", exc.strerror)
+    """), " " * 8)
+
+
 def test_it_keeps_the_parents_secrets_out_of_reach(server):
     result, log, sandbox = attack(server, f"""
         found = [k for k, v in os.environ.items() if "{SECRET[:8]}" in v]
@@ -126,18 +143,9 @@ def test_it_confines_writes_to_a_small_private_tmp(server):
                 print("wrote", path)
             except OSError as exc:
                 print("refused", path, exc.strerror)
-        written = 0
-        try:
-            with open("fill", "wb") as fh:
-                while True:
-                    fh.write(b"x" * 2**20)
-                    fh.flush()
-                    written += 1
-        except OSError as exc:
-            print("disk full after", written, "MiB:", exc.strerror)
-    """, disk_mb=32)
+    """ + fill("fill"), disk_mb=32)
     assert result["status"] == "passed"
-    assert "disk full after" in log and "No space left on device" in log
+    assert "full after" in log and "No space left on device" in log
     for path in (Path("/tmp"), Path("/var/tmp"), PROJECT, Path("/etc"), Path("/root")):
         assert not (path / marker).exists(), path  # /tmp writes landed in the run's own tmpfs
     assert sandbox["private_tmp"] and sandbox["no_new_privs"]
@@ -148,19 +156,10 @@ def test_it_gives_shared_memory_room_for_torch_but_caps_it(server):
     result, log, _ = attack(server, """
         shared = torch.ones(2**20).share_memory_()  # 4 MiB
         print("shared", shared.is_shared(), int(shared.sum()))
-        written = 0
-        try:
-            with open("/dev/shm/fill", "wb") as fh:
-                while True:
-                    fh.write(b"x" * 2**20)
-                    fh.flush()
-                    written += 1
-        except OSError as exc:
-            print("shm full after", written, "MiB:", exc.strerror)
-    """, shm_mb=16)
+    """ + fill("/dev/shm/fill"), shm_mb=16)
     assert result["status"] == "passed"
     assert f"shared True {2**20}" in log
-    written = int(log.split("shm full after ")[1].split(" MiB")[0])
+    written = int(log.split("full after ")[1].split(" MiB")[0])
     assert 8 <= written <= 16 and "No space left on device" in log
 
 
