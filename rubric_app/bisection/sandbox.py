@@ -134,7 +134,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     )
 
 
-def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str], disk_mb: int, shm_mb: int = 1) -> None:
+def enter_namespaces(report: SandboxReport, *, hide: list[str], keep: list[str], disk_mb: int, shm_mb: int) -> None:
     """In C (a forked child, before forking G): new net/mount/pid/ipc/uts namespaces and a private filesystem view.
 
     hide: host dirs covered with an empty tmpfs (e.g. root's home, the project);

@@ -15,7 +15,7 @@ from typing import Any
 
 from .engine import evaluate, facts_of, rule_findings
 from .model import MODEL_LABELS, LabelModel, features, train
-from .facts import CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
+from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from .text import split_thread
 from .types import Assessment, CommentText, IssueText
 
@@ -217,7 +217,7 @@ def g4_ceiling(records: list[dict[str, Any]]) -> list[list[str]]:
         shown = {ALIASES.get(l, l) for l in record.get("labels", [])}
         components = [l for l in COMPONENTS if l in shown]
         routed = any(l.startswith("oncall:") and l != PT2_ONCALL for l in shown)
-        predictions.append(components or ([] if routed else ["module: compile ux"]))
+        predictions.append(components or ([] if routed else [COMPILE_UX]))
     return predictions
 
 
@@ -228,7 +228,7 @@ CURVE = (0.0, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 def without_fallback(labels: list[str]) -> list[str]:
     """The labels minus a lone `module: compile ux`, which is what G4's fallback produces."""
     modules = [l for l in labels if l.startswith("module:")]
-    return [l for l in labels if l != "module: compile ux"] if modules == ["module: compile ux"] else labels
+    return [l for l in labels if l != COMPILE_UX] if modules == [COMPILE_UX] else labels
 
 
 def precision_recall_curve(records: list[dict[str, Any]], thresholds: Iterable[float] = CURVE, model: LabelModel | None = None,
