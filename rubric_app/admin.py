@@ -103,5 +103,5 @@ class SyncStateAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(admin.ModelAdmin):
-    list_display = ("delivery_id", "event", "received_at", "processed_at", "error")
+    list_display = ("delivery_id", "event", "received_at", "processed_at", "ignored", "error")
     list_filter = ("event",)

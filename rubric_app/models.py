@@ -54,6 +54,9 @@ class Label(models.Model):
     description = models.TextField(blank=True)
     allowed_for_triage = models.BooleanField(default=False)
     in_catalog = models.BooleanField(default=True, help_text="Present on GitHub at the last catalog sync.")
+    # Label events carry no updated_at: their ordering key is the repository's own clock in the
+    # (signed) payload, see sync.label_event_stamp. An event older than this is never applied.
+    event_stamp = models.DateTimeField(null=True, blank=True)
 
     objects = LabelQuerySet.as_manager()
 
@@ -499,14 +502,21 @@ class WebhookDeliveryQuerySet(models.QuerySet):
 
 
 class WebhookDelivery(models.Model):
-    """A received GitHub webhook delivery; the unique id makes replays no-ops."""
+    """A received GitHub webhook delivery; the unique id and body hash make replays no-ops.
+
+    The delivery id header is not signed, so a captured delivery can be resent under a new
+    id: body_sha256 (of the signed body) catches that. ignored says why a delivery was
+    not applied (another repository's, say); error, why it could not be.
+    """
 
     delivery_id = models.CharField(max_length=100, unique=True)
+    body_sha256 = models.CharField(max_length=64, unique=True, null=True, blank=True)
     event = models.CharField(max_length=50)
     payload = models.JSONField(default=dict)
     received_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
+    ignored = models.CharField(max_length=300, blank=True)
 
     objects = WebhookDeliveryQuerySet.as_manager()
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
@@ -380,12 +381,30 @@ def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -
 # --- webhooks ---------------------------------------------------------------------------------
 
 
+def foreign_repository(payload: dict) -> str:
+    """Why a webhook payload is not for GITHUB_REPO ("" when it is), whatever its event kind.
+
+    Every event GitHub sends about a repository names it; one that names none (an org hook's
+    ping, or a hand-made payload) cannot be shown to be ours, so it is not applied either.
+    GitHub compares repository names case-insensitively, and so does this.
+    """
+    repository = payload.get("repository")
+    name = repository.get("full_name") if isinstance(repository, dict) else None
+    if not isinstance(name, str) or not name:
+        return f"the payload names no repository (this dashboard mirrors {settings.GITHUB_REPO})"
+    if name.lower() != settings.GITHUB_REPO.lower():
+        return f"from repository {name[:100]}, not {settings.GITHUB_REPO}"
+    return ""
+
+
 def process_webhook(delivery_id: int) -> None:
     """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data.
 
     issues / issue_comment: the payload's issue is upserted if newer (comments of
     issue_comment events are upserted or dropped too); label: the catalog row is
-    created, renamed, updated or marked gone. Unknown events are marked processed.
+    created, renamed, updated or marked gone, unless it saw a newer label event. A
+    delivery of another repository (any event kind) is marked ignored, with the reason,
+    and not applied; unknown events are marked processed.
     """
     # Claim, apply and mark processed in one transaction: if the database fails midway,
     # nothing is marked and the (idempotent) task can run again; nothing is lost.
@@ -395,30 +414,29 @@ def process_webhook(delivery_id: int) -> None:
             return  # already processed (a redelivered task)
         changed: list[int] = []
         try:
-            with transaction.atomic():
-                changed = _apply_event(delivery.event, delivery.payload)
-        except (KeyError, TypeError, ValueError) as exc:
+            delivery.ignored = foreign_repository(delivery.payload) if isinstance(delivery.payload, dict) else "not a JSON object"
+            if not delivery.ignored:
+                with transaction.atomic():
+                    changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
         delivery.processed_at = timezone.now()
-        delivery.save(update_fields=["processed_at", "error"])
+        delivery.save(update_fields=["processed_at", "error", "ignored"])
     refresh(changed)
 
 
-def _apply_event(event: str, payload: dict) -> list[int]:
+def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:
+    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "")."""
     report = SyncReport(mode="webhook")
     if event == "label":
-        _apply_label_event(payload)
-        return []
+        return [], _apply_label_event(payload)
     if event not in ("issues", "issue_comment") or "issue" not in payload:
-        return []
-    repo = (payload.get("repository") or {}).get("full_name")
-    if repo and repo != settings.GITHUB_REPO:
-        return []  # an org-wide hook: another repo's #n is not our #n
+        return [], ""
     data = github.parse_issue(payload["issue"])
     action = payload.get("action", "")
     if event == "issues" and action in ("deleted", "transferred"):
         Issue.objects.filter(number=data.number).update(in_queue=False)
-        return []
+        return [], ""
     changed = store_issues([data], gh=None, report=report, authoritative=False)
     if event == "issue_comment" and "comment" in payload:
         issue = Issue.objects.filter(number=data.number).first()
@@ -429,7 +447,7 @@ def _apply_event(event: str, payload: dict) -> list[int]:
                 changed += [issue.pk] if deleted else []
             elif _store_comment(issue, comment):
                 changed.append(issue.pk)
-    return sorted(set(changed))
+    return sorted(set(changed)), ""
 
 
 def _store_comment(issue: Issue, data: github.CommentData) -> bool:
@@ -445,13 +463,43 @@ def _store_comment(issue: Issue, data: github.CommentData) -> bool:
     return True
 
 
-def _apply_label_event(payload: dict) -> None:
+def label_event_stamp(payload: dict) -> datetime | None:
+    """The ordering key of a label event: the repository's clock in the payload, or None.
+
+    Label payloads carry no updated_at, and no header is signed; but every payload has the
+    repository as it was when the event was sent, and its pushed_at / updated_at only move
+    forward (a repository like pytorch/pytorch is pushed to every few minutes). An event
+    whose stamp is older than the label's event_stamp was sent before an event already
+    applied. Equal stamps (no push between two label changes) cannot be ordered: they
+    apply in arrival order, and a resent copy of the same delivery is caught by its body hash.
+    """
+    repository = payload.get("repository") or {}
+    stamps = []
+    for key in ("pushed_at", "updated_at"):
+        value = repository.get(key)
+        if isinstance(value, int):  # push events give pushed_at as a Unix time
+            stamps.append(datetime.fromtimestamp(value, tz=dt_timezone.utc))
+        elif isinstance(value, str) and value:
+            stamps.append(github.parse_time(value))
+    return max(stamps) if stamps else None
+
+
+def _apply_label_event(payload: dict) -> str:
+    """Apply a label event unless a newer one was applied to its label(s); returns why not, or ""."""
     data = github.parse_label(payload["label"])
     action = payload.get("action", "")
+    stamp = label_event_stamp(payload)
+    old_name = ((payload.get("changes") or {}).get("name") or {}).get("from") if action == "edited" else None
+    names = {data.name, old_name} - {None}
+    newest = max(filter(None, Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)),
+                 default=None)
+    if stamp is not None and newest is not None and stamp < newest:
+        return f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
     if action == "deleted":
-        Label.objects.filter(name=data.name).update(in_catalog=False)
-        return
-    old_name = ((payload.get("changes") or {}).get("name") or {}).get("from")
+        # A row even for a label we never had: it keeps the deletion's stamp, so that a late
+        # "created" or "edited" sent before the deletion does not bring the label back.
+        Label.objects.update_or_create(name=data.name, defaults={"in_catalog": False, **({"event_stamp": stamp} if stamp else {})})
+        return ""
     label = Label.objects.filter(name=data.name).first()
     renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
     if renamed is not None and label is not None:
@@ -462,4 +510,6 @@ def _apply_label_event(payload: dict) -> None:
     label = label or renamed or Label(name=data.name)
     label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
     label.allowed_for_triage = data.name in catalog_names() and not is_forbidden(data.name)
+    label.event_stamp = stamp or label.event_stamp
     label.save()
+    return ""

@@ -1,7 +1,10 @@
 """POST /github/webhook: verify, store, enqueue, answer 202 at once.
 
-The signature is checked before anything else is read; a delivery id seen
-before is acknowledged and dropped (GitHub redelivers, attackers replay).
+The signature is checked before anything else is read. A delivery id seen
+before, or a body seen before under another id (the id header is not signed, so
+a captured delivery can be resent under a new one), is acknowledged and not
+applied again. Deliveries of any repository but GITHUB_REPO are stored with the
+reason and never applied (an org-wide hook sends every repository's events).
 """
 
 from __future__ import annotations
@@ -9,15 +12,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from .models import WebhookDelivery
+from .sync import foreign_repository
 from .tasks import process_webhook_task
+
+log = logging.getLogger(__name__)
 
 EVENTS = frozenset({"issues", "issue_comment", "label", "ping"})
 
@@ -46,16 +54,33 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
         return HttpResponse("Missing X-GitHub-Delivery or a JSON object body.", status=400, content_type="text/plain")
     if event not in EVENTS:
         return HttpResponse(f"Event {event!r} ignored.", status=202, content_type="text/plain")
+    body_sha256 = hashlib.sha256(request.body).hexdigest()
+    ignored = foreign_repository(payload)
     try:
         with transaction.atomic():
-            delivery = WebhookDelivery.objects.create(delivery_id=delivery_id[:100], event=event, payload=payload)
-            process_webhook_task.delay_on_commit(delivery.pk)
+            delivery = WebhookDelivery.objects.create(
+                delivery_id=delivery_id[:100], body_sha256=body_sha256, event=event, payload=payload,
+                ignored=ignored, processed_at=timezone.now() if ignored else None,
+            )
+            if not ignored:
+                process_webhook_task.delay_on_commit(delivery.pk)
     except IntegrityError:
-        unprocessed = WebhookDelivery.objects.filter(delivery_id=delivery_id[:100], processed_at__isnull=True).first()
-        if unprocessed is None:
-            return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
-        # Stored but never processed (say the broker was down when it came): GitHub's redelivery
-        # queues it again rather than being dropped; the task's claim makes a double run a no-op.
-        process_webhook_task.delay_on_commit(unprocessed.pk)
-        return HttpResponse("Delivery queued again.", status=202, content_type="text/plain")
+        return _seen_before(delivery_id[:100], body_sha256)
+    if ignored:
+        return HttpResponse(f"Ignored: {ignored}.", status=202, content_type="text/plain")
     return HttpResponse("Accepted.", status=202, content_type="text/plain")
+
+
+def _seen_before(delivery_id: str, body_sha256: str) -> HttpResponse:
+    """The answer to a delivery whose id or body is already stored: never applied twice."""
+    seen = (WebhookDelivery.objects.filter(delivery_id=delivery_id).first()
+            or WebhookDelivery.objects.filter(body_sha256=body_sha256).first())
+    if seen is None or seen.processed_at is not None:
+        if seen is not None and seen.delivery_id != delivery_id:
+            log.warning("webhook delivery %s repeats the body of delivery %s: not applied again", delivery_id,
+                        seen.delivery_id)
+        return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
+    # Stored but never processed (say the broker was down when it came): GitHub's redelivery
+    # queues it again rather than being dropped; the task's claim makes a double run a no-op.
+    process_webhook_task.delay_on_commit(seen.pk)
+    return HttpResponse("Delivery queued again.", status=202, content_type="text/plain")

@@ -24,6 +24,7 @@ URL = "/github/webhook"
 def secrets(settings):
     # Two secrets: the new one and the one being rotated out.
     settings.GITHUB_WEBHOOK_SECRETS = ["new-secret", "old-secret"]
+    settings.GITHUB_REPO = "pytorch/pytorch"
 
 
 def _sign(body: bytes, secret: str = "new-secret") -> str:
@@ -36,6 +37,17 @@ def _post(client, event: str, payload, *, secret: str | None = "new-secret", del
     if secret is not None:
         headers["X-Hub-Signature-256"] = _sign(body, secret)
     return client.post(URL, data=body, content_type="application/json", headers=headers)
+
+
+def _ours(**stamps) -> dict:
+    """The repository object GitHub puts in every payload (full_name, and its clock: see label_event_stamp)."""
+    return {"full_name": "pytorch/pytorch", **stamps}
+
+
+def _label_payload(action: str, name: str, color: str = "ededed", *, pushed_at: str = "2026-11-01T10:00:00Z",
+                   repo: str = "pytorch/pytorch", **extra) -> dict:
+    return {"action": action, "label": {"name": name, "color": color},
+            "repository": {"full_name": repo, "pushed_at": pushed_at, "updated_at": "2026-10-01T00:00:00Z"}, **extra}
 
 
 def _issue_payload(fake, number: int, action: str = "edited", **fields) -> dict:
@@ -143,7 +155,7 @@ def test_it_never_lets_an_older_event_overwrite_a_newer_one(client, fake_github)
     fake_github.add_issue(8, title="first title")
     old = _issue_payload(fake_github, 8)
     fake_github.update_issue(8, title="second title")
-    new = {"action": "edited", "issue": fake_github.issue_json(fake_github.issues[8])}
+    new = {"action": "edited", "issue": fake_github.issue_json(fake_github.issues[8]), "repository": {"full_name": fake_github.repo}}
     _post(client, "issues", new, delivery="newer")
     _post(client, "issues", old, delivery="older")  # arrives last
 
@@ -184,20 +196,166 @@ def test_it_ignores_events_of_another_repo(client, fake_github):
     assert Issue.objects.get(number=14).title == "ours"
 
 
+def _foreign_events(fake, repository) -> list[tuple[str, dict]]:
+    """One payload of each event kind this hook receives, naming `repository` (None: naming none)."""
+    fake.add_issue(31, title="theirs", labels=["oncall: pt2"])
+    comment = fake.add_comment(31, "their comment")
+    issue_json = fake.issue_json(fake.issues[31])
+    events = [
+        ("issues", {"action": "opened", "issue": issue_json}),
+        ("issue_comment", {"action": "created", "issue": issue_json, "comment": fake.comment_json(31, comment)}),
+        ("label", {"action": "created", "label": {"name": "module: theirs", "color": "000000"}}),
+        ("label", {"action": "edited", "label": {"name": "module: dynamo", "color": "000000"}}),
+        ("label", {"action": "edited", "label": {"name": "module: renamed", "color": "000000"},
+                   "changes": {"name": {"from": "module: inductor"}}}),
+        ("label", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}}),
+        ("ping", {"zen": "Keep it logically awesome.", "hook_id": 1}),
+    ]
+    for _event, payload in events:
+        if repository is not None:
+            payload["repository"] = {"full_name": repository, "pushed_at": "2030-01-01T00:00:00Z"}
+    return events
+
+
+@pytest.mark.parametrize("repository", ["pytorch/vision", "pytorch/pytorch-canary", None])
+def test_it_ignores_every_event_kind_of_another_repo_with_the_reason_and_never_applies_it(
+        client, fake_github, repository, django_capture_on_commit_callbacks):
+    # Signed label events from another repo of the org recoloured and removed our labels (an org-wide hook).
+    dynamo = Label.objects.create(name="module: dynamo", color="1d76db", allowed_for_triage=True)
+    Label.objects.create(name="module: inductor", color="aabbcc", allowed_for_triage=True)
+    for i, (event, payload) in enumerate(_foreign_events(fake_github, repository)):
+        with django_capture_on_commit_callbacks() as callbacks:
+            response = _post(client, event, payload, delivery=f"foreign-{i}")
+
+        assert response.status_code == 202 and response.content.startswith(b"Ignored: ")
+        delivery = WebhookDelivery.objects.get(delivery_id=f"foreign-{i}")
+        assert delivery.processed_at is not None and not callbacks  # never queued to be applied
+        assert ("from repository pytorch/" if repository else "names no repository") in delivery.ignored
+
+    dynamo.refresh_from_db()
+    assert (dynamo.color, dynamo.in_catalog) == ("1d76db", True)
+    assert sorted(Label.objects.values_list("name", "color")) == [("module: dynamo", "1d76db"), ("module: inductor", "aabbcc")]
+    assert not Issue.objects.exists() and not Comment.objects.exists()
+
+
+@pytest.mark.parametrize("repository", ["pytorch/vision", None])
+def test_it_never_applies_a_stored_delivery_of_another_repo(fake_github, repository):
+    # Deliveries stored before the check in the view (or requeued by the sweep) are checked when applied too.
+    Label.objects.create(name="module: dynamo", color="1d76db", allowed_for_triage=True)
+    Label.objects.create(name="module: inductor", color="aabbcc", allowed_for_triage=True)
+    for i, (event, payload) in enumerate(_foreign_events(fake_github, repository)):
+        delivery = WebhookDelivery.objects.create(delivery_id=f"stored-{i}", event=event, payload=payload)
+
+        process_webhook(delivery.pk)
+
+        delivery.refresh_from_db()
+        assert delivery.processed_at is not None and delivery.error == "" and delivery.ignored
+    assert sorted(Label.objects.values_list("name", "color", "in_catalog")) == [
+        ("module: dynamo", "1d76db", True), ("module: inductor", "aabbcc", True)]
+    assert not Issue.objects.exists() and not Comment.objects.exists()
+
+
+def test_it_matches_its_repository_whatever_the_case(client):
+    # GitHub's repository names are case-insensitive.
+    _post(client, "label", _label_payload("created", "module: dynamo", "1d76db", repo="PyTorch/PyTorch"), delivery="case")
+
+    process_webhook(WebhookDelivery.objects.get(delivery_id="case").pk)
+
+    assert Label.objects.get(name="module: dynamo").color == "1d76db"
+
+
+def test_it_does_not_apply_a_captured_delivery_resent_under_a_new_id(client, django_capture_on_commit_callbacks):
+    # The delivery id header is not signed: a captured body replayed with a fresh id passes the signature.
+    captured = json.dumps(_label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z")).encode()
+    later = _label_payload("edited", "module: dynamo", "222222", pushed_at="2026-11-01T10:00:00Z", sender={"login": "b"})
+    for delivery_id, body in (("d-captured", captured), ("d-later", json.dumps(later).encode())):
+        _post(client, "label", None, body=body, delivery=delivery_id)
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+    assert Label.objects.get(name="module: dynamo").color == "222222"
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "label", None, body=captured, delivery="d-replayed")
+
+    assert response.status_code == 200 and b"already received" in response.content
+    assert not callbacks and not WebhookDelivery.objects.filter(delivery_id="d-replayed").exists()
+    assert Label.objects.get(name="module: dynamo").color == "222222"
+
+
+def test_it_queues_again_an_unprocessed_delivery_whose_body_comes_under_a_new_id(client, django_capture_on_commit_callbacks):
+    # GitHub's "Redeliver" of a delivery we stored but never processed: queued again, stored once.
+    body = json.dumps(_label_payload("created", "module: dynamo", "1d76db")).encode()
+    _post(client, "label", None, body=body, delivery="first")
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = _post(client, "label", None, body=body, delivery="redelivered")
+
+    assert response.status_code == 202 and len(callbacks) == 1
+    assert list(WebhookDelivery.objects.values_list("delivery_id", flat=True)) == ["first"]
+
+
+def test_it_never_lets_an_older_label_event_overwrite_a_newer_one(client):
+    older = _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z")
+    newer = _label_payload("edited", "module: dynamo", "222222", pushed_at="2026-11-01T10:05:00Z")
+    _post(client, "label", newer, delivery="newer")
+    _post(client, "label", older, delivery="older")  # sent first, delivered last
+
+    for delivery_id in ("newer", "older"):
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    assert Label.objects.get(name="module: dynamo").color == "222222"
+    assert "older label event" in WebhookDelivery.objects.get(delivery_id="older").ignored
+
+
+@pytest.mark.parametrize("late", [
+    _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
+    _label_payload("created", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
+    _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z",
+                   changes={"name": {"from": "module: old dynamo"}}),
+])
+@pytest.mark.parametrize("known", [True, False])
+def test_it_keeps_a_deleted_label_deleted_when_an_older_event_arrives_after(client, late, known):
+    if known:
+        Label.objects.create(name="module: dynamo", color="1d76db", allowed_for_triage=True)
+    _post(client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:05:00Z"), delivery="gone")
+    _post(client, "label", late, delivery="late")
+
+    for delivery_id in ("gone", "late"):
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    assert not Label.objects.filter(name="module: dynamo", in_catalog=True).exists()
+    assert "older label event" in WebhookDelivery.objects.get(delivery_id="late").ignored
+
+
+def test_it_applies_a_label_created_again_after_its_deletion(client):
+    _post(client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:00:00Z"), delivery="gone")
+    _post(client, "label", _label_payload("created", "module: dynamo", "333333", pushed_at="2026-11-01T10:05:00Z"),
+          delivery="back")
+
+    for delivery_id in ("gone", "back"):
+        process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
+
+    label = Label.objects.get(name="module: dynamo")
+    assert (label.in_catalog, label.color) == (True, "333333")
+
+
 def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, fake_github):
     fake_github.add_issue(11)
     comment = fake_github.add_comment(11, "fails on aot_eager too")
     issue_json = fake_github.issue_json(fake_github.issues[11])
     created = fake_github.comment_json(11, comment)
     edited = {**created, "body": "fails on aot_eager, passes in eager", "updated_at": (comment["updated_at"] + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    _post(client, "issue_comment", {"action": "edited", "issue": issue_json, "comment": edited}, delivery="c-edit")
-    _post(client, "issue_comment", {"action": "created", "issue": issue_json, "comment": created}, delivery="c-new")
+    repository = {"full_name": fake_github.repo}
+    _post(client, "issue_comment", {"action": "edited", "issue": issue_json, "comment": edited, "repository": repository},
+          delivery="c-edit")
+    _post(client, "issue_comment", {"action": "created", "issue": issue_json, "comment": created, "repository": repository},
+          delivery="c-new")
 
     for delivery_id in ("c-edit", "c-new"):  # the edit arrives before the creation
         process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
 
     assert list(Comment.objects.values_list("body", flat=True)) == ["fails on aot_eager, passes in eager"]
-    _post(client, "issue_comment", {"action": "deleted", "issue": issue_json, "comment": edited}, delivery="c-del")
+    _post(client, "issue_comment", {"action": "deleted", "issue": issue_json, "comment": edited, "repository": repository},
+          delivery="c-del")
     process_webhook(WebhookDelivery.objects.get(delivery_id="c-del").pk)
     assert not Comment.objects.exists()
 
@@ -205,11 +363,12 @@ def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, f
 def test_it_applies_label_events(client):
     Label.objects.create(name="module: old name", allowed_for_triage=False)
     events = [
-        ("l-1", {"action": "created", "label": {"name": "module: dynamo", "color": "1d76db", "description": "Dynamo"}}),
+        ("l-1", {"action": "created", "label": {"name": "module: dynamo", "color": "1d76db", "description": "Dynamo"},
+                 "repository": _ours()}),
         ("l-2", {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
-                 "changes": {"name": {"from": "module: old name"}}}),
-        ("l-3", {"action": "created", "label": {"name": "ciflow/trunk", "color": "ffffff"}}),
-        ("l-4", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}}),
+                 "changes": {"name": {"from": "module: old name"}}, "repository": _ours()}),
+        ("l-3", {"action": "created", "label": {"name": "ciflow/trunk", "color": "ffffff"}, "repository": _ours()}),
+        ("l-4", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}, "repository": _ours()}),
     ]
     for delivery_id, payload in events:
         _post(client, "label", payload, delivery=delivery_id)
@@ -230,7 +389,7 @@ def test_it_merges_a_label_renamed_onto_a_name_it_already_has(client):
     both.labels.add(stale, old)
     only_old.labels.add(old)
     payload = {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
-               "changes": {"name": {"from": "module: codegen"}}}
+               "changes": {"name": {"from": "module: codegen"}}, "repository": _ours()}
     _post(client, "label", payload, delivery="l-merge")
 
     process_webhook(WebhookDelivery.objects.get(delivery_id="l-merge").pk)
@@ -244,7 +403,7 @@ def test_it_merges_a_label_renamed_onto_a_name_it_already_has(client):
 
 
 def test_it_records_a_payload_it_cannot_understand(client):
-    _post(client, "issues", {"action": "edited", "issue": {"title": "no number"}}, delivery="bad")
+    _post(client, "issues", {"action": "edited", "issue": {"title": "no number"}, "repository": _ours()}, delivery="bad")
 
     process_webhook(WebhookDelivery.objects.get(delivery_id="bad").pk)
 
