@@ -5,12 +5,28 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+# Issue text is untrusted and this runs on every issue page: the work is linear in the text and
+# bounded. Each text is cut at MAX_TEXT characters (GitHub's own limit for a body or comment),
+# at most MAX_TEXTS texts are read, a block over MAX_BLOCK characters is not a repro anyone
+# pastes (it is skipped unparsed), and at most MAX_PARSED characters are parsed in all.
+MAX_TEXT = 65_536
+MAX_TEXTS = 200
+MAX_BLOCK = 20_000
+MAX_PARSED = 200_000
+
+LANG = re.compile(r"[\w+-]{0,40}")
+# `[ \t]*`, never `\s*`, after `^`: with re.M, `\s*` spans newlines and a run of blank lines costs quadratic time.
 COMPILE_CALL = re.compile(r"torch\.compile\b|torch\._dynamo\.optimize\b|\.compile\(|torch\._inductor|aot_module|make_fx")
 INPUT_HINT = re.compile(r"torch\.(randn|rand|randint|ones|zeros|tensor|arange|empty|full|linspace)\b")
-NOT_CODE = re.compile(r"Traceback \(most recent call last\)|^\s*File \"", re.M)
+NOT_CODE = re.compile(r"Traceback \(most recent call last\)|^[ \t]*File \"", re.M)
+IMPORTS_TORCH = re.compile(r"^[ \t]*(import torch|from torch)", re.M)
+IMPORTS_OTHERS = re.compile(r"^[ \t]*(import|from) (transformers|diffusers|timm|torchvision)", re.M)
+# ast raises these besides SyntaxError on hostile code: RecursionError for deep nesting
+# (12 KB of `-` in a row), MemoryError, ValueError for NUL bytes.
+PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
 
 
 @dataclass(frozen=True)
@@ -25,11 +41,47 @@ class Repro:
     original: str = ""
 
 
+def parse(code: str) -> ast.Module | None:
+    """The module's syntax tree, or None when code is not Python ast can parse (PARSE_ERRORS)."""
+    try:
+        return ast.parse(code)
+    except PARSE_ERRORS:
+        return None
+
+
+def fenced_blocks(text: str) -> Iterator[tuple[str, str]]:
+    """Yield (language, code) for each fenced block of Markdown text, in one pass over its lines.
+
+    A line scanner rather than a regex: a regex looking ahead for each opening fence's close
+    takes quadratic time on a text of unclosed fences. As in CommonMark, a fence opens with
+    three or more backticks or tildes (indented up to three spaces), closes with a line of at
+    least as many of the same character, and a fence never closed runs to the end of the text.
+    """
+    fence, lang, lines = "", "", []
+    for line in text.splitlines():
+        stripped = line[:3].lstrip(" ") + line[3:] if line.startswith(" ") else line
+        if not fence:
+            char = stripped[:1]
+            if char in ("`", "~") and stripped.startswith(char * 3):
+                width = len(stripped) - len(stripped.lstrip(char))
+                info = stripped[width:].strip()
+                if char == "`" and "`" in info:
+                    continue  # an inline code span, not a fence (CommonMark)
+                fence, lang, lines = stripped[:width], LANG.match(info)[0], []
+            continue
+        if stripped.startswith(fence) and not stripped.rstrip(" \t").lstrip(fence[0]):
+            yield lang, "\n".join(lines)
+            fence = ""
+        else:
+            lines.append(line)
+    if fence:
+        yield lang, "\n".join(lines)
+
+
 def detect_style(code: str) -> str:
     """Return "module" when the code defines `fn` and `make_inputs`/`make_calls` at top level, else "script"."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    tree = parse(code)
+    if tree is None:
         return "script"
     names = set()
     for node in tree.body:
@@ -42,20 +94,16 @@ def detect_style(code: str) -> str:
 
 def _score(code: str) -> int | None:
     """Higher is a better repro; None when the block is not runnable Python at all."""
-    if NOT_CODE.search(code):
-        return None
-    try:
-        ast.parse(code)
-    except SyntaxError:
+    if NOT_CODE.search(code) or parse(code) is None:
         return None
     score = 0
-    if re.search(r"^\s*(import torch|from torch)", code, re.M):
+    if IMPORTS_TORCH.search(code):
         score += 4
     if COMPILE_CALL.search(code):
         score += 4
     if INPUT_HINT.search(code):
         score += 2  # makes its own inputs: self-contained
-    if re.search(r"^\s*(import|from) (transformers|diffusers|timm|torchvision)", code, re.M):
+    if IMPORTS_OTHERS.search(code):
         score -= 1  # needs a package the sandbox may lack
     if len(code.splitlines()) < 3:
         score -= 2
@@ -66,14 +114,16 @@ def extract_repro(texts: list[str]) -> Repro | None:
     """Return the best fenced Python block from texts (the body first, then comments), or None.
 
     Ties go to the earliest text: the body's repro is usually the reference one.
-    A block must import torch to be considered.
+    A block must import torch to be considered. Linear and bounded (see MAX_TEXT).
     """
     best: Repro | None = None
-    for index, text in enumerate(texts):
-        for match in FENCE.finditer(text or ""):
-            if match["lang"].lower() not in ("", "python", "py", "python3", "pycon"):
+    budget = MAX_PARSED
+    for index, text in enumerate(texts[:MAX_TEXTS]):
+        for lang, block in fenced_blocks((text or "")[:MAX_TEXT]):
+            if lang.lower() not in ("", "python", "py", "python3", "pycon") or len(block) > min(MAX_BLOCK, budget):
                 continue
-            code = match["code"].strip("\n") + "\n"
+            budget -= len(block)
+            code = block.strip("\n") + "\n"
             score = _score(code)
             if score is None or score < 4:
                 continue
@@ -109,7 +159,7 @@ def _names(node: ast.AST) -> set[str]:
 def _literal_kwargs(call: ast.Call) -> dict | None:
     try:
         kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg}
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         return None
     kwargs.pop("backend", None)  # each mode sets its own
     return kwargs
@@ -122,10 +172,17 @@ def to_module_style(code: str) -> str | None:
     `torch.compile(f)(args)`), literal compile kwargs, and compiled calls with positional arguments
     the script computes before them. Statements that use a compiled result (prints, asserts,
     comparisons) are dropped: the harness compares with eager itself, with a float64 reference.
+    Code too deeply nested for ast to unparse is left as posted (None).
     """
     try:
-        tree = ast.parse(code)
-    except SyntaxError:
+        return _to_module_style(code)
+    except (RecursionError, MemoryError):
+        return None
+
+
+def _to_module_style(code: str) -> str | None:
+    tree = parse(code)
+    if tree is None:
         return None
     body: list[ast.stmt] = []
     for stmt in tree.body:  # a __main__ guard's body counts as top level
