@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import nh3
 from django.utils.safestring import SafeString, mark_safe
@@ -40,12 +41,39 @@ LINK_REL = "noopener noreferrer nofollow"
 
 _formatter = HtmlFormatter(nowrap=True)
 
+# Issue text is untrusted and rendered on every issue page, so the work is linear and bounded.
+# markdown-it's inline parser takes time proportional to a paragraph's length times its
+# delimiters (each unmatched `[` or `(` scans to the paragraph's end, at several microseconds a
+# character; `*_`, backticks and `<` are alike: 64 KB of `[` took seconds). So a paragraph (or
+# table cell, heading) is shown as plain text when it is over MAX_INLINE characters, or its
+# length times its delimiters is over INLINE_WORK, or over what is left of the page's
+# MarkdownBudget.work; a code block over MAX_HIGHLIGHT characters is not highlighted; past
+# MarkdownBudget.chars (at most MAX_MARKDOWN, GitHub's own limit for a body or comment) the
+# text is shown as plain, preformatted text. Nothing is dropped.
+MAX_INLINE = 5_000
+INLINE_WORK = 50_000
+_DELIMITERS = "[]()*_`<~!&\\"
+MAX_HIGHLIGHT = 20_000
+MAX_MARKDOWN = 65_536
+
+
+@dataclass
+class MarkdownBudget:
+    """What one page may still spend on Markdown: characters rendered, and inline work
+    (sum of paragraph length x delimiters; 2M is about half a second here). Spent as used."""
+
+    chars: int = MAX_MARKDOWN
+    work: int = 2_000_000
+
 
 def _highlight(code: str, lang: str, _attrs: str) -> str:
     """Pygments HTML for a fenced block; Python when the fence names no known language.
 
     Most PT2 repros are Python pasted without a language tag; tracebacks read fine as Python too.
+    "" (markdown-it escapes the code itself) past MAX_HIGHLIGHT characters.
     """
+    if len(code) > MAX_HIGHLIGHT:
+        return ""
     try:
         lexer = get_lexer_by_name(lang) if lang else PythonLexer()
     except ClassNotFound:
@@ -53,9 +81,27 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return pygments_highlight(code, lexer, _formatter)
 
 
+def _plain_costly_inline(state) -> None:
+    """Core rule run before "inline": an inline run too costly to parse becomes escaped text.
+
+    The cost is counted in one pass of str.count per delimiter (C speed), before any parsing.
+    """
+    budget: MarkdownBudget = state.env["budget"]
+    for token in state.tokens:
+        if token.type != "inline":
+            continue
+        content = token.content
+        work = len(content) * sum(map(content.count, _DELIMITERS)) if len(content) <= MAX_INLINE else INLINE_WORK + 1
+        if work > min(INLINE_WORK, budget.work):
+            token.type = "text"  # the renderer escapes a "text" token's content; "inline" never parses it
+        else:
+            budget.work -= work
+
+
 _md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight}).enable("table").enable(
     "strikethrough"
 )
+_md.core.ruler.before("inline", "plain_costly_inline", _plain_costly_inline)
 
 _TAG_SPLIT = re.compile(r"(<[^>]*>)")
 
@@ -90,12 +136,20 @@ def _mark_evidence(rendered: str, evidence: Iterable[str]) -> str:
     return "".join(parts)
 
 
-def render_markdown(text: str, evidence: Iterable[str] = ()) -> SafeString:
+def render_markdown(text: str, evidence: Iterable[str] = (), budget: MarkdownBudget | None = None) -> SafeString:
     """Return sanitized HTML for untrusted GitHub Markdown, evidence strings highlighted.
 
     The result is safe to insert in a page: only nh3's output is ever marked safe.
+    Linear in the text and bounded by budget (a page passes one budget for all its texts; it
+    is spent): past budget.chars the text is escaped preformatted text, not Markdown.
     """
-    rendered = _md.render(text or "")
+    text, budget = text or "", budget or MarkdownBudget()
+    limit = max(0, min(budget.chars, MAX_MARKDOWN))
+    budget.chars -= min(len(text), limit)
+    rendered = _md.render(text[:limit], {"budget": budget}) if limit else ""
+    if len(text) > limit:
+        rendered += (f"<p><em>Shown as plain text past {limit:,} characters.</em></p>"
+                     f"<pre>{html.escape(text[limit:], quote=False)}</pre>")
     return mark_safe(sanitize(_mark_evidence(rendered, evidence)))  # noqa: S308 - nh3 output
 
 

@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from rubric_app.markdown import render_markdown, summary as markdown_summary
+from rubric_app.markdown import MarkdownBudget, render_markdown, summary as markdown_summary
 from rubric_app.models import readable_text_color
 
 register = template.Library()
@@ -30,19 +30,30 @@ def _evidence(suggestions, source: str) -> list[str]:
     return [s.evidence for s in suggestions if s.evidence and s.evidence_source == source]
 
 
-@register.simple_tag
-def markdown(text: str, suggestions=(), source: str = "", comment: int | None = None) -> SafeString:
+# Characters of issue text one page renders as Markdown, body and comments together (what the
+# rubric reads, rubric.text.MAX_THREAD): a thread of a hundred 64 KB comments would otherwise
+# cost seconds; past it, the text is shown as plain preformatted text (linear, nothing dropped).
+MARKDOWN_PAGE_CHARS = 150_000
+_BUDGET_KEY = "triage.markdown_budget"
+
+
+@register.simple_tag(takes_context=True)
+def markdown(context, text: str, suggestions=(), source: str = "", comment: int | None = None) -> SafeString:
     """Issue Markdown as sanitized HTML, with the evidence of suggestions from `source` marked.
 
     comment=N means source "comment:N". The repro code's evidence ("code") is marked in
-    the body, where the code comes from.
+    the body, where the code comes from. One page renders at most MARKDOWN_PAGE_CHARS
+    characters as Markdown (and MarkdownBudget.work of inline parsing).
     """
     if comment is not None:
         source = f"comment:{comment}"
     evidence = _evidence(suggestions, source) if source else []
     if source == "body":
         evidence += _evidence(suggestions, "code")
-    return render_markdown(text, evidence)
+    budget = context.render_context.get(_BUDGET_KEY)
+    if budget is None:  # one budget for the whole page, spent by each text in turn
+        budget = context.render_context[_BUDGET_KEY] = MarkdownBudget(chars=MARKDOWN_PAGE_CHARS)
+    return render_markdown(text, evidence, budget)
 
 
 @register.simple_tag
