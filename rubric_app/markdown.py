@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import nh3
@@ -47,37 +48,54 @@ _formatter = HtmlFormatter(nowrap=True)
 # character; `*_`, backticks and `<` are alike: 64 KB of `[` took seconds). So a paragraph (or
 # table cell, heading) is shown as plain text when it is over MAX_INLINE characters, or its
 # length times its delimiters is over INLINE_WORK, or over what is left of the page's
-# MarkdownBudget.work; a code block over MAX_HIGHLIGHT characters is not highlighted; past
+# MarkdownBudget.work; a code block over MAX_HIGHLIGHT characters, or over what is left of
+# MarkdownBudget.highlight, is not highlighted (Pygments is linear but slow: 20,000 characters of
+# real code take 0.2-0.7 s, of `@` or `a.` about 2x that); past
 # MarkdownBudget.chars (at most MAX_MARKDOWN, GitHub's own limit for a body or comment) the
 # text is shown as plain, preformatted text. Nothing is dropped.
 MAX_INLINE = 5_000
 INLINE_WORK = 50_000
 _DELIMITERS = "[]()*_`<~!&\\"
 MAX_HIGHLIGHT = 20_000
+# The languages PT2 issues paste whose lexers stayed linear on hostile text (runs of `@`, `'`, `$(`,
+# `0x`, ...); a fence naming any other of Pygments' ~600 lexers is shown as plain code. Left out
+# for being quadratic there: console, yaml and ini (20,000 characters: 21-25 s), c, cpp and cuda.
+HIGHLIGHTED = frozenset({"python", "pycon", "pytb", "py3tb", "bash", "text", "diff", "json", "toml"})
 MAX_MARKDOWN = 65_536
 
 
 @dataclass
 class MarkdownBudget:
-    """What one page may still spend on Markdown: characters rendered, and inline work
-    (sum of paragraph length x delimiters; 2M is about half a second here). Spent as used."""
+    """What one page may still spend on Markdown: characters rendered, inline work (sum of
+    paragraph length x delimiters; 2M is about half a second here) and characters of code
+    highlighted. Spent as used."""
 
     chars: int = MAX_MARKDOWN
     work: int = 2_000_000
+    highlight: int = 60_000
+
+
+# The budget of the render in progress, for the highlight callback (markdown-it passes it no env).
+_budget: ContextVar[MarkdownBudget | None] = ContextVar("markdown_budget", default=None)
 
 
 def _highlight(code: str, lang: str, _attrs: str) -> str:
     """Pygments HTML for a fenced block; Python when the fence names no known language.
 
     Most PT2 repros are Python pasted without a language tag; tracebacks read fine as Python too.
-    "" (markdown-it escapes the code itself) past MAX_HIGHLIGHT characters.
+    "" (markdown-it escapes the code itself) past MAX_HIGHLIGHT characters or the page's budget.
     """
-    if len(code) > MAX_HIGHLIGHT:
+    budget = _budget.get()
+    if len(code) > min(MAX_HIGHLIGHT, budget.highlight if budget else MAX_HIGHLIGHT):
         return ""
     try:
         lexer = get_lexer_by_name(lang) if lang else PythonLexer()
     except ClassNotFound:
         lexer = PythonLexer()
+    if not set(lexer.aliases) & HIGHLIGHTED:
+        return ""  # a lexer nobody checked on hostile text: plain code
+    if budget:
+        budget.highlight -= len(code)
     return pygments_highlight(code, lexer, _formatter)
 
 
@@ -146,7 +164,11 @@ def render_markdown(text: str, evidence: Iterable[str] = (), budget: MarkdownBud
     text, budget = text or "", budget or MarkdownBudget()
     limit = max(0, min(budget.chars, MAX_MARKDOWN))
     budget.chars -= min(len(text), limit)
-    rendered = _md.render(text[:limit], {"budget": budget}) if limit else ""
+    token = _budget.set(budget)
+    try:
+        rendered = _md.render(text[:limit], {"budget": budget}) if limit else ""
+    finally:
+        _budget.reset(token)
     if len(text) > limit:
         rendered += (f"<p><em>Shown as plain text past {limit:,} characters.</em></p>"
                      f"<pre>{html.escape(text[limit:], quote=False)}</pre>")

@@ -48,7 +48,7 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
     event, delivery_id = request.headers.get("X-GitHub-Event", ""), request.headers.get("X-GitHub-Delivery", "")
     try:
         payload = json.loads(request.body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         return HttpResponse(f"The body is not JSON: {exc}.", status=400, content_type="text/plain")
     if not delivery_id or not isinstance(payload, dict):
         return HttpResponse("Missing X-GitHub-Delivery or a JSON object body.", status=400, content_type="text/plain")

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import override_settings
 from django.urls import reverse
 
-from rubric_app.markdown import MAX_MARKDOWN, render_markdown
+from rubric_app.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
 from rubric_app.models import BisectionRun, Comment, Label, Meeting, Suggestion, TriageDecision
 from tests.bounded import run_bounded
 from tests.conftest import make_issue
@@ -137,8 +137,8 @@ def test_it_renders_markdown_in_linear_bounded_time():
     out = run_bounded("""
         from rubric_app.markdown import MarkdownBudget, render_markdown
         page = MarkdownBudget(chars=150_000)
-        texts = ["[" * 1_000_000, "*_" * 500_000, "[a](" * 250_000, ("![" * 150 + "\\\\n\\\\n") * 15_000,
-                 ("<" * 60 + "x" * 40 + "\\\\n\\\\n") * 20_000, "> " * 500_000, "`" * 1_000_000, " " * 1_000_000 + "x"]
+        texts = ["[" * 1_000_000, "*_" * 500_000, "[a](" * 250_000, ("![" * 150 + "\\n\\n") * 15_000,
+                 ("<" * 60 + "x" * 40 + "\\n\\n") * 20_000, "> " * 500_000, "`" * 1_000_000, " " * 1_000_000 + "x"]
         html = [render_markdown(text, (), page) for text in texts]
         print(sum("Shown as plain text past" in h for h in html), page.chars, page.work >= 0)
     """)
@@ -167,3 +167,27 @@ def test_it_renders_an_issue_page_of_hostile_comments_in_bounded_time(viewer):
                            "ALLOWED_HOSTS": "testserver"})
     status, plain = out.split()[:2]
     assert status == "200" and int(plain) >= 20  # past the page's 150,000 characters of Markdown: plain text
+
+
+def test_it_highlights_code_only_with_lexers_linear_on_hostile_text():
+    # Pygments' console, yaml and ini lexers are quadratic (5-25 s on 19,000 characters of `0x`, `@`, `:`
+    # here, depending on load): 32 blocks take minutes. Not highlighted, milliseconds.
+    out = run_bounded("""
+        from rubric_app.markdown import render_markdown
+        blocks = ["console", "0x" * 9_500], ["yaml", "@" * 19_000], ["ini", ":" * 19_000], ["cuda", "{" * 19_000]
+        html = [render_markdown(f"```{lang}\\n{code}\\n```") for lang, code in blocks * 8]
+        print(sum("<span" in h for h in html))
+    """)
+    assert out.split() == ["0"]
+    assert '<span class="kn">import</span>' in render_markdown("```python\nimport torch\n```")
+    assert '<span class="kn">import</span>' in render_markdown("```\nimport torch\n```")  # untagged: Python
+
+
+def test_it_highlights_at_most_the_pages_budget_of_code():
+    page = MarkdownBudget(chars=150_000)
+    block = "```python\n" + "x = torch.randn(3)\n" * 500 + "```"  # 9,500 characters
+
+    html = [render_markdown(block, (), page) for _ in range(10)]
+
+    assert [("<span" in h) for h in html] == [True] * 6 + [False] * 4  # 60,000 characters highlighted
+    assert all(h.count("torch.randn(3)") == 500 for h in html[6:])  # the rest shown as plain code

@@ -111,6 +111,13 @@ def test_it_answers_400_to_a_signed_body_that_is_not_json(client):
     assert not WebhookDelivery.objects.exists()
 
 
+def test_it_answers_400_to_a_signed_body_nested_too_deep_for_json(client):
+    response = _post(client, "issues", None, body=b"[" * 100_000 + b"]" * 100_000)
+
+    assert response.status_code == 400 and b"not JSON" in response.content
+    assert not WebhookDelivery.objects.exists()
+
+
 def test_it_ignores_a_replayed_delivery_id(client, fake_github, django_capture_on_commit_callbacks):
     payload = _issue_payload(fake_github, 5)
     _post(client, "issues", payload, delivery="same-id")
