@@ -191,3 +191,18 @@ def test_it_highlights_at_most_the_pages_budget_of_code():
 
     assert [("<span" in h) for h in html] == [True] * 6 + [False] * 4  # 60,000 characters highlighted
     assert all(h.count("torch.randn(3)") == 500 for h in html[6:])  # the rest shown as plain code
+
+
+def test_it_runs_the_rubric_on_hostile_text_in_bounded_time():
+    # A guard, not a fix: rubric.text caps every field before the rules' regexes (bounded repetitions
+    # only) see it. Each 1 MB shape below, through a quadratic pattern, would take hours.
+    out = run_bounded("""
+        from rubric_app.rubric import CommentText, IssueText, evaluate
+        shapes = ["[", "*_", "```x\\n", "\\n", " ", "`", "  File \\"", "leak ", "a.", "compile ", "-" * 50 + "1\\n"]
+        for unit in shapes:
+            text = unit * (1_000_000 // len(unit))
+            issue = IssueText(number=1, title=text, body=text, comments=tuple(CommentText(body=text) for _ in range(30)))
+            evaluate(issue)
+        print("evaluated", len(shapes))
+    """)
+    assert out.split() == ["evaluated", "11"]
