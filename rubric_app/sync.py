@@ -414,7 +414,8 @@ def process_webhook(delivery_id: int) -> None:
             return  # already processed (a redelivered task)
         changed: list[int] = []
         try:
-            delivery.ignored = foreign_repository(delivery.payload) if isinstance(delivery.payload, dict) else "not a JSON object"
+            payload = delivery.payload
+            delivery.ignored = foreign_repository(payload) if isinstance(payload, dict) else "not a JSON object"
             if not delivery.ignored:
                 with transaction.atomic():
                     changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
@@ -491,14 +492,15 @@ def _apply_label_event(payload: dict) -> str:
     stamp = label_event_stamp(payload)
     old_name = ((payload.get("changes") or {}).get("name") or {}).get("from") if action == "edited" else None
     names = {data.name, old_name} - {None}
-    newest = max(filter(None, Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)),
-                 default=None)
+    stamps = Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)
+    newest = max(filter(None, stamps), default=None)
     if stamp is not None and newest is not None and stamp < newest:
         return f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
     if action == "deleted":
         # A row even for a label we never had: it keeps the deletion's stamp, so that a late
         # "created" or "edited" sent before the deletion does not bring the label back.
-        Label.objects.update_or_create(name=data.name, defaults={"in_catalog": False, **({"event_stamp": stamp} if stamp else {})})
+        kept = {"in_catalog": False, **({"event_stamp": stamp} if stamp else {})}
+        Label.objects.update_or_create(name=data.name, defaults=kept)
         return ""
     label = Label.objects.filter(name=data.name).first()
     renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
