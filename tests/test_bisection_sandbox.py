@@ -241,7 +241,8 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
             print("postgres: CONNECTED")
         except OSError as exc:
             print("postgres:", exc.strerror)
-        for path in ("/run", "/var/run", "/var/lib", "/home", "{PROJECT}"):
+        print("project:", os.listdir("{PROJECT}") if os.path.isdir("{PROJECT}") else "absent")
+        for path in ("/run", "/var/run", "/var/lib", "/home"):
             try:
                 print(path, "listed:", os.listdir(path))
             except OSError as exc:
@@ -268,8 +269,10 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
     """)
     assert result["status"] == "passed", result
     assert "postgres: No such file or directory" in log
-    for path in ("/run", "/var/run", "/var/lib", "/home", str(PROJECT)):
+    for path in ("/run", "/var/run", "/var/lib", "/home"):
         assert f"{path} refused: No such file or directory" in log
+    project = log.split("project: ")[1].splitlines()[0]
+    assert project in ("absent", "['.venv']"), project  # at most the venv, when it lives in the checkout
     assert "sockets: []" in log and "usr: Read-only file system" in log
     # Nothing of the host but the allow-list: the toolchain, the loader's files and the Python install.
     allowed = {"/usr", "/etc/alternatives", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/ld.so.conf",
