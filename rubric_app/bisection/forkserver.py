@@ -30,7 +30,8 @@ from .sandbox import (Limits, RunCgroup, SandboxError, SandboxReport, become_pid
                       die_with_parent, enter_namespaces, kill_tree, require_root)
 
 _refs: dict[str, dict] = {}
-_uid = -1
+_uid = -1  # this server's sandbox uid, held through _uid_lock for the server's lifetime
+_uid_lock = -1
 _runs = 0
 
 # Caps on what a child may send back: one event line, all of them, and the outputs to compare.
@@ -452,14 +453,15 @@ def serve(expected_parent: int = 0) -> None:
     """
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints (torch warnings) must not corrupt the protocol
-    global _uid
+    global _uid, _uid_lock
     try:
         require_root()
         die_with_parent(expected_parent)
-        _uid, _lock = claim_uid()
+        _uid, _uid_lock = claim_uid()
     except SandboxError as exc:
         proto.write(json.dumps({"ready": False, "error": str(exc)}) + "\n")
         return
+    RunCgroup.sweep_stale()
     version = _warm_imports()
     # Whether a cuda probe can run: checked without initializing CUDA, which must not happen before fork.
     cuda = os.path.exists("/dev/nvidiactl")

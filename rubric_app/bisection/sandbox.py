@@ -322,6 +322,28 @@ class RunCgroup:
         group.report.update(version=group.version, notes=notes)
         return group
 
+    @staticmethod
+    def sweep_stale(prefix: str = "rubric-bisect-") -> int:
+        """Remove the run cgroups of fork servers that died mid-run (named prefix<pid>-<n>); return how many."""
+        v2, v1 = _cgroup_mounts()
+        own = _own_cgroups()
+        parents = [os.path.join(v2, own.get("", "/").lstrip("/"))] if v2 else []
+        parents += [os.path.join(mount, own.get(c, "/").lstrip("/")) for c, mount in v1.items()]
+        removed = 0
+        for parent in parents:
+            try:
+                names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+            except OSError:
+                continue
+            for name in names:
+                owner = name[len(prefix):].split("-")[0]
+                if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                    group = RunCgroup(name)
+                    group.dirs = [os.path.join(parent, name)]
+                    group.destroy()
+                    removed += 1
+        return removed
+
     def join(self) -> None:
         """Move the calling process (C, before it forks G) into every hierarchy of this cgroup."""
         for path in self.dirs:
