@@ -471,7 +471,10 @@ def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, dis
             os.symlink(target, new_root + path)
     os.makedirs(new_root + "/dev", mode=0o755)
     for path, fd in device_fds:
-        open(new_root + path, "w").close()
+        if os.path.isdir(path):  # e.g. /dev/nvidia-caps
+            os.makedirs(new_root + path, mode=0o755)
+        else:
+            open(new_root + path, "w").close()
         _bind(f"/proc/self/fd/{fd}", new_root + path, MS_NOSUID | MS_NOEXEC)
         os.close(fd)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
