@@ -9,6 +9,7 @@ run_bisection permission starts a run; the sync never does.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -100,7 +101,7 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
                        error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}")
 
     def progress(mode: str, results: list[dict]) -> None:
-        run.current_mode, run.results = mode, results
+        run.current_mode, run.results = mode, capped_results(results)
         run.save(update_fields=["current_mode", "results"])
 
     try:
@@ -108,9 +109,14 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
         device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
         report = bisection.bisect(run.repro_code, device=device, style=run.repro_style, limits=limits(),
                                   on_progress=progress)
+    except bisection.SandboxRefused as exc:
+        # No isolation, no run: say why, and what isolation there was, on the run's page.
+        run.sandbox_report = exc.report
+        return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
-    run.results, run.verdict_labels, run.verdict_summary = report.results, report.labels, report.summary
+    run.results = capped_results(report.results)
+    run.verdict_labels, run.verdict_summary = report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
     # The verdict feeds the rubric engine through Issue.as_issue_text(). One transaction: whoever
     # sees the run done (the issue page's poll) also sees the suggestions it produced.
@@ -118,6 +124,21 @@ def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
         _finish(run, BisectionRun.Status.DONE)
         run.issue.refresh_suggestions()
     return run
+
+
+# The harness caps every field a child sends; this bounds the row whatever it holds, so no page
+# that loads the results can be made slow by one run.
+MAX_RESULTS_BYTES = 256 * 1024
+
+
+def capped_results(results: list[dict]) -> list[dict]:
+    """results as stored: unchanged if their JSON fits MAX_RESULTS_BYTES, else with messages and
+    tracebacks cut (then dropped) until it does."""
+    for cap in (2000, 500, 0):
+        if len(json.dumps(results)) <= MAX_RESULTS_BYTES:
+            return results
+        results = [{**r, **{k: str(r[k])[:cap] for k in ("message", "traceback") if k in r}} for r in results]
+    return results
 
 
 FINISH_FIELDS = ["status", "error", "current_mode", "finished_at", "results", "verdict_labels", "verdict_summary",

@@ -373,6 +373,27 @@ class BisectionRun(models.Model):
             return (self.finished_at - self.started_at).total_seconds()
         return None
 
+    @property
+    def isolation(self) -> str:
+        """What sandbox was in force for this run, in one line from sandbox_report ("" before it ran)."""
+        report = self.sandbox_report or {}
+        if report.get("refused"):
+            return f"refused, the repro did not run: {report['refused']}"
+        if not report:
+            return ""
+        parts = [name for name, key in (("no network", "netns"), ("own pid namespace", "pidns"),
+                                        ("read-only allow-list root", "root")) if report.get(key)]
+        if report.get("uid", -1) > 0:
+            parts.append(f"uid {report['uid']}")
+        cgroup = report.get("cgroup") or {}
+        if cgroup.get("memory_max_mb"):
+            parts.append(f"cgroup {cgroup.get('version', '')} memory {cgroup['memory_max_mb']} MB".replace("  ", " "))
+        else:
+            parts.append("no cgroup memory cap (per-process limits only)")
+        if cgroup.get("pids_max"):
+            parts.append(f"pids {cgroup['pids_max']}")
+        return ", ".join(parts)
+
 
 class MeetingQuerySet(models.QuerySet):
     def last_held(self) -> Meeting | None:

@@ -56,7 +56,9 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
         "labels",
         Prefetch("comments", queryset=Comment.objects.order_by("created_at", "github_id")),
         Prefetch("suggestions", queryset=Suggestion.objects.order_by("kind", "-confidence", "label")),
-        Prefetch("bisection_runs", queryset=BisectionRun.objects.select_related("requested_by").order_by("-created_at")),
+        # The page shows a run's results and sandbox, never its log nor its code.
+        Prefetch("bisection_runs", queryset=BisectionRun.objects.select_related("requested_by")
+                 .defer("log", "repro_code").order_by("-created_at")),
     )
     return get_object_or_404(qs, number=number)
 
@@ -213,7 +215,7 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
 def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     """One run's progress fragment; polled every second, answered with 286 once the run ended."""
     _require(request, "view_issue")
-    run = get_object_or_404(BisectionRun.objects.select_related("issue", "requested_by"), pk=pk)
+    run = get_object_or_404(BisectionRun.objects.select_related("issue", "requested_by").defer("log", "repro_code"), pk=pk)
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
@@ -226,7 +228,7 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def bisections(request: HttpRequest) -> HttpResponse:
     _require(request, "view_bisectionrun")
-    page = Paginator(BisectionRun.objects.recent().defer("log", "repro_code"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(BisectionRun.objects.recent().defer("log", "repro_code", "results", "sandbox_report"), PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, _partial(request, "rubric_app/bisections.html", "runs-table"), {"page": page})
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from rubric_app.bisection import Limits, bisect, detect_style, extract_repro
 from rubric_app.bisection.extract import fenced_blocks
+from rubric_app.bisection.sandbox import UID_BASE
 from tests.bounded import run_bounded
 from tests.conftest import processes_with_cmdline
 
@@ -24,7 +25,7 @@ REPROS = Path(__file__).parent / "repros"
 def run(name: str, device: str = "cpu", timeout_s: float = 60):
     """Bisect tests/repros/<name>.py; return (results by mode, results, [(label, rule_id)], the Report)."""
     report = bisect((REPROS / f"{name}.py").read_text(), device=device, limits=Limits(timeout_s=timeout_s))
-    assert report.sandbox["netns"] and report.sandbox["uid"] == 65534, report.sandbox
+    assert report.sandbox["netns"] and report.sandbox["uid"] >= UID_BASE and report.sandbox["root"], report.sandbox
     return {r["mode"]: r for r in report.results}, report.results, [(x["label"], x["rule_id"]) for x in report.labels], report
 
 

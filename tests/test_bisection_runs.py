@@ -4,6 +4,7 @@ feeding suggestions, stale and redelivered runs, the CLI, and the task once thro
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from rubric_app import bisect_runs
 from rubric_app.models import BisectionRun
+from rubric_app.bisection.sandbox import UID_BASE
 from tests.conftest import make_issue, make_label, wait_until
 from triage_site.celery import app
 
@@ -80,7 +82,7 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     assert run.verdict_labels[0]["label"] == "module: dynamo" and run.verdict_labels[0]["rule_id"] == "R2.3"
     assert "Unsupported" in run.verdict_labels[0]["evidence"]
     assert run.torch_version.startswith("2.") and run.worker.endswith("(cpu)")
-    assert run.sandbox_report["netns"] is True and run.sandbox_report["uid"] == 65534
+    assert run.sandbox_report["netns"] is True and run.sandbox_report["uid"] >= UID_BASE
     assert "===== dynamo_eager: raised" in run.log
     suggestion = issue.suggestions.get(label="module: dynamo", kind="add")
     assert (suggestion.source, suggestion.evidence_source) == ("bisection", f"bisection:{run.pk}")
@@ -165,3 +167,71 @@ def test_it_writes_progress_to_the_row_through_a_real_worker(celery_worker_proce
     assert any(status == "running" and mode and mode not in done for status, mode, done in seen), seen
     assert any(status == "running" and done for status, _, done in seen), seen  # results landed as it went
     assert run.verdict_labels[0]["label"] == "module: dynamo"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(client, triager):
+    # No isolation, no run: a worker process that is not root (a forked copy of this one, dropped to
+    # uid 65534 with its own database connection) fails the run with the reason instead of degrading.
+    issue = make_issue(4545)
+    run = _queued(issue, triager)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            from django.db import connections
+
+            from rubric_app.bisection import harness
+
+            for conn in connections.all():
+                conn.connection = None  # the parent's socket stays the parent's
+            harness._server = None
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            bisect_runs.run_bisection(run.pk)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    run.refresh_from_db()
+    assert run.status == "failed" and run.results == []
+    assert "runs as uid 65534: refusing to run untrusted repro code without isolation" in run.error
+    assert "refusing" in run.sandbox_report["refused"]
+    client.force_login(triager)
+    html = client.get(issue.get_absolute_url()).content.decode()
+    assert "Sandbox: refused, the repro did not run" in html
+
+
+def test_it_caps_the_results_it_stores(issue, triager):
+    huge = [{"mode": m, "status": "raised", "message": "m" * 10**6, "traceback": "t" * 10**6} for m in "abcdef"]
+    capped = bisect_runs.capped_results(huge)
+    assert len(json.dumps(capped)) <= bisect_runs.MAX_RESULTS_BYTES
+    assert [r["mode"] for r in capped] == list("abcdef") and capped[0]["message"].startswith("m")
+    small = [{"mode": "eager", "status": "passed", "message": "ok"}]
+    assert bisect_runs.capped_results(small) is small
+
+
+def test_it_keeps_run_blobs_out_of_the_pages_that_do_not_show_them(client, issue, triager):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.urls import reverse
+
+    run = _queued(issue, triager)
+    BisectionRun.objects.filter(pk=run.pk).update(status="done", log="x" * 2_000_000, verdict_summary="done",
+                                                  results=[{"mode": "eager", "status": "passed", "phase": "",
+                                                            "exception": "", "message": "", "wall_s": 1.0}])
+    client.force_login(triager)
+    pages = {
+        "list": (reverse("rubric_app:bisections"), {}, ('."log"', '."results"', '."repro_code"', '."sandbox_report"')),
+        "status": (reverse("rubric_app:bisection", args=[run.pk]), {"HX-Request": "true"}, ('."log"', '."repro_code"')),
+        "issue": (issue.get_absolute_url(), {}, ('."log"',)),
+    }
+    for name, (url, headers, columns) in pages.items():
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url, headers=headers).status_code in (200, 286), name
+        runs_sql = [q["sql"] for q in queries.captured_queries if '"rubric_app_bisectionrun"' in q["sql"]]
+        assert runs_sql, name
+        for column in columns:
+            assert not any(f'"rubric_app_bisectionrun"{column}' in sql for sql in runs_sql), (name, column)

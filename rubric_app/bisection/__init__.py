@@ -10,8 +10,8 @@ torch is imported only by the fork server and its children, never by importing t
 """
 
 from .extract import Repro, detect_style, extract_repro
-from .harness import ForkServer, ForkServerError, Report, bisect, shared_server
-from .sandbox import Limits
+from .harness import ForkServer, ForkServerError, Report, SandboxRefused, bisect, shared_server
+from .sandbox import Limits, SandboxError
 
 __all__ = [
     "ForkServer",
@@ -19,6 +19,8 @@ __all__ = [
     "Limits",
     "Report",
     "Repro",
+    "SandboxError",
+    "SandboxRefused",
     "bisect",
     "detect_style",
     "extract_repro",

@@ -9,6 +9,7 @@ with torch.save (the fork server reads them back with weights_only=True).
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import json
 import os
@@ -58,12 +59,44 @@ def qualname(exc: BaseException) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
+RESOURCE_ERRNOS = (errno.EAGAIN, errno.EMFILE, errno.ENFILE)
+RESOURCE_TEXTS = ("Resource temporarily unavailable", "could not fork", "fork: retry", "Too many open files",
+                  "can't start new thread")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """exc and what it wraps: inner_exception (BackendCompilerFailed hides it), __cause__, __context__."""
+    seen, todo = [], [exc]
+    while todo and len(seen) < 20:
+        current = todo.pop(0)
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        todo += [getattr(current, "inner_exception", None), current.__cause__, current.__context__]
+    return seen
+
+
+def out_of_resources(exc: BaseException) -> bool:
+    """Whether exc comes from the sandbox's process/file budget (a fork, a thread or a file refused),
+    which says nothing about the compiler: such a failure must never become a verdict."""
+    for current in _chain(exc):
+        if isinstance(current, OSError) and current.errno in RESOURCE_ERRNOS:
+            return True
+        text = str(current)
+        if any(marker in text for marker in RESOURCE_TEXTS):
+            return True
+    return False
+
+
 def classify(exc: BaseException) -> tuple[str, str]:
-    """Return (status, phase) for an exception escaping the repro."""
+    """Return (status, phase) for an exception escaping the repro; status "resource" is not a result
+    but an infrastructure failure (see out_of_resources)."""
     import torch
 
     from torch._dynamo.exc import BackendCompilerFailed
 
+    if out_of_resources(exc):
+        return "resource", _phase
     text = str(exc)
     if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())) or (
         isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)

@@ -24,7 +24,7 @@ from typing import Callable
 from . import verdict as verdict_rules
 from .child import MODES
 from .extract import detect_style
-from .sandbox import Limits, scrubbed_env
+from .sandbox import Limits, SandboxError, require_root, scrubbed_env
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOG_CAP = 200_000
@@ -36,6 +36,18 @@ class ForkServerError(RuntimeError):
     """The fork server died or stopped answering; the run is failed, the next call starts a new one."""
 
 
+class SandboxRefused(ForkServerError):
+    """No run without isolation: the sandbox could not be built (not root, a refused namespace, mount
+    or uid drop), or a mode ran out of its process/file budget, which is no verdict either.
+
+    report: what isolation was in force (or {"refused": why}), for the run's page.
+    """
+
+    def __init__(self, message: str, report: dict | None = None):
+        super().__init__(message)
+        self.report = {"refused": message[:500], **(report or {})}
+
+
 class ForkServer:
     """A warm process with torch imported that forks a sandboxed child per mode."""
 
@@ -45,21 +57,30 @@ class ForkServer:
         self.base = ""
         self.torch_version = ""
         self.cuda = False
+        self.uid = -1
         self.lock = threading.Lock()
 
     def start(self) -> None:
         """Start (or restart) the server process and wait until it has imported torch."""
         self.close()
+        try:
+            require_root()  # before anything starts: a repro must never run as the worker's own uid
+        except SandboxError as exc:
+            raise SandboxRefused(str(exc)) from None
         self.base = tempfile.mkdtemp(prefix="bisect-server-")
+        # The server (and through it every sandbox) dies with this process: no repro outlives its worker.
         boot = (f"import sys; sys.path.insert(0, {PROJECT_ROOT!r}); "
-                "from rubric_app.bisection.forkserver import serve; serve()")
+                f"from rubric_app.bisection.forkserver import serve; serve(expected_parent={os.getpid()})")
         # -I: no PYTHON* variables, no user site; the env is an allowlist (no secrets in its memory).
         self.proc = subprocess.Popen(
             [self.python, "-I", "-c", boot], env=scrubbed_env(self.base), cwd=self.base,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,  # stderr: the worker's log
         )
         hello = self._read(timeout=120)
-        self.torch_version, self.cuda = hello["torch"], hello["cuda"]
+        if not hello.get("ready"):
+            self.close()
+            raise SandboxRefused(hello.get("error") or "the fork server refused to start")
+        self.torch_version, self.cuda, self.uid = hello["torch"], hello["cuda"], hello["uid"]
 
     @property
     def alive(self) -> bool:
@@ -91,10 +112,15 @@ class ForkServer:
         """Run one mode in a fresh sandboxed child; returns {"result", "log", "sandbox"}.
 
         narrow: run torch's CompilerBisector in that child instead (module style).
+        Raises SandboxRefused when the sandbox could not be built or the mode ran out of
+        its process budget: never a result then.
         """
         spec = {"key": key, "mode": mode, "code": code, "style": style, "device": device,
                 "overrides": overrides or {}, "narrow": narrow}
-        return self.request({"op": "run", "spec": spec, "limits": asdict(limits)}, timeout=limits.timeout_s + 60)
+        reply = self.request({"op": "run", "spec": spec, "limits": asdict(limits)}, timeout=limits.timeout_s + 60)
+        if "infra_error" in reply:
+            raise SandboxRefused(reply["infra_error"], reply.get("sandbox"))
+        return reply
 
     def forget(self, key: str) -> None:
         if self.alive:
