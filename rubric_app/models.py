@@ -373,6 +373,11 @@ class BisectionRun(models.Model):
         return self.status in (self.Status.DONE, self.Status.FAILED)
 
     @property
+    def queue_name(self) -> str:
+        """The Celery queue its workers consume (bisect_runs.QUEUES): cuda and "both" need a GPU worker."""
+        return "cpu" if self.device == self.Device.CPU else "gpu"
+
+    @property
     def duration_s(self) -> float | None:
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
