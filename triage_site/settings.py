@@ -204,12 +204,13 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
-    "sync-queue": {
-        "task": "rubric_app.tasks.sync_queue_task",
-        "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
-    },
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
 }
+if GITHUB_TOKEN:  # without a token there is nothing to sync (demo data), and nothing may leave the machine
+    CELERY_BEAT_SCHEDULE["sync-queue"] = {
+        "task": "rubric_app.tasks.sync_queue_task",
+        "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
+    }
 
 # Stuck work. Each worker writes a heartbeat (its queues) every WORKER_HEARTBEAT_S; the dashboard
 # counts a worker live for WORKER_HEARTBEAT_STALE_S after its last one. A bisection or decision that
