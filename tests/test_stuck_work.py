@@ -334,5 +334,7 @@ def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(brok
         run.refresh_from_db()
         return run.is_finished
 
+    # On Redis the redelivered flag reached Celery before too; on the filesystem broker it did not,
+    # and the run stayed "running" for good. The claim's task id catches both.
     wait_until(ended, timeout=90)
-    assert run.status == "failed" and "died mid-run" in run.error
+    assert run.status == "failed" and "died" in run.error
