@@ -110,3 +110,14 @@ def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, view
     _beat("github@box", ["github"])
     html = _text(client.get(reverse("rubric_app:decision", args=[decision.pk]), headers=HTMX))
     assert "Queued for the github worker." in html and "No github worker" not in html
+
+
+def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue, settings):
+    from rubric_app import workers
+
+    settings.BISECTION_DEVICE = "cuda"
+    workers.beat("gpu@box", ["gpu"])
+    first = WorkerHeartbeat.objects.get().seen_at
+    workers.beat("gpu@box", ["gpu", "cpu"])
+    row = WorkerHeartbeat.objects.get()
+    assert (row.queues, row.device) == (["cpu", "gpu"], "cuda") and row.seen_at >= first
