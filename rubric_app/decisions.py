@@ -184,9 +184,9 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
         remote = gh.issue(issue.number)
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
-        stopped = " Its earlier worker stopped mid-way: the next sync shows what landed." if resumed else ""
+        stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
         return _finish(decision, TriageDecision.Status.FAILED,
-                       f"Could not re-read #{issue.number} from GitHub: {exc.message}.{stopped}")
+                       f"Could not re-read #{issue.number} from GitHub: {exc.message}{stopped}")
     _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", 200, True, ", ".join(remote.label_names)))
     if resumed:
         return _resume(decision, gh, remote)
