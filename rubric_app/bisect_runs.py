@@ -68,33 +68,61 @@ def start_bisection(*, issue, user, code: str, device: str) -> BisectionRun:
     return run
 
 
-def fail_stale_runs() -> int:
-    """Mark failed the runs left "running" by a worker that died; returns how many."""
-    return BisectionRun.objects.filter(
-        status=BisectionRun.Status.RUNNING, started_at__lt=timezone.now() - longest_run()
-    ).update(
-        status=BisectionRun.Status.FAILED, finished_at=timezone.now(),
-        error="the worker running this bisection stopped before finishing; start it again",
+def fail_stale_runs(now=None) -> int:
+    """Mark failed the runs left "running" longer than any run can last (their worker died); returns how many.
+
+    A worker killed outright loses its message on the filesystem broker, and on Redis it comes
+    back only after the visibility timeout: only this sweep ends such a run.
+    """
+    now = now or timezone.now()
+    minutes = round(longest_run().total_seconds() / 60)
+    return BisectionRun.objects.overdue(now - longest_run()).update(
+        status=BisectionRun.Status.FAILED, finished_at=now, current_mode="",
+        error=f"The worker running this bisection stopped (killed or lost) without finishing: no result after "
+              f"{minutes} min, the longest a run can take. Start it again.",
     )
 
 
-def run_bisection(run_id: int, *, redelivered: bool = False) -> BisectionRun:
+def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
+    """End the runs no worker has taken within QUEUE_WAIT_TIMEOUT_MINUTES, saying why; returns how many.
+
+    live: WorkerHeartbeat.objects.queues(), to say whether the queue had no worker at all or only busy ones.
+    """
+    now = now or timezone.now()
+    minutes = settings.QUEUE_WAIT_TIMEOUT_MINUTES
+    ended = 0
+    for queue in sorted(set(QUEUES.values())):
+        devices = [device for device, name in QUEUES.items() if name == queue]
+        state = (f"{len(live.get(queue, []))} {queue} worker(s) are online but none took it" if live.get(queue)
+                 else f"no {queue} worker is online")
+        ended += BisectionRun.objects.stuck(now - timedelta(minutes=minutes)).filter(device__in=devices).update(
+            status=BisectionRun.Status.FAILED, finished_at=now,
+            error=f"No worker of the {queue} queue took this run within {minutes:g} min ({state}). "
+                  f"Nothing ran; start it again once a {queue} worker is up, or pick another device.",
+        )
+    return ended
+
+
+def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     """Run a queued BisectionRun in the sandbox, writing progress to its row; return the run.
 
-    The queued -> running claim is a conditional UPDATE: a second delivery of
-    the same task finds the row claimed and does nothing, except that a
-    redelivered message for a still "running" row means its worker died
-    (acks_late): that run is marked failed rather than left running forever.
+    The queued -> running claim is a conditional UPDATE that records the claiming task's id:
+    a second message for the same run (the sweep re-sent it) finds the row claimed and does
+    nothing, but the same message delivered again while the row is "running" means that the
+    worker which took it died (acks_late + reject_on_worker_lost): that run is marked failed
+    rather than left running forever. The task id is compared, not a broker's redelivered flag:
+    kombu's filesystem transport does not put that flag where Celery reads it.
     """
-    fail_stale_runs()
     worker = f"{socket.gethostname()}:{os.getpid()} ({settings.BISECTION_DEVICE})"
     claimed = BisectionRun.objects.filter(pk=run_id, status=BisectionRun.Status.QUEUED).update(
-        status=BisectionRun.Status.RUNNING, started_at=timezone.now(), worker=worker
+        status=BisectionRun.Status.RUNNING, started_at=timezone.now(), worker=worker, task_id=task_id
     )
     run = BisectionRun.objects.select_related("issue").get(pk=run_id)
     if not claimed:
-        if redelivered and run.status == BisectionRun.Status.RUNNING:
-            _finish(run, BisectionRun.Status.FAILED, error="the worker running this bisection died; start it again")
+        if task_id and run.task_id == task_id and run.status == BisectionRun.Status.RUNNING:
+            _finish(run, BisectionRun.Status.FAILED,
+                    error=f"The worker running this bisection ({run.worker}) died mid-run (killed, or out of memory); "
+                          "start it again.")
         return run
     if run.device not in SERVES.get(settings.BISECTION_DEVICE, ()):
         return _finish(run, BisectionRun.Status.FAILED,

@@ -10,6 +10,8 @@ Each HTTP call is recorded as a GitHubWrite.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -136,16 +138,43 @@ def _failure_message(result: github.WriteResult, done: list[str]) -> str:
     return f"{step} failed: {why}{partial} Local labels were left as they were."
 
 
+# Longer than one GitHub call can take (timeouts, retries, a rate-limit wait of up to two minutes):
+# an `applying` decision whose heartbeat is older lost its worker, and may be resumed.
+HEARTBEAT_STALE_AFTER = timedelta(minutes=5)
+
+
+def _claim(decision_id: int) -> tuple[bool, bool]:
+    """Claim the decision for this worker; returns (claimed, resumed).
+
+    pending -> applying is a fresh start. An `applying` row with no heartbeat for
+    HEARTBEAT_STALE_AFTER was left by a worker that died mid-way: re-claiming it (a conditional
+    UPDATE on the old heartbeat's age) lets exactly one worker resume it.
+    """
+    now = timezone.now()
+    rows = TriageDecision.objects.filter(pk=decision_id)
+    if rows.filter(status=TriageDecision.Status.PENDING).update(status=TriageDecision.Status.APPLYING, heartbeat_at=now):
+        return True, False
+    resumed = rows.abandoned(now - HEARTBEAT_STALE_AFTER).update(heartbeat_at=now)
+    return bool(resumed), bool(resumed)
+
+
+def _beat(decision: TriageDecision) -> None:
+    """Say this worker is still applying (the sweep resumes decisions whose heartbeat stopped)."""
+    TriageDecision.objects.filter(pk=decision.pk, status=TriageDecision.Status.APPLYING).update(
+        heartbeat_at=timezone.now()
+    )
+
+
 def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> TriageDecision:
     """Apply a pending decision to GitHub label by label, after a conflict check; returns it.
 
     Claims the row (pending -> applying) and returns at once if another run already did.
     Ends `conflict` (nothing written) when GitHub's labels differ from labels_seen,
     `failed` when GitHub refuses a write or cannot be read, `applied` otherwise.
+    A decision whose worker died while applying (its heartbeat stopped) is resumed instead:
+    see _resume. Every GitHub call, the re-reads included, is audited.
     """
-    claimed = TriageDecision.objects.filter(pk=decision_id, status=TriageDecision.Status.PENDING).update(
-        status=TriageDecision.Status.APPLYING
-    )
+    claimed, resumed = _claim(decision_id)
     decision = TriageDecision.objects.select_related("issue").get(pk=decision_id)
     if not claimed:
         return decision
@@ -155,8 +184,12 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
         remote = gh.issue(issue.number)
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
-        return _finish(decision, TriageDecision.Status.FAILED, f"Could not re-read #{issue.number} from GitHub: {exc.message}")
+        stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
+        return _finish(decision, TriageDecision.Status.FAILED,
+                       f"Could not re-read #{issue.number} from GitHub: {exc.message}{stopped}")
     _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", 200, True, ", ".join(remote.label_names)))
+    if resumed:
+        return _resume(decision, gh, remote)
     now_labels, seen = set(remote.label_names), set(decision.labels_seen)
     if now_labels != seen or remote.state != "open" and not decision.close_issue:
         diff = [f"+{n}" for n in sorted(now_labels - seen)] + [f"-{n}" for n in sorted(seen - now_labels)]
@@ -166,10 +199,23 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
             f"Someone changed #{issue.number} on GitHub since you looked ({', '.join(diff) or 'same labels'}).{state} "
             "Nothing was written; review the issue again.",
         )
-    steps = [(gh.add_label, n) for n in decision.labels_added] + [(gh.remove_label, n) for n in decision.labels_removed]
-    done: list[str] = []
-    after = (now_labels | set(decision.labels_added)) - set(decision.labels_removed)
+    return _write(decision, gh, now_labels, add=decision.labels_added, remove=decision.labels_removed,
+                  close=decision.close_issue)
+
+
+def _write(decision: TriageDecision, gh: github.Client, labels: set[str], *, add, remove, close: bool,
+           before: list[str] = ()) -> TriageDecision:
+    """Write `add`, `remove` and the close one call at a time, auditing each; returns the finished decision.
+
+    labels: the issue's labels on GitHub now. before: what an earlier, interrupted attempt had
+    already written (named in the outcome).
+    """
+    issue = decision.issue
+    steps = [(gh.add_label, n) for n in add] + [(gh.remove_label, n) for n in remove]
+    done: list[str] = list(before)
+    after = (labels | set(add)) - set(remove)
     for write, name in steps:
+        _beat(decision)
         result = write(issue.number, name)
         _audit(decision, result)
         if not result.ok:
@@ -177,14 +223,65 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
         done.append(f"{result.action.replace('_', ' ')} {name}")
         if result.labels is not None:
             after = set(result.labels)  # GitHub's word, including anyone else's change meanwhile
-    if decision.close_issue:
+    if close:
+        _beat(decision)
         result = gh.close_issue(issue.number)
         _audit(decision, result)
         if not result.ok:
             return _finish(decision, TriageDecision.Status.FAILED, _failure_message(result, done))
     _update_local(issue, after, decision)
     issue.refresh_suggestions()
-    return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {', '.join(done) or 'closed'}.")
+    written = ", ".join(done[len(before):]) or ("closed" if close else "nothing more")
+    if before:
+        return _finish(decision, TriageDecision.Status.APPLIED,
+                       f"Its first worker stopped mid-way; GitHub already had: {', '.join(before)}. "
+                       f"Finished on GitHub: {written}.")
+    return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.")
+
+
+def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueData) -> TriageDecision:
+    """Finish a decision whose worker died mid-way, from what GitHub shows now; returns it finished.
+
+    Nothing is written blindly: a label already added (or already gone) is not written again,
+    whether or not the dead worker lived to audit its call. If GitHub shows a change that is not
+    this decision's (someone else's, meanwhile), it stops as `conflict`, saying exactly what of
+    this decision had landed.
+    """
+    labels, seen = set(remote.label_names), set(decision.labels_seen)
+    added, removed = set(decision.labels_added), set(decision.labels_removed)
+    landed = [f"add label {n}" for n in sorted(added & labels)] + [f"remove label {n}" for n in sorted(removed - labels)]
+    if decision.close_issue and remote.state == "closed":
+        landed.append("close")
+    others = [f"+{n}" for n in sorted(labels - seen - added)] + [f"-{n}" for n in sorted(seen - labels - removed)]
+    if remote.state != "open" and not decision.close_issue:
+        others.append(f"the issue is now {remote.state}")
+    if others:
+        return _finish(
+            decision, TriageDecision.Status.CONFLICT,
+            f"Its worker stopped mid-way, and someone else changed #{decision.issue.number} since ({', '.join(others)}). "
+            f"Of this decision GitHub has: {', '.join(landed) or 'nothing'}. Nothing more was written; "
+            "review the issue again (the next sync shows GitHub's labels).",
+        )
+    return _write(decision, gh, labels, add=sorted(added - labels), remove=sorted(removed & labels),
+                  close=decision.close_issue and remote.state != "closed", before=landed)
+
+
+def fail_unclaimed(live: dict[str, list[str]], now=None) -> int:
+    """End the decisions no `github` worker has taken within QUEUE_WAIT_TIMEOUT_MINUTES; returns how many.
+
+    Nothing was written for them (still pending: no worker claimed them), so failing is safe; a
+    worker that takes the message later finds the row no longer pending and does nothing.
+    live: WorkerHeartbeat.objects.queues(), to say why.
+    """
+    now = now or timezone.now()
+    minutes = settings.QUEUE_WAIT_TIMEOUT_MINUTES
+    workers = live.get("github", [])
+    state = f"{len(workers)} github worker(s) are online but none took it" if workers else "no github worker is online"
+    return TriageDecision.objects.unclaimed(now - timedelta(minutes=minutes)).update(
+        status=TriageDecision.Status.FAILED, finished_at=now,
+        result_message=f"No worker of the github queue took this decision within {minutes:g} min ({state}). "
+                       "Nothing was written to GitHub; apply it again once the github worker runs.",
+    )
 
 
 def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> None:

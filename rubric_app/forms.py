@@ -145,11 +145,35 @@ class TriageForm(forms.Form):
         return "oncall: cpu inductor" if route == "cpu inductor" else ""
 
 
+def _queue_of(device: str) -> str:
+    return BisectionRun(device=device).queue_name
+
+
 class BisectForm(forms.Form):
     # strip=False: leading indentation is part of Python code.
     code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000, strip=False,
                            label="Repro (runs sandboxed; edit freely)")
     device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
+
+    def __init__(self, *args, live: dict[str, list[str]] | None = None, **kwargs) -> None:
+        """live: WorkerHeartbeat.objects.queues(); each device choice whose queue has no live worker says so."""
+        super().__init__(*args, **kwargs)
+        self.live = live
+        if live is not None:
+            self.fields["device"].choices = [
+                (value, label if live.get(_queue_of(value)) else f"{label}: no {_queue_of(value)} worker online")
+                for value, label in BisectionRun.Device.choices
+            ]
+
+    def clean_device(self) -> str:
+        """Refuse a GPU run while no GPU worker is online: it would wait in the queue for nothing."""
+        device = self.cleaned_data["device"]
+        if self.live is not None and _queue_of(device) == "gpu" and not self.live.get("gpu"):
+            raise forms.ValidationError(
+                "No GPU worker is online (none has sent a heartbeat lately), so a cuda or both run would wait for "
+                "nothing. Pick cpu, or start a GPU worker: BISECTION_DEVICE=cuda celery -A triage_site worker -Q gpu."
+            )
+        return device
 
     def clean_code(self) -> str:
         code = self.cleaned_data["code"]

@@ -10,6 +10,7 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models, transaction
@@ -313,6 +314,10 @@ class BisectionRunQuerySet(models.QuerySet):
         """Queued since before `before`: its task message may never have reached a worker."""
         return self.filter(status=BisectionRun.Status.QUEUED, created_at__lt=before)
 
+    def overdue(self, started_before) -> BisectionRunQuerySet:
+        """Running since before `started_before` (longer than any run can last): its worker died."""
+        return self.filter(status=BisectionRun.Status.RUNNING, started_at__lt=started_before)
+
     def recent(self) -> BisectionRunQuerySet:
         return self.select_related("issue", "requested_by").order_by("-created_at")
 
@@ -341,6 +346,9 @@ class BisectionRun(models.Model):
     repro_style = models.CharField(max_length=10, default="script", help_text="script or module")
     torch_version = models.CharField(max_length=100, blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    # The Celery task (message) id that claimed the run: the same message delivered again while the
+    # row is running means the worker that took it died (acks_late), whatever the broker's flags say.
+    task_id = models.CharField(max_length=64, blank=True)
     # One entry per mode, in order: {"mode", "status", "phase", "exception", "message", "wall_s", ...}.
     results = models.JSONField(default=list, blank=True)
     current_mode = models.CharField(max_length=60, blank=True)
@@ -366,6 +374,11 @@ class BisectionRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def queue_name(self) -> str:
+        """The Celery queue its workers consume (bisect_runs.QUEUES): cuda and "both" need a GPU worker."""
+        return "cpu" if self.device == self.Device.CPU else "gpu"
 
     @property
     def duration_s(self) -> float | None:
@@ -419,8 +432,19 @@ class Meeting(models.Model):
 
 class TriageDecisionQuerySet(models.QuerySet):
     def stuck(self, before) -> TriageDecisionQuerySet:
-        """Pending since before `before`: its task message may never have reached a worker."""
+        """Work to send again: pending since before `before` (its message may never have reached a
+        worker), or applying with no sign of life since `before` (its worker died mid-write)."""
+        return self.unclaimed(before) | self.abandoned(before)
+
+    def unclaimed(self, before) -> TriageDecisionQuerySet:
+        """Pending since before `before`: no worker has taken it."""
         return self.filter(status=TriageDecision.Status.PENDING, created_at__lt=before)
+
+    def abandoned(self, before) -> TriageDecisionQuerySet:
+        """Applying, with no heartbeat since `before` (rows from before heartbeats: created before it)."""
+        return self.filter(status=TriageDecision.Status.APPLYING).filter(
+            Q(heartbeat_at__lt=before) | Q(heartbeat_at__isnull=True, created_at__lt=before)
+        )
 
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
@@ -457,6 +481,9 @@ class TriageDecision(models.Model):
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Set when a worker claims the decision and after each GitHub call: an `applying` decision whose
+    # heartbeat is old lost its worker, and the sweep resumes it from what GitHub shows.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = TriageDecisionQuerySet.as_manager()
@@ -493,6 +520,47 @@ class GitHubWrite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target}: {self.status_code}"
+
+
+class WorkerHeartbeatQuerySet(models.QuerySet):
+    def live(self, now=None) -> WorkerHeartbeatQuerySet:
+        """Workers heard from within WORKER_HEARTBEAT_STALE_S."""
+        now = now or timezone.now()
+        return self.filter(seen_at__gte=now - timedelta(seconds=settings.WORKER_HEARTBEAT_STALE_S))
+
+    def queues(self, now=None) -> dict[str, list[str]]:
+        """{queue: names of its live workers} for the `cpu`, `gpu` and `github` queues, in one query.
+
+        A worker on `gpu` counts only if it declares BISECTION_DEVICE=cuda: one that serves cpu
+        would fail every GPU run it took.
+        """
+        found: dict[str, list[str]] = {name: [] for name in WORKER_QUEUES}
+        for name, queues, device in self.live(now).order_by("name").values_list("name", "queues", "device"):
+            for queue in queues:
+                if queue in found and (queue != "gpu" or device == "cuda"):
+                    found[queue].append(name)
+        return found
+
+
+# The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
+WORKER_QUEUES = ("cpu", "gpu", "github")
+
+
+class WorkerHeartbeat(models.Model):
+    """A Celery worker's last sign of life and the queues it consumes (written by the worker itself)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    queues = models.JSONField(default=list)
+    device = models.CharField(max_length=10, blank=True, help_text="The worker's BISECTION_DEVICE.")
+    seen_at = models.DateTimeField(default=timezone.now)
+
+    objects = WorkerHeartbeatQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({', '.join(self.queues)})"
 
 
 class SyncState(models.Model):
@@ -559,4 +627,5 @@ __all__ = [
     "GitHubWrite",
     "SyncState",
     "WebhookDelivery",
+    "WorkerHeartbeat",
 ]

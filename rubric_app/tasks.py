@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from . import bisect_runs, decisions, sync
-from .models import BisectionRun, Issue, TriageDecision, WebhookDelivery
+from .models import BisectionRun, Issue, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 # Longer than a message normally waits in a queue; older pending work is sent again.
 STUCK_AFTER = timedelta(minutes=15)
@@ -43,7 +43,10 @@ def process_webhook_task(delivery_id: int) -> None:
     sync.process_webhook(delivery_id)
 
 
-@shared_task
+# acks_late + reject_on_worker_lost: a worker killed mid-write leaves its message to be delivered
+# again; apply_decision then resumes from what GitHub shows (never repeating a write blindly). The
+# filesystem broker loses such a message, so the sweep below resumes those decisions too.
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def apply_decision_task(decision_id: int) -> None:
     """Apply one pending decision to GitHub; routed to the single-concurrency `github` queue.
 
@@ -57,22 +60,29 @@ def run_bisection_task(self, run_id: int) -> None:
     """Run one queued bisection on this worker's device queue (cpu or gpu).
 
     acks_late + reject_on_worker_lost: if the worker dies mid-run the message is
-    redelivered (after the broker's visibility timeout) and run_bisection marks
-    the run failed instead of leaving it "running" forever. No retries: the
-    triager decides whether to run untrusted code again.
+    delivered again and run_bisection, seeing its own task id on a "running" row,
+    marks the run failed. No retries: the triager decides whether to run untrusted code again.
     """
-    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-    bisect_runs.run_bisection(run_id, redelivered=redelivered)
+    bisect_runs.run_bisection(run_id, task_id=self.request.id or "")
 
 
 @shared_task
 def requeue_stuck_task() -> None:
-    """Send again work whose message never reached a worker (e.g. the broker was down at enqueue).
+    """End or send again work that is stuck (periodic, beat).
 
-    Periodic (beat). Each task claims its row with a conditional UPDATE, so a message
-    that was only slow, not lost, makes the second run a no-op.
+    Sent again: decisions, bisections and webhook deliveries whose message never reached a
+    worker, and decisions left `applying` by a worker that died (resumed from GitHub's state).
+    Ended with the reason: bisections running longer than any run can last (their worker died),
+    and bisections or decisions that no worker of their queue took within QUEUE_WAIT_TIMEOUT_MINUTES.
+    Each task claims its row with a conditional UPDATE, so a message that was only slow makes
+    the second run a no-op.
     """
-    before = timezone.now() - STUCK_AFTER
+    now = timezone.now()
+    live = WorkerHeartbeat.objects.queues(now)
+    bisect_runs.fail_stale_runs(now)
+    bisect_runs.fail_unclaimed_runs(live, now)
+    decisions.fail_unclaimed(live, now)
+    before = now - STUCK_AFTER
     for pk in TriageDecision.objects.stuck(before).values_list("pk", flat=True):
         apply_decision_task.delay(pk)
     for pk, device in BisectionRun.objects.stuck(before).values_list("pk", "device"):

@@ -7,6 +7,7 @@ htmx asks) or redirect (PRG for plain form posts).
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -21,7 +22,7 @@ from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_
 from . import bisect_runs, decisions
 from .bisection import extract_repro
 from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
-from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision
+from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
 
 PAGE_SIZE = 50
 
@@ -82,9 +83,21 @@ def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
     return prev, nxt
 
 
+def _waiting(live: dict[str, list[str]], *, run: BisectionRun | None = None,
+             decision: TriageDecision | None = None) -> dict:
+    """What the run and decision fragments need to say whether a worker will take them (RUBRIC-free liveness)."""
+    return {
+        "workers": live,
+        "run_workers": live.get(run.queue_name, []) if run else [],
+        "decision_workers": live.get("github", []),
+        "wait_minutes": settings.QUEUE_WAIT_TIMEOUT_MINUTES,
+    }
+
+
 def _issue_context(issue: Issue, **extra) -> dict:
     """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan)."""
     runs = list(issue.bisection_runs.all())
+    live = WorkerHeartbeat.objects.queues()
     form = extra.pop("form", None) or _triage_form(issue)
     checkable = {name for name, _ in form.fields["labels"].choices}
     add = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
@@ -100,8 +113,9 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "form": form,
         "prev_number": prev_number,
         "next_number": next_number,
-        "bisect_form": extra.pop("bisect_form", None) or BisectForm(initial={"code": _repro_for(issue)}),
+        "bisect_form": extra.pop("bisect_form", None) or BisectForm(initial={"code": _repro_for(issue)}, live=live),
         "run": runs[0] if runs else None,
+        **_waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
     }
@@ -172,7 +186,8 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
     decision = decisions.request_decision(issue=issue, user=request.user, add=add, remove=remove,
                                           labels_seen=form.cleaned_data["labels_seen"], redirect=form.redirect_to())
     if request.htmx:
-        return render(request, "rubric_app/issue.html#decision", {"decision": decision, "issue": issue})
+        context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
+        return render(request, "rubric_app/issue.html#decision", context)
     return redirect(issue)
 
 
@@ -184,14 +199,18 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
     decision = get_object_or_404(TriageDecision.objects.select_related("issue", "user"), pk=pk)
     if not request.htmx:
         return redirect(decision.issue)
-    return _polled(request, "decision", {"decision": decision, "issue": decision.issue}, decision.is_finished)
+    context = {"decision": decision, "issue": decision.issue}
+    if decision.status == TriageDecision.Status.PENDING:  # only then: is a github worker there to take it?
+        context.update(_waiting(WorkerHeartbeat.objects.queues()))
+    return _polled(request, "decision", context, decision.is_finished)
 
 
 @login_required
 @require_POST
 def bisect(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number, perm="run_bisection")
-    form = BisectForm(request.POST)
+    live = WorkerHeartbeat.objects.queues()
+    form = BisectForm(request.POST, live=live)  # refuses cuda and "both" while no GPU worker is online
     run = None
     if form.is_valid():
         try:
@@ -206,7 +225,7 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
             return reswap(retarget(response, "#bisect-form"), "outerHTML")
         return render(request, "rubric_app/issue.html", _issue_context(issue, bisect_form=form), status=400)
     if request.htmx:
-        return render(request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue})
+        return render(request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue, **_waiting(live, run=run)})
     return redirect(f"{issue.get_absolute_url()}#bisection")
 
 
@@ -219,6 +238,8 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
+    if run.status == BisectionRun.Status.QUEUED:  # only then: is a worker of its queue there to take it?
+        context.update(_waiting(WorkerHeartbeat.objects.queues(), run=run))
     response = _polled(request, "bisection-run", context, run.is_finished)
     # The issue page refetches its triage panel: the verdict is in the suggestions now.
     return trigger_client_event(response, "bisection-finished") if run.is_finished else response

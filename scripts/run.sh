@@ -16,9 +16,9 @@ fi
 # Writes to GitHub go through one single-concurrency worker: that is what paces them.
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO &
 writer=$!
-# With a token, the default worker also runs beat (-B): the periodic incremental sync.
-beat=""
-[ -n "${GITHUB_TOKEN:-}" ] && beat="-B -s ${TRIAGE_VAR_DIR:-var}/celerybeat-schedule"
+# The default worker also runs beat (-B): the sweep that ends or re-sends stuck work (a run no
+# worker takes, a decision whose worker died) and, with a token, the periodic incremental sync.
+beat="-B -s ${TRIAGE_VAR_DIR:-var}/celerybeat-schedule"
 "$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO $beat &
 worker=$!
 trap 'kill $writer $worker 2>/dev/null; wait' EXIT INT TERM

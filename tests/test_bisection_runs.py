@@ -98,11 +98,11 @@ def test_it_runs_a_claimed_run_only_once(issue, triager):
 
 def test_it_fails_a_redelivered_run_whose_worker_died(issue, triager):
     run = _queued(issue, triager)
-    BisectionRun.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now())
-    bisect_runs.run_bisection(run.pk)  # a duplicate delivery while it runs elsewhere: left alone
+    BisectionRun.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now(), task_id="first")
+    bisect_runs.run_bisection(run.pk, task_id="second")  # the sweep's duplicate while it runs elsewhere: left alone
     run.refresh_from_db()
     assert run.status == "running"
-    bisect_runs.run_bisection(run.pk, redelivered=True)
+    bisect_runs.run_bisection(run.pk, task_id="first")  # its own message again: the worker that took it died
     run.refresh_from_db()
     assert run.status == "failed" and "died" in run.error and run.finished_at
 

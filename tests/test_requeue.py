@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rubric_app.models import BisectionRun, TriageDecision, WebhookDelivery
+from rubric_app.models import BisectionRun, Issue, TriageDecision, WebhookDelivery
 from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
 from tests.conftest import make_issue, make_label, wait_until
 
@@ -48,7 +48,10 @@ def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_git
     def done():
         decision.refresh_from_db()
         delivery.refresh_from_db()
-        return decision.is_finished and delivery.processed_at
+        # The delivery's suggestions refresh runs after processed_at commits: wait for it too, or the
+        # test database's TRUNCATE at teardown can deadlock with it.
+        refreshed = Issue.objects.filter(number=3102, suggestions_updated_at__isnull=False).exists()
+        return decision.is_finished and delivery.processed_at and refreshed
 
     wait_until(done, timeout=60)
     assert decision.status == TriageDecision.Status.APPLIED

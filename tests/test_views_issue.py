@@ -212,13 +212,13 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, view
     client.force_login(viewer)
     client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
     # session, user, permissions (2), issue, labels, comments, suggestions, runs, triage catalog,
-    # latest decision, previous and next issue in the queue
-    with django_assert_num_queries(13):
+    # latest decision, previous and next issue in the queue, the workers' heartbeats
+    with django_assert_num_queries(14):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(13):
+    with django_assert_num_queries(14):
         client.get(_url("issue", 2001))
 
 

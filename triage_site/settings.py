@@ -187,8 +187,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    # A bisection can run for minutes; redeliver only after the longest one could have finished.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # A bisection can run for minutes; redeliver only after the longest one could have finished
+    # (bisect_runs.longest_run: ten mode timeouts plus 300 s), so that a redelivered message always
+    # means that the worker which took it died.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": max(3600, int(2 * (10 * env_float("BISECTION_TIMEOUT_S", 120) + 300)))
+    }
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
@@ -200,12 +204,21 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
-    "sync-queue": {
-        "task": "rubric_app.tasks.sync_queue_task",
-        "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
-    },
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
 }
+if GITHUB_TOKEN:  # without a token there is nothing to sync (demo data), and nothing may leave the machine
+    CELERY_BEAT_SCHEDULE["sync-queue"] = {
+        "task": "rubric_app.tasks.sync_queue_task",
+        "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
+    }
+
+# Stuck work. Each worker writes a heartbeat (its queues) every WORKER_HEARTBEAT_S; the dashboard
+# counts a worker live for WORKER_HEARTBEAT_STALE_S after its last one. A bisection or decision that
+# no worker of its queue has taken after QUEUE_WAIT_TIMEOUT_MINUTES ends `failed` with that reason
+# (the beat sweep checks every 5 minutes; it re-sends unclaimed work after 15).
+WORKER_HEARTBEAT_S = env_float("WORKER_HEARTBEAT_S", 10)
+WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 45)
+QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
 
 # Bisection: which device this process's worker serves, and the sandbox's limits.
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")

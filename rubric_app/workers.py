@@ -1,0 +1,76 @@
+"""Which Celery queues have a live worker: each worker writes its own heartbeat row.
+
+A worker process starts a daemon thread when it is ready (triage_site/celery.py connects the
+signals) that upserts a WorkerHeartbeat (name, queues, BISECTION_DEVICE, now) every
+WORKER_HEARTBEAT_S, and deletes it on a clean shutdown. A thread, not the worker's timer: a
+solo-pool worker's event loop is blocked for the whole of a bisection, and a busy worker is alive.
+The dashboard reads the rows (one small query, no broker round trip) through
+WorkerHeartbeat.objects.queues(); a killed worker's row simply goes stale.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from .models import WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+_stop = threading.Event()
+_thread: threading.Thread | None = None
+_name = ""
+
+
+def beat(name: str, queues: list[str]) -> None:
+    """Record that worker `name`, consuming `queues`, is alive now.
+
+    One INSERT ... ON CONFLICT statement, no transaction around a read and a write: a periodic
+    writer must never hold a lock while it asks for another (the test suite truncates tables).
+    """
+    row = WorkerHeartbeat(name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, seen_at=timezone.now())
+    WorkerHeartbeat.objects.bulk_create([row], update_conflicts=True, unique_fields=["name"],
+                                        update_fields=["queues", "device", "seen_at"])
+
+
+def _loop(name: str, queues: list[str]) -> None:
+    while True:
+        try:
+            beat(name, queues)
+        except Exception:  # noqa: BLE001 - a database hiccup must not kill the worker; the next beat retries
+            log.warning("worker heartbeat failed", exc_info=True)
+        finally:
+            connection.close()  # this thread's own connection: never left open between beats
+        if _stop.wait(settings.WORKER_HEARTBEAT_S):
+            return
+
+
+def start(name: str, queues: list[str]) -> None:
+    """Start this process's heartbeat thread (once)."""
+    global _thread, _name
+    if _thread is not None:
+        return
+    _name = name
+    _stop.clear()
+    _thread = threading.Thread(target=_loop, args=(name, list(queues)), name="worker-heartbeat", daemon=True)
+    _thread.start()
+
+
+def stop() -> None:
+    """Stop the heartbeat and remove this worker's row: a clean shutdown is not a dead worker to wait for."""
+    global _thread
+    if _thread is None:
+        return
+    _stop.set()
+    _thread.join(timeout=10)
+    _thread = None
+    try:
+        WorkerHeartbeat.objects.filter(name=_name).delete()
+    except Exception:  # noqa: BLE001 - at shutdown the row just goes stale instead
+        log.warning("could not remove the worker heartbeat", exc_info=True)
+    finally:
+        connection.close()

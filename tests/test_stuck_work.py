@@ -1,0 +1,340 @@
+"""Work that gets stuck: a worker killed mid-decision or mid-bisection, and work no worker takes.
+
+The kill tests start their own `celery worker` processes on the real broker (Redis, and kombu's
+filesystem broker of the embedded default), SIGKILL them mid-task, and let the periodic sweep
+(requeue_stuck_task, sent as beat sends it) recover the row through another real worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from kombu import Connection
+
+from rubric_app import bisect_runs
+from rubric_app.decisions import HEARTBEAT_STALE_AFTER, apply_decision
+from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
+from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
+from tests.conftest import ROOT, make_issue, make_label, wait_until
+from tests.fakegithub import TOKEN, FakeGitHub
+from triage_site.celery import app
+
+Status = TriageDecision.Status
+ADD = ["module: dynamo", "module: inductor", "triaged"]
+SEEN = ["needs reproduction", "oncall: pt2"]
+# Eager sleeps: the worker is surely mid-run when it is killed.
+SLOW_REPRO = """import time
+import torch
+
+def fn(x):
+    time.sleep(20)
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def _applying_decision(issue, user, **fields) -> TriageDecision:
+    return TriageDecision.objects.create(issue=issue, user=user, labels_seen=SEEN, labels_added=ADD,
+                                         labels_removed=["needs reproduction"], **fields)
+
+
+@pytest.fixture
+def synced(fake_github, settings):
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in ADD + SEEN:
+        make_label(name)
+    fake_github.add_issue(5101, labels=SEEN)
+    return make_issue(5101, labels=SEEN)
+
+
+def _writes(fake) -> list[tuple[str, str]]:
+    return [(r.method, r.path.rsplit("/", 1)[-1] if r.method == "DELETE" else r.sent) for r in fake.requests
+            if r.method != "GET"]
+
+
+# --- resuming a decision from GitHub's state (domain, in process) ---------------------------------
+
+
+@pytest.mark.django_db
+def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synced, triager, fake_github):
+    # The dead worker added `module: dynamo` (audited) and `module: inductor` (landed, never audited).
+    fake_github.set_labels(5101, SEEN + ["module: dynamo", "module: inductor"])
+    stale = timezone.now() - HEARTBEAT_STALE_AFTER - timedelta(seconds=5)
+    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=stale)
+
+    decision = apply_decision(decision.pk)
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert fake_github.labels_of(5101) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
+    assert _writes(fake_github) == [("POST", '{"labels": ["triaged"]}'), ("DELETE", "needs reproduction")]
+    assert ("GitHub already had: add label module: dynamo, add label module: inductor. "
+            "Finished on GitHub: add label triaged, remove label needs reproduction.") in decision.result_message
+    assert list(decision.writes.values_list("action", "ok")) == [
+        ("read_labels", True), ("add_label", True), ("remove_label", True)]
+    assert synced.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
+
+
+@pytest.mark.django_db
+def test_it_leaves_a_decision_alone_while_its_worker_beats(synced, triager, fake_github):
+    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=timezone.now())
+
+    assert apply_decision(decision.pk).status == Status.APPLYING
+    assert fake_github.requests == []  # a live worker owns it: not even a read
+
+
+@pytest.mark.django_db
+def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_meanwhile(synced, triager, fake_github):
+    fake_github.set_labels(5101, SEEN + ["module: dynamo", "high priority"])
+    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=None,
+                                  created_at=timezone.now() - timedelta(hours=1))
+
+    decision = apply_decision(decision.pk)
+
+    assert decision.status == Status.CONFLICT
+    assert "someone else changed #5101 since (+high priority)" in decision.result_message
+    assert "Of this decision GitHub has: add label module: dynamo. Nothing more was written" in decision.result_message
+    assert _writes(fake_github) == []
+    assert list(decision.writes.values_list("action", flat=True)) == ["read_labels"]  # the re-read is audited
+
+
+@pytest.mark.django_db
+def test_it_sweeps_up_only_decisions_whose_worker_went_silent(synced, triager):
+    long_ago = timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+    silent = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=long_ago)
+    _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=timezone.now(), created_at=long_ago)
+    assert list(TriageDecision.objects.stuck(timezone.now() - STUCK_AFTER)) == [silent]
+
+
+# --- work no worker takes ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, settings):
+    settings.QUEUE_WAIT_TIMEOUT_MINUTES = 30
+    waited = timezone.now() - timedelta(minutes=31)
+    WorkerHeartbeat.objects.create(name="cpu@box", queues=["cpu", "default"], device="cpu")
+    gpu_run = BisectionRun.objects.create(issue=synced, device="both", repro_code="x", created_at=waited)
+    cpu_run = BisectionRun.objects.create(issue=synced, device="cpu", repro_code="x", created_at=waited)
+    fresh = BisectionRun.objects.create(issue=synced, device="cuda", repro_code="x")
+    decision = _applying_decision(synced, triager, created_at=waited)  # pending: no github worker took it
+
+    requeue_stuck_task()
+
+    gpu_run.refresh_from_db(), cpu_run.refresh_from_db(), fresh.refresh_from_db(), decision.refresh_from_db()
+    assert gpu_run.status == "failed" and gpu_run.finished_at
+    assert "No worker of the gpu queue took this run within 30 min (no gpu worker is online)" in gpu_run.error
+    assert cpu_run.status == "failed" and "(1 cpu worker(s) are online but none took it)" in cpu_run.error
+    assert fresh.status == "queued"
+    assert decision.status == Status.FAILED and decision.finished_at
+    assert "No worker of the github queue took this decision within 30 min (no github worker is online)" in decision.result_message
+    assert "Nothing was written" in decision.result_message
+
+
+@pytest.mark.django_db
+def test_it_ends_runs_left_running_past_their_limit_from_the_sweep(synced):
+    overdue = timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+    dead = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=overdue)
+    alive = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=timezone.now())
+
+    requeue_stuck_task()  # no other run starts: the sweep alone must end it
+
+    dead.refresh_from_db(), alive.refresh_from_db()
+    assert dead.status == "failed" and "stopped (killed or lost) without finishing" in dead.error
+    assert alive.status == "running"
+
+
+# --- real workers, killed ---------------------------------------------------------------------
+
+
+@dataclass
+class Broker:
+    """One real broker the test's workers and the test itself talk to."""
+
+    kind: str
+    url: str
+    transport_options: dict
+    github: FakeGitHub
+    env: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
+
+    def send(self, task, args=(), *, queue: str) -> None:
+        """Publish a task message as the web process or beat would, on this broker."""
+        with Connection(self.url, transport_options=self.transport_options) as conn:
+            app.send_task(task.name, args, queue=queue, connection=conn)
+
+    def start_worker(self, queues: list[str], *, pool: str = "solo", **env) -> tuple[subprocess.Popen, str]:
+        """Start `celery worker` on this broker and the test database; returns (process, name) once it is up."""
+        name = f"stuck-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
+        db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
+        full_env = {**os.environ, "DATABASE_URL": db_url, "CELERY_BROKER_URL": self.url, "PYTHONUNBUFFERED": "1",
+                    "GITHUB_API_URL": self.github.url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPO": self.github.repo,
+                    "GITHUB_WRITE_INTERVAL": "0.05", "WORKER_HEARTBEAT_S": "1", **self.env, **env}
+        log_dir = ROOT / "var"
+        log = open(log_dir / f"test-{name.split('@')[0]}.log", "w") if log_dir.is_dir() else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", ",".join(queues), "--concurrency", "1",
+             "--pool", pool, "--loglevel", "INFO", "-n", name],
+            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.workers.append(proc)
+        # Its own heartbeat says it is consuming: the feature under test doubles as the readiness probe.
+        wait_until(lambda: proc.poll() is not None or WorkerHeartbeat.objects.filter(name=name).exists(), timeout=90)
+        assert proc.poll() is None, f"worker {name} exited with {proc.returncode}"
+        return proc, name
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        """SIGKILL the worker and everything in its process group: no warm shutdown, no ack, no restore."""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(params=["redis", "filesystem"])
+def broker(request, tmp_path, fake_github_server):
+    if request.param == "redis":
+        found = Broker("redis", os.environ["CELERY_BROKER_URL"], dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS),
+                       fake_github_server)
+    else:
+        folders = {sub: tmp_path / "broker" / sub for sub in ("out", "processed", "control")}
+        for folder in folders.values():
+            folder.mkdir(parents=True)
+        found = Broker("filesystem", "filesystem://", {
+            "data_folder_in": str(folders["out"]), "data_folder_out": str(folders["out"]),
+            "processed_folder": str(folders["processed"]), "control_folder": str(folders["control"]),
+            "store_processed": False,
+        }, fake_github_server, env={"TRIAGE_VAR_DIR": str(tmp_path)})
+    yield found
+    for proc in found.workers:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _private_queue() -> str:
+    """A queue only this test's first worker consumes (the session's worker may share the Redis broker)."""
+    return f"stuck-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_github, triager):
+    for name in ADD + SEEN:
+        make_label(name)
+    fake_github.add_issue(5101, labels=SEEN)
+    issue = make_issue(5101, labels=SEEN)
+    decision = _applying_decision(issue, triager)  # pending
+    gate = threading.Event()
+    # The second write hangs until the worker is dead, then lands: GitHub applied it, nobody audited it.
+    fake_github.inject("race", method="POST", path=r"/labels$", after=1, run=lambda: gate.wait(120))
+    queue = _private_queue()
+    first, _ = broker.start_worker([queue])
+
+    broker.send(apply_decision_task, (decision.pk,), queue=queue)
+    wait_until(lambda: len(fake_github.requests_to(r"/labels$", "POST")) == 2, timeout=90)
+    broker.kill(first)
+    gate.set()
+    wait_until(lambda: "module: inductor" in fake_github.labels_of(5101), timeout=30)
+    decision.refresh_from_db()
+    assert decision.status == Status.APPLYING  # stuck: half the labels written, no failure recorded
+    # Time passes with no heartbeat; then beat's sweep runs on a worker.
+    TriageDecision.objects.filter(pk=decision.pk).update(heartbeat_at=timezone.now() - STUCK_AFTER - timedelta(minutes=1))
+    broker.start_worker(["default", "github"])
+    broker.send(requeue_stuck_task, queue="default")
+
+    def finished():
+        decision.refresh_from_db()
+        return decision.is_finished
+
+    wait_until(finished, timeout=90)
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert fake_github.labels_of(5101) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
+    posts = [r.sent for r in fake_github.requests_to(r"/labels$", "POST")]
+    assert posts == ['{"labels": ["module: dynamo"]}', '{"labels": ["module: inductor"]}', '{"labels": ["triaged"]}']
+    assert "GitHub already had: add label module: dynamo, add label module: inductor" in decision.result_message
+    assert "Finished on GitHub: add label triaged, remove label needs reproduction" in decision.result_message
+    audit = list(GitHubWrite.objects.filter(decision=decision).order_by("at", "pk").values_list("action", "target"))
+    assert audit == [("read_labels", "#5101"), ("add_label", "module: dynamo"),  # the first worker's
+                     ("read_labels", "#5101"), ("add_label", "triaged"), ("remove_label", "needs reproduction")]
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
+    issue = make_issue(5201)
+    run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
+    queue = _private_queue()
+    first, _ = broker.start_worker([queue])
+
+    broker.send(run_bisection_task, (run.pk,), queue=queue)
+    wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(),
+               timeout=240)
+    broker.kill(first)
+    run.refresh_from_db()
+    assert run.status == "running"
+    # Longer than any run can last, and no other run starting: the sweep alone must end it.
+    BisectionRun.objects.filter(pk=run.pk).update(started_at=timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1))
+    broker.start_worker(["default"])
+    broker.send(requeue_stuck_task, queue="default")
+
+    def ended():
+        run.refresh_from_db()
+        return run.is_finished
+
+    wait_until(ended, timeout=90)
+    assert run.status == "failed" and "stopped (killed or lost) without finishing" in run.error
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(broker, triager):
+    issue = make_issue(5301)
+    run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
+    queue = _private_queue()
+    worker, _ = broker.start_worker([queue], pool="prefork")
+
+    broker.send(run_bisection_task, (run.pk,), queue=queue)
+    wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(),
+               timeout=240)
+    (child,) = _children(worker.pid)  # concurrency 1: one pool process, running the task
+    os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue
+
+    def ended():
+        run.refresh_from_db()
+        return run.is_finished
+
+    # On Redis the redelivered flag reached Celery before too; on the filesystem broker it did not,
+    # and the run stayed "running" for good. The claim's task id catches both.
+    wait_until(ended, timeout=90)
+    assert run.status == "failed" and "died" in run.error
