@@ -112,6 +112,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "rubric_app.middleware.NotFoundPageMiddleware",
 ]
 
 ROOT_URLCONF = "triage_site.urls"
