@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test
 
-# pip prints a line per package (torch alone is minutes): progress, not silence.
+# pip prints a line per package and a download bar (torch alone is minutes): progress, not silence.
 $(VENV)/.installed: requirements.txt
 	@echo "==> Creating the virtualenv $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --progress-bar off --upgrade pip
+	$(PY) -m pip install --upgrade pip
 	@echo "==> Installing requirements.txt (torch included: several minutes on a first install)"
-	$(PY) -m pip install --progress-bar off -r requirements.txt
+	$(PY) -m pip install -r requirements.txt
 	@echo "==> Installed"
 	touch $@
 
