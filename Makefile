@@ -5,10 +5,14 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test
 
+# pip prints a line per package and a download bar (torch alone is minutes): progress, not silence.
 $(VENV)/.installed: requirements.txt
+	@echo "==> Creating the virtualenv $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install --upgrade pip
+	@echo "==> Installing requirements.txt (torch included: several minutes on a first install)"
+	$(PY) -m pip install -r requirements.txt
+	@echo "==> Installed"
 	touch $@
 
 run: $(VENV)/.installed

@@ -94,7 +94,9 @@ def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: 
     from rubric_app.tasks import apply_decision_task  # tasks imports this module
 
     add, remove = sorted(set(add)), sorted(set(remove))
-    why = refusal(issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
+    off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
+    why = f"Apply is disabled: {off}" if off else refusal(
+        issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
     with transaction.atomic():
         decision = TriageDecision.objects.create(
             issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=add, labels_removed=remove,
@@ -178,9 +180,9 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
     decision = TriageDecision.objects.select_related("issue").get(pk=decision_id)
     if not claimed:
         return decision
-    gh = gh or github.client()
     issue = decision.issue
     try:
+        gh = gh or github.client()
         remote = gh.issue(issue.number)
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))

@@ -13,28 +13,10 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
+# One source for the demo's file and label colours: the demo GitHub serves the same ones.
+from .demo_github import DEMO_FILE, colour_for  # noqa: F401 - DEMO_FILE is load_demo's default
 from .models import TRIAGE_REVIEW, Comment, Issue, Label
 from .rubric.catalog import is_forbidden, load_catalog
-
-DEMO_FILE = Path(__file__).resolve().parent / "fixtures" / "demo_issues.json"
-
-# The shipped catalog has no colours; these follow the families PyTorch uses so chips read alike.
-PREFIX_COLOURS = [
-    ("oncall:", "e99695"),
-    ("module:", "c5def5"),
-    ("topic:", "bfd4f2"),
-    ("triage review", "fbca04"),
-    ("triaged", "0e8a16"),
-    ("high priority", "b60205"),
-    ("needs", "d4c5f9"),
-]
-
-
-def colour_for(name: str) -> str:
-    for prefix, colour in PREFIX_COLOURS:
-        if name.startswith(prefix):
-            return colour
-    return "ededed"
 
 
 def load_catalog_labels() -> int:

@@ -7,7 +7,7 @@ import json
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from .models import BisectionRun, Issue, Suggestion, TRIAGE_REVIEW, TRIAGED
+from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import is_forbidden, load_catalog
 
 ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall")]
@@ -31,6 +31,12 @@ def module_label_names() -> list[str]:
     return sorted(item["name"] for item in catalog() if item["name"].startswith("module:"))
 
 
+def known_module_labels() -> list[str]:
+    """Every module label a queue filter can match: the catalog's and any applied on GitHub."""
+    applied = Label.objects.filter(name__startswith="module:").values_list("name", flat=True)
+    return sorted(set(module_label_names()) | set(applied))
+
+
 def handoff_oncalls() -> list[str]:
     """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two."""
     own = {"oncall: pt2", "oncall: cpu inductor"}
@@ -47,6 +53,18 @@ class QueueFilterForm(forms.Form):
     module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
     author = forms.CharField(required=False, max_length=100)
     q = forms.CharField(required=False, max_length=200, label="Search")
+
+    def clean_module(self) -> str:
+        """A module label the queue knows (catalog or applied); "dynamo" means "module: dynamo"."""
+        name = self.cleaned_data["module"].strip()
+        if not name:
+            return ""
+        valid = known_module_labels()
+        if name not in valid and f"module: {name}" in valid:
+            return f"module: {name}"
+        if name not in valid:
+            raise forms.ValidationError(f"unknown module: {name}", code="unknown_module")
+        return name
 
     def lane_value(self) -> str:
         return (self.cleaned_data.get("lane") if self.is_valid() else "") or "pt2"

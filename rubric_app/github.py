@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import requests
 import urllib3
@@ -371,8 +371,40 @@ class Client:
         return self._write("close", f"#{number}", "PATCH", f"/repos/{self.repo}/issues/{number}", {"state": "closed"})
 
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local_url(url: str) -> bool:
+    """True when url names this machine (the demo GitHub, the tests' fake): nothing leaves it."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def mode() -> str:
+    """"github" with a token; "demo" without one, against a GitHub on this machine (the demo
+    GitHub `make run` starts); "off" without a token elsewhere: nothing may be sent there."""
+    if settings.GITHUB_TOKEN:
+        return "github"
+    return "demo" if is_local_url(settings.GITHUB_API_URL) else "off"
+
+
+def off_reason() -> str:
+    """Why GitHub cannot be reached in this setup, or "" when it can."""
+    if mode() != "off":
+        return ""
+    return (f"no GITHUB_TOKEN, and GITHUB_API_URL ({settings.GITHUB_API_URL}) is not the local demo GitHub: "
+            "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
+            "which serves the demo GitHub on 127.0.0.1.")
+
+
 def client() -> Client:
-    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL (token from settings)."""
+    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL (token from settings).
+
+    Raises GitHubError without a token unless the API is on this machine: an anonymous
+    request to api.github.com would leave the machine and fail after its retries.
+    """
+    if why := off_reason():
+        raise GitHubError(f"GitHub is off: {why}")
     return Client(
         base_url=settings.GITHUB_API_URL,
         token=settings.GITHUB_TOKEN,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
+from django.core.paginator import InvalidPage, Paginator
 from django.db.models import Exists, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -129,10 +129,20 @@ def queue(request: HttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET)
     lane = form.lane_value()
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=_latest_verdict())
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"page": page, "lane": lane, "form": form, "lanes": QueueFilterForm.LANES,
+    page, page_note = _page_or_last(rows, request.GET.get("page"))
+    context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "lanes": QueueFilterForm.LANES,
                "module_labels": module_label_names(), "query": _query_without_page(request)}
     return render(request, _partial(request, "rubric_app/queue.html", "queue-table"), context)
+
+
+def _page_or_last(rows, number: str | None):
+    """The requested page, or the last one with a note saying so (never a silent page 1)."""
+    paginator = Paginator(rows, PAGE_SIZE)
+    try:
+        return paginator.page(number or 1), ""
+    except InvalidPage:
+        page = paginator.page(paginator.num_pages)
+        return page, f"There is no page {number}: showing page {page.number}, the last."
 
 
 def _query_without_page(request: HttpRequest) -> str:

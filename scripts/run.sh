@@ -1,27 +1,77 @@
 #!/usr/bin/env bash
-# Serve the dashboard with its Celery workers. With no env vars: SQLite, a filesystem
-# broker and the demo issues (no GitHub token means no sync).
+# Serve the dashboard with its Celery workers on 127.0.0.1:$PORT (default 8000).
+# With no GITHUB_TOKEN it is the demo: the demo issues, and a demo GitHub on 127.0.0.1
+# (rubric_app/demo_github.py) that syncs, takes label writes and is synced again;
+# nothing leaves the machine. Workers log to $TRIAGE_VAR_DIR/log/ (default var/log/);
+# the dashboard's address is printed last, once everything is up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 PORT=${PORT:-8000}
+VAR=${TRIAGE_VAR_DIR:-var}
+LOGS="$VAR/log"
+mkdir -p "$LOGS"
 
+pids=()
+stop() { [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true; wait || true; }
+trap stop EXIT
+trap 'exit 130' INT TERM
+step() { printf '==> %s\n' "$*"; }
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...: poll until COMMAND succeeds
+  local seconds=$1 what=$2; shift 2
+  for _ in $(seq 1 "$((seconds * 5))"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "run.sh: $what did not come up within ${seconds} s (see $LOGS/)" >&2
+  exit 1
+}
+
+step "Database: migrating"
 "$PY" manage.py migrate --noinput
-if [ -z "${GITHUB_TOKEN:-}" ]; then
-  "$PY" manage.py load_demo --users
-else
+
+demo_github=""
+if [ -n "${GITHUB_TOKEN:-}" ]; then
+  step "GitHub: syncing the queue of ${GITHUB_REPO:-pytorch/pytorch}"
   "$PY" manage.py sync_queue
+elif [ -z "${GITHUB_API_URL:-}" ]; then
+  step "Demo mode (no GITHUB_TOKEN): starting the demo GitHub on 127.0.0.1 (log: $LOGS/demo-github.log)"
+  "$PY" -u -m rubric_app.demo_github --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
+  pids+=($!)
+  wait_for 30 "the demo GitHub" grep -q "^demo GitHub: http" "$LOGS/demo-github.log"
+  demo_github=$(sed -n 's/^demo GitHub: \(http[^ ]*\).*/\1/p' "$LOGS/demo-github.log")
+  export GITHUB_API_URL="$demo_github"
+  step "Demo mode: loading the demo issues and accounts, then syncing them from the demo GitHub"
+  "$PY" manage.py load_demo --users
+  "$PY" manage.py sync_queue --full
+else
+  # No token and an API URL of your own: the demo data; Apply works only if that URL is on this machine.
+  step "No GITHUB_TOKEN: loading the demo issues (GITHUB_API_URL=$GITHUB_API_URL)"
+  "$PY" manage.py load_demo --users
 fi
 
-# Writes to GitHub go through one single-concurrency worker: that is what paces them.
-"$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO &
-writer=$!
-# The default worker also runs beat (-B): the sweep that ends or re-sends stuck work (a run no
-# worker takes, a decision whose worker died) and, with a token, the periodic incremental sync.
-beat="-B -s ${TRIAGE_VAR_DIR:-var}/celerybeat-schedule"
-"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO $beat &
-worker=$!
-trap 'kill $writer $worker 2>/dev/null; wait' EXIT INT TERM
+# github: GitHub writes, one at a time (concurrency 1 is what paces them).
+step "Workers: github (label writes), cpu (CPU bisections, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep)"
+"$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
+  >"$LOGS/worker-github.log" 2>&1 &
+pids+=($!)
+# cpu: the default queue and CPU bisections; -B runs beat in it: the periodic sync (with a token or
+# the demo GitHub) and the sweep that re-sends work whose task never reached a worker.
+"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO \
+  -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-cpu.log" 2>&1 &
+pids+=($!)
 
-echo "Dashboard: http://127.0.0.1:$PORT/  (demo accounts: triager/triager, chair/chair, viewer/viewer)"
-"$PY" manage.py runserver "127.0.0.1:$PORT" --noreload
+"$PY" manage.py runserver "127.0.0.1:$PORT" --noreload >"$LOGS/web.log" 2>&1 &
+pids+=($!)
+wait_for 60 "the web server on 127.0.0.1:$PORT" "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)"
+
+echo
+echo "  Dashboard:   http://127.0.0.1:$PORT/"
+echo "  Sign in as:  triager/triager, chair/chair (meeting decisions), viewer/viewer (read-only)"
+if [ -n "$demo_github" ]; then
+  echo "  Demo GitHub: $demo_github (no GITHUB_TOKEN: Apply writes there; nothing leaves this machine)"
+fi
+echo "  Logs:        $LOGS/web.log, $LOGS/worker-github.log, $LOGS/worker-cpu.log"
+echo "  Stop:        Ctrl-C"
+echo
+wait -n "${pids[@]}"
+echo "run.sh: a process stopped (see $LOGS/); stopping the others" >&2
+exit 1

@@ -142,3 +142,13 @@ def processes_with_cmdline(needle: bytes) -> list[int]:
         except OSError:
             continue
     return found
+
+
+@pytest.fixture(autouse=True)
+def _github_on_this_machine(settings):
+    """Tests never reach api.github.com: with no token, GitHub is a local address (nothing listens
+    there unless a test starts the fake), as in demo mode. Tests of the "off" mode set their own URL."""
+    from rubric_app.github import is_local_url
+
+    if not settings.GITHUB_TOKEN and not is_local_url(settings.GITHUB_API_URL):
+        settings.GITHUB_API_URL = "http://127.0.0.1:9"

@@ -1,5 +1,6 @@
 """Smoke test of `make run`'s embedded default: SQLite, filesystem broker, demo data, real workers."""
 
+import json
 import os
 import re
 import signal
@@ -48,6 +49,7 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         )
         assert queue.status_code == 200
         assert "oncall: pt2" in queue.text
+        assert "Demo: the issues are the shipped demo set" in queue.text  # every page says it is a demo
         db = sqlite3.connect(tmp_path / "db.sqlite3")
         issue_id, title = db.execute("select id, title from rubric_app_issue where state='open' order by id limit 1").fetchone()
         assert db.execute("select count(*) from rubric_app_issue").fetchone()[0] >= 40
@@ -68,6 +70,8 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
             lambda: db.execute("select suggestions_updated_at from rubric_app_issue where id = ?", (issue_id,)).fetchone()[0],
             timeout=60,
         )
+
+        _it_applies_and_resyncs_through_the_demo_github(port, session, db, env, tmp_path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -75,3 +79,39 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def _it_applies_and_resyncs_through_the_demo_github(port: int, session: requests.Session, db, env: dict, tmp_path) -> None:
+    """The README's demo flow: Apply writes the labels to the local demo GitHub (never api.github.com),
+    and a change made on the demo GitHub comes back with the next sync."""
+    demo = re.search(r"^demo GitHub: (http://127\.0\.0\.1:\d+)", (tmp_path / "log" / "demo-github.log").read_text(), re.M)
+    assert demo, "run.sh started no demo GitHub"
+    api = f"{demo.group(1)}/repos/pytorch/pytorch/issues"
+    number, issue_id, label = db.execute(
+        "select i.number, i.id, s.label from rubric_app_issue i join rubric_app_suggestion s on s.issue_id = i.id "
+        "where i.in_queue and s.kind = 'add' and s.label like 'module:%' and s.label not in "
+        "(select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id where il.issue_id = i.id) "
+        "order by i.number limit 1").fetchone()
+    seen = sorted(l["name"] for l in requests.get(f"{api}/{number}", timeout=5).json()["labels"])
+    page = session.get(f"http://127.0.0.1:{port}/issues/{number}")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    applied = session.post(
+        f"http://127.0.0.1:{port}/issues/{number}/apply",
+        data={"labels": [label], "route": "pt2", "labels_seen": json.dumps(seen), "csrfmiddlewaretoken": token},
+        headers={"Referer": page.url},
+    )
+    assert applied.status_code == 200, applied.text[:500]
+    status = wait_until(lambda: (row := db.execute(
+        "select status, result_message from rubric_app_triagedecision where issue_id = ? order by id desc limit 1",
+        (issue_id,)).fetchone()) and row[0] not in ("pending", "applying") and row, timeout=60)
+    assert status[0] == "applied", status
+    assert label in [l["name"] for l in requests.get(f"{api}/{number}", timeout=5).json()["labels"]]
+
+    # Someone relabels the issue on the demo GitHub; the next sync (beat's, run here now) brings it back.
+    requests.post(f"{api}/{number}/labels", json={"labels": ["needs reproduction"]}, timeout=5).raise_for_status()
+    subprocess.run([sys.executable, "manage.py", "sync_queue"], cwd=ROOT, check=True, timeout=120,
+                   env={**env, "GITHUB_API_URL": demo.group(1)})
+    names = {row[0] for row in db.execute(
+        "select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id where il.issue_id = ?",
+        (issue_id,))}
+    assert {label, "needs reproduction"} <= names

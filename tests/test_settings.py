@@ -33,7 +33,8 @@ def test_it_refuses_an_unknown_boolean(monkeypatch):
 def _manage(env: dict, *args: str) -> subprocess.CompletedProcess:
     # Start from the host's environment minus what these tests set, and minus the
     # DJANGO_ALLOW_ASYNC_UNSAFE the browser tests' process carries (a deploy error).
-    dropped = ("DATABASE_URL", "SECRET_KEY", "DEBUG", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    dropped = ("DATABASE_URL", "SECRET_KEY", "DEBUG", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE", "HTTPS",
+               "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT")
     clean = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=120
@@ -57,9 +58,52 @@ def test_it_passes_the_deploy_check_with_production_settings(tmp_path):
         "DEBUG": "false",
         "SECRET_KEY": "x" * 60 + "-not-a-real-key-but-long-and-varied-0123456789",
         "ALLOWED_HOSTS": "triage.example.org",
+        "HTTPS": "true",
         "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/test",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
         "TRIAGE_VAR_DIR": str(tmp_path),
     }
     result = _manage(env, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# What a GET of the login page answers on 127.0.0.1 under env, through Django's own request handling.
+_GET_LOGIN = (
+    "from django.conf import settings; from django.test import Client; "
+    "r = Client(HTTP_HOST='127.0.0.1').get('/accounts/login/'); "
+    "print('DEBUG', settings.DEBUG, 'STATUS', r.status_code)"
+)
+
+
+def test_it_keeps_debug_local_hosts_and_plain_http_when_only_the_secret_key_is_set(tmp_path):
+    # SECRET_KEY alone used to turn DEBUG off: ALLOWED_HOSTS emptied (400), then a 301 to https.
+    result = _manage({"SECRET_KEY": "a-local-key-" + "k" * 50, "TRIAGE_VAR_DIR": str(tmp_path)}, "shell", "-c", _GET_LOGIN)
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG True STATUS 200" in result.stdout
+
+
+def test_it_asks_for_https_to_be_said_when_debug_is_off(tmp_path):
+    env = {"DEBUG": "false", "SECRET_KEY": "k" * 60, "TRIAGE_VAR_DIR": str(tmp_path)}
+    result = _manage(env, "check")
+    assert result.returncode != 0
+    assert "set HTTPS=true" in result.stderr and "HTTPS=false" in result.stderr
+
+
+def test_it_serves_plain_http_on_the_local_hosts_with_debug_off_and_https_false(tmp_path):
+    env = {"DEBUG": "false", "HTTPS": "false", "SECRET_KEY": "k" * 60, "TRIAGE_VAR_DIR": str(tmp_path)}
+    result = _manage(env, "shell", "-c", _GET_LOGIN)
+    assert result.returncode == 0, result.stderr
+    assert "DEBUG False STATUS 200" in result.stdout
+
+
+def test_it_redirects_to_https_only_when_https_is_on(tmp_path):
+    env = {"DEBUG": "false", "HTTPS": "true", "SECRET_KEY": "k" * 60, "TRIAGE_VAR_DIR": str(tmp_path)}
+    result = _manage(env, "shell", "-c", _GET_LOGIN)
+    assert result.returncode == 0, result.stderr
+    assert "STATUS 301" in result.stdout
+
+
+def test_it_refuses_an_empty_allowed_hosts_at_start_up(tmp_path):
+    result = _manage({"ALLOWED_HOSTS": " , ", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
+    assert result.returncode != 0
+    assert "ALLOWED_HOSTS is empty" in result.stderr

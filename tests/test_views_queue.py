@@ -149,3 +149,43 @@ def test_it_makes_the_same_number_of_queries_for_10_and_5000_issues(client, view
     with django_assert_num_queries(8):
         response = client.get(URL, headers=headers)
     assert "5000 issues" in response.content.decode()
+
+
+def test_it_says_when_the_page_asked_for_does_not_exist_and_shows_the_last(client, viewer):
+    _bulk_issues(60)
+    client.force_login(viewer)
+    html = client.get(URL, {"author": "bulk", "page": 999}).content.decode()
+    assert "There is no page 999: showing page 2, the last." in html
+    assert "page 2 of 2" in html and "bulk issue 55" in html
+    assert "There is no page abc" in client.get(URL, {"page": "abc"}).content.decode()
+    assert "There is no page" not in client.get(URL, {"author": "bulk", "page": 2}).content.decode()
+
+
+def test_it_names_an_unknown_module_filter_and_lists_the_valid_ones(client, viewer):
+    make_issue(1, title="a dynamo issue", labels=("oncall: pt2", "module: dynamo"))
+    client.force_login(viewer)
+    html = client.get(URL, {"module": "module: dynamoo"}, headers={"HX-Request": "true"}).content.decode()
+    assert "unknown module: module: dynamoo" in html
+    assert "Valid modules" in html and "module: inductor" in html and "module: dynamo" in html
+    # A bare component name is the module label of that name, not an error.
+    html = client.get(URL, {"module": "dynamo"}).content.decode()
+    assert "unknown module" not in html and "a dynamo issue" in html
+
+
+def test_it_accepts_a_module_label_applied_on_github_outside_the_catalog(client, viewer):
+    make_issue(1, title="a custom module issue", labels=("oncall: pt2", "module: something new"))
+    client.force_login(viewer)
+    html = client.get(URL, {"module": "module: something new"}).content.decode()
+    assert "unknown module" not in html and "a custom module issue" in html
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_it_shows_its_own_404_page_for_a_missing_issue(client, viewer, settings, debug):
+    settings.DEBUG = debug
+    client.force_login(viewer)
+    response = client.get(reverse("rubric_app:issue", args=[999999]))
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert "Issue #999999 is not in this dashboard" in html
+    assert "q=%23999999" in html and "Back to the queue" in html
+    assert "URLconf" not in html  # not Django's technical page

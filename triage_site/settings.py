@@ -66,15 +66,30 @@ def parse_database_url(url: str) -> dict:
     return config
 
 
-DEBUG = env_bool("DEBUG", default="SECRET_KEY" not in os.environ)
+# DEBUG, ALLOWED_HOSTS and HTTPS are each set by their own variable: none of them changes
+# because another one is set (SECRET_KEY alone used to turn DEBUG off, then every local
+# request got 400 for its host and a 301 to https).
+DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     SECRET_KEY = "insecure-development-key-only-used-with-DEBUG-on"
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver" if DEBUG else "")
+LOCAL_HOSTS = "127.0.0.1,localhost,[::1],testserver"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", LOCAL_HOSTS)
+if not ALLOWED_HOSTS:
+    raise ImproperlyConfigured(f"ALLOWED_HOSTS is empty: every request would get 400. Set it, e.g. {LOCAL_HOSTS}.")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+# HTTPS=true: redirect to https, secure cookies, HSTS. Off by default (a local run is plain
+# http); with DEBUG off it must be said either way, so production never guesses.
+if not DEBUG and os.environ.get("HTTPS", "") == "":
+    raise ImproperlyConfigured(
+        "DEBUG is off: set HTTPS=true (redirect to https, secure cookies, HSTS) or HTTPS=false "
+        "(plain http, e.g. on 127.0.0.1 or behind a proxy that sets USE_X_FORWARDED_PROTO)."
+    )
+HTTPS = env_bool("HTTPS", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -97,6 +112,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "rubric_app.middleware.NotFoundPageMiddleware",
 ]
 
 ROOT_URLCONF = "triage_site.urls"
@@ -111,6 +127,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "rubric_app.context_processors.github_mode",
             ],
         },
     },
@@ -147,14 +164,13 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Production hardening: on whenever DEBUG is off, each overridable for a
-# deployment that terminates TLS elsewhere.
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
-SECURE_HSTS_SECONDS = int(env_float("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000))
-SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
-SECURE_HSTS_PRELOAD = not DEBUG
+# Production hardening: on with HTTPS, each overridable for a deployment that terminates TLS elsewhere.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_SECONDS = int(env_float("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if env_bool("USE_X_FORWARDED_PROTO", False):

@@ -74,6 +74,16 @@
     return click("[data-bisect]");
   }
 
+  function openIssue() {
+    // In the queue: the selected row's issue page. On an issue page: the issue on GitHub, in a new tab.
+    var row = selectedRow();
+    if (row) { window.location.href = row.getAttribute("data-href"); return true; }
+    var link = document.querySelector("[data-github]");
+    if (!link) return false;
+    window.open(link.href, "_blank", "noopener");
+    return true;
+  }
+
   function toggleHelp(force) {
     var help = document.getElementById("help");
     if (help) help.hidden = force === undefined ? !help.hidden : !force;
@@ -95,7 +105,7 @@
       case "Enter": handled = apply(); break;
       case "r": handled = toggleReview(); break;
       case "b": handled = bisect(); break;
-      case "o": { var row = selectedRow(); if (row) window.location.href = row.getAttribute("data-href"); else handled = false; break; }
+      case "o": handled = openIssue(); break;
       case "?": toggleHelp(); break;
       default: handled = false;
     }

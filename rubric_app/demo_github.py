@@ -1,0 +1,539 @@
+"""A small GitHub REST server on 127.0.0.1: the demo's GitHub, and the tests' fake.
+
+`make run` without a GITHUB_TOKEN starts it (`python -m rubric_app.demo_github`), seeded
+with the demo issues and the shipped label catalog, and points GITHUB_API_URL at it: the
+whole flow (sync, apply labels, the labels changing on "GitHub", the next sync) works
+offline and nothing leaves the machine. The tests (tests/fakegithub.py) start it with a
+token and inject faults.
+
+It is a real threaded HTTP server: PyGithub talks to it over HTTP through
+`settings.GITHUB_API_URL`, exactly as it talks to api.github.com. It serves
+the endpoints the dashboard uses (issue lists with Link pagination, single
+issues, comments, the label catalog, label writes, closing), answers
+If-None-Match with 304, sends X-RateLimit-* headers, records every request,
+and injects faults on demand (`inject`). Pure Python: no Django import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+REPO = "pytorch/pytorch"
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_iso(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class Recorded:
+    """One request the server received, and the status it answered."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    at: float
+    status: int = 0
+    body: str = ""  # the first 200 characters of the answer
+    sent: str = ""  # the request's body
+
+
+@dataclass
+class Fault:
+    kind: str
+    method: str | None
+    path: re.Pattern | None
+    query: dict[str, str]
+    times: int
+    options: dict = field(default_factory=dict)
+
+    def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
+        return (
+            self.times > 0
+            and (self.method is None or self.method == method)
+            and (self.path is None or bool(self.path.search(path)))
+            and all(query.get(k) == v for k, v in self.query.items())
+        )
+
+
+FAULT_KINDS = ("race", "error", "timeout", "secondary_rate_limit", "rate_limit_exhausted", "malformed_json", "vanish_page")
+
+
+class FakeGitHub:
+    """The state of the fake: one repo's issues, comments and labels, and what it was asked."""
+
+    def __init__(self, repo: str = REPO, token: str | None = None) -> None:
+        self.repo = repo
+        self.token = token  # None: no Authorization needed (the local demo); else it must match
+        self.url = ""  # set once the server listens
+        self.lock = threading.RLock()
+        self.reset()
+
+    # --- state -----------------------------------------------------------------------
+
+    def reset(self) -> None:
+        with self.lock:
+            self.issues: dict[int, dict] = {}
+            self.labels: dict[str, dict] = {}
+            self.requests: list[Recorded] = []
+            self.faults: list[Fault] = []
+            self.rate_limit_remaining = 5000
+            self.rate_limit_reset = int(time.time()) + 3600
+            self._clock = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=30)
+            self._next_comment_id = 900_000_001
+
+    def tick(self) -> datetime:
+        """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
+        with self.lock:
+            now = datetime.now(timezone.utc).replace(microsecond=0)
+            self._clock = max(now, self._clock + timedelta(seconds=1))
+            return self._clock
+
+    def add_label(self, name: str, color: str = "ededed", description: str = "") -> dict:
+        with self.lock:
+            label = self.labels.setdefault(name, {"name": name, "color": color, "description": description})
+            label.update(color=color, description=description)
+            return label
+
+    def add_issue(
+        self,
+        number: int,
+        title: str = "torch.compile fails",
+        body: str = "",
+        labels=("oncall: pt2",),
+        comments=(),
+        state: str = "open",
+        pull_request: bool = False,
+        user: str = "someone",
+        updated_at: datetime | None = None,
+    ) -> dict:
+        """Create (or replace) an issue. comments: strings, or dicts with body/user."""
+        with self.lock:
+            for name in labels:
+                if name not in self.labels:
+                    self.add_label(name)
+            stamp = updated_at or self.tick()
+            issue = {
+                "number": number,
+                "title": title,
+                "body": body,
+                "state": state,
+                "user": user,
+                "labels": list(labels),
+                "pull_request": pull_request,
+                "created_at": stamp,
+                "updated_at": stamp,
+                "comments": [],
+            }
+            self.issues[number] = issue
+            for item in comments:
+                item = {"body": item} if isinstance(item, str) else item
+                self._append_comment(issue, item.get("body", ""), item.get("user", "commenter"),
+                                     item.get("created_at", stamp), item.get("id"))
+            return issue
+
+    def _append_comment(self, issue: dict, body: str, user: str, stamp: datetime, comment_id: int | None = None) -> dict:
+        comment = {"id": comment_id or self._next_comment_id, "body": body, "user": user, "created_at": stamp, "updated_at": stamp}
+        self._next_comment_id = max(self._next_comment_id, comment["id"]) + 1
+        issue["comments"].append(comment)
+        return comment
+
+    def add_comment(self, number: int, body: str, user: str = "commenter") -> dict:
+        """Someone comments: bumps the issue's updated_at, as GitHub does."""
+        with self.lock:
+            issue = self.issues[number]
+            stamp = self.tick()
+            issue["updated_at"] = stamp
+            return self._append_comment(issue, body, user, stamp)
+
+    def labels_of(self, number: int) -> list[str]:
+        with self.lock:
+            return sorted(self.issues[number]["labels"])
+
+    def set_labels(self, number: int, labels) -> None:
+        """Someone else relabels the issue (bumps updated_at)."""
+        with self.lock:
+            for name in labels:
+                if name not in self.labels:
+                    self.add_label(name)
+            issue = self.issues[number]
+            issue["labels"] = list(labels)
+            issue["updated_at"] = self.tick()
+
+    def update_issue(self, number: int, **fields) -> None:
+        """Change fields (title, body, state, ...) as someone on GitHub would (bumps updated_at)."""
+        with self.lock:
+            issue = self.issues[number]
+            issue.update(fields)
+            issue["updated_at"] = self.tick()
+
+    def inject(self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options) -> None:
+        """Answer the next `times` matching requests with a fault.
+
+        kind: "race" (run=callable, called before the request is answered normally: someone
+        else's change lands first), "error" (status=502|503|404|422|..., message=...), "timeout" (delay=s, then a normal
+        answer), "secondary_rate_limit" (403 with Retry-After: retry_after=s), "rate_limit_exhausted"
+        (a normal answer with X-RateLimit-Remaining: 0 and a reset in reset_in=s), "malformed_json"
+        (200 with a truncated body), "vanish_page" (the issues of that page are closed first, as if
+        someone closed them while we paginated, so the page comes back empty).
+        path is a regex searched in the URL path; query a dict that must match; after=n lets the
+        first n matching requests through.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; expected one of {FAULT_KINDS}")
+        with self.lock:
+            self.faults.append(
+                Fault(kind, method, re.compile(path) if path else None, dict(query or {}), times, options)
+            )
+
+    def requests_to(self, path_regex: str, method: str | None = None) -> list[Recorded]:
+        pattern = re.compile(path_regex)
+        with self.lock:
+            return [r for r in self.requests if pattern.search(r.path) and (method is None or r.method == method)]
+
+    # --- JSON shapes -----------------------------------------------------------------
+
+    def _base(self) -> str:
+        return f"{self.url}/repos/{self.repo}"
+
+    def label_json(self, name: str) -> dict:
+        label = self.labels.get(name) or {"name": name, "color": "ededed", "description": ""}
+        return {"id": abs(hash(name)) % 10**9, "url": f"{self._base()}/labels/{name}", **label, "default": False}
+
+    def issue_json(self, issue: dict) -> dict:
+        number = issue["number"]
+        data = {
+            "id": 10_000_000 + number,
+            "url": f"{self._base()}/issues/{number}",
+            "repository_url": self._base(),
+            "comments_url": f"{self._base()}/issues/{number}/comments",
+            "html_url": f"https://github.com/{self.repo}/issues/{number}",
+            "number": number,
+            "title": issue["title"],
+            "body": issue["body"],
+            "state": issue["state"],
+            "user": {"login": issue["user"]},
+            "labels": [self.label_json(name) for name in issue["labels"]],
+            "comments": len(issue["comments"]),
+            "created_at": _iso(issue["created_at"]),
+            "updated_at": _iso(issue["updated_at"]),
+            "closed_at": _iso(issue["updated_at"]) if issue["state"] == "closed" else None,
+        }
+        if issue["pull_request"]:
+            data["pull_request"] = {"url": f"{self._base()}/pulls/{number}"}
+        return data
+
+    def comment_json(self, number: int, comment: dict) -> dict:
+        return {
+            "id": comment["id"],
+            "url": f"{self._base()}/issues/comments/{comment['id']}",
+            "issue_url": f"{self._base()}/issues/{number}",
+            "user": {"login": comment["user"]},
+            "body": comment["body"],
+            "created_at": _iso(comment["created_at"]),
+            "updated_at": _iso(comment["updated_at"]),
+        }
+
+    # --- request handling ---------------------------------------------------------------
+
+    def take_fault(self, method: str, path: str, query: dict[str, str]) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.matches(method, path, query):
+                    if fault.options.get("after", 0) > 0:  # let this many matching requests through first
+                        fault.options["after"] -= 1
+                        continue
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def list_issues(self, query: dict[str, str]) -> list[dict]:
+        wanted = [name for name in query.get("labels", "").split(",") if name]
+        state = query.get("state", "open")
+        since = _parse_iso(query["since"]) if query.get("since") else None
+        with self.lock:
+            rows = [
+                issue
+                for issue in self.issues.values()
+                if (state == "all" or issue["state"] == state)
+                and all(name in issue["labels"] for name in wanted)
+                and (since is None or issue["updated_at"] >= since)
+            ]
+        key = "updated_at" if query.get("sort") == "updated" else "created_at"
+        rows.sort(key=lambda i: (i[key], i["number"]), reverse=query.get("direction", "desc") == "desc")
+        return rows
+
+
+def paginate(rows: list, query: dict[str, str], base_path: str) -> tuple[list, str | None, int]:
+    """Return (page rows, Link header or None, page number) for GitHub-style page/per_page."""
+    per_page = min(int(query.get("per_page", 30)), 100)
+    page = max(int(query.get("page", 1)), 1)
+    chunk = rows[(page - 1) * per_page : page * per_page]
+    last = max((len(rows) + per_page - 1) // per_page, 1)
+    links = []
+
+    def link(n: int, rel: str) -> str:
+        return f'<{base_path}?{urlencode({**query, "page": n})}>; rel="{rel}"'
+
+    if page < last:
+        links += [link(page + 1, "next"), link(last, "last")]
+    if page > 1:
+        links += [link(1, "first"), link(page - 1, "prev")]
+    return chunk, (", ".join(links) or None), page
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "FakeServer"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: without NODELAY, Nagle plus delayed ACKs
+        # would add ~40 ms to every response.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, *args) -> None:  # keep test output quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        fake = self.server.fake
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        record = Recorded(method, path, query, {k.lower(): v for k, v in self.headers.items()}, time.time(),
+                          sent=raw.decode("utf-8", "replace"))
+        with fake.lock:
+            fake.requests.append(record)
+        fault = fake.take_fault(method, path, query)
+        extra: dict[str, str] = {}
+        if fault and fault.kind == "race":
+            fault.options["run"]()
+            fault = None
+        if fault and fault.kind == "timeout":
+            time.sleep(fault.options.get("delay", 2.0))
+            fault = None
+        if fault and fault.kind == "vanish_page":
+            self._vanish(query)
+            fault = None
+        if fault and fault.kind == "error":
+            return self._send(record, fault.options.get("status", 502), {"message": fault.options.get("message", "Server Error")})
+        if fault and fault.kind == "secondary_rate_limit":
+            return self._send(
+                record, 403,
+                {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."},
+                {"Retry-After": str(fault.options.get("retry_after", 1))},
+            )
+        if fault and fault.kind == "rate_limit_exhausted":
+            extra = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(time.time() + fault.options.get("reset_in", 1)))}
+        if fake.token is not None and self.headers.get("Authorization") not in (f"token {fake.token}", f"Bearer {fake.token}"):
+            return self._send(record, 401, {"message": "Bad credentials"})
+        try:
+            status, payload, headers = self._route(method, path, query, raw)
+        except KeyError:
+            status, payload, headers = 404, {"message": "Not Found"}, {}
+        headers.update(extra)
+        if fault and fault.kind == "malformed_json" and status == 200:
+            body = json.dumps(payload).encode()
+            return self._send_bytes(record, 200, body[: max(len(body) // 2, 1)], headers)
+        self._send(record, status, payload, headers)
+
+    def _vanish(self, query: dict[str, str]) -> None:
+        """Close the issues the requested page would hold (someone closed them meanwhile)."""
+        fake = self.server.fake
+        rows = fake.list_issues(query)
+        per_page = min(int(query.get("per_page", 30)), 100)
+        page = max(int(query.get("page", 1)), 1)
+        for issue in rows[(page - 1) * per_page : page * per_page]:
+            fake.update_issue(issue["number"], state="closed")
+
+    def _route(self, method: str, path: str, query: dict[str, str], raw: bytes):
+        fake = self.server.fake
+        base = f"/repos/{fake.repo}"
+        if path == base and method == "GET":
+            return 200, {"full_name": fake.repo, "url": fake._base(), "name": fake.repo.split("/")[1]}, {}
+        if path == f"{base}/issues" and method == "GET":
+            rows, link, _ = paginate(fake.list_issues(query), query, f"{fake.url}{path}")
+            with fake.lock:
+                data = [fake.issue_json(issue) for issue in rows]
+            return 200, data, {"Link": link} if link else {}
+        if path == f"{base}/labels" and method == "GET":
+            with fake.lock:
+                names = sorted(fake.labels)
+                rows, link, _ = paginate(names, query, f"{fake.url}{path}")
+                data = [fake.label_json(name) for name in rows]
+            return 200, data, {"Link": link} if link else {}
+        match = re.fullmatch(rf"{re.escape(base)}/issues/(\d+)(/.*)?", path)
+        if not match:
+            raise KeyError(path)
+        number, rest = int(match.group(1)), match.group(2) or ""
+        with fake.lock:
+            issue = fake.issues[number]
+            if rest == "" and method == "GET":
+                return 200, fake.issue_json(issue), {}
+            if rest == "" and method == "PATCH":
+                fields = json.loads(raw or b"{}")
+                fake.update_issue(number, **{k: v for k, v in fields.items() if k in ("state", "title", "body")})
+                return 200, fake.issue_json(issue), {}
+            if rest == "/comments" and method == "GET":
+                since = _parse_iso(query["since"]) if query.get("since") else None
+                comments = [c for c in issue["comments"] if since is None or c["updated_at"] >= since]
+                rows, link, _ = paginate(comments, query, f"{fake.url}{path}")
+                return 200, [fake.comment_json(number, c) for c in rows], {"Link": link} if link else {}
+            if rest == "/labels" and method == "GET":
+                return 200, [fake.label_json(name) for name in issue["labels"]], {}
+            if rest == "/labels" and method == "POST":
+                body = json.loads(raw or b"[]")
+                names = body.get("labels", []) if isinstance(body, dict) else body
+                fake.set_labels(number, issue["labels"] + [n for n in names if n not in issue["labels"]])
+                return 200, [fake.label_json(name) for name in issue["labels"]], {}
+            if rest.startswith("/labels/") and method == "DELETE":
+                name = rest[len("/labels/") :]
+                if name not in issue["labels"]:
+                    return 404, {"message": "Label does not exist"}, {}
+                fake.set_labels(number, [n for n in issue["labels"] if n != name])
+                return 200, [fake.label_json(n) for n in issue["labels"]], {}
+        raise KeyError(path)
+
+    def _send(self, record: Recorded, status: int, payload, headers: dict | None = None) -> None:
+        self._send_bytes(record, status, json.dumps(payload).encode(), headers or {})
+
+    def _send_bytes(self, record: Recorded, status: int, body: bytes, headers: dict) -> None:
+        fake = self.server.fake
+        etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
+        if status == 200 and record.method == "GET" and self.headers.get("If-None-Match") == etag:
+            status, body = 304, b""  # a conditional hit costs no rate limit
+        elif status != 401:
+            with fake.lock:
+                fake.rate_limit_remaining = max(fake.rate_limit_remaining - 1, 0)
+        record.status = status
+        record.body = body[:200].decode("utf-8", "replace")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if status in (200, 304) and record.method == "GET":
+            self.send_header("ETag", etag)
+        self.send_header("X-RateLimit-Limit", "5000")
+        self.send_header("X-RateLimit-Remaining", headers.pop("X-RateLimit-Remaining", str(fake.rate_limit_remaining)))
+        self.send_header("X-RateLimit-Reset", headers.pop("X-RateLimit-Reset", str(fake.rate_limit_reset)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class FakeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, fake: FakeGitHub, port: int = 0) -> None:
+        # Loopback only, always: this server stands in for GitHub on this machine and nowhere else.
+        super().__init__(("127.0.0.1", port), Handler)
+        self.fake = fake
+        fake.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def start_server(repo: str = REPO, *, token: str | None = None, port: int = 0) -> tuple[FakeGitHub, FakeServer]:
+    """Start the server in a daemon thread; returns (state, server). Call server.shutdown() to stop."""
+    fake = FakeGitHub(repo, token=token)
+    server = FakeServer(fake, port)
+    threading.Thread(target=server.serve_forever, name="fake-github", daemon=True).start()
+    return fake, server
+
+
+# --- the demo ------------------------------------------------------------------------------
+
+DEMO_FILE = Path(__file__).resolve().parent / "fixtures" / "demo_issues.json"
+
+# The shipped catalog has no colours; these follow the families PyTorch uses so chips read alike.
+PREFIX_COLOURS = [
+    ("oncall:", "e99695"),
+    ("module:", "c5def5"),
+    ("topic:", "bfd4f2"),
+    ("triage review", "fbca04"),
+    ("triaged", "0e8a16"),
+    ("high priority", "b60205"),
+    ("needs", "d4c5f9"),
+]
+
+
+def colour_for(name: str) -> str:
+    for prefix, colour in PREFIX_COLOURS:
+        if name.startswith(prefix):
+            return colour
+    return "ededed"
+
+
+def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
+    """Fill the server with the shipped label catalog and the demo issues (same numbers,
+    comment ids and times as `manage.py load_demo`); returns the number of issues."""
+    from rubric_app.rubric.catalog import load_catalog  # pure Python, like this module
+
+    for item in load_catalog():
+        fake.add_label(item["name"], colour_for(item["name"]), item.get("description", ""))
+    with open(path, encoding="utf-8") as fh:
+        issues = json.load(fh)["issues"]
+    for data in issues:
+        for name in data["labels"]:
+            if name not in fake.labels:
+                fake.add_label(name, colour_for(name))
+        issue = fake.add_issue(
+            data["number"], title=data["title"], body=data["body"], labels=data["labels"],
+            state=data.get("state", "open"), user=data.get("author", ""),
+            updated_at=_parse_iso(data["updated_at"]),
+            comments=[{"id": c["id"], "body": c["body"], "user": c.get("author", ""),
+                       "created_at": _parse_iso(c["created_at"])} for c in data.get("comments", [])],
+        )
+        issue["created_at"] = _parse_iso(data["created_at"])
+    return len(issues)
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The demo's GitHub on 127.0.0.1, seeded with the demo issues.")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    parser.add_argument("--repo", default=REPO)
+    args = parser.parse_args()
+    fake = FakeGitHub(args.repo)
+    count = seed_demo(fake)
+    server = FakeServer(fake, args.port)
+    print(f"demo GitHub: {fake.url} ({count} issues of {args.repo}, {len(fake.labels)} labels)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

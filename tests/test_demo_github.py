@@ -1,0 +1,90 @@
+"""Demo mode (no GITHUB_TOKEN): the local demo GitHub takes the whole flow; elsewhere nothing is sent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from rubric_app import decisions, demo_github, github
+from rubric_app.models import Issue, TriageDecision
+from rubric_app.sync import sync_queue
+from tests.conftest import make_issue, make_label
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def demo_server(settings):
+    """The demo GitHub as `make run` starts it (seeded, no token wanted), with settings as run.sh sets them."""
+    fake, server = demo_github.start_server()
+    demo_github.seed_demo(fake)
+    settings.GITHUB_TOKEN = ""
+    settings.GITHUB_API_URL = fake.url
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("url", ["https://api.github.com", "http://10.0.0.5:8080", "https://github.example.org/api/v3"])
+def test_it_sends_nothing_without_a_token_unless_the_api_is_on_this_machine(settings, triager, url):
+    settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", url
+    assert github.mode() == "off"
+    with pytest.raises(github.GitHubError, match="GitHub is off"):
+        github.client()
+    issue = make_issue(7001)
+    make_label("module: dynamo")
+    decision = decisions.request_decision(issue=issue, user=triager, add=["module: dynamo"], remove=[],
+                                          labels_seen=["oncall: pt2"])
+    assert decision.status == TriageDecision.Status.REFUSED
+    assert "Apply is disabled: no GITHUB_TOKEN" in decision.result_message
+
+
+def test_it_fails_a_queued_decision_with_the_reason_when_github_is_off(settings, triager):
+    # Queued while a token was set, applied after it was removed: it ends failed with why, sending nothing.
+    issue = make_issue(7002)
+    decision = TriageDecision.objects.create(issue=issue, user=triager, labels_seen=["oncall: pt2"],
+                                             labels_added=["module: dynamo"], labels_removed=[])
+    settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", "https://api.github.com"
+    decision = decisions.apply_decision(decision.pk)
+    assert decision.status == TriageDecision.Status.FAILED
+    assert "GitHub is off" in decision.result_message
+
+
+def test_it_disables_apply_with_the_reason_on_every_page_when_github_is_off(client, settings, triager):
+    settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", "https://api.github.com"
+    issue = make_issue(7003)
+    client.force_login(triager)
+    queue = client.get(reverse("rubric_app:queue")).content.decode()
+    assert "GitHub is off, Apply is disabled" in queue
+    preview = client.post(reverse("rubric_app:issue_preview", args=[issue.number]),
+                          {"route": "pt2", "labels_seen": json.dumps(issue.label_names())}).content.decode()
+    assert "Apply is disabled: no GITHUB_TOKEN" in preview and "data-apply>" not in preview
+
+
+def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, demo_server, triager):
+    assert github.mode() == "demo"
+    call_command("load_demo")
+    assert sync_queue(full=True).issues_changed == 0  # the demo GitHub serves what load_demo loaded
+    issue = Issue.objects.get(number=next(n for n, i in demo_server.issues.items() if i["state"] == "open"
+                                          and "oncall: pt2" in i["labels"] and "module: dynamo" not in i["labels"]))
+    client.force_login(triager)
+    page = client.get(issue.get_absolute_url()).content.decode()
+    assert f"Demo: the issues are the shipped demo set and GitHub is the local demo GitHub at {demo_server.url}" in page
+
+    response = client.post(reverse("rubric_app:issue_preview", args=[issue.number]),
+                           {"route": "pt2", "labels_seen": json.dumps(issue.label_names())})
+    assert b"data-apply>" in response.content  # offered: the demo GitHub takes it
+    decision = decisions.request_decision(issue=issue, user=triager, add=["module: dynamo"], remove=[],
+                                          labels_seen=issue.label_names())
+    decision = decisions.apply_decision(decision.pk)  # what the github worker runs
+    assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
+    assert "module: dynamo" in demo_server.labels_of(issue.number)
+    writes = demo_server.requests_to(rf"/issues/{issue.number}/labels", method="POST")
+    assert len(writes) == 1 and "authorization" not in writes[0].headers  # no token exists to send
+
+    demo_server.set_labels(issue.number, demo_server.labels_of(issue.number) + ["needs reproduction"])
+    sync_queue()
+    assert {"module: dynamo", "needs reproduction"} <= set(Issue.objects.get(pk=issue.pk).label_names())
