@@ -7,6 +7,7 @@ import json
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from .bisection import names_cuda
 from .models import BisectionRun, Issue, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import is_forbidden, load_catalog
 
@@ -150,6 +151,14 @@ class BisectForm(forms.Form):
     code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000, strip=False,
                            label="Repro (runs sandboxed; edit freely)")
     device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
+
+    @classmethod
+    def for_repro(cls, code: str) -> BisectForm:
+        """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
+        since on a CPU worker it would only fail for want of one."""
+        form = cls(initial={"code": code, "device": BisectionRun.Device.CUDA if names_cuda(code) else BisectionRun.Device.CPU})
+        form.names_cuda = names_cuda(code)
+        return form
 
     def clean_code(self) -> str:
         code = self.cleaned_data["code"]

@@ -98,7 +98,7 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "form": form,
         "prev_number": prev_number,
         "next_number": next_number,
-        "bisect_form": extra.pop("bisect_form", None) or BisectForm(initial={"code": _repro_for(issue)}),
+        "bisect_form": extra.pop("bisect_form", None) or BisectForm.for_repro(_repro_for(issue)),
         "run": runs[0] if runs else None,
         "earlier_runs": runs[1:],
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<code>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
 COMPILE_CALL = re.compile(r"torch\.compile\b|torch\._dynamo\.optimize\b|\.compile\(|torch\._inductor|aot_module|make_fx")
 INPUT_HINT = re.compile(r"torch\.(randn|rand|randint|ones|zeros|tensor|arange|empty|full|linspace)\b")
+CUDA_DEVICE = re.compile(r"cuda(:\d+)?")
+CUDA_HINT = re.compile(r"""\.cuda\(|["']cuda(:\d+)?["']""")
 NOT_CODE = re.compile(r"Traceback \(most recent call last\)|^\s*File \"", re.M)
 
 
@@ -38,6 +40,24 @@ def detect_style(code: str) -> str:
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return "module" if "fn" in names and names & {"make_inputs", "make_calls"} else "script"
+
+
+def names_cuda(code: str) -> bool:
+    """True when the code asks for a CUDA device: `device="cuda"`, "cuda:0", torch.device("cuda"), `.cuda()`.
+
+    Read from the syntax tree, so a comment or a docstring mentioning CUDA does not count;
+    code that does not parse falls back to a plain search.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return bool(CUDA_HINT.search(code))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and CUDA_DEVICE.fullmatch(node.value):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
+            return True
+    return False
 
 
 def _score(code: str) -> int | None:
