@@ -170,6 +170,8 @@ class BisectForm(forms.Form):
 class MeetingDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
     labels_seen = forms.CharField(widget=forms.HiddenInput)
+    # The suggested `module:` label the agenda shows for an issue that has none (G4).
+    component = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
 
     clean_labels_seen = TriageForm.clean_labels_seen
 
@@ -189,4 +191,11 @@ class MeetingDecisionForm(forms.Form):
         }[decision]
         add = [name for name in wanted if name not in current]
         remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
+        if TRIAGED in add and not issue.module_labels:
+            # G4: triaged needs a component. Only one the rubric suggested for this issue is taken;
+            # without one, request_decision refuses the decision and says why.
+            suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}
+            component = self.cleaned_data["component"]
+            if component.startswith("module:") and component in suggested:
+                add.append(component)
         return add, remove, decision == "close"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, Prefetch, Subquery
+from django.db.models import JSONField, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -22,6 +22,7 @@ from . import bisect_runs, decisions
 from .bisection import extract_repro
 from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
 from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision
+from .rubric.rules_domain import FLAKY, REGRESSION
 
 PAGE_SIZE = 50
 
@@ -243,34 +244,51 @@ def audit(request: HttpRequest) -> HttpResponse:
 AGENDA_GROUPS = [
     ("crash", ("segfault", "sigsegv", "illegal memory access", "device-side assert", "crash", "core dumped", "abort")),
     ("silent correctness", ("silent", "wrong result", "incorrect", "differs from eager", "mismatch", "accuracy", "nan")),
-    ("regression", ("regression", "regressed", "worked in", "used to work", "flaky")),
+    ("regression", ("regression", "regressed", "worked in", "used to work")),
     ("performance", ("slow", "performance", "perf", "speedup", "latency", "throughput", "memory usage")),
 ]
+AGENDA_ORDER = [name for name, _ in AGENDA_GROUPS] + ["flaky test", "other"]
+UNSETTLED = {TriageDecision.Status.REFUSED, TriageDecision.Status.FAILED, TriageDecision.Status.CONFLICT}
+
+
+def is_flaky_test(title: str) -> bool:
+    """A flaky-test report: "flaky"/"intermittent" in the title, or CI's "DISABLED test_x" issue."""
+    return bool(FLAKY.search(title)) or title.lstrip().startswith("DISABLED ")
 
 
 def agenda_group(issue: Issue) -> str:
-    """Which R11 reason put the issue on the agenda: crash, silent correctness, regression, performance or other.
+    """Which R11 reason put the issue on the agenda: crash, silent correctness, regression, performance,
+    flaky test or other.
 
-    The rubric's `triage review` suggestion (R11) says why; the title breaks ties.
+    The rubric's `triage review` suggestion (R11) says why; the title breaks ties. A flaky or
+    disabled test is a regression only when its own title or body says so ("regression", "used
+    to work", ...): R11's reason calls every flaky test "usually a regression", which is no evidence.
     """
     why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == "triage review")
+    flaky = is_flaky_test(issue.title)
     for text in (f"{why} {issue.title}".lower(), issue.body[:4000].lower()):
         for group, words in AGENDA_GROUPS:
-            if any(word in text for word in words):
+            if group == "regression" and flaky:
+                if REGRESSION.search(f"{issue.title}\n{issue.body[:4000]}"):
+                    return group
+            elif any(word in text for word in words):
                 return group
-    return "other"
+    return "flaky test" if flaky else "other"
 
 
-def _agenda(meeting: Meeting | None) -> list[tuple[str, list[Issue]]]:
-    """The agenda grouped in AGENDA_GROUPS order; issues decided in this meeting drop off."""
-    last = Meeting.objects.last_held()
-    qs = Issue.objects.for_meeting(since=last.ended_at if last else None).annotate(latest_verdict=_latest_verdict())
-    if meeting is not None:
-        decided = TriageDecision.objects.filter(issue=OuterRef("pk"), meeting=meeting).exclude(
-            status__in=[TriageDecision.Status.REFUSED, TriageDecision.Status.FAILED, TriageDecision.Status.CONFLICT])
-        qs = qs.exclude(Exists(decided))
-    groups: dict[str, list[Issue]] = {name: [] for name, _ in AGENDA_GROUPS + [("other", ())]}
+def _latest_verdict_labels() -> Subquery:
+    """The newest finished bisection's labels (label, rule_id, evidence dicts), as a column."""
+    runs = BisectionRun.objects.filter(issue=OuterRef("pk"), status=BisectionRun.Status.DONE).order_by("-created_at")
+    return Subquery(runs.values("verdict_labels")[:1], output_field=JSONField())
+
+
+def _agenda() -> list[tuple[str, list[Issue]]]:
+    """The agenda grouped in AGENDA_ORDER: every flagged issue no decision has settled (Issue.objects.for_meeting),
+    each with its latest bisection verdict and labels; one query for the issues, whatever their number."""
+    qs = Issue.objects.for_meeting().annotate(latest_verdict=_latest_verdict(), latest_verdict_labels=_latest_verdict_labels())
+    groups: dict[str, list[Issue]] = {name: [] for name in AGENDA_ORDER}
     for issue in qs:
+        issue.unsettled = issue.last_try_status in UNSETTLED  # a refused or failed try stays on, marked
         groups[agenda_group(issue)].append(issue)
     return [(name, issues) for name, issues in groups.items() if issues]
 
@@ -280,7 +298,7 @@ def _agenda(meeting: Meeting | None) -> list[tuple[str, list[Issue]]]:
 def meeting(request: HttpRequest) -> HttpResponse:
     _require(request, "view_meeting")
     current = Meeting.objects.filter(ended_at__isnull=True).select_related("chair").first()
-    context = {"meeting": current, "agenda": _agenda(current), "decisions": MEETING_DECISIONS,
+    context = {"meeting": current, "agenda": _agenda(), "decisions": MEETING_DECISIONS,
                "recorded": current.decisions.select_related("issue", "user").order_by("created_at") if current else [],
                "last": Meeting.objects.last_held()}
     return render(request, _partial(request, "rubric_app/meeting.html", "agenda"), context)
