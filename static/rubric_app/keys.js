@@ -86,7 +86,7 @@
     var page = document.querySelector("[data-issue]");
     var number = row ? row.getAttribute("data-issue-row") : page && page.getAttribute("data-issue");
     var slot = "#apply-preview-" + CSS.escape(number || "");
-    if (!form) return click(slot + " [data-apply]");
+    if (!form) return click(row ? slot + " [data-apply]" : "[data-apply]");  // a preview opened by mouse
     // Nothing previewed and nothing on its way: Enter applies only what the triager has seen.
     if (!busy(form) && !document.querySelector(slot + " [data-apply]")) return false;
     pending = { form: form, slot: slot, asked: false };
