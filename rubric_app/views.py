@@ -7,6 +7,8 @@ htmx asks) or redirect (PRG for plain form posts).
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -261,19 +263,25 @@ def agenda_group(issue: Issue) -> str:
     flaky test or other.
 
     The rubric's `triage review` suggestion (R11) says why; the title breaks ties. A flaky or
-    disabled test is a regression only when its own title or body says so ("regression", "used
-    to work", ...): R11's reason calls every flaky test "usually a regression", which is no evidence.
+    disabled test is filed by what the issue itself says: a crash, else a regression only when
+    its title or body says so ("regression", "used to work", ...), else a flaky test. R11's reason
+    calls every flaky test "usually a regression", which is no evidence, and the mismatch or
+    slowness a flaky test reports is its symptom, not a silent-correctness or performance bug.
     """
     why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == "triage review")
     flaky = is_flaky_test(issue.title)
     for text in (f"{why} {issue.title}".lower(), issue.body[:4000].lower()):
         for group, words in AGENDA_GROUPS:
-            if group == "regression" and flaky:
-                if REGRESSION.search(f"{issue.title}\n{issue.body[:4000]}"):
-                    return group
-            elif any(word in text for word in words):
+            if (not flaky or group == "crash") and _says(words, text):
                 return group
-    return "flaky test" if flaky else "other"
+    if flaky:
+        return "regression" if REGRESSION.search(f"{issue.title}\n{issue.body[:4000]}") else "flaky test"
+    return "other"
+
+
+def _says(words: tuple[str, ...], text: str) -> bool:
+    """Any of words at the start of a word of text ("crash" finds "crashes", "nan" no longer finds "maintenance")."""
+    return any(re.search(rf"\b{re.escape(word)}", text) for word in words)
 
 
 def _latest_verdict_labels() -> Subquery:

@@ -33,7 +33,7 @@ def agenda(db):
         _flagged(2, "Results differ from eager", why="silently wrong results"),
         _flagged(3, "Slower than 2.4 by 30%", why="a regression from an earlier version"),
         _flagged(4, "Compile takes forever", why="performance"),
-        _flagged(5, "Something odd"),
+        _flagged(5, "Something odd, needs maintenance"),
     ]
 
 
@@ -146,6 +146,7 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
     ("Flaky test_compile_basic in CI", "It fails one run in ten.", "flaky test"),
     ("Flaky test_compile_basic since the upgrade", "This used to work in 2.5; a regression.", "regression"),
     ("DISABLED test_foo (__main__.TestCompile)", "Segmentation fault (core dumped)", "crash"),
+    ("Flaky test: test_adamw_capturable fails intermittently", "Always a small numerical mismatch.", "flaky test"),
 ])
 def test_it_files_a_flaky_test_under_regression_only_when_it_says_so(db, title, body, group):
     issue = make_issue(30, title=title, body=body, labels=("oncall: pt2", "triage review"))
