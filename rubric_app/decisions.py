@@ -56,6 +56,12 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool) -
     return sorted(target - current), sorted(current - target)
 
 
+def leaves_triaged_without_component(issue: Issue, add: list[str], remove: list[str]) -> bool:
+    """True when the change would end with a `triaged` oncall: pt2 issue that has no `module:` label (G4)."""
+    after = (set(issue.label_names()) | set(add)) - set(remove)
+    return PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
+
+
 def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_decision: str, close: bool) -> str:
     """Why this decision may not go to GitHub, in plain words; "" when it may."""
     if issue.is_pull_request:
@@ -79,6 +85,9 @@ def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_de
     unknown = sorted(name for name in add if name not in catalog)
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
+    if meeting_decision and not close and leaves_triaged_without_component(issue, add, remove):
+        return (f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
+                "and no suggested component was taken. Add one on the issue page, then decide again.")
     wants_high = HIGH_PRIORITY in add or meeting_decision == HIGH_PRIORITY
     if wants_high and not user.has_perm("rubric_app.record_meeting_decision"):
         return "`high priority` is decided by the triage meeting (R11): flag `triage review` instead."

@@ -7,6 +7,7 @@ import json
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from .bisection import names_cuda
 from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import is_forbidden, load_catalog
 
@@ -193,6 +194,15 @@ class BisectForm(forms.Form):
             )
         return device
 
+    @classmethod
+    def for_repro(cls, code: str, live: dict[str, list[str]] | None = None) -> BisectForm:
+        """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
+        since on a CPU worker it would only fail for want of one."""
+        form = cls(initial={"code": code, "device": BisectionRun.Device.CUDA if names_cuda(code) else BisectionRun.Device.CPU},
+                   live=live)
+        form.names_cuda = names_cuda(code)
+        return form
+
     def clean_code(self) -> str:
         code = self.cleaned_data["code"]
         if not code.strip():
@@ -203,6 +213,8 @@ class BisectForm(forms.Form):
 class MeetingDecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
     labels_seen = forms.CharField(widget=forms.HiddenInput)
+    # The suggested `module:` label the agenda shows for an issue that has none (G4).
+    component = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
 
     clean_labels_seen = TriageForm.clean_labels_seen
 
@@ -222,4 +234,11 @@ class MeetingDecisionForm(forms.Form):
         }[decision]
         add = [name for name in wanted if name not in current]
         remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
+        if TRIAGED in add and not issue.module_labels:
+            # G4: triaged needs a component. Only one the rubric suggested for this issue is taken;
+            # without one, request_decision refuses the decision and says why.
+            suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}
+            component = self.cleaned_data["component"]
+            if component.startswith("module:") and component in suggested:
+                add.append(component)
         return add, remove, decision == "close"

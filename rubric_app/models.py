@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models, transaction
-from django.db.models import Prefetch, Q
+from django.db.models import Exists, OuterRef, Prefetch, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
@@ -120,12 +120,24 @@ class IssueQuerySet(models.QuerySet):
             _store_suggestions(list(issues), catalog)
         return len(ids)
 
-    def for_meeting(self, since) -> IssueQuerySet:
-        """Issues flagged `triage review` (R11) since `since` and still undecided."""
-        qs = self.in_queue().filter(labels__name=TRIAGE_REVIEW)
-        if since is not None:
-            qs = qs.filter(Q(review_flagged_at__gte=since) | Q(review_flagged_at__isnull=True))
-        return qs.prefetch_related("labels", "suggestions").order_by("review_flagged_at", "number")
+    def for_meeting(self) -> IssueQuerySet:
+        """The meeting's agenda: every issue still flagged `triage review` (R11) that no decision has settled.
+
+        An issue stays on it from meeting to meeting until a decision takes the flag off on GitHub.
+        A meeting decision on its way there (pending, applying) takes it off the agenda; one that
+        was refused, failed or met a conflict leaves it on, and the latest meeting decision's
+        status, decision and message are annotated (last_try_*) so the page can mark it.
+        """
+        tries = TriageDecision.objects.filter(issue=OuterRef("pk"), meeting__isnull=False)
+        in_flight = tries.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
+        latest = tries.order_by("-created_at", "-pk")
+        return (
+            self.in_queue().filter(labels__name=TRIAGE_REVIEW).exclude(Exists(in_flight))
+            .annotate(last_try_status=Subquery(latest.values("status")[:1]),
+                      last_try_decision=Subquery(latest.values("meeting_decision")[:1]),
+                      last_try_message=Subquery(latest.values("result_message")[:1]))
+            .prefetch_related("labels", "suggestions").order_by("review_flagged_at", "number")
+        )
 
 
 class Issue(models.Model):
@@ -150,7 +162,7 @@ class Issue(models.Model):
     )
     last_synced_at = models.DateTimeField(null=True, blank=True)
     comments_synced_at = models.DateTimeField(null=True, blank=True)
-    # When the `triage review` label was first seen: the meeting agenda is "since the last meeting".
+    # When the `triage review` label was first seen: the agenda lists the longest-waiting first.
     review_flagged_at = models.DateTimeField(null=True, blank=True)
     # What the rubric engine concluded, besides the per-label Suggestion rows.
     suggested_route = models.CharField(max_length=40, blank=True)
@@ -182,6 +194,15 @@ class Issue(models.Model):
     @property
     def module_labels(self) -> list[str]:
         return [name for name in self.label_names() if name.startswith("module:")]
+
+    @property
+    def suggested_component(self) -> Suggestion | None:
+        """The most confident suggested `module:` label (what G4 asks a triaged PT2 issue to carry), or None.
+
+        Reads the prefetched suggestions: no query per agenda item.
+        """
+        modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label.startswith("module:")]
+        return max(modules, key=lambda s: s.confidence, default=None)
 
     def as_issue_text(self) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections."""

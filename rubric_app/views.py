@@ -7,11 +7,13 @@ htmx asks) or redirect (PRG for plain form posts).
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import InvalidPage, Paginator
-from django.db.models import Exists, OuterRef, Prefetch, Subquery
+from django.db.models import Exists, JSONField, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -23,6 +25,7 @@ from . import bisect_runs, decisions
 from .bisection import extract_repro
 from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
 from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
+from .rubric.rules_domain import FLAKY, REGRESSION
 
 PAGE_SIZE = 50
 
@@ -113,7 +116,7 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "form": form,
         "prev_number": prev_number,
         "next_number": next_number,
-        "bisect_form": extra.pop("bisect_form", None) or BisectForm(initial={"code": _repro_for(issue)}, live=live),
+        "bisect_form": extra.pop("bisect_form", None) or BisectForm.for_repro(_repro_for(issue), live=live),
         "run": runs[0] if runs else None,
         **_waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
@@ -276,34 +279,57 @@ def audit(request: HttpRequest) -> HttpResponse:
 AGENDA_GROUPS = [
     ("crash", ("segfault", "sigsegv", "illegal memory access", "device-side assert", "crash", "core dumped", "abort")),
     ("silent correctness", ("silent", "wrong result", "incorrect", "differs from eager", "mismatch", "accuracy", "nan")),
-    ("regression", ("regression", "regressed", "worked in", "used to work", "flaky")),
+    ("regression", ("regression", "regressed", "worked in", "used to work")),
     ("performance", ("slow", "performance", "perf", "speedup", "latency", "throughput", "memory usage")),
 ]
+AGENDA_ORDER = [name for name, _ in AGENDA_GROUPS] + ["flaky test", "other"]
+UNSETTLED = {TriageDecision.Status.REFUSED, TriageDecision.Status.FAILED, TriageDecision.Status.CONFLICT}
+
+
+def is_flaky_test(title: str) -> bool:
+    """A flaky-test report: "flaky"/"intermittent" in the title, or CI's "DISABLED test_x" issue."""
+    return bool(FLAKY.search(title)) or title.lstrip().startswith("DISABLED ")
 
 
 def agenda_group(issue: Issue) -> str:
-    """Which R11 reason put the issue on the agenda: crash, silent correctness, regression, performance or other.
+    """Which R11 reason put the issue on the agenda: crash, silent correctness, regression, performance,
+    flaky test or other.
 
-    The rubric's `triage review` suggestion (R11) says why; the title breaks ties.
+    The rubric's `triage review` suggestion (R11) says why; the title breaks ties. A flaky or
+    disabled test is filed by what the issue itself says: a crash, else a regression only when
+    its title or body says so ("regression", "used to work", ...), else a flaky test. R11's reason
+    calls every flaky test "usually a regression", which is no evidence, and the mismatch or
+    slowness a flaky test reports is its symptom, not a silent-correctness or performance bug.
     """
     why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == "triage review")
+    flaky = is_flaky_test(issue.title)
     for text in (f"{why} {issue.title}".lower(), issue.body[:4000].lower()):
         for group, words in AGENDA_GROUPS:
-            if any(word in text for word in words):
+            if (not flaky or group == "crash") and _says(words, text):
                 return group
+    if flaky:
+        return "regression" if REGRESSION.search(f"{issue.title}\n{issue.body[:4000]}") else "flaky test"
     return "other"
 
 
-def _agenda(meeting: Meeting | None) -> list[tuple[str, list[Issue]]]:
-    """The agenda grouped in AGENDA_GROUPS order; issues decided in this meeting drop off."""
-    last = Meeting.objects.last_held()
-    qs = Issue.objects.for_meeting(since=last.ended_at if last else None).annotate(latest_verdict=_latest_verdict())
-    if meeting is not None:
-        decided = TriageDecision.objects.filter(issue=OuterRef("pk"), meeting=meeting).exclude(
-            status__in=[TriageDecision.Status.REFUSED, TriageDecision.Status.FAILED, TriageDecision.Status.CONFLICT])
-        qs = qs.exclude(Exists(decided))
-    groups: dict[str, list[Issue]] = {name: [] for name, _ in AGENDA_GROUPS + [("other", ())]}
+def _says(words: tuple[str, ...], text: str) -> bool:
+    """Any of words at the start of a word of text ("crash" finds "crashes", "nan" no longer finds "maintenance")."""
+    return any(re.search(rf"\b{re.escape(word)}", text) for word in words)
+
+
+def _latest_verdict_labels() -> Subquery:
+    """The newest finished bisection's labels (label, rule_id, evidence dicts), as a column."""
+    runs = BisectionRun.objects.filter(issue=OuterRef("pk"), status=BisectionRun.Status.DONE).order_by("-created_at")
+    return Subquery(runs.values("verdict_labels")[:1], output_field=JSONField())
+
+
+def _agenda() -> list[tuple[str, list[Issue]]]:
+    """The agenda grouped in AGENDA_ORDER: every flagged issue no decision has settled (Issue.objects.for_meeting),
+    each with its latest bisection verdict and labels; one query for the issues, whatever their number."""
+    qs = Issue.objects.for_meeting().annotate(latest_verdict=_latest_verdict(), latest_verdict_labels=_latest_verdict_labels())
+    groups: dict[str, list[Issue]] = {name: [] for name in AGENDA_ORDER}
     for issue in qs:
+        issue.unsettled = issue.last_try_status in UNSETTLED  # a refused or failed try stays on, marked
         groups[agenda_group(issue)].append(issue)
     return [(name, issues) for name, issues in groups.items() if issues]
 
@@ -313,7 +339,7 @@ def _agenda(meeting: Meeting | None) -> list[tuple[str, list[Issue]]]:
 def meeting(request: HttpRequest) -> HttpResponse:
     _require(request, "view_meeting")
     current = Meeting.objects.filter(ended_at__isnull=True).select_related("chair").first()
-    context = {"meeting": current, "agenda": _agenda(current), "decisions": MEETING_DECISIONS,
+    context = {"meeting": current, "agenda": _agenda(), "decisions": MEETING_DECISIONS,
                "recorded": current.decisions.select_related("issue", "user").order_by("created_at") if current else [],
                "last": Meeting.objects.last_held()}
     return render(request, _partial(request, "rubric_app/meeting.html", "agenda"), context)

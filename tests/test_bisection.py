@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rubric_app.bisection import Limits, bisect, detect_style, extract_repro
+from rubric_app.bisection import Limits, bisect, detect_style, extract_repro, names_cuda
 from rubric_app.bisection.extract import fenced_blocks
 from rubric_app.bisection.sandbox import UID_BASE
 from tests.bounded import run_bounded
+from rubric_app.bisection.verdict import decide
 from tests.conftest import processes_with_cmdline
 
 pytestmark = pytest.mark.torch
@@ -113,6 +114,43 @@ def test_it_redirects_a_scripts_own_backend_mode_by_mode():
     assert statuses(results) == ["passed"] * 5 + ["diverged"]
     assert "tensor(" in report.log  # the script's own print, captured
     assert labels == [("module: inductor", "R2.2"), ("triage review", "R11")]
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="on a GPU machine the cuda repro runs")
+def test_it_says_a_cuda_repro_run_on_cpu_needs_a_gpu_and_suggests_nothing():
+    code = (REPROS / "needs_cuda.py").read_text()
+    assert names_cuda(code)
+    by_mode, results, labels, report = run("needs_cuda")
+    assert statuses(results) == ["raised"] + ["skipped"] * 5
+    assert "CUDA" in by_mode["eager"]["message"] and by_mode["eager"]["probes"] == {}
+    assert labels == []
+    assert report.summary.startswith("needs a GPU: re-run on cuda")
+    assert "not a compile bug" not in report.summary and "Fix the repro" not in report.summary
+
+
+@pytest.mark.parametrize("message", [
+    "AssertionError: Torch not compiled with CUDA enabled",  # a CPU-only torch build
+    "RuntimeError: No CUDA GPUs are available",  # a CUDA build on a machine without a GPU
+    "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",
+])
+def test_it_tells_a_missing_gpu_from_a_broken_repro_in_any_mode(message):
+    eager = {"mode": "eager", "status": "raised", "phase": "runtime", "exception": message.split(":")[0], "message": message}
+    verdict = decide([eager], "cpu")
+    assert verdict.labels == [] and verdict.summary.startswith("needs a GPU: re-run on cuda")
+    # A mode after eager that needs CUDA (a compile option, a cuda-only kernel) is no component either.
+    passed = {"mode": "eager", "status": "passed", "phase": "", "exception": "", "message": ""}
+    inductor = {**eager, "mode": "inductor", "phase": "backend_compile", "probes": {}}
+    verdict = decide([passed, {**passed, "mode": "dynamo_eager"}, inductor], "cpu")
+    assert verdict.labels == [] and verdict.summary.startswith("needs a GPU")
+    broken = {**eager, "exception": "RuntimeError", "message": "RuntimeError: mat1 and mat2 shapes cannot be multiplied"}
+    assert "not a compile bug" in decide([broken], "cpu").summary
+
+
+def test_it_sees_which_repros_name_cuda():
+    for code in ('x = torch.randn(3, device="cuda")', "model.cuda()", 'd = torch.device("cuda:0")', 'x.to("cuda")'):
+        assert names_cuda(code), code
+    for code in ("# was slow on cuda\nx = torch.randn(3)", '"""Seen on cuda."""\nx = 1', "torch.cuda.is_available()"):
+        assert not names_cuda(code), code
 
 
 needs_gpu = pytest.mark.skipif(not os.path.exists("/dev/nvidiactl"), reason="needs a CUDA GPU")

@@ -88,6 +88,18 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     assert (suggestion.source, suggestion.evidence_source) == ("bisection", f"bisection:{run.pk}")
 
 
+@pytest.mark.torch
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="on a GPU machine the cuda repro runs")
+def test_it_says_a_cuda_repro_on_a_cpu_worker_needs_a_gpu_and_feeds_no_suggestion(issue, triager):
+    run = BisectionRun.objects.create(issue=issue, requested_by=triager, device="cpu",
+                                      repro_code=(REPROS / "needs_cuda.py").read_text(), repro_style="script")
+    bisect_runs.run_bisection(run.pk)
+    run.refresh_from_db()
+    assert run.status == "done" and run.verdict_labels == []
+    assert run.verdict_summary.startswith("needs a GPU: re-run on cuda") and "Fix the repro" not in run.verdict_summary
+    assert not issue.suggestions.filter(source="bisection").exists()
+
+
 def test_it_runs_a_claimed_run_only_once(issue, triager):
     run = _queued(issue, triager)
     BisectionRun.objects.filter(pk=run.pk).update(status="done", verdict_summary="kept")

@@ -239,3 +239,13 @@ def test_it_starts_a_bisection_with_the_edited_code(client, triager, triaged_iss
     assert f'hx-get="{_url("bisection", run.pk)}" hx-trigger="every 1s"' in html and "<html" not in html
     response = client.post(_url("bisect", 2001), {"code": code, "device": "cpu"})
     assert response.status_code == 302 and response["Location"].endswith("#bisection")
+
+
+def test_it_preselects_the_gpu_when_the_repro_names_cuda(client, triager, triaged_issue):
+    client.force_login(triager)
+    html = client.get(_url("issue", 2001)).content.decode()
+    assert '<option value="cpu" selected>' in html and "data-repro-cuda" not in html
+    triaged_issue.body = "Fails on GPU:\n\n```python\nimport torch\nx = torch.randn(4, device='cuda')\ntorch.compile(torch.sin)(x)\n```"
+    triaged_issue.save(update_fields=["body"])
+    html = client.get(_url("issue", 2001)).content.decode()
+    assert '<option value="cuda" selected>' in html and "data-repro-cuda" in html

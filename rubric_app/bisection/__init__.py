@@ -9,7 +9,7 @@
 torch is imported only by the fork server and its children, never by importing this package.
 """
 
-from .extract import Repro, detect_style, extract_repro
+from .extract import Repro, detect_style, extract_repro, names_cuda
 from .harness import ForkServer, ForkServerError, Report, SandboxRefused, bisect, shared_server
 from .sandbox import Limits, SandboxError
 
@@ -24,5 +24,6 @@ __all__ = [
     "bisect",
     "detect_style",
     "extract_repro",
+    "names_cuda",
     "shared_server",
 ]

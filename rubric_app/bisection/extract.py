@@ -27,6 +27,8 @@ IMPORTS_OTHERS = re.compile(r"^[ \t]*(import|from) (transformers|diffusers|timm|
 # ast raises these besides SyntaxError on hostile code: RecursionError for deep nesting
 # (12 KB of `-` in a row), MemoryError, ValueError for NUL bytes.
 PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError)
+CUDA_DEVICE = re.compile(r"cuda(:\d+)?")
+CUDA_HINT = re.compile(r"""\.cuda\(|["']cuda(:\d+)?["']""")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,24 @@ def detect_style(code: str) -> str:
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return "module" if "fn" in names and names & {"make_inputs", "make_calls"} else "script"
+
+
+def names_cuda(code: str) -> bool:
+    """True when the code asks for a CUDA device: `device="cuda"`, "cuda:0", torch.device("cuda"), `.cuda()`.
+
+    Read from the syntax tree, so a comment or a docstring mentioning CUDA does not count;
+    code that does not parse falls back to a plain search.
+    """
+    try:
+        tree = ast.parse(code)
+    except PARSE_ERRORS:
+        return bool(CUDA_HINT.search(code))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and CUDA_DEVICE.fullmatch(node.value):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
+            return True
+    return False
 
 
 def _score(code: str) -> int | None:

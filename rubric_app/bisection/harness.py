@@ -248,6 +248,8 @@ class _Bisection:
 
     def probe(self, failed: dict, repeats: int, cuda: bool, narrow: bool) -> None:
         """Re-run the failing mode as the probes ask; record them on its result."""
+        if verdict_rules.needs_gpu(failed):
+            return  # CUDA is missing here: probes, repeats and narrowing would only fail the same way
         plan = _probe_plan(failed, self.code, self.device, self.style, cuda)
         # A crash may be memory corruption, which comes and goes: always check it once more.
         repeats = max(repeats, 1) if failed["status"] == "crashed" else repeats

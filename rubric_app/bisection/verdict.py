@@ -6,6 +6,7 @@ refine it (R1.1 dynamic=False) and the kind of failure flags the meeting (R11).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 DYNAMO = "module: dynamo"
@@ -31,6 +32,22 @@ COMPONENT = {
 }
 
 
+# What torch raises when a repro asks for CUDA on a machine without it: a CPU-only build, no driver,
+# no visible device. The repro is fine and the compiler untested, so it is neither "fix the repro"
+# nor a component: it needs a GPU worker.
+NO_CUDA = re.compile(
+    r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available"
+    r"|no CUDA-capable device|CUDA driver initialization failed|Cannot access accelerator device when none is available"
+)
+
+
+def needs_gpu(result: dict) -> bool:
+    """True when a mode failed only because CUDA is unavailable where it ran."""
+    if result.get("status") not in ("raised", "crashed"):
+        return False
+    return bool(NO_CUDA.search(f"{result.get('exception', '')} {result.get('message', '')}"))
+
+
 @dataclass
 class Verdict:
     labels: list[dict] = field(default_factory=list)
@@ -54,6 +71,15 @@ def decide(results: list[dict], device: str) -> Verdict:
     ran = [r for r in results if r["status"] != "skipped"]
     if not ran:
         return Verdict(summary="Nothing ran.")
+    first_bad = next((r for r in ran if r["status"] != "passed"), None)
+    if first_bad is not None and needs_gpu(first_bad):
+        # No labels: a run that never reached the compiler says nothing about a component.
+        return Verdict(
+            first_failure=first_bad["mode"],
+            summary=f"needs a GPU: re-run on cuda. The repro uses CUDA, which this {device} run does not have "
+            f"({first_bad['mode']}: {(first_bad['message'] or first_bad['exception']).strip().splitlines()[-1][:160]}); "
+            "nothing was learned about the compiler, so no labels.",
+        )
     broken = next((r for r in ran if r["phase"] == "setup"), None)
     if broken is not None:
         return Verdict(summary=f"The bisection harness failed on {broken['mode']} (not the repro): "

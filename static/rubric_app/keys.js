@@ -43,30 +43,76 @@
 
   function accept() {
     var row = selectedRow();
-    if (row) return click("[data-accept]", row);
-    var form = document.getElementById("triage-form");
+    var form = row ? row.querySelector("form") : document.getElementById("triage-form");
     if (!form) return false;
-    form.reset();  // back to the rendered state, which is the rubric's suggestions
-    return click("[data-accept]", form);
+    pending = null;  // a new preview is coming: an earlier Enter must not apply the one it replaces
+    return click("[data-accept]", form);  // on the issue page the click listener below resets the boxes
+  }
+
+  // What a form says will be applied: the ticked labels, route, hand-off and review flag. The triage
+  // form and the preview's Apply form carry the same field names, so equal strings mean the preview
+  // shows exactly what is ticked.
+  function choices(form) {
+    var data = new FormData(form);
+    return JSON.stringify([data.getAll("labels").sort(), data.get("route") || "", data.get("handoff_to") || "",
+                           data.get("review") === "on"]);
+  }
+
+  function busy(form) { return !!form && form.classList.contains("htmx-request"); }
+
+  // Enter applies the preview only once it is the preview of what is ticked: typed fast, `a r Enter`
+  // would otherwise apply the preview of `a` while the box of `r` shows ticked.
+  var pending = null;
+
+  function applyWhenCurrent() {
+    var p = pending;
+    if (!p) return;
+    if (busy(p.form)) return;  // its preview is on the way: htmx:afterSettle calls again
+    var button = document.querySelector(p.slot + " [data-apply]");
+    var current = button && (p.form.id !== "triage-form" || choices(button.form) === choices(p.form));
+    if (current) { pending = null; button.click(); return; }
+    if (!p.asked && p.form.id === "triage-form") {  // stale preview, nothing in flight: ask for the current one
+      p.asked = true;
+      if (p.form.requestSubmit) p.form.requestSubmit(); else htmx.trigger(p.form, "submit");
+      return;
+    }
+    pending = null;  // the fresh preview still differs (form errors): show it, apply nothing
   }
 
   function apply() {
-    // The visible Apply button of the current preview; in the queue, the selected row's.
+    // The Apply button of the current preview; in the queue, the selected row's.
     var row = selectedRow();
-    if (row) {
-      var slot = document.getElementById("apply-preview-" + row.getAttribute("data-issue-row"));
-      return slot ? click("[data-apply]", slot) : false;
-    }
-    return click("[data-apply]");
+    var form = row ? row.querySelector("form") : document.getElementById("triage-form");
+    var page = document.querySelector("[data-issue]");
+    var number = row ? row.getAttribute("data-issue-row") : page && page.getAttribute("data-issue");
+    var slot = "#apply-preview-" + CSS.escape(number || "");
+    if (!form) return click(row ? slot + " [data-apply]" : "[data-apply]");  // a preview opened by mouse
+    // Nothing previewed and nothing on its way: Enter applies only what the triager has seen.
+    if (!busy(form) && !document.querySelector(slot + " [data-apply]")) return false;
+    pending = { form: form, slot: slot, asked: false };
+    applyWhenCurrent();
+    return true;
   }
 
   function toggleReview() {
     var box = document.querySelector("#triage-form input[name=review]");
     if (!box) return false;
-    box.checked = !box.checked;
-    box.dispatchEvent(new Event("change", { bubbles: true }));
+    box.click();  // as the mouse does: the same events, so the preview follows
     return true;
   }
+
+  // htmx keeps sending the last submit button clicked in a form with its later requests until that
+  // button loses focus, which a key press never gives it: after `a`, the change of `r` went out as
+  // "accept" again and the server previewed the suggestions, dropping the ticked flag. Only a submit
+  // by the Accept button itself asks for the suggestions.
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (!event.detail.elt || event.detail.elt.id !== "triage-form") return;
+    var trigger = event.detail.triggeringEvent;
+    var submitter = trigger && trigger.type === "submit" ? trigger.submitter : null;
+    if (submitter && submitter.hasAttribute("data-accept")) return;
+    var params = event.detail.parameters;
+    if (typeof params.delete === "function") params.delete("accept"); else delete params.accept;
+  });
 
   function bisect() {
     var row = selectedRow();
@@ -91,7 +137,12 @@
 
   document.addEventListener("click", function (event) {
     if (event.target.closest("[data-help-toggle]")) toggleHelp();
+    // Accept previews the rubric's suggestions: show them ticked too (the rendered state), before
+    // htmx reads the form, so the boxes never disagree with the preview.
+    var accepting = event.target.closest("#triage-form [data-accept]");
+    if (accepting) accepting.form.reset();
   });
+  document.addEventListener("htmx:afterSettle", applyWhenCurrent);
 
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
