@@ -116,16 +116,12 @@ class IssueQuerySet(models.QuerySet):
             return self.none()
         if connections[self.db].vendor == "postgresql":
             vector, query = search_index.postgres_match(clauses)
-            qs = self.alias(search_vector=vector)
-            match, rank = Q(search_vector=query), search_index.postgres_rank(vector, query)
-        else:
-            expression = search.fts5_match(clauses)
-            match, rank = Q(pk__in=search_index.sqlite_match(expression)), search_index.sqlite_rank(expression)
-            qs = self
+            match = Q(search_vector=query) | Q(number=number) if number is not None else Q(search_vector=query)
+            qs, rank = self.alias(search_vector=vector).filter(match), search_index.postgres_rank(vector, query)
+        else:  # SQLite's FTS5 indexes the number too: the join finds the issue itself
+            qs, rank = search_index.sqlite_search(self, search.fts5_match(clauses), number is not None)
         exact = Case(When(number=number, then=Value(1000.0)), default=Value(0.0)) if number is not None else Value(0.0)
-        if number is not None:
-            match |= Q(number=number)
-        return qs.filter(match).annotate(
+        return qs.annotate(
             search_rank=Coalesce(rank, Value(0.0), output_field=FloatField()) + exact
         ).order_by(F("search_rank").desc(), "-updated_at")
 

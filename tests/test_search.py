@@ -141,6 +141,13 @@ def test_it_matches_a_number_in_the_text_and_ranks_the_issue_itself_first():
     assert _found("https://github.com/pytorch/pytorch/issues/170029") == [170029, 5]
 
 
+def test_it_matches_issue_numbers_only_for_a_search_by_number():
+    make_issue(500, title="Graph break in a loop")
+    make_issue(1, title="Compiled server returns error 500")
+    assert _found("error 500") == [1]
+    assert _found("500") == [500, 1]
+
+
 HOSTILE = ['"', '"unclosed phrase', "*", "segfault*", "NEAR", "NEAR(a b)", "a NEAR/2 b", "-", "--", "- -x",
            "a -", "OR", "AND", "NOT", "a AND NOT b", "(", ")", "((a)", "title:segfault", "{title body}: x",
            "^start", "a:*", "!!a", "a & | b", "'; DROP TABLE rubric_app_issue; --", "\\", "%_%", "é ü 文字",
