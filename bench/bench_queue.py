@@ -7,7 +7,10 @@ middleware, session, permissions, queries, template) and timed in this one run.
     .venv/bin/python bench/bench_queue.py [--issues 5000] [--repeat 30]
 
 Prints the median and p90 of each page, their query counts and the ratio
-queue / admin (target: <= 1). Also times the queue's htmx partial (a filter swap).
+queue / admin (target: <= 1). Also times the queue's htmx partial (a filter swap), and the
+search (count and first page of IssueQuerySet.search: FTS5 here) against the icontains filter it
+replaced, with how many issues each finds for "segfault" (the bodies say "Segmentation fault").
+`--database-url` runs it all on an empty, throwaway database instead (PostgreSQL's tsvector search).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def setup_django(tmp: Path) -> None:
-    os.environ["DATABASE_URL"] = f"sqlite:///{tmp / 'bench.sqlite3'}"
+def setup_django(tmp: Path, database_url: str = "") -> None:
+    os.environ["DATABASE_URL"] = database_url or f"sqlite:///{tmp / 'bench.sqlite3'}"
     os.environ["TRIAGE_VAR_DIR"] = str(tmp)
     os.environ["CELERY_BROKER_URL"] = "memory://"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "triage_site.settings")
@@ -43,6 +46,10 @@ def setup_django(tmp: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
+SYMPTOMS = ["Segmentation fault (core dumped)", "a graph break in the loop", "a recompilation per step",
+            "NaN in the output", "CUDA out of memory", "a wrong stride"]
+
+
 def make_rows(count: int) -> None:
     """count open PT2 issues, each with 2-3 labels, 3 suggestions and every tenth a finished bisection."""
     from django.utils import timezone
@@ -57,7 +64,7 @@ def make_rows(count: int) -> None:
     now = timezone.now()
     issues = Issue.objects.bulk_create(
         Issue(number=100_000 + i, title=f"torch.compile graph break in model {i}", author=f"user{i % 97}",
-              body="```python\nimport torch\n```\n" * 20, html_url=f"https://github.com/pytorch/pytorch/issues/{100_000 + i}",
+              body="```python\nimport torch\n```\n" * 20 + f"It fails with {SYMPTOMS[i % len(SYMPTOMS)]}.", html_url=f"https://github.com/pytorch/pytorch/issues/{100_000 + i}",
               updated_at=now - timedelta(minutes=i), created_at=now - timedelta(days=i % 400),
               checklist=[{"rule_id": "G4", "text": "a module label", "state": "violated", "evidence": ""}])
         for i in range(count)
@@ -99,15 +106,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--issues", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--database-url", default="",
+                        help="an empty, throwaway database to fill (e.g. PostgreSQL); default: a temporary SQLite file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
-        setup_django(Path(tmp))
+        setup_django(Path(tmp), args.database_url)
         from django.contrib.auth import get_user_model
         from django.test import Client
 
         started = time.perf_counter()
         make_rows(args.issues)
-        print(f"data: {args.issues} issues made in {time.perf_counter() - started:.1f} s (SQLite, {tmp})")
+        from django.db import connection
+
+        print(f"data: {args.issues} issues made in {time.perf_counter() - started:.1f} s ({connection.vendor})")
         user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
         client = Client()
         client.force_login(user)
@@ -125,6 +136,32 @@ def main() -> None:
             print(f"{name:52} {results[name] * 1000:10.1f} {times[int(len(times) * 0.9) - 1] * 1000:8.1f} {queries:8d}")
         queue, admin = results[pages[0][0]], results[pages[2][0]]
         print(f"ratio queue / admin changelist (median): {queue / admin:.2f}  (target <= 1)")
+        bench_search(args.repeat)
+
+
+def bench_search(repeat: int) -> None:
+    """The queue's search (count + first 50 rows, ranked) vs the icontains filter it replaced."""
+    from django.db.models import Q
+
+    from rubric_app.models import Issue
+
+    def run(qs) -> tuple[float, int]:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            found = qs.count()
+            list(qs[:50])
+            times.append(time.perf_counter() - start)
+        return statistics.median(times), found
+
+    print(f"{'search (lane all, count + first page)':52} {'median ms':>10} {'found':>8}")
+    rows = Issue.objects.for_queue("all").defer("body")
+    for text in ("graph break", "segfault"):
+        old, old_found = run(rows.filter(Q(title__icontains=text) | Q(body__icontains=text)))
+        new, new_found = run(rows.search(text))
+        print(f"{'icontains ' + repr(text):52} {old * 1000:10.1f} {old_found:8d}")
+        print(f"{'full-text ' + repr(text) + ' (ranked)':52} {new * 1000:10.1f} {new_found:8d}")
+        print(f"ratio full-text / icontains for {text!r} (median): {new / old:.2f}")
 
 
 if __name__ == "__main__":

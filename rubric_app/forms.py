@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.conf import settings
+from django.db.models import Exists, OuterRef, QuerySet
 
 from .bisection import names_cuda
 from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import is_forbidden, load_catalog
+from .search import issue_number
 
 ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall")]
 # The status flags have their own controls (the review checkbox, and `triaged`, which
@@ -53,7 +55,8 @@ class QueueFilterForm(forms.Form):
     lane = forms.ChoiceField(choices=LANES, required=False)
     module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
     author = forms.CharField(required=False, max_length=100)
-    q = forms.CharField(required=False, max_length=200, label="Search")
+    q = forms.CharField(required=False, max_length=200, label="Search",
+                        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL')
 
     def clean_module(self) -> str:
         """A module label the queue knows (catalog or applied); "dynamo" means "module: dynamo"."""
@@ -83,12 +86,22 @@ class QueueFilterForm(forms.Form):
         if data["author"]:
             qs = qs.filter(author__iexact=data["author"].lstrip("@"))
         if data["q"]:
-            text = data["q"].strip().lstrip("#")
-            match = Q(title__icontains=text) | Q(body__icontains=text)
-            if text.isdigit():
-                match |= Q(number=int(text))
-            qs = qs.filter(match)
+            qs = qs.search(data["q"])  # ranked: best match first
         return qs
+
+    def reference(self) -> dict | None:
+        """The issue the search names ("#170029", an issue URL) wherever it is, or None when it names none.
+
+        {"number", "issue" (None when the mirror lacks it), "lanes": [(lane, name)] listing it, "github_url"}:
+        the lane filter must not hide the issue a triager asked for by number.
+        """
+        number = issue_number(self.cleaned_data["q"]) if self.is_valid() and self.cleaned_data["q"] else None
+        if number is None:
+            return None
+        issue = Issue.objects.prefetch_related("labels").filter(number=number).first()
+        lanes = issue.queue_lanes() if issue else []
+        return {"number": number, "issue": issue, "lanes": [(code, name) for code, name in self.LANES if code in lanes],
+                "github_url": f"https://github.com/{settings.GITHUB_REPO}/issues/{number}"}
 
 
 class TriageForm(forms.Form):

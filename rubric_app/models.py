@@ -13,12 +13,13 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import models, transaction
-from django.db.models import Exists, OuterRef, Prefetch, Subquery
+from django.db import connections, models, transaction
+from django.db.models import Case, Exists, F, FloatField, OuterRef, Prefetch, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import rubric
+from rubric_app import rubric, search, search_index
 
 PT2_ONCALL = "oncall: pt2"
 CPU_INDUCTOR_ONCALL = "oncall: cpu inductor"
@@ -103,6 +104,30 @@ class IssueQuerySet(models.QuerySet):
                 to_attr="add_suggestions",
             ),
         ).order_by("-updated_at")
+
+    def search(self, text: str) -> IssueQuerySet:
+        """These issues matching the search `text`, best match first, each annotated with `search_rank`.
+
+        The database's full-text search with English stemming and the synonyms of
+        rubric_app/search.py: PostgreSQL's stored tsvector, or SQLite's FTS5 table on the
+        embedded default (rubric_app/search_index.py). Title matches outrank body matches, which
+        outrank comment matches. Text that names an issue ("#170029", an issue URL) also matches
+        that issue, ranked first. Never raises on what a person typed; no word: no issue.
+        """
+        number = search.issue_number(text)
+        clauses = search.parse(str(number) if number is not None else text)
+        if not any(not c.negated for c in clauses):
+            return self.none()
+        if connections[self.db].vendor == "postgresql":
+            vector, query = search_index.postgres_match(clauses)
+            match = Q(search_vector=query) | Q(number=number) if number is not None else Q(search_vector=query)
+            qs, rank = self.alias(search_vector=vector).filter(match), search_index.postgres_rank(vector, query)
+        else:  # SQLite's FTS5 indexes the number too: the join finds the issue itself
+            qs, rank = search_index.sqlite_search(self, search.fts5_match(clauses), number is not None)
+        exact = Case(When(number=number, then=Value(1000.0)), default=Value(0.0)) if number is not None else Value(0.0)
+        return qs.annotate(
+            search_rank=Coalesce(rank, Value(0.0), output_field=FloatField()) + exact
+        ).order_by(F("search_rank").desc(), "-updated_at")
 
     def refresh_suggestions(self, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
         """Recompute and store the rubric engine's suggestions of these issues; returns how many.
@@ -237,6 +262,17 @@ class Issue(models.Model):
         if catalog is None:
             catalog = Label.objects.triage_catalog()
         return _store_suggestions([self], catalog)[0]
+
+    def queue_lanes(self) -> list[str]:
+        """The queue lanes (IssueQuerySet.for_queue's names) that list this issue; [] when it left the queue."""
+        if not self.in_queue or self.state != self.State.OPEN:
+            return []
+        names = set(self.label_names())
+        lanes = [lane for lane, label in (("pt2", PT2_ONCALL), ("cpu", CPU_INDUCTOR_ONCALL), ("review", TRIAGE_REVIEW),
+                                         ("repro", NEEDS_REPRODUCTION)) if label in names]
+        if "pt2" in lanes and TRIAGED in names:
+            lanes.remove("pt2")
+        return lanes + ["all"]
 
     @property
     def lane(self) -> str:

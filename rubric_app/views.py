@@ -134,7 +134,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=_latest_verdict())
     page, page_note = _page_or_last(rows, request.GET.get("page"))
     context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "lanes": QueueFilterForm.LANES,
-               "module_labels": module_label_names(), "query": _query_without_page(request)}
+               "module_labels": module_label_names(), "query": _query_without_page(request),
+               "reference": form.reference()}
     return render(request, _partial(request, "rubric_app/queue.html", "queue-table"), context)
 
 
