@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from rubric_app import github
 from rubric_app.models import (
-    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, TriageDecision,
+    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, Suggestion, TriageDecision,
 )
 from rubric_app.rubric.catalog import is_forbidden
 
@@ -92,12 +92,14 @@ def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: 
     from rubric_app.tasks import apply_decision_task  # tasks imports this module
 
     add, remove = sorted(set(add)), sorted(set(remove))
+    # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
+    shown = [{"label": s.label, "rule_id": s.rule_id} for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
     why = refusal(issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
     with transaction.atomic():
         decision = TriageDecision.objects.create(
             issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=add, labels_removed=remove,
             redirect=redirect, meeting_decision=meeting_decision, meeting=meeting, close_issue=close,
-            status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
+            suggestions_shown=shown, status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why, finished_at=timezone.now() if why else None,
         )
         if not why:
@@ -197,8 +199,8 @@ def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> No
             issue.review_flagged_at = timezone.now()
             fields.append("review_flagged_at")
         if decision.close_issue:
-            issue.state, issue.in_queue = Issue.State.CLOSED, False
-            fields += ["state", "in_queue"]
+            issue.state, issue.in_queue, issue.closed_at = Issue.State.CLOSED, False, timezone.now()
+            fields += ["state", "in_queue", "closed_at"]
         elif not after & set(settings.GITHUB_QUEUE_LABELS):
             issue.in_queue = False  # handed off (G5): it left our queue
             fields.append("in_queue")

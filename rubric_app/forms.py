@@ -181,3 +181,12 @@ class MeetingDecisionForm(forms.Form):
         add = [name for name in wanted if name not in current]
         remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
         return add, remove, decision == "close"
+
+
+class MetricsForm(forms.Form):
+    """The metrics page's window, in weeks (the current week included)."""
+
+    weeks = forms.IntegerField(required=False, min_value=1, max_value=52, initial=12)
+
+    def weeks_value(self) -> int:
+        return (self.cleaned_data.get("weeks") if self.is_valid() else None) or 12

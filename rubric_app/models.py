@@ -10,6 +10,7 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import models, transaction
@@ -139,6 +140,8 @@ class Issue(models.Model):
     is_pull_request = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, help_text="GitHub's updated_at.")
+    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/metrics.py).
+    closed_at = models.DateTimeField(null=True, blank=True)
     comments_count = models.PositiveIntegerField(default=0)
     labels = models.ManyToManyField(Label, related_name="issues", blank=True)
     in_queue = models.BooleanField(
@@ -429,6 +432,9 @@ class TriageDecision(models.Model):
     meeting = models.ForeignKey(Meeting, on_delete=models.SET_NULL, null=True, blank=True, related_name="decisions")
     close_issue = models.BooleanField(default=False)
     note = models.TextField(blank=True)
+    # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id"}, ...].
+    # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
+    suggestions_shown = models.JSONField(null=True, blank=True, default=None)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)
@@ -451,6 +457,49 @@ class TriageDecision(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in (self.Status.PENDING, self.Status.APPLYING)
+
+
+def week_start(day) -> date:
+    """The Monday of `day`'s week (a date or an aware datetime, in the current time zone)."""
+    if isinstance(day, datetime):
+        day = timezone.localdate(day)
+    return day - timedelta(days=day.weekday())
+
+
+class DutyQuerySet(models.QuerySet):
+    def for_week(self, week: date) -> DutyQuerySet:
+        return self.filter(week=week).select_related("user").order_by("user__username")
+
+
+class Duty(models.Model):
+    """One triager on duty for one week (the roster), with the modules they prefer to take."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    week = models.DateField(help_text="The Monday of the week on duty.")
+    # `module: ...` labels this triager takes first when untriaged issues are shared out.
+    modules = models.JSONField(default=list, blank=True)
+
+    objects = DutyQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "week"], name="duty_user_week_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} on duty the week of {self.week}"
+
+
+class Assignment(models.Model):
+    """Who takes an untriaged issue in the dashboard (local: GitHub assignees are for the fixers)."""
+
+    issue = models.OneToOneField(Issue, on_delete=models.CASCADE, related_name="assignment")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    assigned_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} -> {self.user}"
 
 
 class GitHubWrite(models.Model):
@@ -528,4 +577,6 @@ __all__ = [
     "GitHubWrite",
     "SyncState",
     "WebhookDelivery",
+    "Duty",
+    "Assignment",
 ]

@@ -19,5 +19,6 @@ urlpatterns = [
     path("meeting/issues/<int:number>/decide", views.meeting_decide, name="meeting_decide"),
     path("meeting/<int:pk>/minutes.md", views.meeting_minutes, name="meeting_minutes"),
     path("audit", views.audit, name="audit"),
+    path("metrics", views.metrics_page, name="metrics"),
     path("github/webhook", webhooks.github_webhook, name="github_webhook"),
 ]

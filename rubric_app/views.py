@@ -18,9 +18,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, decisions
+from . import bisect_runs, decisions, metrics
 from .bisection import extract_repro
 from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
+from .forms import MetricsForm
 from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision
 
 PAGE_SIZE = 50
@@ -332,3 +333,16 @@ def meeting_minutes(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="triage-minutes-{held.started_at:%Y-%m-%d}.md"'
     return response
+
+
+# --- queue health -------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def metrics_page(request: HttpRequest) -> HttpResponse:
+    """Queue health over the last weeks: charts with their numbers in tables beside them."""
+    _require(request, "view_triagedecision")
+    form = MetricsForm(request.GET)
+    health = metrics.queue_health(weeks=form.weeks_value())
+    return render(request, "rubric_app/metrics.html", {"health": health, "form": form})

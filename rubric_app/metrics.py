@@ -1,0 +1,167 @@
+"""Queue health for the weekly meeting, derived from the mirror and the audit log (no GitHub calls).
+
+- open queue size at the end of each week, inflow (opened) and outflow (closed, or left the
+  queue open, e.g. handed off, G5) per week: from Issue.created_at / closed_at / in_queue;
+- age of the untriaged `oncall: pt2` issues, in buckets;
+- time to triage: from an issue's opening to its first applied decision in the dashboard
+  (TriageDecision rows, the audit log); issues triaged on GitHub directly are not counted;
+- decisions per triager in the window.
+
+queue_health() makes four queries whatever the size of the data (the page asserts it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+
+from django.db.models import Case, Count, DateTimeField, F, Min, Q, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from .models import PT2_ONCALL, TRIAGED, Issue, TriageDecision, week_start
+
+DEFAULT_WEEKS = 12
+MAX_WEEKS = 52
+AGE_BUCKETS = [("< 1 week", 0, 7), ("1–4 weeks", 7, 28), ("1–3 months", 28, 91), ("> 3 months", 91, None)]
+
+
+@dataclass
+class Week:
+    start: date
+    opened: int = 0
+    closed: int = 0
+    open_at_end: int = 0
+    triaged: int = 0
+    triage_median_h: float | None = None
+    triage_p90_h: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.start:%m-%d}"
+
+
+@dataclass
+class QueueHealth:
+    weeks: list[Week]
+    age_buckets: list[tuple[str, int]]
+    triage_hours: list[float] = field(default_factory=list)
+    per_triager: list[tuple[str, int, int]] = field(default_factory=list)  # (username, decisions, applied)
+
+    @property
+    def since(self) -> date:
+        return self.weeks[0].start
+
+    @property
+    def open_now(self) -> int:
+        return self.weeks[-1].open_at_end
+
+    @property
+    def untriaged(self) -> int:
+        return sum(count for _, count in self.age_buckets)
+
+    @property
+    def triage_median_h(self) -> float | None:
+        return statistics.median(self.triage_hours) if self.triage_hours else None
+
+    @property
+    def triage_p90_h(self) -> float | None:
+        return percentile(self.triage_hours, 0.9)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-quantile by the nearest-rank method (a value that occurred); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]
+
+
+def _left_at():
+    """When an issue left the open queue: closed_at (its last update for rows synced before
+    closed_at was kept), or its last update when it left open (handed off, relabelled); else NULL."""
+    return Case(
+        When(state=Issue.State.CLOSED, then=Coalesce("closed_at", "updated_at")),
+        When(in_queue=False, then=F("updated_at")),
+        default=None,
+        output_field=DateTimeField(),
+    )
+
+
+def queue_health(*, weeks: int = DEFAULT_WEEKS, now: datetime | None = None) -> QueueHealth:
+    """The figures of the metrics page for the last `weeks` weeks (the current one included)."""
+    now = now or timezone.now()
+    weeks = max(1, min(weeks, MAX_WEEKS))
+    first = week_start(now) - timedelta(days=7 * (weeks - 1))
+    bounds = [timezone.make_aware(datetime.combine(first + timedelta(days=7 * i), datetime.min.time()))
+              for i in range(weeks + 1)]
+    rows = _weekly_flow(bounds)
+    health = QueueHealth(weeks=rows, age_buckets=_age_buckets(now))
+    _time_to_triage(health, bounds)
+    health.per_triager = _per_triager(bounds[0])
+    return health
+
+
+def _weekly_flow(bounds: list[datetime]) -> list[Week]:
+    """Opened and left per week, and the open count at each week's end: one aggregate query."""
+    counts = {
+        "opened_before": Count("pk", filter=Q(created_at__lt=bounds[0])),
+        "left_before": Count("pk", filter=Q(left__lt=bounds[0])),
+    }
+    for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
+        counts[f"opened_{i}"] = Count("pk", filter=Q(created_at__gte=start, created_at__lt=end))
+        counts[f"left_{i}"] = Count("pk", filter=Q(left__gte=start, left__lt=end))
+    totals = Issue.objects.filter(is_pull_request=False).annotate(left=_left_at()).aggregate(**counts)
+    open_count = totals["opened_before"] - totals["left_before"]
+    rows = []
+    for i, start in enumerate(bounds[:-1]):
+        open_count += totals[f"opened_{i}"] - totals[f"left_{i}"]
+        rows.append(Week(start=timezone.localdate(start), opened=totals[f"opened_{i}"], closed=totals[f"left_{i}"],
+                         open_at_end=open_count))
+    return rows
+
+
+def _age_buckets(now: datetime) -> list[tuple[str, int]]:
+    """Untriaged `oncall: pt2` issues (the queue's pt2 lane) by age: one aggregate query."""
+    counts = {}
+    for i, (_, low, high) in enumerate(AGE_BUCKETS):
+        q = Q(created_at__lte=now - timedelta(days=low))
+        if high is not None:
+            q &= Q(created_at__gt=now - timedelta(days=high))
+        counts[f"bucket_{i}"] = Count("pk", filter=q)
+    lane = Issue.objects.in_queue().filter(labels__name=PT2_ONCALL).exclude(labels__name=TRIAGED)
+    totals = lane.aggregate(**counts)
+    return [(name, totals[f"bucket_{i}"]) for i, (name, _, _) in enumerate(AGE_BUCKETS)]
+
+
+def _time_to_triage(health: QueueHealth, bounds: list[datetime]) -> None:
+    """Hours from opening to the first applied decision, for issues first decided in the window."""
+    firsts = (
+        TriageDecision.objects.filter(status=TriageDecision.Status.APPLIED)
+        .values("issue_id")
+        .annotate(first=Min("created_at"), opened=Min("issue__created_at"))
+        .filter(first__gte=bounds[0])
+        .values_list("first", "opened")
+    )
+    per_week: list[list[float]] = [[] for _ in health.weeks]
+    for first, opened in firsts:
+        hours = max((first - opened).total_seconds() / 3600, 0.0)
+        health.triage_hours.append(hours)
+        per_week[min(bisect.bisect_right(bounds, first) - 1, len(per_week) - 1)].append(hours)
+    for week, hours in zip(health.weeks, per_week):
+        week.triaged = len(hours)
+        week.triage_median_h = statistics.median(hours) if hours else None
+        week.triage_p90_h = percentile(hours, 0.9)
+
+
+def _per_triager(since: datetime) -> list[tuple[str, int, int]]:
+    rows = (
+        TriageDecision.objects.filter(created_at__gte=since)
+        .values("user__username")
+        .annotate(total=Count("pk"), applied=Count("pk", filter=Q(status=TriageDecision.Status.APPLIED)))
+        .order_by("-total", "user__username")
+    )
+    return [(row["user__username"] or "(deleted user)", row["total"], row["applied"]) for row in rows]
