@@ -194,6 +194,8 @@ def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> No
     labels = [Label.objects.get_or_create(name=name)[0] for name in sorted(after)]
     with transaction.atomic():
         issue.labels.set(labels)
+        # Time to triage (metrics.py): only the first applied decision sets it.
+        Issue.objects.filter(pk=issue.pk, first_decided_at__isnull=True).update(first_decided_at=decision.created_at)
         fields = []
         if TRIAGE_REVIEW in decision.labels_added and issue.review_flagged_at is None:
             issue.review_flagged_at = timezone.now()

@@ -3,28 +3,29 @@
 - open queue size at the end of each week, inflow (opened) and outflow (closed, or left the
   queue open, e.g. handed off, G5) per week: from Issue.created_at / closed_at / in_queue;
 - age of the untriaged `oncall: pt2` issues, in buckets;
-- time to triage: from an issue's opening to its first applied decision in the dashboard
-  (TriageDecision rows, the audit log); issues triaged on GitHub directly are not counted;
+- time to triage: from an issue's opening to its first decision made in the dashboard and applied
+  (Issue.first_decided_at, set from the audit log's TriageDecision rows when one is applied);
+  issues triaged on GitHub directly are not counted;
 - decisions per triager in the window.
 
-queue_health() makes four queries whatever the size of the data (the page asserts it).
+queue_health() makes five queries whatever the size of the data (the page asserts it).
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from django.db.models import Case, Count, DateTimeField, F, Min, Q, When
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Count, DateField, DateTimeField, F, FloatField, Func, Q, Value, When
+from django.db.models.functions import Coalesce, TruncWeek
 from django.utils import timezone
 
 from .models import PT2_ONCALL, TRIAGED, Issue, TriageDecision, week_start
 
 DEFAULT_WEEKS = 12
+WEEK_S = 7 * 24 * 3600
 MAX_WEEKS = 52
 AGE_BUCKETS = [("< 1 week", 0, 7), ("1–4 weeks", 7, 28), ("1–3 months", 28, 91), ("> 3 months", 91, None)]
 
@@ -106,22 +107,26 @@ def queue_health(*, weeks: int = DEFAULT_WEEKS, now: datetime | None = None) -> 
 
 
 def _weekly_flow(bounds: list[datetime]) -> list[Week]:
-    """Opened and left per week, and the open count at each week's end: one aggregate query."""
-    counts = {
-        "opened_before": Count("pk", filter=Q(created_at__lt=bounds[0])),
-        "left_before": Count("pk", filter=Q(left__lt=bounds[0])),
-    }
-    for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
-        counts[f"opened_{i}"] = Count("pk", filter=Q(created_at__gte=start, created_at__lt=end))
-        counts[f"left_{i}"] = Count("pk", filter=Q(left__gte=start, left__lt=end))
-    totals = Issue.objects.filter(is_pull_request=False).annotate(left=_left_at()).aggregate(**counts)
-    open_count = totals["opened_before"] - totals["left_before"]
+    """Opened and left per week, and the open count at each week's end: two grouped queries, each
+    one pass over the issues whatever the number of weeks (what came before the window is one group)."""
+    opened = _per_week(Issue.objects.filter(is_pull_request=False), F("created_at"), bounds[0])
+    left = _per_week(Issue.objects.filter(is_pull_request=False), _left_at(), bounds[0])
+    open_count = opened.get(None, 0) - left.get(None, 0)
     rows = []
-    for i, start in enumerate(bounds[:-1]):
-        open_count += totals[f"opened_{i}"] - totals[f"left_{i}"]
-        rows.append(Week(start=timezone.localdate(start), opened=totals[f"opened_{i}"], closed=totals[f"left_{i}"],
-                         open_at_end=open_count))
+    for start in bounds[:-1]:
+        day = timezone.localdate(start)
+        open_count += opened.get(day, 0) - left.get(day, 0)
+        rows.append(Week(start=day, opened=opened.get(day, 0), closed=left.get(day, 0), open_at_end=open_count))
     return rows
+
+
+def _per_week(qs, moment, since: datetime) -> dict[date | None, int]:
+    """{Monday: how many rows' moment fell in that week}, with None for every moment before since."""
+    week = Case(When(moment__lt=since, then=None), default=TruncWeek("moment", output_field=DateField()),
+                output_field=DateField())
+    rows = qs.annotate(moment=moment).filter(moment__isnull=False).annotate(week=week).values("week").annotate(n=Count("pk"))
+    # PostgreSQL answers the truncated week as a (local, naive) datetime, SQLite as a date.
+    return {row["week"].date() if isinstance(row["week"], datetime) else row["week"]: row["n"] for row in rows.order_by()}
 
 
 def _age_buckets(now: datetime) -> list[tuple[str, int]]:
@@ -137,20 +142,37 @@ def _age_buckets(now: datetime) -> list[tuple[str, int]]:
     return [(name, totals[f"bucket_{i}"]) for i, (name, _, _) in enumerate(AGE_BUCKETS)]
 
 
+class SecondsBetween(Func):
+    """end - start in seconds, as a float computed by the database (PostgreSQL and SQLite).
+
+    Fetching a float per issue rather than two timestamps keeps a year of issues cheap to read.
+    """
+
+    output_field = FloatField()
+    arity = 2
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, arg_joiner=" - ",
+                           template="CAST(EXTRACT(EPOCH FROM (%(expressions)s)) AS double precision)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, arg_joiner=") - julianday(",
+                           template="((julianday(%(expressions)s)) * 86400.0)", **extra)
+
+
 def _time_to_triage(health: QueueHealth, bounds: list[datetime]) -> None:
-    """Hours from opening to the first applied decision, for issues first decided in the window."""
+    """Hours from opening to the first decision, for issues first decided in the window; per week too."""
     firsts = (
-        TriageDecision.objects.filter(status=TriageDecision.Status.APPLIED)
-        .values("issue_id")
-        .annotate(first=Min("created_at"), opened=Min("issue__created_at"))
-        .filter(first__gte=bounds[0])
-        .values_list("first", "opened")
+        Issue.objects.filter(first_decided_at__gte=bounds[0]).order_by()
+        .annotate(took=SecondsBetween("first_decided_at", "created_at"),
+                  since=SecondsBetween("first_decided_at", Value(bounds[0], output_field=DateTimeField())))
+        .values_list("took", "since")
     )
     per_week: list[list[float]] = [[] for _ in health.weeks]
-    for first, opened in firsts:
-        hours = max((first - opened).total_seconds() / 3600, 0.0)
+    for took, since in firsts:
+        hours = max(took / 3600, 0.0)
         health.triage_hours.append(hours)
-        per_week[min(bisect.bisect_right(bounds, first) - 1, len(per_week) - 1)].append(hours)
+        per_week[min(int(since // WEEK_S), len(per_week) - 1)].append(hours)
     for week, hours in zip(health.weeks, per_week):
         week.triaged = len(hours)
         week.triage_median_h = statistics.median(hours) if hours else None

@@ -142,6 +142,9 @@ class Issue(models.Model):
     updated_at = models.DateTimeField(default=timezone.now, help_text="GitHub's updated_at.")
     # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/metrics.py).
     closed_at = models.DateTimeField(null=True, blank=True)
+    # When its first decision from the dashboard was made (that decision applied): time to triage,
+    # kept here so the metrics page reads the window's issues, not the whole audit log.
+    first_decided_at = models.DateTimeField(null=True, blank=True, db_index=True)
     comments_count = models.PositiveIntegerField(default=0)
     labels = models.ManyToManyField(Label, related_name="issues", blank=True)
     in_queue = models.BooleanField(
@@ -445,7 +448,11 @@ class TriageDecision(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "created_at"], name="decision_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="decision_status_idx"),
+            # Queue health (metrics.py): decisions per triager in a window.
+            models.Index(fields=["created_at"], name="decision_created_idx"),
+        ]
         permissions = [
             ("apply_labels", "Can apply labels, flags and redirects to GitHub"),
             ("record_meeting_decision", "Can record triage-meeting decisions (including high priority)"),

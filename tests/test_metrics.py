@@ -8,9 +8,10 @@ import pytest
 from django.urls import reverse
 
 from rubric_app import metrics
-from rubric_app.models import Issue, TriageDecision
+from rubric_app.decisions import apply_decision, request_decision
+from rubric_app.models import Issue, Suggestion, TriageDecision
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue
+from tests.conftest import make_issue, make_label
 
 URL = reverse("rubric_app:metrics")
 # A Wednesday noon: the current week started Monday 2026-11-02.
@@ -57,24 +58,57 @@ def test_it_buckets_the_untriaged_pt2_issues_by_age():
 
 
 @pytest.mark.django_db
-def test_it_measures_time_to_triage_from_the_first_applied_decision(triager, chair):
-    first_fast = make_issue(1, created_at=_at(3))
-    _decide(first_fast, triager, days_ago=3 - 2 / 24)           # 2 h after opening
-    _decide(first_fast, chair, days_ago=1)                      # a later one does not count
-    slow = make_issue(2, created_at=_at(10))
-    _decide(slow, triager, days_ago=10 - 1, status="refused")   # refused: never reached GitHub
-    _decide(slow, triager, days_ago=10 - 4)                     # 96 h
-    medium = make_issue(3, created_at=_at(2))
-    _decide(medium, chair, days_ago=2 - 0.5)                    # 12 h
-    old = make_issue(4, created_at=_at(200))
-    _decide(old, triager, days_ago=100)                         # decided before the window
+def test_it_measures_time_to_triage_from_the_first_decision(triager, chair):
+    make_issue(1, created_at=_at(3), first_decided_at=_at(3 - 2 / 24))   # 2 h after opening, last week
+    make_issue(2, created_at=_at(10), first_decided_at=_at(10 - 4))      # 96 h, last week
+    make_issue(3, created_at=_at(2), first_decided_at=_at(2 - 0.5))      # 12 h, this week
+    make_issue(4, created_at=_at(200), first_decided_at=_at(100))        # decided before the window
+    make_issue(5, created_at=_at(2))                                     # not decided yet
 
     health = metrics.queue_health(weeks=2, now=NOW)
 
-    assert sorted(round(h, 3) for h in health.triage_hours) == [2.0, 12.0, 96.0]
-    assert (health.triage_median_h, health.triage_p90_h) == (12.0, 96.0)
-    assert [(w.triaged, w.triage_median_h) for w in health.weeks] == [(2, 49.0), (1, 12.0)]
-    assert health.per_triager == [("tina-triager", 3, 2), ("carl-chair", 2, 2)]
+    assert sorted(health.triage_hours) == pytest.approx([2.0, 12.0, 96.0])
+    assert (health.triage_median_h, health.triage_p90_h) == pytest.approx((12.0, 96.0))
+    assert [(w.triaged, w.triage_median_h, w.triage_p90_h) for w in health.weeks] == [
+        (2, pytest.approx(49.0), pytest.approx(96.0)), (1, pytest.approx(12.0), pytest.approx(12.0))]
+
+
+@pytest.mark.django_db
+def test_it_counts_decisions_per_triager_in_the_window(triager, chair):
+    issue = make_issue(1, created_at=_at(30))
+    for days_ago, user, status in [(1, triager, "applied"), (2, triager, "refused"), (3, chair, "applied"),
+                                   (9, triager, "conflict"), (20, chair, "applied")]:
+        _decide(issue, user, days_ago, status)
+
+    health = metrics.queue_health(weeks=2, now=NOW)
+
+    assert health.per_triager == [("tina-triager", 3, 1), ("carl-chair", 1, 1)]
+
+
+@pytest.fixture
+def on_github(db, fake_github, settings):
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in ("module: dynamo", "triaged", "triage review"):
+        make_label(name)
+    fake_github.add_issue(1001, labels=["oncall: pt2"])
+    issue = make_issue(1001, labels=("oncall: pt2",))
+    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.9)
+    Suggestion.objects.create(issue=issue, label="dynamo", kind="avoid", rule_id="G7")
+    return issue
+
+
+def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(on_github, triager):
+    refused = request_decision(issue=on_github, user=triager, add=["not in the catalog"], remove=[], labels_seen=["oncall: pt2"])
+    first = request_decision(issue=on_github, user=triager, add=["module: dynamo"], remove=[], labels_seen=["oncall: pt2"])
+    assert refused.status == "refused" and first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2"}]
+    assert apply_decision(first.pk).status == "applied"
+    on_github.refresh_from_db()
+    assert on_github.first_decided_at == first.created_at
+    second = request_decision(issue=on_github, user=triager, add=["triaged"], remove=[],
+                              labels_seen=["module: dynamo", "oncall: pt2"])
+    assert apply_decision(second.pk).status == "applied"
+    on_github.refresh_from_db()
+    assert on_github.first_decided_at == first.created_at  # the first one stays
 
 
 def test_it_takes_the_nearest_rank_percentile():
@@ -97,7 +131,7 @@ def test_it_keeps_closed_at_from_the_sync(fake_github):
 def test_it_shows_charts_with_their_numbers_beside_them(client, viewer):
     make_issue(1)
     make_issue(2, created_at=datetime(2020, 1, 1, tzinfo=dt_timezone.utc))
-    _decide(make_issue(3), viewer, days_ago=-1000)  # created "now-ish": in the window whatever today is
+    _decide(make_issue(3), viewer, days_ago=-1000)  # in the window whatever today is
     client.force_login(viewer)
     html = client.get(URL).content.decode()
     for slug in ("open", "flow", "age", "triage", "triagers"):
@@ -108,14 +142,14 @@ def test_it_shows_charts_with_their_numbers_beside_them(client, viewer):
 
 def test_it_makes_the_same_few_queries_whatever_the_data(client, viewer, django_assert_num_queries):
     client.force_login(viewer)
-    # session, user, the viewer's permissions (own and groups'), then four: weekly flow,
-    # age buckets, time to triage, decisions per triager.
-    with django_assert_num_queries(8):
+    # session, user, the viewer's permissions (own and groups'), then five: opened per week,
+    # left per week, age buckets, time to triage, decisions per triager.
+    with django_assert_num_queries(9):
         assert client.get(URL).status_code == 200
     for n in range(10):
-        issue = make_issue(100 + n, created_at=_at(n * 3))
+        issue = make_issue(100 + n, created_at=_at(n * 3), first_decided_at=_at(-1000))
         _decide(issue, viewer, days_ago=-1000)
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         assert client.get(URL, {"weeks": 30}).status_code == 200
 
 

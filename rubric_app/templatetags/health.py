@@ -49,5 +49,5 @@ def health_chart(health: metrics.QueueHealth, name: str) -> SafeString:
 
 @register.simple_tag
 def queue_health_summary(weeks: int = 4) -> metrics.QueueHealth:
-    """The meeting page's figures (the last `weeks` weeks); four queries, see metrics.queue_health."""
+    """The meeting page's figures (the last `weeks` weeks); five queries, see metrics.queue_health."""
     return metrics.queue_health(weeks=weeks)
