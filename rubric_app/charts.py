@@ -49,7 +49,7 @@ def bar_chart(categories: list[str], series: list[Series], *, title: str, slug: 
     top = _nice_max(max((v for s in series for v in s.values), default=0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(categories), 1)
-    bar_w = max(slot * 0.8 / max(len(series), 1), 1)
+    bar_w = min(max(slot * 0.8 / max(len(series), 1), 1), 36)  # few categories: bars, not walls
     parts = [
         f'<svg class="chart" data-chart="{escape(slug)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
@@ -60,7 +60,7 @@ def bar_chart(categories: list[str], series: list[Series], *, title: str, slug: 
                      f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(tick)}</text>')
     every = max(1, -(-len(categories) // 12))  # at most ~12 category names under the axis
     for i, category in enumerate(categories):
-        x0 = LEFT + slot * i + slot * 0.1
+        x0 = LEFT + slot * i + (slot - bar_w * len(series)) / 2
         for j, s in enumerate(series):
             value = s.values[i]
             h = plot_h * value / top
