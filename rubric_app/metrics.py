@@ -13,6 +13,7 @@ queue_health() makes five queries whatever the size of the data (the page assert
 
 from __future__ import annotations
 
+import csv
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from django.db.models import Case, Count, DateField, DateTimeField, F, FloatFiel
 from django.db.models.functions import Coalesce, TruncWeek
 from django.utils import timezone
 
-from .models import PT2_ONCALL, TRIAGED, Issue, TriageDecision, week_start
+from .models import PT2_ONCALL, TRIAGED, Issue, Outcome, TriageDecision, week_start
 
 DEFAULT_WEEKS = 12
 WEEK_S = 7 * 24 * 3600
@@ -187,3 +188,78 @@ def _per_triager(since: datetime) -> list[tuple[str, int, int]]:
         .order_by("-total", "user__username")
     )
     return [(row["user__username"] or "(deleted user)", row["total"], row["applied"]) for row in rows]
+
+
+# --- rubric health: the triagers' own decisions against the rubric's suggestions ----------------
+
+ISSUE_LINKS = 8
+
+
+@dataclass
+class RuleHealth:
+    """How one rule id's suggestions fared: shown, applied, unticked; precision = applied / decided."""
+
+    rule_id: str
+    shown: int = 0
+    applied: int = 0
+    unticked: int = 0
+    applied_issues: list[int] = field(default_factory=list)   # newest first, at most ISSUE_LINKS
+    unticked_issues: list[int] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        decided = self.applied + self.unticked
+        return self.applied / decided if decided else None
+
+
+@dataclass
+class AddedLabel:
+    """A label triagers added that no rule suggested (a recall gap of the rubric)."""
+
+    label: str
+    count: int = 0
+    issues: list[int] = field(default_factory=list)
+
+
+def rubric_health(outcomes) -> tuple[list[RuleHealth], list[AddedLabel]]:
+    """Per rule id (most shown first) and per label added unsuggested (most added first)."""
+    rules: dict[str, RuleHealth] = {}
+    added: dict[str, AddedLabel] = {}
+    for o in outcomes:
+        if o.added:
+            row = added.setdefault(o.label, AddedLabel(o.label))
+            row.count += 1
+            _link(row.issues, o.issue_number)
+            continue
+        row = rules.setdefault(o.rule_id, RuleHealth(o.rule_id))
+        row.shown += 1
+        if o.applied:
+            row.applied += 1
+            _link(row.applied_issues, o.issue_number)
+        elif o.unticked:
+            row.unticked += 1
+            _link(row.unticked_issues, o.issue_number)
+    return (sorted(rules.values(), key=lambda r: (-r.shown, r.rule_id)),
+            sorted(added.values(), key=lambda a: (-a.count, a.label)))
+
+
+def _link(numbers: list[int], number: int) -> None:
+    if len(numbers) < ISSUE_LINKS and number not in numbers:
+        numbers.append(number)
+
+
+def write_rubric_csv(out, outcomes, *, per_outcome: bool = False) -> None:
+    """Write the rubric health table (or every outcome) as CSV to `out` (a file-like object)."""
+    writer = csv.writer(out)
+    if per_outcome:
+        writer.writerow(Outcome._fields)
+        writer.writerows(outcomes)
+        return
+    rules, added = rubric_health(outcomes)
+    writer.writerow(["rule_id", "label", "shown", "applied", "unticked", "added", "precision", "issues"])
+    for r in rules:
+        precision = "" if r.precision is None else f"{r.precision:.3f}"
+        writer.writerow([r.rule_id, "", r.shown, r.applied, r.unticked, "", precision,
+                         " ".join(f"#{n}" for n in r.applied_issues + r.unticked_issues)])
+    for a in added:
+        writer.writerow(["", a.label, "", "", "", a.count, "", " ".join(f"#{n}" for n in a.issues)])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import date, datetime, timedelta
+from typing import Iterator, NamedTuple
 
 from django.conf import settings
 from django.db import models, transaction
@@ -406,6 +407,43 @@ class TriageDecisionQuerySet(models.QuerySet):
 
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
+
+        Only applied triage decisions that recorded what they were shown (suggestions_shown) count;
+        meeting decisions settle the review, not the labels. A shown suggestion was applied (the
+        decision added it), unticked (neither added nor already there) or already on the issue
+        (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
+        one query. Used by the rubric health page (/rubric) and by train_label_model --from-db.
+        """
+        rows = self.filter(status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False)
+        rows = rows.order_by("-created_at", "-pk").values_list(
+            "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown")
+        for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
+            shown_labels = set()
+            for item in shown:
+                label, rule_id = item.get("label", ""), item.get("rule_id", "")
+                shown_labels.add(label)
+                applied = label in added
+                yield Outcome(pk, issue_id, number, label, rule_id, True, applied, not applied and label not in seen, False)
+            for label in added:
+                if label not in shown_labels:
+                    yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
+
+
+class Outcome(NamedTuple):
+    """One label of one triage decision, against what the rubric suggested (TriageDecision.objects.outcomes())."""
+
+    decision_id: int
+    issue_id: int
+    issue_number: int
+    label: str
+    rule_id: str  # "" for a label no rule suggested
+    shown: bool
+    applied: bool
+    unticked: bool
+    added: bool
 
 
 class TriageDecision(models.Model):

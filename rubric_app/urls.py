@@ -20,5 +20,7 @@ urlpatterns = [
     path("meeting/<int:pk>/minutes.md", views.meeting_minutes, name="meeting_minutes"),
     path("audit", views.audit, name="audit"),
     path("metrics", views.metrics_page, name="metrics"),
+    path("rubric", views.rubric_health, name="rubric_health"),
+    path("rubric.csv", views.rubric_health_csv, name="rubric_health_csv"),
     path("github/webhook", webhooks.github_webhook, name="github_webhook"),
 ]

@@ -346,3 +346,23 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
     form = MetricsForm(request.GET)
     health = metrics.queue_health(weeks=form.weeks_value())
     return render(request, "rubric_app/metrics.html", {"health": health, "form": form})
+
+
+@login_required
+@require_GET
+def rubric_health(request: HttpRequest) -> HttpResponse:
+    """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
+    _require(request, "view_triagedecision")
+    rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    return render(request, "rubric_app/rubric.html", {"rules": rules, "added": added})
+
+
+@login_required
+@require_GET
+def rubric_health_csv(request: HttpRequest) -> HttpResponse:
+    """The rubric health table as CSV; ?rows=outcomes gives one row per decision and label instead."""
+    _require(request, "view_triagedecision")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="rubric-health.csv"'
+    metrics.write_rubric_csv(response, TriageDecision.objects.outcomes(), per_outcome=request.GET.get("rows") == "outcomes")
+    return response
