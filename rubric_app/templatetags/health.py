@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django import template
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from rubric_app import metrics
@@ -51,3 +52,29 @@ def health_chart(health: metrics.QueueHealth, name: str) -> SafeString:
 def queue_health_summary(weeks: int = 4) -> metrics.QueueHealth:
     """The meeting page's figures (the last `weeks` weeks); five queries, see metrics.queue_health."""
     return metrics.queue_health(weeks=weeks)
+
+
+@register.simple_tag
+def roster(now=None) -> dict:
+    """The meeting page's roster block: this week's duty, each one's untriaged issues, the triagers
+    who could be added. Four queries."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Count, Q
+
+    from rubric_app.forms import module_label_names
+    from rubric_app.models import Duty, week_start
+    from rubric_app.sharing import untriaged
+
+    week = week_start(now or timezone.now())
+    duties = list(Duty.objects.for_week(week))
+    assigned = list(untriaged().filter(assignment__isnull=False).select_related("assignment__user")
+                    .order_by("assignment__user__username", "number")[:200])
+    unassigned = untriaged().filter(assignment__isnull=True).aggregate(n=Count("pk"))["n"]
+    can_triage = Q(is_superuser=True) | Q(groups__permissions__codename="apply_labels") | Q(
+        user_permissions__codename="apply_labels")
+    triagers = list(get_user_model().objects.filter(can_triage, is_active=True).distinct()
+                    .order_by("username").values_list("username", flat=True))
+    for duty in duties:
+        duty.issues = [i for i in assigned if i.assignment.user_id == duty.user_id]
+    return {"week": week, "duties": duties, "assigned": assigned, "unassigned": unassigned, "triagers": triagers,
+            "modules": module_label_names()}
