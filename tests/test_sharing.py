@@ -128,3 +128,25 @@ def test_it_shows_the_roster_on_the_meeting_page(client, chair, triager, bob):
     assert 'name="to" value="bob-triager"' in html and 'name="to" value="tina-triager"' not in html
     client.post(reverse("rubric_app:share_out"))
     assert dict(Assignment.objects.values_list("issue__number", "user__username")) == {1: "tina-triager", 2: "bob-triager"}
+
+
+def test_it_keeps_the_meeting_pages_queries_constant_with_roster_and_summary(client, chair, triager, bob,
+                                                                             django_assert_num_queries):
+    Duty.objects.create(user=triager, week=week_start(timezone.now()))
+    Assignment.objects.create(issue=_untriaged(1, 2), user=triager)
+    client.force_login(chair)
+    expected = _count_page(client, MEETING)
+    Duty.objects.create(user=bob, week=week_start(timezone.now()))
+    for number in range(2, 8):
+        Assignment.objects.create(issue=_untriaged(number, number), user=bob)
+    with django_assert_num_queries(expected):
+        client.get(MEETING)
+
+
+def _count_page(client, url: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(url)
+    return len(ctx.captured_queries)

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rubric_app.models import Issue, Suggestion
+from rubric_app.models import Assignment, Duty, Issue, Suggestion, week_start
 from tests.browser.conftest import screenshot
 from tests.conftest import make_issue, make_label
 
@@ -78,8 +78,11 @@ def test_it_charts_the_queue_and_a_decision_moves_the_figures(transactional_db, 
     assert age[("< 1 week", "untriaged")] == 0
     screenshot(page, "metrics")
 
+    Duty.objects.create(user=triager, week=week_start(timezone.now()), modules=["module: dynamo"])
+    Assignment.objects.create(issue=Issue.objects.get(number=7002), user=triager)
     page.goto("/meeting")
     assert page.inner_text('#health-summary [data-figure="untriaged"]') == "3"
+    assert page.inner_text('#roster [data-assigned="7002"] [data-holder]') == "tina-triager"
     assert page.locator('#health-summary svg[data-chart="flow"]').count() == 1
     screenshot(page, "meeting-health")
 
