@@ -14,6 +14,7 @@ from tests.conftest import make_issue
 
 URL = reverse("rubric_app:rubric_health")
 CSV_URL = reverse("rubric_app:rubric_health_csv")
+MEETING_URL = reverse("rubric_app:meeting")
 SHOWN = [{"label": "module: dynamo", "rule_id": "R1.2"}, {"label": "triaged", "rule_id": "G6"},
          {"label": "module: compile ux", "rule_id": "G4"}, {"label": "oncall: pt2", "rule_id": "G0"}]
 
@@ -89,3 +90,39 @@ def test_it_lets_only_the_dashboards_roles_see_rubric_health(client, outsider, v
     client.force_login(viewer)
     assert client.get(url).status_code == 200
     assert client.post(url).status_code == 405
+
+
+def test_it_renders_hostile_names_inert_in_charts_tables_and_csv(client, viewer):
+    from tests.conftest import _user
+
+    mallory = _user('<svg onload=alert(1)>"mallory', "triager")
+    shown = [{"label": "<img src=x onerror=alert(2)>", "rule_id": "<script>R</script>"}]
+    _decision(1, mallory, added=["<script>alert(3)</script>"], shown=shown)
+    client.force_login(viewer)
+    for url in (URL, reverse("rubric_app:metrics"), MEETING_URL):
+        _assert_inert(client.get(url).content.decode())
+    assert "&lt;svg onload=alert(1)&gt;&quot;mallory" in client.get(reverse("rubric_app:metrics")).content.decode()
+    assert "&lt;script&gt;R&lt;/script&gt;" in client.get(URL).content.decode()
+
+
+def _assert_inert(html: str) -> None:
+    """Parsed as a browser would: no handler attribute, no image, no script but ours, no svg but our charts.
+
+    (Escaped names inside attribute values, e.g. a chart bar's data-category, are text.)
+    """
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if any(name.startswith("on") for name in attrs) or tag in ("img", "iframe"):
+                found.append((tag, attrs))
+            if tag == "script" and "/static/" not in (attrs.get("src") or ""):
+                found.append((tag, attrs))
+            if tag == "svg" and attrs.get("class") != "chart":
+                found.append((tag, attrs))
+
+    Tags().feed(html)
+    assert not found
