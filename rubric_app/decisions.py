@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from rubric_app import github
 from rubric_app.models import (
-    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, TriageDecision,
+    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, Suggestion, TriageDecision,
 )
 from rubric_app.rubric.catalog import is_forbidden
 
@@ -103,6 +103,8 @@ def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: 
     from rubric_app.tasks import apply_decision_task  # tasks imports this module
 
     add, remove = sorted(set(add)), sorted(set(remove))
+    # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
+    shown = [{"label": s.label, "rule_id": s.rule_id} for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
     why = f"Apply is disabled: {off}" if off else refusal(
         issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
@@ -110,7 +112,7 @@ def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: 
         decision = TriageDecision.objects.create(
             issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=add, labels_removed=remove,
             redirect=redirect, meeting_decision=meeting_decision, meeting=meeting, close_issue=close,
-            status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
+            suggestions_shown=shown, status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why, finished_at=timezone.now() if why else None,
         )
         if not why:
@@ -300,13 +302,15 @@ def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> No
     labels = [Label.objects.get_or_create(name=name)[0] for name in sorted(after)]
     with transaction.atomic():
         issue.labels.set(labels)
+        # Time to triage (metrics.py): only the first applied decision sets it.
+        Issue.objects.filter(pk=issue.pk, first_decided_at__isnull=True).update(first_decided_at=decision.created_at)
         fields = []
         if TRIAGE_REVIEW in decision.labels_added and issue.review_flagged_at is None:
             issue.review_flagged_at = timezone.now()
             fields.append("review_flagged_at")
         if decision.close_issue:
-            issue.state, issue.in_queue = Issue.State.CLOSED, False
-            fields += ["state", "in_queue"]
+            issue.state, issue.in_queue, issue.closed_at = Issue.State.CLOSED, False, timezone.now()
+            fields += ["state", "in_queue", "closed_at"]
         elif not after & set(settings.GITHUB_QUEUE_LABELS):
             issue.in_queue = False  # handed off (G5): it left our queue
             fields.append("in_queue")

@@ -50,7 +50,7 @@ class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
 
     LANES = [("pt2", "oncall: pt2"), ("cpu", "oncall: cpu inductor"), ("review", "triage review"),
-             ("repro", "needs reproduction"), ("all", "all")]
+             ("repro", "needs reproduction"), ("all", "all"), ("mine", "mine")]
 
     lane = forms.ChoiceField(choices=LANES, required=False)
     module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
@@ -255,3 +255,26 @@ class MeetingDecisionForm(forms.Form):
             if component.startswith("module:") and component in suggested:
                 add.append(component)
         return add, remove, decision == "close"
+
+
+class MetricsForm(forms.Form):
+    """The metrics page's window, in weeks (the current week included)."""
+
+    weeks = forms.IntegerField(required=False, min_value=1, max_value=52, initial=12)
+
+    def weeks_value(self) -> int:
+        return (self.cleaned_data.get("weeks") if self.is_valid() else None) or 12
+
+
+class DutyForm(forms.Form):
+    """Put a triager on this week's roster, with the modules they prefer (comma-separated)."""
+
+    username = forms.CharField(max_length=150)
+    modules = forms.CharField(required=False, max_length=1000, help_text="e.g. module: dynamo, module: inductor")
+
+    def clean_modules(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["modules"].split(",") if name.strip()]
+        unknown = sorted(set(names) - set(module_label_names()))
+        if unknown:
+            raise forms.ValidationError(f"Not module labels of the catalog: {', '.join(unknown)}.")
+        return names

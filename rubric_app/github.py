@@ -91,6 +91,7 @@ class IssueData:
     created_at: datetime
     updated_at: datetime
     is_pull_request: bool
+    closed_at: datetime | None = None
 
     @property
     def label_names(self) -> list[str]:
@@ -150,6 +151,7 @@ def parse_issue(raw: dict) -> IssueData:
         created_at=parse_time(raw["created_at"]),
         updated_at=parse_time(raw["updated_at"]),
         is_pull_request=bool(raw.get("pull_request")),
+        closed_at=parse_time(raw.get("closed_at")),
     )
 
 

@@ -10,7 +10,8 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import date, datetime, timedelta
+from typing import Iterator, NamedTuple
 
 from django.conf import settings
 from django.db import connections, models, transaction
@@ -180,6 +181,11 @@ class Issue(models.Model):
     is_pull_request = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, help_text="GitHub's updated_at.")
+    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/metrics.py).
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # When its first decision from the dashboard was made (that decision applied): time to triage,
+    # kept here so the metrics page reads the window's issues, not the whole audit log.
+    first_decided_at = models.DateTimeField(null=True, blank=True, db_index=True)
     comments_count = models.PositiveIntegerField(default=0)
     labels = models.ManyToManyField(Label, related_name="issues", blank=True)
     in_queue = models.BooleanField(
@@ -506,6 +512,43 @@ class TriageDecisionQuerySet(models.QuerySet):
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
 
+    def outcomes(self) -> Iterator[Outcome]:
+        """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
+
+        Only applied triage decisions that recorded what they were shown (suggestions_shown) count;
+        meeting decisions settle the review, not the labels. A shown suggestion was applied (the
+        decision added it), unticked (neither added nor already there) or already on the issue
+        (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
+        one query. Used by the rubric health page (/rubric) and by train_label_model --from-db.
+        """
+        rows = self.filter(status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False)
+        rows = rows.order_by("-created_at", "-pk").values_list(
+            "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown")
+        for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
+            shown_labels = set()
+            for item in shown:
+                label, rule_id = item.get("label", ""), item.get("rule_id", "")
+                shown_labels.add(label)
+                applied = label in added
+                yield Outcome(pk, issue_id, number, label, rule_id, True, applied, not applied and label not in seen, False)
+            for label in added:
+                if label not in shown_labels:
+                    yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
+
+
+class Outcome(NamedTuple):
+    """One label of one triage decision, against what the rubric suggested (TriageDecision.objects.outcomes())."""
+
+    decision_id: int
+    issue_id: int
+    issue_number: int
+    label: str
+    rule_id: str  # "" for a label no rule suggested
+    shown: bool
+    applied: bool
+    unticked: bool
+    added: bool
+
 
 class TriageDecision(models.Model):
     """A person's request to change an issue on GitHub, and its audit record.
@@ -534,6 +577,9 @@ class TriageDecision(models.Model):
     meeting = models.ForeignKey(Meeting, on_delete=models.SET_NULL, null=True, blank=True, related_name="decisions")
     close_issue = models.BooleanField(default=False)
     note = models.TextField(blank=True)
+    # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id"}, ...].
+    # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
+    suggestions_shown = models.JSONField(null=True, blank=True, default=None)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)
@@ -547,7 +593,11 @@ class TriageDecision(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "created_at"], name="decision_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="decision_status_idx"),
+            # Queue health (metrics.py): decisions per triager in a window.
+            models.Index(fields=["created_at"], name="decision_created_idx"),
+        ]
         permissions = [
             ("apply_labels", "Can apply labels, flags and redirects to GitHub"),
             ("record_meeting_decision", "Can record triage-meeting decisions (including high priority)"),
@@ -559,6 +609,49 @@ class TriageDecision(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in (self.Status.PENDING, self.Status.APPLYING)
+
+
+def week_start(day) -> date:
+    """The Monday of `day`'s week (a date or an aware datetime, in the current time zone)."""
+    if isinstance(day, datetime):
+        day = timezone.localdate(day)
+    return day - timedelta(days=day.weekday())
+
+
+class DutyQuerySet(models.QuerySet):
+    def for_week(self, week: date) -> DutyQuerySet:
+        return self.filter(week=week).select_related("user").order_by("user__username")
+
+
+class Duty(models.Model):
+    """One triager on duty for one week (the roster), with the modules they prefer to take."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    week = models.DateField(help_text="The Monday of the week on duty.")
+    # `module: ...` labels this triager takes first when untriaged issues are shared out.
+    modules = models.JSONField(default=list, blank=True)
+
+    objects = DutyQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "week"], name="duty_user_week_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} on duty the week of {self.week}"
+
+
+class Assignment(models.Model):
+    """Who takes an untriaged issue in the dashboard (local: GitHub assignees are for the fixers)."""
+
+    issue = models.OneToOneField(Issue, on_delete=models.CASCADE, related_name="assignment")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    assigned_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} -> {self.user}"
 
 
 class GitHubWrite(models.Model):
@@ -685,4 +778,6 @@ __all__ = [
     "SyncState",
     "WebhookDelivery",
     "WorkerHeartbeat",
+    "Duty",
+    "Assignment",
 ]

@@ -43,7 +43,7 @@ LOCK_KEY = "queue:lock"
 SYNC_LEASE = timedelta(hours=1)
 ISSUE_FIELDS = [
     "repo", "title", "body", "state", "author", "html_url", "is_pull_request", "created_at", "updated_at",
-    "comments_count", "in_queue", "last_synced_at", "review_flagged_at",
+    "comments_count", "in_queue", "last_synced_at", "review_flagged_at", "closed_at",
 ]
 
 
@@ -176,7 +176,7 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
             number=data.number, repo=settings.GITHUB_REPO, title=data.title[:1024], body=data.body, state=data.state,
             author=data.author[:100], html_url=data.html_url[:500], is_pull_request=False,
             created_at=data.created_at, updated_at=data.updated_at, comments_count=data.comments_count,
-            in_queue=in_queue(data), last_synced_at=now,
+            in_queue=in_queue(data), last_synced_at=now, closed_at=data.closed_at,
             review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
         ))
     Issue.objects.bulk_create(rows, update_conflicts=True, unique_fields=["number"], update_fields=ISSUE_FIELDS)

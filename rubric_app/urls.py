@@ -19,5 +19,12 @@ urlpatterns = [
     path("meeting/issues/<int:number>/decide", views.meeting_decide, name="meeting_decide"),
     path("meeting/<int:pk>/minutes.md", views.meeting_minutes, name="meeting_minutes"),
     path("audit", views.audit, name="audit"),
+    path("metrics", views.metrics_page, name="metrics"),
+    path("rubric", views.rubric_health, name="rubric_health"),
+    path("roster", views.roster_add, name="roster_add"),
+    path("roster/<int:pk>/remove", views.roster_remove, name="roster_remove"),
+    path("roster/share", views.share_out, name="share_out"),
+    path("issues/<int:number>/assign", views.issue_assign, name="issue_assign"),
+    path("rubric.csv", views.rubric_health_csv, name="rubric_health_csv"),
     path("github/webhook", webhooks.github_webhook, name="github_webhook"),
 ]

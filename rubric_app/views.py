@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import InvalidPage, Paginator
@@ -17,14 +19,18 @@ from django.db.models import Exists, JSONField, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, decisions
+from . import bisect_runs, decisions, metrics, sharing
 from .bisection import extract_repro
-from .forms import MEETING_DECISIONS, BisectForm, MeetingDecisionForm, QueueFilterForm, TriageForm, module_label_names
-from .models import BisectionRun, Comment, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
+from .forms import (
+    MEETING_DECISIONS, BisectForm, DutyForm, MeetingDecisionForm, MetricsForm, QueueFilterForm, TriageForm,
+    module_label_names,
+)
+from .models import BisectionRun, Comment, Duty, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
 from .rubric.rules_domain import FLAKY, REGRESSION
 
 PAGE_SIZE = 50
@@ -132,6 +138,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     form = QueueFilterForm(request.GET)
     lane = form.lane_value()
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=_latest_verdict())
+    rows = _with_assignee(rows, request.user, mine=lane == "mine")
     page, page_note = _page_or_last(rows, request.GET.get("page"))
     context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "lanes": QueueFilterForm.LANES,
                "module_labels": module_label_names(), "query": _query_without_page(request),
@@ -392,3 +399,100 @@ def meeting_minutes(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="triage-minutes-{held.started_at:%Y-%m-%d}.md"'
     return response
+
+
+# --- queue health -------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def metrics_page(request: HttpRequest) -> HttpResponse:
+    """Queue health over the last weeks: charts with their numbers in tables beside them."""
+    _require(request, "view_triagedecision")
+    form = MetricsForm(request.GET)
+    health = metrics.queue_health(weeks=form.weeks_value())
+    return render(request, "rubric_app/metrics.html", {"health": health, "form": form})
+
+
+@login_required
+@require_GET
+def rubric_health(request: HttpRequest) -> HttpResponse:
+    """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
+    _require(request, "view_triagedecision")
+    rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    return render(request, "rubric_app/rubric.html", {"rules": rules, "added": added})
+
+
+@login_required
+@require_GET
+def rubric_health_csv(request: HttpRequest) -> HttpResponse:
+    """The rubric health table as CSV; ?rows=outcomes gives one row per decision and label instead."""
+    _require(request, "view_triagedecision")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="rubric-health.csv"'
+    metrics.write_rubric_csv(response, TriageDecision.objects.outcomes(), per_outcome=request.GET.get("rows") == "outcomes")
+    return response
+
+
+
+# --- sharing the queue ----------------------------------------------------------------------------
+
+
+def _with_assignee(rows, user, *, mine: bool):
+    """The queue rows with who took each (one join); the "mine" lane keeps the user's own."""
+    rows = rows.select_related("assignment__user")
+    return rows.filter(assignment__user=user) if mine else rows
+
+
+def _back(request: HttpRequest, default: str = "rubric_app:meeting") -> HttpResponse:
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return redirect(target)
+    return redirect(default)
+
+
+@login_required
+@require_POST
+def roster_add(request: HttpRequest) -> HttpResponse:
+    """Put a triager on this week's roster (the chair does)."""
+    _require(request, "record_meeting_decision")
+    form = DutyForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ValueError(" ".join(e for errs in form.errors.values() for e in errs))
+        sharing.set_duty(username=form.cleaned_data["username"], modules=form.cleaned_data["modules"])
+    except ValueError as exc:
+        messages.error(request, f"Roster unchanged: {exc}")
+    return redirect("rubric_app:meeting")
+
+
+@login_required
+@require_POST
+def roster_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    _require(request, "record_meeting_decision")
+    Duty.objects.filter(pk=pk).delete()
+    return redirect("rubric_app:meeting")
+
+
+@login_required
+@require_POST
+def share_out(request: HttpRequest) -> HttpResponse:
+    """Share the unassigned untriaged issues among this week's roster (by preferred modules, else in turn)."""
+    _require(request, "record_meeting_decision")
+    count = sharing.share_out(by=request.user)
+    messages.success(request, f"{count} untriaged issue{'s' if count != 1 else ''} shared out.")
+    return redirect("rubric_app:meeting")
+
+
+@login_required
+@require_POST
+def issue_assign(request: HttpRequest, number: int) -> HttpResponse:
+    """Take an issue (no `to`) or give it to another triager: one click, local to the dashboard."""
+    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    username = request.POST.get("to") or request.user.get_username()
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None or not user.has_perm("rubric_app.apply_labels"):
+        messages.error(request, f"#{number} not reassigned: {username!r} is not a triager.")
+    else:
+        sharing.assign(issue=issue, user=user, by=request.user)
+    return _back(request)

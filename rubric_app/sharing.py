@@ -1,0 +1,62 @@
+"""Sharing the untriaged queue among the week's on-duty triagers (local to the dashboard:
+GitHub assignees are for the people who fix the issue)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from .models import PT2_ONCALL, TRIAGED, Assignment, Duty, Issue, Suggestion, week_start
+
+
+def untriaged():
+    """The queue's `oncall: pt2` lane: open, in the queue, not yet `triaged`."""
+    return Issue.objects.in_queue().filter(labels__name=PT2_ONCALL).exclude(labels__name=TRIAGED)
+
+
+def share_out(*, by, now=None) -> int:
+    """Assign every unassigned untriaged issue to this week's on-duty triagers; returns how many.
+
+    An issue whose module labels (applied or suggested) match triagers' preferred modules goes to
+    the least loaded of them; any other issue to the least loaded on duty (round robin, oldest
+    issue first). Load counts the untriaged issues each already holds.
+    """
+    duties = list(Duty.objects.for_week(week_start(now or timezone.now())))
+    if not duties:
+        return 0
+    load = Counter(dict.fromkeys((d.user_id for d in duties), 0))
+    load.update(Assignment.objects.filter(issue__in=untriaged(), user_id__in=load).values_list("user_id", flat=True))
+    module_suggestions = Suggestion.objects.filter(kind=Suggestion.Kind.ADD, label__startswith="module:")
+    issues = untriaged().filter(assignment__isnull=True).order_by("created_at", "number").prefetch_related(
+        "labels", Prefetch("suggestions", queryset=module_suggestions, to_attr="module_suggestions"))
+    rows = []
+    for issue in issues:
+        modules = set(issue.module_labels) | {s.label for s in issue.module_suggestions}
+        fans = [d.user_id for d in duties if modules & set(d.modules)] or list(load)
+        user_id = min(fans, key=lambda uid: (load[uid], uid))
+        load[user_id] += 1
+        rows.append(Assignment(issue=issue, user_id=user_id, assigned_by=by))
+    with transaction.atomic():
+        Assignment.objects.bulk_create(rows, ignore_conflicts=True)  # someone took one meanwhile: theirs stays
+    return len(rows)
+
+
+def assign(*, issue: Issue, user, by) -> Assignment:
+    """Give the issue to user (take it when user is by); replaces any earlier assignment."""
+    assignment, _ = Assignment.objects.update_or_create(
+        issue=issue, defaults={"user": user, "assigned_by": by, "assigned_at": timezone.now()})
+    return assignment
+
+
+def set_duty(*, username: str, modules: list[str], now=None) -> Duty:
+    """Put a triager on this week's roster (or update their modules); ValueError if no such triager."""
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None or not user.has_perm("rubric_app.apply_labels"):
+        raise ValueError(f"{username!r} is not a triager (the triager role is needed to be on duty).")
+    duty, _ = Duty.objects.update_or_create(user=user, week=week_start(now or timezone.now()),
+                                            defaults={"modules": sorted(set(modules))})
+    return duty
