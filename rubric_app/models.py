@@ -201,6 +201,7 @@ class Issue(models.Model):
             ),
             labels=tuple(self.label_names()),
             bisection=bisection,
+            author=self.author,
         )
 
     def refresh_suggestions(self, catalog: frozenset[str] | None = None) -> rubric.Assessment:

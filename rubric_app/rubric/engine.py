@@ -40,9 +40,15 @@ from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 # with at least HOLISTIC_YIELDS_TO).
 HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
 HOLISTIC_YIELDS_TO = 0.6
+# ...unless the symptom is the report's subject (a slow compile, a throughput regression, a bad error
+# message named in the title): triagers label the symptom next to the component then.
+SYMPTOM_SUBJECT = 0.8
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
 STRONG = 0.8
+# R1: a second core component (typically module: dynamo next to the right one) needs more than a
+# name in the title or an error class: evidence of its own.
+SECOND_CORE = 0.85
 # Domain and feature labels are visibility extras: only when shown clearly.
 MIN_EXTRA_WEIGHT = 0.6
 # The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
@@ -88,10 +94,22 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
         ])
 
     findings = rule_findings(facts) + _bisection(issue)
+    transfer = next((x for x in findings if x.kind == "route" and x.rule_id == "G2"), None)
+    if transfer and not issue.bisection:
+        return _transfer(transfer, findings)
     learned = (model or shipped_model()) if use_model else None
     if learned is not None:
         findings += _model_findings(learned, facts, findings)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence)
+
+
+def _transfer(x: Finding, findings: list[Finding]) -> Assessment:
+    """G2: the fix belongs in another repository: transfer and stop (no labels, no triaged, no review)."""
+    out = Assessment(route="transfer", checklist=[
+        ChecklistItem("G2", f"Transfer to {x.label}, then stop: no module labels, no triaged.", "satisfied", x.evidence)])
+    out.avoid = [Avoided(l, "G2", f"the fix belongs in {x.label}: transfer instead", x.evidence, x.source)
+                 for l in dict.fromkeys(y.label for y in findings if y.kind == "add" and y.label.startswith("module:"))]
+    return out
 
 
 def rule_findings(facts: Facts) -> list[Finding]:
@@ -173,14 +191,14 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[F
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
-    chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
+    chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else SECOND_CORE)]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
         x for l, x in candidates.items()
         if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT
-        and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen))
+        and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
 

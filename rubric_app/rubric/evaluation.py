@@ -7,6 +7,7 @@ sorts after the fifth is unknown and counts as neither a hit nor a miss.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -16,7 +17,7 @@ from typing import Any
 from .engine import evaluate, facts_of, rule_findings
 from .model import MODEL_LABELS, LabelModel, features, train
 from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
-from .text import split_thread
+from .text import split_thread_authored
 from .types import Assessment, CommentText, IssueText
 
 # The component labels scored by micro-F1: every `module:` label RUBRIC.md governs (R1-R9, R7.3).
@@ -78,14 +79,18 @@ def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueT
 
     use_labels=False hides the record's labels: they are the answers when scoring.
     """
-    description, thread_comments = split_thread(record.get("body") or "")
-    comments = [str(c.get("body", "") if isinstance(c, dict) else c) for c in record.get("comments", [])]
+    description, reporter, thread_comments = split_thread_authored(record.get("body") or "")
+    comments = [
+        (str(c.get("author", "")), str(c.get("body", ""))) if isinstance(c, dict) else ("", str(c))
+        for c in record.get("comments", [])
+    ]
     return IssueText(
         number=int(record["number"]),
         title=record.get("title") or "",
         body=description,
-        comments=tuple(CommentText(body=c) for c in [*thread_comments, *comments]),
+        comments=tuple(CommentText(body=body, author=author) for author, body in [*thread_comments, *comments]),
         labels=tuple(str(l) for l in record.get("labels", [])) if use_labels else (),
+        author=str(record.get("author") or reporter),
     )
 
 
@@ -202,6 +207,20 @@ def split_by_number(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     """
     ordered = sorted(records, key=lambda r: int(r["number"]))
     return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
+
+
+HELD_OUT_EVERY = 5
+
+
+def is_held_out(record: dict[str, Any]) -> bool:
+    """The untouched slice: one issue in HELD_OUT_EVERY, by a hash of its number (fixed once, never
+    tuned): its figures are reported, its individual errors are never read, nothing trains on it."""
+    return int(hashlib.sha256(str(int(record["number"])).encode()).hexdigest(), 16) % HELD_OUT_EVERY == 0
+
+
+def split_held_out(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training pool, held-out slice) by is_held_out."""
+    return [r for r in records if not is_held_out(r)], [r for r in records if is_held_out(r)]
 
 
 def g4_ceiling(records: list[dict[str, Any]]) -> list[list[str]]:
