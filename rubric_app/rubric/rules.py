@@ -184,9 +184,12 @@ DYNAMO_ERROR = re.compile(
 @rule("R1.2")
 def r1_2_graph_breaks(f: Facts) -> list[Finding]:
     """Graph breaks, bytecode analysis or transformation errors: Dynamo."""
-    return _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
-        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break"
-    )
+    named = _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title")
+    shown = f.find(DYNAMO_ERROR, "text")
+    if named and shown:
+        # Named in the title and shown by its own error: evidence enough for a second component (R1).
+        return [Finding("R1.2", "add", DYNAMO, 0.9, shown[0], shown[1], "Dynamo named in the title and a Dynamo tracing error")]
+    return named or _add(f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break")
 
 
 SYMBOLIC = re.compile(

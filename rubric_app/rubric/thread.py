@@ -113,15 +113,30 @@ def _named(match: re.Match[str]) -> str:
     return next(v for k, v in match.groupdict().items() if v and k != "repo")
 
 
+# Conclusions are prose: code blocks and the tail of a long description (logs, environment) are skipped,
+# which also keeps the reader cheap on the engine's hot path.
+MAX_PROSE = 6_000
+_REPO_NEEDLES = ("pytorch/", "torchvision", "torchaudio", "torchtext", "executorch", "torchrec", "torchtune", "torchao",
+                 "xla", "tensorrt", " repo")
+_NOT_A_BUG_NEEDLES = ("expected", "intended", "by design", "not a bug", "forum", "discuss.pytorch")
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks, capped at MAX_PROSE characters."""
+    return "".join(text.split("```")[0::2])[:MAX_PROSE]
+
+
 def read_thread(sources: list[Source], authors: dict[str, str] | None = None, reporter: str = "") -> list[ThreadFact]:
     """Facts of the body and comments, in thread order (the title is left to the rules).
 
     authors: source name -> author login (absent or empty when unknown); reporter: the issue's author.
+    Evidence is an exact substring of its source's text.
     """
     authors = authors or {}
     facts: list[ThreadFact] = []
     for source in sources[1:]:
-        text = source.text
+        text = prose(source.text)
+        lowered = text.lower()
         by_reporter = source.name == "body" or bool(reporter and authors.get(source.name) == reporter)
         if _ANY_NAME.search(text):  # most text names no component: one cheap test first
             for pattern, kind in ((NEGATED, "negated"), (ATTRIBUTED, "attributed"), (CONCLUDED, "concluded")):
@@ -129,12 +144,13 @@ def read_thread(sources: list[Source], authors: dict[str, str] | None = None, re
                     label = _component(_named(match))
                     if label:
                         facts.append(ThreadFact(kind, label, match.group(0), source.name, by_reporter))
-        for match in TRANSFER.finditer(text):
-            facts.append(ThreadFact("transfer", match.group("repo"), match.group(0), source.name, by_reporter))
+        if any(n in lowered for n in _REPO_NEEDLES):
+            for match in TRANSFER.finditer(text):
+                facts.append(ThreadFact("transfer", match.group("repo"), match.group(0), source.name, by_reporter))
         if source.name == "body":
             match = QUESTION_TEXT.search(text[:600])
         else:
-            match = None if by_reporter else NOT_A_BUG.search(text)
+            match = None if by_reporter or not any(n in lowered for n in _NOT_A_BUG_NEEDLES) else NOT_A_BUG.search(text)
         if match:
             facts.append(ThreadFact("question", "", match.group(0), source.name, by_reporter))
     return facts
