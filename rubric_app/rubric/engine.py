@@ -132,13 +132,16 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
     engine then weighs them with the rules' findings by calibrated probability (_scorer).
     """
     out = []
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
     for label, (p, top) in predictions.items():
-        calibrated = model.calibrated(label, p)
-        if calibrated < model.thresholds["first"] or not top:
+        key = model_key(label, label in supported)
+        calibrated = model.calibrated(key if key in model.calibration else label, p)
+        kind = "route" if label.startswith("oncall:") else "flag" if label == REVIEW else "add"
+        if calibrated < model.thresholds[{"add": "first", "route": "route", "flag": "review"}[kind]] or not top:
             continue
         evidence, source = feats[top[0]]
         names = ", ".join(f.split(":", 1)[1] if not f.startswith(("rule:", "thread:")) else ":".join(f.split(":")[1:3]) for f in top)
-        out.append(Finding(GOVERNING_RULE[label], "add", label, round(calibrated, 2), evidence, source,
+        out.append(Finding(GOVERNING_RULE[label], kind, label, round(calibrated, 2), evidence, source,
                            f"learned from {model.trained_on} triaged issues (p={calibrated:.2f}; top features: {names})",
                            origin="model"))
     return out
@@ -156,11 +159,19 @@ def calibration_key(x: Finding) -> str:
     return "extra"
 
 
-def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list[str]]]) -> Callable[[Finding], float]:
+def model_key(label: str, supported: bool) -> str:
+    """The calibration curve of a learned label: apart for predictions a rule also makes (they are surer)."""
+    return f"{label}|rule" if supported else label
+
+
+def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list[str]]],
+            findings: list[Finding] = ()) -> Callable[[Finding], float]:
     """score(finding) -> P(the label is right): the calibrated probability with a model, the rule's weight without.
 
     A bisection verdict stays decisive (R2); so does a backend comparison in the thread, whatever the words say.
     """
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
+
     def score(x: Finding) -> float:
         if x.source.startswith("bisection"):
             return 1.0
@@ -168,7 +179,8 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
             return x.weight
         rule_p = learned.calibrated(calibration_key(x), x.weight)
         if x.label in predictions:
-            p = learned.calibrated(x.label, predictions[x.label][0])
+            key = model_key(x.label, x.label in supported)
+            p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
             return max(p, rule_p) if x.weight >= OVERRIDES_AVOID and x.origin == "rule" else p
         return rule_p
     return score
@@ -236,7 +248,8 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
 
 
 # The rules' own thresholds (no model): weights, not probabilities.
-RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WEIGHT, "preselect": 0.85}
+RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WEIGHT, "preselect": 0.85,
+               "route": STRONG, "review": 0.0}
 
 
 def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
@@ -249,14 +262,18 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     checks = [x for x in findings if x.kind == "check"]
     out = Assessment()
 
-    score = _scorer(learned, predictions or {})
+    score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
     chosen = _components(adds, avoided, score, limits)
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
-    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.weight >= STRONG), None)
+    # Without a model, weights against the rules' own bars; with one, calibrated probabilities against fitted ones.
+    route_bar = limits.get("route", STRONG)
+    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None)
     cpu = routes.get(CPU_ONCALL)
+    if cpu and learned is not None and score(cpu) < route_bar:
+        cpu = None
     if handoff:
         out.route, out.queue = "handoff", handoff.label
         out.add.append(_suggest(handoff, score(handoff)))
@@ -264,7 +281,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
             if x.label.startswith("module:"):
                 out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
         chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
-    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or cpu.weight >= CPU_TAG)):
+    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))):
         out.route, out.queue = "cpu inductor", CPU_ONCALL
         if cpu:
             out.add.append(_suggest(cpu, score(cpu)))
@@ -283,6 +300,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     question = any(x.rule_id == "G1" for x in checks)
     review = flags.get(REVIEW)
+    if review and score(review) < limits.get("review", 0.0):
+        review = None
     if out.route != "handoff":
         if review:
             out.add.append(_suggest(review, score(review)))
@@ -324,10 +343,10 @@ def _preselect(out: Assessment, threshold: float, question: bool) -> None:
     ticked = []
     for s in out.add:
         pick = s.confidence >= threshold and s.rule_id != "G4"
-        if question and s.label.startswith("module:"):
-            pick = False
         if s.label == PT2_ONCALL or s.source == "bisection":
             pick = True
+        if question and s.label.startswith("module:"):
+            pick = False
         ticked.append(pick)
     modules = any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))

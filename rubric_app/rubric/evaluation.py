@@ -281,7 +281,8 @@ def training_examples(records: list[dict[str, Any]]) -> list[tuple[set[str], dic
     for record in records:
         facts = facts_of(issue_from_record(record, use_labels=False))
         feats = features(facts.sources, rule_findings(facts), thread_facts(facts))
-        examples.append((set(feats), {label: truth(record, label) for label in MODEL_LABELS}))
+        examples.append((set(feats), {label: review_truth(record) if label == REVIEW else truth(record, label)
+                                      for label in MODEL_LABELS}))
     return examples
 
 
@@ -301,6 +302,9 @@ PRESELECT_PRECISION = 0.92
 GRID_FIRST = (0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 GRID_SECOND = (0.5, 0.6, 0.7, 0.8)
 GRID_EXTRA = (0.4, 0.5, 0.6, 0.7)
+GRID_ROUTE = (0.3, 0.4, 0.5, 0.6, 0.7)
+GRID_REVIEW = (0.2, 0.3, 0.4, 0.5, 0.6)
+REVIEW_PRECISION = 0.62
 
 
 def fit_model(records: list[dict[str, Any]], folds: int = 5, decisions: list[tuple[set[str], dict[str, bool | None]]] = ()) -> LabelModel:
@@ -325,16 +329,30 @@ def fit_model(records: list[dict[str, Any]], folds: int = 5, decisions: list[tup
         for i, (feats, _answers) in enumerate(examples):
             if i % folds == fold:
                 oof[i] = {label: p for label, (p, _top) in model.predict({f: ("", "") for f in feats}).items()}
-    calibration = {label: list(isotonic([(oof[i][label], bool(a[label])) for i, (_f, a) in enumerate(examples)
-                                         if a.get(label) is not None and label in oof[i]]))
-                   for label in MODEL_LABELS}
+    from .engine import model_key
+
+    calibration: dict[str, list[list[float]]] = {}
+    for label in MODEL_LABELS:
+        # A prediction some rule also makes is calibrated apart from one the model makes alone.
+        for supported in (False, True):
+            points = [(oof[i][label], bool(a[label])) for i, (feats, a) in enumerate(examples)
+                      if a.get(label) is not None and label in oof[i] and _rule_supports(feats, label) == supported]
+            if len(points) >= 20:
+                calibration[model_key(label, supported)] = list(isotonic(points))
+        calibration.setdefault(label, list(isotonic([(oof[i][label], bool(a[label])) for i, (_f, a) in enumerate(examples)
+                                                     if a.get(label) is not None and label in oof[i]])))
     calibration.update(_rule_calibration(records))
     for model in fold_models:
         model.calibration = calibration
-    thresholds = _choose_thresholds(records, fold_models, folds)
+    thresholds, figures = _choose_thresholds(records, fold_models, folds)
     final = train(examples + list(decisions))
-    final.calibration, final.thresholds = calibration, thresholds
+    final.calibration, final.thresholds, final.cross_validated = calibration, thresholds, figures
     return final
+
+
+def _rule_supports(feats: set[str], label: str) -> bool:
+    """A rule's ADD, ROUTE or FLAG for `label` is among the features (model.features names them so)."""
+    return any(f.startswith("rule:") and f.endswith(":" + label) and f.split(":")[2] in ("add", "route", "flag") for f in feats)
 
 
 def _rule_calibration(records: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
@@ -364,7 +382,8 @@ def _rule_calibration(records: list[dict[str, Any]]) -> dict[str, list[list[floa
     return {key: list(isotonic(values)) for key, values in points.items()}
 
 
-def _choose_thresholds(records: list[dict[str, Any]], fold_models: list[LabelModel], folds: int) -> dict[str, float]:
+def _choose_thresholds(records: list[dict[str, Any]], fold_models: list[LabelModel], folds: int
+                       ) -> tuple[dict[str, float], dict[str, float]]:
     """The thresholds with the best out-of-fold component F1 on issues humans gave a component, then the
     pre-selection threshold from the same out-of-fold suggestions."""
     issues = [issue_from_record(r, use_labels=False) for r in records]
@@ -394,11 +413,26 @@ def _choose_thresholds(records: list[dict[str, Any]], fold_models: list[LabelMod
         if f1 > best[0]:
             best = (f1, limits)
     limits = dict(best[1])
+    # Routing: the bar with the best out-of-fold F1. The review flag: the most recall at precision
+    # REVIEW_PRECISION (the target's 0.60 and a margin), else the best F1.
+    scored = []
+    for bar in GRID_ROUTE:
+        scored.append((score(records, [a.verdict() for a in run({**limits, "route": bar})]).routing.f1, -bar, bar))
+    limits["route"] = max(scored)[2]
+    reviewed = []
+    for bar in GRID_REVIEW:
+        c = score(records, [a.verdict() for a in run({**limits, "review": bar})]).review
+        reviewed.append((c.precision >= REVIEW_PRECISION, c.recall if c.precision >= REVIEW_PRECISION else c.f1, -bar, bar))
+    limits["review"] = max(reviewed)[3]
     runs = run({**limits, "preselect": 0.0})
     points = [(s.confidence, bool(truth(records[i], s.label))) for i in labelled for s in runs[i].add
               if s.label in COMPONENTS and s.rule_id != "G4" and truth(records[i], s.label) is not None]
     limits["preselect"] = preselect_threshold(points, PRESELECT_PRECISION)
-    return limits
+    t = trust(records, run(limits))
+    figures = {"issues": t.issues, "component_precision": t.components.precision, "component_recall": t.components.recall,
+               "component_f1": t.components.f1, "preselected_precision": t.preselected.precision, "coverage": t.coverage,
+               "routing_f1": t.routing.f1, "review_precision": t.review.precision, "review_recall": t.review.recall}
+    return limits, {k: round(v, 3) for k, v in figures.items()}
 
 
 def preselect_threshold(points: list[tuple[float, bool]], precision: float) -> float:

@@ -9,6 +9,7 @@ probability as one more weighed finding, never to break an invariant.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -18,21 +19,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import DECOMP, DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR, Finding
+from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
 from .text import Source
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 # A model trained locally (train_label_model; git-ignored) wins over the one shipped in the repo.
 MODEL_FILE = DATA / "label_model.json"
 SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
-# The labels the model learns: the core components with enough examples in any PT2 history.
-MODEL_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
+# The labels the model learns: the core components with enough examples in any PT2 history, the two
+# redirects PT2 makes most (R2.4/R10, R6.3) and the review flag (R11).
+COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
+MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, REVIEW)
 # Which rubric rule governs each learned label: the rule id a model suggestion cites.
-GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1"}
+GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1",
+                  CPU_ONCALL: "R10", EXPORT_ONCALL: "R6.3", REVIEW: "R11"}
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
 # suggested ("possible") from `first`, a second core one from `second`, a domain or feature label from
 # `extra`; `preselect` is what "accept" ticks.
-DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75}
+DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75, "route": 0.5, "review": 0.5}
 
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,30}(?:\.[A-Za-z_][A-Za-z0-9_]{1,30}){0,3}")
 STOP = frozenset(
@@ -98,11 +102,11 @@ def interpolate(curve: tuple[list[float], list[float]] | list, x: float) -> floa
         return x
     if x <= xs[0]:
         return ys[0]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
-    return ys[-1]
+    i = bisect.bisect_left(xs, x)
+    if i >= len(xs):
+        return ys[-1]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
 
 
 @dataclass
@@ -117,6 +121,9 @@ class LabelModel:
     # "triaged", "flag", "fallback") scored by the rule's weight.
     calibration: dict[str, list[list[float]]] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    # The out-of-fold figures the thresholds were chosen on (evaluation.fit_model): the training pool's honest figures.
+    cross_validated: dict[str, float] = field(default_factory=dict)
+    _by_feature: dict[str, list[tuple[str, float]]] | None = field(default=None, repr=False, compare=False)
 
     def calibrated(self, key: str, score: float) -> float:
         """P(the label is right) for a raw score, or the score itself where nothing was fitted for `key`."""
@@ -124,18 +131,28 @@ class LabelModel:
         return round(interpolate(curve, score), 3) if curve else score
 
     def predict(self, feats: dict[str, tuple[str, str]], top: int = 3) -> dict[str, tuple[float, list[str]]]:
+        """{label: (raw probability, the features that pushed it up most)}: one pass over the issue's features."""
+        if self._by_feature is None:
+            by_feature: dict[str, list[tuple[str, float]]] = {}
+            for label, w in self.weights.items():
+                for f, v in w.items():
+                    by_feature.setdefault(f, []).append((label, v))
+            self._by_feature = by_feature
+        contributions: dict[str, list[tuple[float, str]]] = {label: [] for label in self.weights}
+        for f in feats:
+            for label, v in self._by_feature.get(f, ()):
+                contributions[label].append((v, f))
         out = {}
-        for label, w in self.weights.items():
-            contributions = [(w[f], f) for f in feats.keys() & w.keys()]
-            z = self.bias[label] + sum(c for c, _ in contributions)
+        for label, found in contributions.items():
+            z = self.bias[label] + sum(c for c, _ in found)
             p = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
-            out[label] = (p, [f for c, f in sorted(contributions, reverse=True)[:top] if c > 0])
+            out[label] = (p, [f for c, f in sorted(found, reverse=True)[:top] if c > 0])
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
         data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()},
                 "weights": {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()},
-                "calibration": self.calibration, "thresholds": self.thresholds}
+                "calibration": self.calibration, "thresholds": self.thresholds, "cross_validated": self.cross_validated}
         path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
     @classmethod
@@ -147,7 +164,8 @@ class LabelModel:
                 data = json.loads(candidate.read_text())
                 return cls(weights=data["weights"], bias=data["bias"], trained_on=data.get("trained_on", 0),
                            calibration=data.get("calibration", {}),
-                           thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})})
+                           thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
+                           cross_validated=data.get("cross_validated", {}))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return None

@@ -36,6 +36,10 @@ COMPONENT_NAMES = (
 _NAMES = "|".join(names for _label, names in COMPONENT_NAMES)
 _NAME_OF = tuple((label, re.compile(rf"\b(?:{names})\b", I)) for label, names in COMPONENT_NAMES)
 _ANY_NAME = re.compile(rf"\b(?:{_NAMES})", I)
+# The same names for folded lowercase text, without \b: Python's re then scans for the first letters in C
+# (the engine's hot path); a hit is only where to look, the real patterns decide.
+_NAME_LOCATOR = re.compile(_NAMES.lower().replace("\\b", ""))
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
 
 # "not codegen", "isn't an inductor bug", "nothing to do with dynamo", "rules out AOTAutograd",
 # "inductor is fine / not at fault". "not only inductor" and "not just dynamo" are not negations.
@@ -121,6 +125,32 @@ _REPO_NEEDLES = ("pytorch/", "torchvision", "torchaudio", "torchtext", "executor
 _NOT_A_BUG_NEEDLES = ("expected", "intended", "by design", "not a bug", "forum", "discuss.pytorch")
 
 
+WINDOW = 120
+
+
+def _windows(text: str) -> list[str]:
+    """The stretches of text around each component name (merged where they overlap), starting and
+    ending at whitespace so no word is cut in two."""
+    spans: list[list[int]] = []
+    # Folded as facts.py does, so positions in the lowered text are positions in the text.
+    for match in _NAME_LOCATOR.finditer(text.translate(_FOLD).lower()):
+        start, end = max(0, match.start() - WINDOW), min(len(text), match.end() + WINDOW)
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+    out = []
+    for start, end in spans:
+        if start > 0:
+            space = text.find(" ", start)
+            start = space + 1 if 0 <= space < end else start
+        if end < len(text):
+            space = text.rfind(" ", start, end)
+            end = space if space > start else end
+        out.append(text[start:end])
+    return out
+
+
 def prose(text: str) -> str:
     """The text outside fenced code blocks, capped at MAX_PROSE characters."""
     return "".join(text.split("```")[0::2])[:MAX_PROSE]
@@ -138,9 +168,9 @@ def read_thread(sources: list[Source], authors: dict[str, str] | None = None, re
         text = prose(source.text)
         lowered = text.lower()
         by_reporter = source.name == "body" or bool(reporter and authors.get(source.name) == reporter)
-        if _ANY_NAME.search(text):  # most text names no component: one cheap test first
+        for window in _windows(text):  # every pattern needs a component name: read only around one
             for pattern, kind in ((NEGATED, "negated"), (ATTRIBUTED, "attributed"), (CONCLUDED, "concluded")):
-                for match in pattern.finditer(text):
+                for match in pattern.finditer(window):
                     label = _component(_named(match))
                     if label:
                         facts.append(ThreadFact(kind, label, match.group(0), source.name, by_reporter))

@@ -41,6 +41,7 @@ class Command(BaseCommand):
         model.save(Path(output))
         self.stdout.write(f"Trained on {len(records)} issues; saved to {output}.")
         self.stdout.write("  thresholds (calibrated probability): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(model.thresholds.items())))
+        self.stdout.write("  out-of-fold figures on these issues: " + ", ".join(f"{k} {v}" for k, v in model.cross_validated.items()))
         for label, weights in model.weights.items():
             top = sorted(weights.items(), key=lambda kv: -kv[1])[:8]
             self.stdout.write(f"  {label}: " + ", ".join(f"{f} {w:+.2f}" for f, w in top))
