@@ -178,7 +178,8 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
         if learned is None:
             return x.weight
         rule_p = learned.calibrated(calibration_key(x), x.weight)
-        if x.label in predictions:
+        # An uncalibrated model (trained without fit_model) does not outvote the rules' own findings.
+        if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
             return max(p, rule_p) if x.weight >= OVERRIDES_AVOID and x.origin == "rule" else p
