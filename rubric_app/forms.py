@@ -132,17 +132,22 @@ class TriageForm(forms.Form):
             self.initial.update(self.suggested)
 
     def suggested_initial(self, suggestions: list[Suggestion]) -> dict:
-        """The rubric's answer as form values: what "accept the suggestions" means."""
+        """The rubric's answer as form values: what "accept the suggestions" means.
+
+        Only the pre-selected labels are ticked (their calibrated confidence clears the threshold); the
+        others stay unticked as "possible". The route stays the suggested one (its own choice below).
+        """
         add = [s.label for s in suggestions if s.kind == Suggestion.Kind.ADD]
+        ticked = {s.label for s in suggestions if s.kind == Suggestion.Kind.ADD and s.preselected}
         route = self.issue.suggested_route if self.issue.suggested_route in ("pt2", "cpu inductor", "handoff") else "pt2"
         handoff = next((n for n in add if n.startswith("oncall:") and n in dict(self.fields["handoff_to"].choices)), "")
         if route == "handoff" and not handoff:
             route = "pt2"
         return {
-            "labels": [n for n, _ in self.fields["labels"].choices if n in add],
+            "labels": [n for n, _ in self.fields["labels"].choices if n in ticked],
             "route": route,
             "handoff_to": handoff,
-            "review": TRIAGE_REVIEW in add,
+            "review": TRIAGE_REVIEW in ticked,
             "labels_seen": json.dumps(self.issue.label_names()),
         }
 

@@ -257,6 +257,7 @@ class Issue(models.Model):
             ),
             labels=tuple(self.label_names()),
             bisection=bisection,
+            author=self.author,
         )
 
     def refresh_suggestions(self, catalog: frozenset[str] | None = None) -> rubric.Assessment:
@@ -302,7 +303,7 @@ def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rub
             Suggestion(
                 issue=issue, label=s.label, kind=Suggestion.Kind.ADD, rule_id=s.rule_id, evidence=s.evidence,
                 evidence_source=s.evidence_source, reason=s.reason, confidence=s.confidence, source=s.source,
-                created_at=now,
+                preselected=s.preselected, created_at=now,
             )
             for s in assessment.add
         ] + [
@@ -360,7 +361,11 @@ class Suggestion(models.Model):
     # Where the evidence was found: "title", "body", "comment:<github id>", "bisection:<run id>", "code".
     evidence_source = models.CharField(max_length=60, blank=True)
     reason = models.TextField(blank=True)
+    # A calibrated probability (of labels shown at 0.9, about 9 in 10 are right).
     confidence = models.FloatField(default=0.5)
+    # Ticked on the issue page: what "accept" (the `a` key) applies; the rest are shown as "possible".
+    # Rows written before calibration existed were all ticked: the default keeps that meaning.
+    preselected = models.BooleanField(default=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.RULE)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate, rules, rules_domain
 from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
-from rubric_app.rubric.model import train
+from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
 
@@ -22,7 +22,10 @@ PHRASES = [
     "@triton.jit", "@helion.kernel", "hl.tile", "torch.func.vmap", "make_fx", "FakeTensor", "functionalization",
     "DTensor", "FSDP", "DDP", "flex_attention", "torch.export.export", "use_deterministic_algorithms",
     "FX graph cache", "OOM", "slower than eager", "[Fuzzer]", "atol=1e-9", "argmax", "fp64_ref",
-    "How do I", "?", "torchvision", "<script>alert(1)</script>", "\u202e\u0000\ufeff", "```python\nx = 1\n```",
+    "How do I", "?", "torchvision", "<script>alert(1)</script>",
+    # The thread reader's phrases (rubric/thread.py): negation, attribution, transfer, question, a CPU build.
+    "so it's the decomposition, not codegen", "AOTAutograd is only the caller", "the fix belongs in pytorch/vision",
+    "This is expected behavior.", "looks like an inductor bug", "PyTorch version: 2.5.1+cpu", "\u202e\u0000\ufeff", "```python\nx = 1\n```",
 ]
 LABELS = ["oncall: pt2", "oncall: cpu inductor", "oncall: export", "oncall: distributed", "triaged", "topic: fuzzer",
           "module: dynamo", "high priority"]
@@ -59,19 +62,36 @@ MODEL = train(training_examples([
 ]))
 
 
+# The model shipped in the repo, calibrated: the one `make run` uses.
+SHIPPED = LabelModel.load(SHIPPED_MODEL_FILE)
+
+
+def test_it_ships_a_calibrated_model():
+    assert SHIPPED is not None and SHIPPED.trained_on > 400
+    assert {"first", "second", "preselect", "route", "review"} <= set(SHIPPED.thresholds)
+    assert "module: inductor" in SHIPPED.calibration
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(issues, st.booleans())
-def test_it_keeps_the_invariants_for_any_issue(issue, with_model):
-    a = evaluate(issue, model=MODEL) if with_model else evaluate(issue, use_model=False)
+@given(issues, st.sampled_from(["rules", "small model", "shipped model"]))
+def test_it_keeps_the_invariants_for_any_issue(issue, engine):
+    model = {"small model": MODEL, "shipped model": SHIPPED}.get(engine)
+    a = evaluate(issue, model=model) if model else evaluate(issue, use_model=False)
     labels = a.labels()
     catalog = shipped_catalog()
-    assert a.route in ("pt2", "cpu inductor", "handoff", "skip")
+    assert a.route in ("pt2", "cpu inductor", "handoff", "skip", "transfer")
+    # `a` accepts a subset of the suggestions; never G4's placeholder; nothing on a usage question (G1).
+    assert set(a.preselected()) <= set(labels)
+    assert not any(s.preselected and s.rule_id == "G4" for s in a.add)
+    if any(c.rule_id == "G1" and "question" in c.text for c in a.checklist):
+        assert not any(l.startswith("module:") for l in a.preselected())
     # G7 / R7.4: nothing forbidden, nothing outside the catalog.
     assert all(l in catalog and not is_forbidden(l) for l in labels), labels
     # R11: never high priority; triage review never with triaged.
     assert "high priority" not in labels
     assert not ("triage review" in labels and "triaged" in labels)
-    if a.route == "skip":
+    if a.route in ("skip", "transfer"):
+        # G0 / G2: another queue's or another repository's issue: nothing to add.
         assert labels == []
     elif a.route == "handoff":
         # G5: exactly one oncall label, no module labels, no triaged.

@@ -9,6 +9,8 @@ Invariants that always hold on the returned Assessment (tests/test_rubric_invari
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 
 from . import rules, rules_domain  # noqa: F401  (importing them registers their rules)
@@ -33,6 +35,7 @@ from .facts import (
     Finding,
 )
 from .model import GOVERNING_RULE, LabelModel, features
+from .rules import thread_facts
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -40,9 +43,15 @@ from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 # with at least HOLISTIC_YIELDS_TO).
 HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
 HOLISTIC_YIELDS_TO = 0.6
+# ...unless the symptom is the report's subject (a slow compile, a throughput regression, a bad error
+# message named in the title): triagers label the symptom next to the component then.
+SYMPTOM_SUBJECT = 0.8
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
 STRONG = 0.8
+# R1: a second core component (typically module: dynamo next to the right one) needs more than a
+# name in the title or an error class: evidence of its own.
+SECOND_CORE = 0.85
 # Domain and feature labels are visibility extras: only when shown clearly.
 MIN_EXTRA_WEIGHT = 0.6
 # The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
@@ -88,10 +97,26 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
         ])
 
     findings = rule_findings(facts) + _bisection(issue)
+    transfer = next((x for x in findings if x.kind == "route" and x.rule_id == "G2"), None)
+    if transfer and not issue.bisection:
+        return _transfer(transfer, findings)
     learned = (model or shipped_model()) if use_model else None
+    predictions: dict[str, tuple[float, list[str]]] = {}
     if learned is not None:
-        findings += _model_findings(learned, facts, findings)
-    return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence)
+        feats = features(facts.sources, findings, thread_facts(facts))
+        predictions = learned.predict(feats)
+        findings += _model_findings(learned, feats, predictions, findings)
+    return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence,
+                   learned=learned, predictions=predictions)
+
+
+def _transfer(x: Finding, findings: list[Finding]) -> Assessment:
+    """G2: the fix belongs in another repository: transfer and stop (no labels, no triaged, no review)."""
+    out = Assessment(route="transfer", checklist=[
+        ChecklistItem("G2", f"Transfer to {x.label}, then stop: no module labels, no triaged.", "satisfied", x.evidence)])
+    out.avoid = [Avoided(l, "G2", f"the fix belongs in {x.label}: transfer instead", x.evidence, x.source)
+                 for l in dict.fromkeys(y.label for y in findings if y.kind == "add" and y.label.startswith("module:"))]
+    return out
 
 
 def rule_findings(facts: Facts) -> list[Finding]:
@@ -99,30 +124,67 @@ def rule_findings(facts: Facts) -> list[Finding]:
     return [x for rule_id, fn in RULES if rule_id != "G0" for x in fn(facts)]
 
 
-def _model_findings(model: LabelModel, facts: Facts, findings: list[Finding]) -> list[Finding]:
-    """The learned labeler's view as weighed ADD findings, citing the rule that governs each label.
+def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predictions: dict[str, tuple[float, list[str]]],
+                    findings: list[Finding]) -> list[Finding]:
+    """The learned labeler's view as ADD findings, citing the rule that governs each label.
 
-    Only confident predictions count (MODEL_MIN_P); the weight grows with the probability, so a
-    very confident model can add a second core label, and a rule with direct evidence still wins.
+    Only labels whose calibrated probability reaches the model's `first` threshold are offered; the
+    engine then weighs them with the rules' findings by calibrated probability (_scorer).
     """
-    feats = features(facts.sources, findings)
-    predictions = model.predict(feats)
     out = []
-    # G4 asks to try to be precise before the fallback: with no component from the rules, the model's
-    # best guess may do at a lower probability.
-    unexplained = not any(x.kind == "add" and x.label in CORE and x.weight >= MIN_WEIGHT for x in findings)
-    best = max(predictions, key=lambda l: predictions[l][0]) if predictions else None
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
     for label, (p, top) in predictions.items():
-        threshold = MODEL_FALLBACK_P if unexplained and label == best else MODEL_MIN_P
-        if p < threshold or not top:
+        key = model_key(label, label in supported)
+        calibrated = model.calibrated(key if key in model.calibration else label, p)
+        kind = "route" if label.startswith("oncall:") else "flag" if label == REVIEW else "add"
+        if calibrated < model.thresholds[{"add": "first", "route": "route", "flag": "review"}[kind]] or not top:
             continue
         evidence, source = feats[top[0]]
-        names = ", ".join(f.split(":", 1)[1] if not f.startswith("rule:") else f.split(":")[1] for f in top)
-        weight = max(round(MODEL_WEIGHT * p, 2), MIN_WEIGHT)
-        out.append(Finding(GOVERNING_RULE[label], "add", label, weight, evidence, source,
-                           f"learned from {model.trained_on} triaged issues (p={p:.2f}; top features: {names})",
+        names = ", ".join(f.split(":", 1)[1] if not f.startswith(("rule:", "thread:")) else ":".join(f.split(":")[1:3]) for f in top)
+        out.append(Finding(GOVERNING_RULE[label], kind, label, round(calibrated, 2), evidence, source,
+                           f"learned from {model.trained_on} triaged issues (p={calibrated:.2f}; top features: {names})",
                            origin="model"))
     return out
+
+
+# Which calibration curve scores a rule's finding (model.LabelModel.calibration): the learned labels use
+# the model's own probability; the rest are grouped by what they are.
+def calibration_key(x: Finding) -> str:
+    if x.kind == "route":
+        return "route"
+    if x.kind == "flag":
+        return "review" if x.label == REVIEW else "flag"
+    if x.label in CORE:
+        return "decisive" if x.weight >= OVERRIDES_AVOID else "core"
+    return "extra"
+
+
+def model_key(label: str, supported: bool) -> str:
+    """The calibration curve of a learned label: apart for predictions a rule also makes (they are surer)."""
+    return f"{label}|rule" if supported else label
+
+
+def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list[str]]],
+            findings: list[Finding] = ()) -> Callable[[Finding], float]:
+    """score(finding) -> P(the label is right): the calibrated probability with a model, the rule's weight without.
+
+    A bisection verdict stays decisive (R2); so does a backend comparison in the thread, whatever the words say.
+    """
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
+
+    def score(x: Finding) -> float:
+        if x.source.startswith("bisection"):
+            return 1.0
+        if learned is None:
+            return x.weight
+        rule_p = learned.calibrated(calibration_key(x), x.weight)
+        # An uncalibrated model (trained without fit_model) does not outvote the rules' own findings.
+        if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
+            key = model_key(x.label, x.label in supported)
+            p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
+            return max(p, rule_p) if x.weight >= OVERRIDES_AVOID and x.origin == "rule" else p
+        return rule_p
+    return score
 
 
 def facts_of(issue: IssueText) -> Facts:
@@ -157,36 +219,43 @@ def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
     return best
 
 
-def _components(adds: dict[str, Finding], avoided: dict[str, Finding]) -> list[Finding]:
+def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
+                limits: dict[str, float]) -> list[Finding]:
     """Pick the core component(s) and the visibility labels.
 
-    One core component normally (the strongest); a second only on strong evidence.
+    One core component normally (the likeliest); a second only when likely on its own (limits["second"]).
     Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
     """
     candidates = {
         label: x for label, x in adds.items()
         if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or x.weight >= OVERRIDES_AVOID
     }
-    core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-x.weight, CORE.index(x.label)))
+    core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-score(x), CORE.index(x.label)))
     bisected = [x for x in core if x.source.startswith("bisection")]
     if bisected:
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
-    chosen = [x for i, x in enumerate(core) if x.weight >= (MIN_WEIGHT if i == 0 else STRONG)]
+    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
         x for l, x in candidates.items()
-        if l not in CORE and x.weight >= MIN_EXTRA_WEIGHT
-        and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen))
+        if l not in CORE and score(x) >= limits["extra"]
+        and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
 
 
+# The rules' own thresholds (no model): weights, not probabilities.
+RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WEIGHT, "preselect": 0.85,
+               "route": STRONG, "review": 0.0}
+
+
 def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
-            min_confidence: float = 0.0) -> Assessment:
+            min_confidence: float = 0.0, learned: LabelModel | None = None,
+            predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
     avoided = _best(findings, "avoid")
     adds = _best(findings, "add")
     routes = _best(findings, "route")
@@ -194,23 +263,29 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     checks = [x for x in findings if x.kind == "check"]
     out = Assessment()
 
-    chosen = _components(adds, avoided)
-    unsure = [x for x in chosen if x.weight < min_confidence]
-    chosen = [x for x in chosen if x.weight >= min_confidence]
+    score = _scorer(learned, predictions or {}, findings)
+    limits = learned.thresholds if learned is not None else RULE_LIMITS
+    chosen = _components(adds, avoided, score, limits)
+    unsure = [x for x in chosen if score(x) < min_confidence]
+    chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
-    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.weight >= STRONG), None)
+    # Without a model, weights against the rules' own bars; with one, calibrated probabilities against fitted ones.
+    route_bar = limits.get("route", STRONG)
+    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None)
     cpu = routes.get(CPU_ONCALL)
+    if cpu and learned is not None and score(cpu) < route_bar:
+        cpu = None
     if handoff:
         out.route, out.queue = "handoff", handoff.label
-        out.add.append(_suggest(handoff))
+        out.add.append(_suggest(handoff, score(handoff)))
         for x in chosen:
             if x.label.startswith("module:"):
                 out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
         chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
-    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or cpu.weight >= CPU_TAG)):
+    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))):
         out.route, out.queue = "cpu inductor", CPU_ONCALL
         if cpu:
-            out.add.append(_suggest(cpu))
+            out.add.append(_suggest(cpu, score(cpu)))
         if INDUCTOR not in {x.label for x in chosen}:
             evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="")
             chosen.insert(0, Finding("R2.4", "add", INDUCTOR, 0.7, evidence.evidence, evidence.source, "the CPU Inductor lane is Inductor"))
@@ -218,7 +293,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     elif PT2_ONCALL not in facts.labels:
         out.add.append(Suggested(PT2_ONCALL, "G3", 0.9, reason="a PT2 issue stays in oncall: pt2 through labelling"))
 
-    out.add.extend(_suggest(x) for x in chosen)
+    out.add.extend(_suggest(x, score(x)) for x in chosen)
     has_module = any(s.label.startswith("module:") for s in out.add) or any(l.startswith("module:") for l in facts.labels)
     if out.route != "handoff" and not has_module:
         # G4: the catalog check below drops it again if this catalog lacks the fallback label.
@@ -226,9 +301,11 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     question = any(x.rule_id == "G1" for x in checks)
     review = flags.get(REVIEW)
+    if review and score(review) < limits.get("review", 0.0):
+        review = None
     if out.route != "handoff":
         if review:
-            out.add.append(_suggest(review))
+            out.add.append(_suggest(review, score(review)))
             out.avoid.append(Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source))
             if TRIAGED in facts.labels:
                 out.avoid.append(Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides"))
@@ -242,8 +319,40 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed, labelled=any(l.startswith("module:") for l in facts.labels))
+    _calibrate_status(out, learned)
+    _preselect(out, limits["preselect"], question)
     out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings) + _weak_checks(out, adds, unsure)
     return out
+
+
+def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
+    """The fixed-weight labels (G3's oncall: pt2, G4's fallback, G6's triaged, R12.5, needs reproduction)
+    get their observed rates as confidence, where a model's calibration has them."""
+    if learned is None:
+        return
+    keys = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G1": "flag"}
+    out.add = [replace(s, confidence=learned.calibrated(keys[s.rule_id], s.confidence)) if s.rule_id in keys else s
+               for s in out.add]
+
+
+def _preselect(out: Assessment, threshold: float, question: bool) -> None:
+    """Tick what "accept" applies: labels at or above the calibrated threshold.
+
+    Never G4's fallback (a placeholder to replace), nothing on a usage question (G1), and `triaged`
+    only when a module label is ticked and nothing is flagged (G6).
+    """
+    ticked = []
+    for s in out.add:
+        pick = s.confidence >= threshold and s.rule_id != "G4"
+        if s.label == PT2_ONCALL or s.source == "bisection":
+            pick = True
+        if question and s.label.startswith("module:"):
+            pick = False
+        ticked.append(pick)
+    modules = any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
+    flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
+    out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t)
+               for s, t in zip(out.add, ticked)]
 
 
 def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -> None:

@@ -148,6 +148,8 @@ class Facts:
     _lowered: list[str] = field(default_factory=list, repr=False)
     _found: dict[tuple[int, str], tuple[str, str] | None] = field(default_factory=dict, repr=False)
     _lowered_whole: tuple[str, str, str] = ("", "", "")
+    # The thread reader's facts (thread.py), read once per issue by thread_facts() in rules.py.
+    thread: list | None = field(default=None, repr=False)
 
     def find(self, pattern: re.Pattern[str], where: str = "all") -> tuple[str, str] | None:
         """First match as (exact matched text, source name), looking in title, body, then comments.

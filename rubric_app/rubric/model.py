@@ -9,6 +9,7 @@ probability as one more weighed finding, never to break an invariant.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -18,14 +19,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR, Finding
+from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
 from .text import Source
 
-MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "label_model.json"
-# The labels the model learns: the core components with enough examples in any PT2 history.
-MODEL_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER)
+DATA = Path(__file__).resolve().parent.parent / "data"
+# A model trained locally (train_label_model; git-ignored) wins over the one shipped in the repo.
+MODEL_FILE = DATA / "label_model.json"
+SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
+# The labels the model learns: the core components with enough examples in any PT2 history, the two
+# redirects PT2 makes most (R2.4/R10, R6.3) and the review flag (R11).
+COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
+MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, REVIEW)
 # Which rubric rule governs each learned label: the rule id a model suggestion cites.
-GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5"}
+GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1",
+                  CPU_ONCALL: "R10", EXPORT_ONCALL: "R6.3", REVIEW: "R11"}
+# The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
+# suggested ("possible") from `first`, a second core one from `second`, a domain or feature label from
+# `extra`; `preselect` is what "accept" ticks.
+DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75, "route": 0.5, "review": 0.5}
 
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,30}(?:\.[A-Za-z_][A-Za-z0-9_]{1,30}){0,3}")
 STOP = frozenset(
@@ -35,8 +46,11 @@ STOP = frozenset(
 MAX_TEXT = 8_000
 
 
-def features(sources: list[Source], findings: Iterable[Finding]) -> dict[str, tuple[str, str]]:
-    """Binary features of one issue, each mapped to (evidence text as written, source name) for display."""
+def features(sources: list[Source], findings: Iterable[Finding], thread: Iterable = ()) -> dict[str, tuple[str, str]]:
+    """Binary features of one issue, each mapped to (evidence text as written, source name) for display.
+
+    thread: the thread reader's facts (thread.ThreadFact), as `thread:<kind>:<label>` features.
+    """
     found: dict[str, tuple[str, str]] = {}
     for source in sources:
         prefix = "t:" if source.name == "title" else "b:"
@@ -47,7 +61,52 @@ def features(sources: list[Source], findings: Iterable[Finding]) -> dict[str, tu
     for x in findings:
         if x.kind in ("add", "route", "flag", "avoid"):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
+    for x in thread:
+        if x.kind != "transfer":
+            found.setdefault(f"thread:{x.kind}:{x.label}", (x.evidence, x.source))
     return found
+
+
+def isotonic(points: list[tuple[float, bool]]) -> tuple[list[float], list[float]]:
+    """Pool-adjacent-violators fit of P(correct | score): (scores, probabilities), non-decreasing.
+
+    Each block's probability is smoothed towards the overall rate by one pseudo-observation, so a
+    block of two issues never claims 0 or 1.
+    """
+    if not points:
+        return [], []
+    prior = sum(y for _, y in points) / len(points)
+    by_score: dict[float, list[float]] = {}
+    for x, y in points:  # equal scores are one block: the curve is a function of the score
+        block = by_score.setdefault(x, [0.0, 0.0])
+        block[0] += y
+        block[1] += 1
+    blocks: list[list[float]] = []  # [mean score, positives, count]
+    for x in sorted(by_score):
+        blocks.append([x, *by_score[x]])
+        while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
+            x2, p2, n2 = blocks.pop()
+            x1, p1, n1 = blocks.pop()
+            blocks.append([(x1 * n1 + x2 * n2) / (n1 + n2), p1 + p2, n1 + n2])
+    probabilities, floor = [], 0.0
+    for b in blocks:  # the smoothing can dent monotonicity by a hair: keep it non-decreasing
+        floor = max(floor, (b[1] + prior) / (b[2] + 1))
+        probabilities.append(round(floor, 4))
+    return [round(b[0], 4) for b in blocks], probabilities
+
+
+def interpolate(curve: tuple[list[float], list[float]] | list, x: float) -> float:
+    """The calibrated probability at score x: linear between the curve's points, flat beyond them."""
+    xs, ys = curve
+    if not xs:
+        return x
+    if x <= xs[0]:
+        return ys[0]
+    i = bisect.bisect_left(xs, x)
+    if i >= len(xs):
+        return ys[-1]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
 
 
 @dataclass
@@ -57,55 +116,93 @@ class LabelModel:
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     bias: dict[str, float] = field(default_factory=dict)
     trained_on: int = 0
+    # Calibration curves fitted on out-of-fold scores (evaluation.fit_model): key -> (scores, probabilities).
+    # Keys: a model label (its raw probability), or a group of rule labels ("extra", "route", "review",
+    # "triaged", "flag", "fallback") scored by the rule's weight.
+    calibration: dict[str, list[list[float]]] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    # The out-of-fold figures the thresholds were chosen on (evaluation.fit_model): the training pool's honest figures.
+    cross_validated: dict[str, float] = field(default_factory=dict)
+    _by_feature: dict[str, list[tuple[str, float]]] | None = field(default=None, repr=False, compare=False)
+
+    def calibrated(self, key: str, score: float) -> float:
+        """P(the label is right) for a raw score, or the score itself where nothing was fitted for `key`."""
+        curve = self.calibration.get(key)
+        return round(interpolate(curve, score), 3) if curve else score
 
     def predict(self, feats: dict[str, tuple[str, str]], top: int = 3) -> dict[str, tuple[float, list[str]]]:
+        """{label: (raw probability, the features that pushed it up most)}: one pass over the issue's features."""
+        if self._by_feature is None:
+            by_feature: dict[str, list[tuple[str, float]]] = {}
+            for label, w in self.weights.items():
+                for f, v in w.items():
+                    by_feature.setdefault(f, []).append((label, v))
+            self._by_feature = by_feature
+        contributions: dict[str, list[tuple[float, str]]] = {label: [] for label in self.weights}
+        for f in feats:
+            for label, v in self._by_feature.get(f, ()):
+                contributions[label].append((v, f))
         out = {}
-        for label, w in self.weights.items():
-            contributions = [(w[f], f) for f in feats.keys() & w.keys()]
-            z = self.bias[label] + sum(c for c, _ in contributions)
+        for label, found in contributions.items():
+            z = self.bias[label] + sum(c for c, _ in found)
             p = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
-            out[label] = (p, [f for c, f in sorted(contributions, reverse=True)[:top] if c > 0])
+            out[label] = (p, [f for c, f in sorted(found, reverse=True)[:top] if c > 0])
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
-        data = {"trained_on": self.trained_on, "bias": self.bias,
-                "weights": {l: {f: round(v, 4) for f, v in w.items() if abs(v) >= 1e-3} for l, w in self.weights.items()}}
-        path.write_text(json.dumps(data, sort_keys=True, indent=0))
+        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()},
+                "weights": {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()},
+                "calibration": self.calibration, "thresholds": self.thresholds, "cross_validated": self.cross_validated}
+        path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
     @classmethod
-    def load(cls, path: Path = MODEL_FILE) -> LabelModel | None:
-        """The saved model, or None when there is none (the engine then runs on rules alone)."""
-        try:
-            data = json.loads(path.read_text())
-            return cls(weights=data["weights"], bias=data["bias"], trained_on=data.get("trained_on", 0))
-        except (OSError, ValueError, KeyError):
-            return None
+    def load(cls, path: Path | None = None) -> LabelModel | None:
+        """The saved model (default: the locally trained one, else the shipped one), or None when there
+        is none (the engine then runs on rules alone)."""
+        for candidate in ([path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]):
+            try:
+                data = json.loads(candidate.read_text())
+                return cls(weights=data["weights"], bias=data["bias"], trained_on=data.get("trained_on", 0),
+                           calibration=data.get("calibration", {}),
+                           thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
+                           cross_validated=data.get("cross_validated", {}))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
 
 
-def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int = 40, rate: float = 0.2,
-          l2: float = 0.01, min_df: int = 3, seed: int = 0) -> LabelModel:
+def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int = 25, rate: float = 0.2,
+          l2: float = 0.03, min_df: int = 3, seed: int = 0) -> LabelModel:
     """Fit one L2-regularised logistic regression per label by SGD.
 
     examples: (feature names, {label: True/False/None}); None (a label hidden by truncation) leaves
     the example out for that label only. Features seen in fewer than min_df issues are dropped.
+    Features are numbered once and weights kept in a list: the inner loop is the training's cost.
     """
     df = Counter(f for feats, _ in examples for f in feats)
-    vocab = {f for f, n in df.items() if n >= min_df}
+    names = sorted(f for f, n in df.items() if n >= min_df)
+    index = {f: i for i, f in enumerate(names)}
     model = LabelModel(trained_on=len(examples))
     rng = random.Random(seed)
     for label in MODEL_LABELS:
-        rows = [([f for f in feats if f in vocab], answers[label]) for feats, answers in examples if answers.get(label) is not None]
+        rows = [([index[f] for f in feats if f in index], bool(answers[label]))
+                for feats, answers in examples if answers.get(label) is not None]
         positives = sum(1 for _, y in rows if y)
-        w: dict[str, float] = {}
+        w = [0.0] * len(names)
         b = math.log((positives + 1) / (len(rows) - positives + 1)) if rows else 0.0
         for epoch in range(epochs):
             rng.shuffle(rows)
             step = rate / (1 + epoch * 0.1)
+            decay = 1 - step * l2
             for feats, y in rows:
-                z = b + sum(w.get(f, 0.0) for f in feats)
+                z = b
+                for j in feats:
+                    z += w[j]
                 g = (1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))) - (1.0 if y else 0.0)
                 b -= step * g
-                for f in feats:
-                    w[f] = w.get(f, 0.0) * (1 - step * l2) - step * g
-        model.weights[label], model.bias[label] = w, b
+                delta = step * g
+                for j in feats:
+                    w[j] = w[j] * decay - delta
+        model.weights[label] = {names[j]: v for j, v in enumerate(w) if v}
+        model.bias[label] = b
     return model

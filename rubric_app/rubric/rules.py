@@ -31,6 +31,7 @@ from .facts import (
     _add,
     rule,
 )
+from .thread import ThreadFact, conclusion, read_thread
 
 
 # --- shared signals --------------------------------------------------------------
@@ -126,7 +127,7 @@ def g1_question(f: Facts) -> list[Finding]:
     if hit and not BUG_WORDS.search(title) and not f.has(BUG_WORDS, "text"):
         return [Finding("G1", "check", weight=0.6, evidence=title, source="title", state="needs_human",
                         reason="Reads like a question, not a bug: close with the forum template?")]
-    return []
+    return g1_thread_question(f)
 
 
 OTHER_REPO = re.compile(r"\b(?:torchvision|torchaudio|torchtext|executorch|torchrec|torchtune)\b", I)
@@ -136,6 +137,9 @@ OTHER_REPO = re.compile(r"\b(?:torchvision|torchaudio|torchtext|executorch|torch
 def g2_other_repo(f: Facts) -> list[Finding]:
     """The title is about another repo's library, with no compile involved: transfer it."""
     hit = f.find(OTHER_REPO, "title")
+    moved = g2_thread_transfer(f)
+    if moved:
+        return moved
     if hit and not f.has(COMPILE_USE, "title"):
         return [Finding("G2", "check", evidence=hit[0], source=hit[1], state="needs_human",
                         reason=f"Might belong in the {hit[0]} repo: transfer, then stop.")]
@@ -180,9 +184,12 @@ DYNAMO_ERROR = re.compile(
 @rule("R1.2")
 def r1_2_graph_breaks(f: Facts) -> list[Finding]:
     """Graph breaks, bytecode analysis or transformation errors: Dynamo."""
-    return _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title") or _add(
-        f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break"
-    )
+    named = _add(f, "R1.2", DYNAMO, DYNAMO_TITLE, 0.8, 0.0, "Dynamo named in the title")
+    shown = f.find(DYNAMO_ERROR, "text")
+    if named and shown:
+        # Named in the title and shown by its own error: evidence enough for a second component (R1).
+        return [Finding("R1.2", "add", DYNAMO, 0.9, shown[0], shown[1], "Dynamo named in the title and a Dynamo tracing error")]
+    return named or _add(f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break")
 
 
 SYMBOLIC = re.compile(
@@ -235,7 +242,7 @@ def r2_read_comments(f: Facts) -> list[Finding]:
     The diagnosis and a repro already run below Inductor are checklist questions, not suggestions: as
     suggestions they did not raise the held-out figures (README, rubric engine).
     """
-    return _comments_checked(f) + _thread_diagnosis(f) + _repro_below_inductor(f)
+    return _comments_checked(f) + _thread_diagnosis(f) + _repro_below_inductor(f) + r2_thread_conclusion(f)
 
 
 def _comments_checked(f: Facts) -> list[Finding]:
@@ -306,7 +313,9 @@ def r2_1_aot_eager_fails(f: Facts) -> list[Finding]:
 def r2_2_inductor(f: Facts) -> list[Finding]:
     """Fails on inductor but not aot_eager, or Inductor's own errors and code: Inductor."""
     hit = f.find(AOT_EAGER_PASSES)
-    if hit and "decomp_partition" not in hit[0]:
+    # Passing aot_eager only places the bug after AOTAutograd: failing aot_eager_decomp_partition
+    # too puts it in the decompositions, not codegen (R2.5).
+    if hit and "decomp_partition" not in hit[0] and not f.has(DECOMP_PARTITION_FAILS):
         return [Finding("R2.2", "add", INDUCTOR, 0.95, hit[0], hit[1], "passes on aot_eager, so the fault is in Inductor")]
     return (
         _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
@@ -349,11 +358,12 @@ CPU_TITLE = re.compile(r"\[cpu\]|\bcpu\b|mkldnn|onednn|\bx86\b|\bavx\w{0,6}|\bve
 CPU_ONLY = re.compile(
     r"only on cpu|only on the cpu|only with cpu|(?:works|passes|fine) on cuda[^\n.]{0,40}?(?:but|fails) (?:on )?cpu|(?:works|passes|fine) on gpu[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
     r"|\bmkldnn\w{0,20}|\bonednn\b|\bCppCompileError\b|C\+\+ compile error|cpp_fused_\w{1,60}|\bMSVC\b"
-    r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ backend|C\+\+ CPU backend"
-    # A CPU-only torch build (the version string of collect_env): whatever fails, fails on Inductor's CPU backend.
-    r"|\b[12]\.\d{1,2}\.\d{1,2}(?:\.dev\d{8})?\+cpu\b",
+    r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ backend|C\+\+ CPU backend",
     I,
 )
+# A CPU-only torch build in a pasted version string says what the reporter installed, not that the bug
+# is CPU-only (R2.4): nobody checked CUDA. A question, never a route.
+CPU_BUILD = re.compile(r"\b[12]\.\d{1,2}\.\d{1,2}(?:\.dev\d{8})?\+cpu\b", I)
 
 
 # Tensors made without a device live on the CPU: a repro that never names another device runs
@@ -368,6 +378,11 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
     hit = f.find(CPU_ONLY)
     if hit:
         return [Finding("R2.4", "route", CPU_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
+    build = f.find(CPU_BUILD)
+    if build:
+        return [Finding("R2.4", "check", evidence=build[0], source=build[1], state="needs_human",
+                        reason="A CPU-only torch build (+cpu) was used, so CUDA was never tried: does it pass on CUDA? "
+                               "Only then route to oncall: cpu inductor.")]
     made = f.find(TENSOR_FACTORY, "text")
     if made and not f.has(OTHER_DEVICE):
         # Failing on the CPU is not failing only there (R2.4, R10: "reproduces on CPU but not CUDA"):
@@ -491,4 +506,66 @@ def r5_dispatcher(f: Facts) -> list[Finding]:
     if frame:
         return [Finding("R5", "avoid", DISPATCHER, evidence=frame[0], source=frame[1],
                         reason="_aot_autograd only appears in the stack trace; that is where it failed, not why")]
+    return []
+
+
+# --- The thread's conclusion (thread.py): scope beats keywords (G1, G2, G8, R2, R5) -------------------
+
+
+def thread_facts(f: Facts) -> list[ThreadFact]:
+    """The thread reader's facts for this issue, read once."""
+    if f.thread is None:
+        comments = f.issue.comments
+        authors = {f"comment:{i}": c.author for i, c in enumerate(comments) if c.author}
+        f.thread = read_thread(f.sources, authors, f.issue.author)
+    return f.thread
+
+
+@rule("G8")
+def g8_thread_scope(f: Facts) -> list[Finding]:
+    """A component the thread rules out ("not codegen") or names only as where the error surfaces
+    ("AOTAutograd is only the caller"): AVOID it, unless a later comment concludes it after all."""
+    facts = thread_facts(f)
+    found: list[Finding] = []
+    seen: set[str] = set()
+    for i, x in enumerate(facts):
+        if x.kind not in ("negated", "attributed") or x.label in seen:
+            continue
+        later = [y for y in facts[i + 1:] if y.kind == "concluded" and y.label == x.label and y.source != x.source]
+        if later:
+            continue
+        seen.add(x.label)
+        rule_id = "R5" if x.label == DISPATCHER and x.kind == "attributed" else "G8"
+        why = "the thread rules it out" if x.kind == "negated" else "named only as where the error surfaces, not why"
+        found.append(Finding(rule_id, "avoid", x.label, evidence=x.evidence, source=x.source, reason=why))
+    return found
+
+
+def r2_thread_conclusion(f: Facts) -> list[Finding]:
+    """The thread's latest diagnosis, preferring comments by others than the reporter (R2: read the comments)."""
+    last = conclusion(thread_facts(f))
+    if last is None or last.source == "body":
+        return []
+    weight = 0.7 if last.by_reporter else 0.8
+    return [Finding("R2", "add", last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")]
+
+
+def g2_thread_transfer(f: Facts) -> list[Finding]:
+    """Someone other than the reporter says the fix belongs in another repository: transfer, stop."""
+    moved = [x for x in thread_facts(f) if x.kind == "transfer" and x.source != "body" and not x.by_reporter]
+    if not moved:
+        return []
+    x = moved[-1]
+    return [Finding("G2", "route", x.label, 0.9, x.evidence, x.source, f"the fix belongs in {x.label}: transfer, then stop")]
+
+
+def g1_thread_question(f: Facts) -> list[Finding]:
+    """A usage question in the body, or a reply saying it is expected behaviour: G1, nothing pre-selected."""
+    for x in thread_facts(f):
+        if x.kind != "question":
+            continue
+        if x.source == "body" and f.has(BUG_WORDS):
+            continue
+        return [Finding("G1", "check", weight=0.6, evidence=x.evidence, source=x.source, state="needs_human",
+                        reason="Reads like a question or expected behaviour, not a bug: close with the forum template?")]
     return []

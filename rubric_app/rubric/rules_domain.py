@@ -65,6 +65,10 @@ def r6_2_keep(f: Facts) -> list[Finding]:
     if hit:
         return [Finding("R6.2", "check", evidence=hit[0], source=hit[1], state="satisfied",
                         reason="a leaked AOTAutograd hook is PT2's to fix: keep it")]
+    # A distributed feature's bad error message under compile: PT2 owns the UX.
+    ux = f.find(COMPILE_UX_TEXT)
+    if ux and f.has(PT2D) and f.has(COMPILE_USE):
+        return [Finding("R6.2", "add", COMPILE_UX, 0.8, ux[0], ux[1], "a bad error message under compile: PT2 owns the UX")]
     return []
 
 
@@ -128,7 +132,8 @@ FEATURES = (
     ("module: compile-time", re.compile(r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow|\bcompile is (?:very |extremely |too )?slow|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours) to compile|\bcold start\b|\bstartup time\b", I), 0.85, 0.6),
     ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
     ("module: memory usage", re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I), 0.85, 0.6),
-    ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b", I), 0.8, 0.0),
+    ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b"
+                                       r"|\b(?:much |significantly |\d{1,3}%\s)?slower\b|\bthroughput\b|\bscales? poorly\b|\bredundant (?:compute|computation|loads?|copies|kernels?)\b", I), 0.8, 0.0),
     ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
 )
 

@@ -54,16 +54,27 @@ class CodeFacts:
 
 def split_thread(body: str) -> tuple[str, tuple[str, ...]]:
     """Split a harvested thread into (description, comments); a plain body comes back unchanged."""
+    description, _reporter, comments = split_thread_authored(body)
+    return description, tuple(text for _author, text in comments)
+
+
+def split_thread_authored(body: str) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """(description, reporter, ((author, comment), ...)) of a harvested thread; "" where unknown."""
     marks = list(_THREAD_MARK.finditer(body))
     if not marks:
-        return body, ()
+        return body, "", ()
     description: list[str] = [body[: marks[0].start()]]
-    comments: list[str] = []
+    reporter = ""
+    comments: list[tuple[str, str]] = []
     for i, mark in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(body)
         chunk = body[mark.end() : end]
-        (description if mark.group(2) == "description" else comments).append(chunk)
-    return "".join(description), tuple(comments)
+        if mark.group(2) == "description":
+            description.append(chunk)
+            reporter = reporter or mark.group(1)
+        else:
+            comments.append((mark.group(1), chunk))
+    return "".join(description), reporter, tuple(comments)
 
 
 def sources_of(issue: IssueText) -> list[Source]:

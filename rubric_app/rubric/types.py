@@ -30,6 +30,7 @@ class IssueText:
     comments: tuple[CommentText, ...] = ()
     labels: tuple[str, ...] = ()
     bisection: tuple[BisectionEvidence, ...] = ()
+    author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Suggested:
     evidence_source: str = ""
     source: str = "rule"  # rule | model | bisection
     reason: str = ""
+    # confidence is a calibrated probability (engine.py); `a` accepts only the pre-selected labels.
+    preselected: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,17 @@ class Assessment:
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""
         return list(dict.fromkeys(s.label for s in self.add))
+
+    def preselected(self) -> list[str]:
+        """The subset of labels() that "accept" applies: those above the calibrated threshold."""
+        return list(dict.fromkeys(s.label for s in self.add if s.preselected))
+
+    def confidence(self) -> dict[str, float]:
+        """{label: calibrated probability} of every label to add."""
+        out: dict[str, float] = {}
+        for s in self.add:
+            out.setdefault(s.label, s.confidence)
+        return out
 
     def verdict(self) -> list[str]:
         """The labels to add plus the queue's oncall: label: what the offline output reports, so an

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.evaluation import InputError, read_jsonl, training_examples
-from rubric_app.rubric.model import MODEL_FILE, train
+from rubric_app.rubric.evaluation import InputError, fit_model, read_jsonl, split_held_out, training_examples
+from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
 
 
 class Command(BaseCommand):
@@ -15,17 +15,33 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         source = parser.add_mutually_exclusive_group(required=True)
-        source.add_argument("--input", help="JSON lines with the labels triagers applied")
+        source.add_argument("--input", nargs="+", help="JSON-lines files with the labels triagers applied")
         source.add_argument("--from-db", action="store_true", help="the synced issues that carry `triaged`")
-        parser.add_argument("--output", default=str(MODEL_FILE), help=f"where to save the model (default {MODEL_FILE})")
+        parser.add_argument("--output", default=str(MODEL_FILE),
+                            help=f"where to save the model (default {MODEL_FILE}; the shipped one is {SHIPPED_MODEL_FILE})")
+        parser.add_argument("--keep-held-out", action="store_true",
+                            help="leave the held-out slice (one issue in five by a hash of its number) out of training, "
+                                 "so evaluate_suggestions can report figures on issues the model never saw")
+        parser.add_argument("--folds", type=int, default=5, help="cross-validation folds for the calibration (default 5)")
 
-    def handle(self, *args, input, from_db, output, **options):
-        records = self._from_db() if from_db else self._from_file(input)
+    def handle(self, *args, input, from_db, output, keep_held_out, folds, **options):
+        paths = [input] if isinstance(input, str) else input or []  # call_command may pass one path as a str
+        records = self._from_db() if from_db else [r for path in paths for r in self._from_file(path)]
+        decisions = decision_examples() if from_db else []
+        if decisions:
+            self.stdout.write(f"Learning from {len(decisions)} triagers' decisions too (what they added, removed or unticked).")
+        if keep_held_out:
+            records, held = split_held_out(records)
+            self.stdout.write(f"Keeping {len(held)} held-out issues out of training.")
         if len(records) < 20:
             raise CommandError(f"only {len(records)} labelled issues: too few to learn from (need 20)")
-        model = train(training_examples(records))
+        if folds < 2:
+            raise CommandError("--folds needs at least 2")
+        model = fit_model(records, folds=folds, decisions=decisions)
         model.save(Path(output))
         self.stdout.write(f"Trained on {len(records)} issues; saved to {output}.")
+        self.stdout.write("  thresholds (calibrated probability): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(model.thresholds.items())))
+        self.stdout.write("  out-of-fold figures on these issues: " + ", ".join(f"{k} {v}" for k, v in model.cross_validated.items()))
         for label, weights in model.weights.items():
             top = sorted(weights.items(), key=lambda kv: -kv[1])[:8]
             self.stdout.write(f"  {label}: " + ", ".join(f"{f} {w:+.2f}" for f, w in top))
@@ -41,8 +57,45 @@ class Command(BaseCommand):
         from rubric_app.models import Issue
 
         issues = Issue.objects.filter(labels__name="triaged").prefetch_related("labels", "comments").distinct()
-        return [
-            {"number": i.number, "title": i.title, "body": i.body, "comments": [c.body for c in i.comments.all()],
-             "labels": i.label_names(), "labels_truncated": False}
-            for i in issues
-        ]
+        return [issue_record(i) for i in issues]
+
+
+def issue_record(issue) -> dict:
+    """One synced issue as a training record (its current labels are the answers)."""
+    return {"number": issue.number, "title": issue.title, "body": issue.body, "author": issue.author,
+            "comments": [{"body": c.body, "author": c.author} for c in issue.comments.all()],
+            "labels": issue.label_names(), "labels_truncated": False}
+
+
+def decision_examples() -> list:
+    """Triagers' applied decisions as extra training examples, on top of the issues' labels.
+
+    A learned label the triager added is a positive; one they removed, or one the engine suggested that
+    they left unticked (suggested now, yet neither added nor on the issue), is an explicit negative.
+    Labels the decision does not speak to stay unknown (None) for that example.
+    """
+    from rubric_app.models import Issue, Suggestion, TriageDecision
+
+    decided = (TriageDecision.objects.filter(status=TriageDecision.Status.APPLIED)
+               .exclude(labels_added=[], labels_removed=[]).values_list("issue_id", "labels_added", "labels_removed"))
+    by_issue: dict[int, tuple[set[str], set[str]]] = {}
+    for issue_id, added, removed in decided:
+        pos, neg = by_issue.setdefault(issue_id, (set(), set()))
+        pos.update(added or [])
+        neg.update(removed or [])
+    if not by_issue:
+        return []
+    issues = Issue.objects.filter(pk__in=by_issue).prefetch_related("labels", "comments")
+    suggested: dict[int, set[str]] = {}
+    for issue_id, label in Suggestion.objects.filter(issue_id__in=by_issue, kind=Suggestion.Kind.ADD).values_list("issue_id", "label"):
+        suggested.setdefault(issue_id, set()).add(label)
+    examples = []
+    for issue in issues:
+        added, removed = by_issue[issue.pk]
+        current = set(issue.label_names())
+        unticked = suggested.get(issue.pk, set()) - added - current
+        (feats, _answers), = training_examples([issue_record(issue)])
+        answers = {label: True if label in added else False if label in removed | unticked else None for label in MODEL_LABELS}
+        if any(v is not None for v in answers.values()):
+            examples.append((feats, answers))
+    return examples

@@ -1,0 +1,209 @@
+"""The thread reader: who concluded what, read off the issue's comments as facts with evidence spans.
+
+Keywords say where a failure surfaced; the thread says why (G8). A rule that matches "codegen" in
+"it's the decomposition, not codegen" reads the word and misses its scope. This module reads scope:
+
+- negated: a component the text rules out ("not codegen", "this isn't a dynamo bug", "Inductor is fine");
+- attributed: a component named only as where the error surfaces ("AOTAutograd is only the caller");
+- concluded: the latest diagnosis in the thread, preferring a comment by someone other than the
+  reporter (the harvested threads carry no author association, so "not the reporter" stands in for
+  "a maintainer or collaborator");
+- transfer: the fix belongs in another repository (G2);
+- question: a usage question, or a reply that says it is expected behaviour (G1).
+
+Pure Python; each fact keeps the exact text that produced it. rules.py turns the facts into
+findings (G1, G2, R2, R5, G8).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .facts import DECOMP, DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR
+from .text import Source
+
+I = re.I
+
+# How the thread names each core component (and the parts of it people blame).
+COMPONENT_NAMES = (
+    (INDUCTOR, r"(?:torch)?inductor(?:'s)?|codegen|code ?gen(?:eration)?|the triton kernels?"),
+    (DYNAMO, r"(?:torch)?dynamo(?:'s)?"),
+    (DISPATCHER, r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensors?|fake_tensor"),
+    (DYNAMIC, r"dynamic shapes?|symbolic shapes?|unbacked sym\w{1,6}"),
+    (DECOMP, r"(?:the |a )?decompositions?|decomps?"),
+)
+_NAMES = "|".join(names for _label, names in COMPONENT_NAMES)
+_NAME_OF = tuple((label, re.compile(rf"\b(?:{names})\b", I)) for label, names in COMPONENT_NAMES)
+_ANY_NAME = re.compile(rf"\b(?:{_NAMES})", I)
+# The same names for folded lowercase text, without \b: Python's re then scans for the first letters in C
+# (the engine's hot path); a hit is only where to look, the real patterns decide.
+_NAME_LOCATOR = re.compile(_NAMES.lower().replace("\\b", ""))
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+# "not codegen", "isn't an inductor bug", "nothing to do with dynamo", "rules out AOTAutograd",
+# "inductor is fine / not at fault". "not only inductor" and "not just dynamo" are not negations.
+NEGATED = re.compile(
+    rf"\b(?:not|isn't|is not|wasn't|was not|rather than|instead of)(?! only| just| sure| yet) (?:a |an |the |in |in the |on the |from )?(?P<a>{_NAMES})(?:[ -](?:bug|issue|problem|related|specific|side))?\b"
+    rf"|\b(?:nothing to do with|unrelated to|rules? out|ruled out|can rule out|not caused by|not due to) (?:the )?(?P<b>{_NAMES})\b"
+    rf"|\b(?P<c>{_NAMES}) (?:is|looks|seems) (?:fine|ok|okay|innocent|correct|not (?:at fault|to blame|the (?:culprit|cause|problem|issue)|involved))\b",
+    I,
+)
+
+# "AOTAutograd is only the caller", "dynamo is just where it surfaces", "the error is only raised in inductor".
+ATTRIBUTED = re.compile(
+    rf"\b(?P<a>{_NAMES})(?: frames?| code)? (?:is|are) (?:only|just|merely|simply) (?:the )?"
+    rf"(?:caller|messenger|symptom|victim|where (?:it|this|the (?:error|failure|exception|assert\w{{0,4}})) (?:surfaces|shows up|appears|is raised|gets raised|is thrown|fails|is reported)"
+    rf"|surfacing (?:it|the error)|reporting (?:it|the error)|in the (?:stack ?trace|traceback))\b"
+    rf"|\b(?:only|just|merely) (?:surfaces|shows up|appears|is raised|gets raised|is thrown) (?:in|inside|from|during|through) (?:the )?(?P<b>{_NAMES})\b"
+    rf"|\b(?:is|are|gets) (?:only|just|merely) (?:raised|thrown|reported|surfaced|caught|hit) (?:in|inside|from|by) (?:the )?(?P<c>{_NAMES})\b",
+    I,
+)
+
+# The latest conclusion of the thread: where the bug is ("looks like an AOTAutograd problem",
+# "root caused to inductor", "the fix is in dynamo").
+CONCLUDED = re.compile(
+    rf"\b(?:this is|it's|it is|looks like|seems like|seems to be|appears to be|must be|is probably|is likely|so it's|so the bug is in) "
+    rf"(?:a |an |the |in )?(?:general |real |genuine )?(?P<a>{_NAMES})(?: side)?(?: (?:bug|issue|problem|regression))?\b(?! is fine)"
+    rf"|\b(?:root[- ]?caused? (?:it |this )?(?:to|is)|the (?:bug|issue|problem|root cause) is in|a bug in|the fix (?:is|belongs|should go) in) (?:the )?(?P<b>{_NAMES})\b"
+    rf"|\b(?P<c>{_NAMES}) (?:doesn't|does not|fails to|can't|cannot) (?:preserve|handle|support|respect|properly)\b",
+    I,
+)
+
+# G2: the fix belongs in another repository. pytorch/pytorch itself is not a transfer.
+_REPO = (r"pytorch/(?!pytorch\b)[\w.-]{2,30}|torchvision|torchaudio|torchtext|executorch|torchrec|torchtune|torchao"
+         r"|torch[_-]?xla|torch[_-]?tensorrt|(?:the )?(?:vision|audio|executorch|xla|ao|torchrec) repo(?:sitory)?")
+TRANSFER = re.compile(
+    rf"\b(?:the fix belongs in|belongs in|belongs to|should be (?:filed|opened|reported|moved|transferred|fixed) (?:in|to|on|against|upstream in)"
+    rf"|(?:please )?(?:file|open|report|move|transfer) (?:it|this|this issue|an issue|a bug) (?:in|to|on|against|over to)"
+    rf"|(?:is|this is) (?:a |an )?(?:bug|issue|problem) (?:in|with|for)|needs to be fixed in|(?:transferring|moving) (?:this |it )?to) "
+    rf"(?:the )?(?P<repo>{_REPO})",
+    I,
+)
+
+# G1: a usage question, or a reply that says the behaviour is expected.
+QUESTION_TEXT = re.compile(
+    r"^\s{0,5}(?:how (?:do|can|should) (?:i|we|one)\b|is (?:it|there) (?:possible|a way)\b|what is the (?:right|recommended|correct|best) way\b"
+    r"|is this (?:expected|intended|the expected behaviou?r)\b)",
+    I | re.M,
+)
+NOT_A_BUG = re.compile(
+    r"\b(?:this is|that's|that is|it's|it is) (?:the )?(?:expected|intended|by design|working as intended|not a bug)\b"
+    r"|\bworks as (?:intended|expected|designed)\b|\bnot a bug\b|\b(?:please )?(?:ask|post)(?: this| your question)? (?:on|in|at) (?:the )?(?:forum|discuss\.pytorch\.org|forums)",
+    I,
+)
+
+
+@dataclass(frozen=True)
+class ThreadFact:
+    """One thing the thread says. kind: negated | attributed | concluded | transfer | question.
+
+    label: the component (or, for a transfer, the repository); evidence: the exact text; source:
+    title, body or comment:<i>; by_reporter: the reporter wrote it (False when authors are unknown).
+    """
+
+    kind: str
+    label: str
+    evidence: str
+    source: str
+    by_reporter: bool = False
+
+
+def _component(name: str) -> str | None:
+    return next((label for label, pattern in _NAME_OF if pattern.search(name)), None)
+
+
+def _named(match: re.Match[str]) -> str:
+    return next(v for k, v in match.groupdict().items() if v and k != "repo")
+
+
+# Conclusions are prose: code blocks and the tail of a long description (logs, environment) are skipped,
+# which also keeps the reader cheap on the engine's hot path.
+MAX_PROSE = 6_000
+_REPO_NEEDLES = ("pytorch/", "torchvision", "torchaudio", "torchtext", "executorch", "torchrec", "torchtune", "torchao",
+                 "xla", "tensorrt", " repo")
+_NOT_A_BUG_NEEDLES = ("expected", "intended", "by design", "not a bug", "forum", "discuss.pytorch")
+
+
+WINDOW = 120
+
+
+def _windows(text: str) -> list[str]:
+    """The stretches of text around each component name (merged where they overlap), starting and
+    ending at whitespace so no word is cut in two."""
+    spans: list[list[int]] = []
+    # Folded as facts.py does, so positions in the lowered text are positions in the text.
+    for match in _NAME_LOCATOR.finditer(text.translate(_FOLD).lower()):
+        start, end = max(0, match.start() - WINDOW), min(len(text), match.end() + WINDOW)
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+    out = []
+    for start, end in spans:
+        if start > 0:
+            space = text.find(" ", start)
+            start = space + 1 if 0 <= space < end else start
+        if end < len(text):
+            space = text.rfind(" ", start, end)
+            end = space if space > start else end
+        out.append(text[start:end])
+    return out
+
+
+def prose(text: str) -> str:
+    """The text outside fenced code blocks, capped at MAX_PROSE characters."""
+    return "".join(text.split("```")[0::2])[:MAX_PROSE]
+
+
+def read_thread(sources: list[Source], authors: dict[str, str] | None = None, reporter: str = "") -> list[ThreadFact]:
+    """Facts of the body and comments, in thread order (the title is left to the rules).
+
+    authors: source name -> author login (absent or empty when unknown); reporter: the issue's author.
+    Evidence is an exact substring of its source's text.
+    """
+    authors = authors or {}
+    facts: list[ThreadFact] = []
+    for source in sources[1:]:
+        text = prose(source.text)
+        lowered = text.lower()
+        by_reporter = source.name == "body" or bool(reporter and authors.get(source.name) == reporter)
+        for window in _windows(text):  # every pattern needs a component name: read only around one
+            for pattern, kind in ((NEGATED, "negated"), (ATTRIBUTED, "attributed"), (CONCLUDED, "concluded")):
+                for match in pattern.finditer(window):
+                    label = _component(_named(match))
+                    if label:
+                        facts.append(ThreadFact(kind, label, match.group(0), source.name, by_reporter))
+        if any(n in lowered for n in _REPO_NEEDLES):
+            for match in TRANSFER.finditer(text):
+                facts.append(ThreadFact("transfer", match.group("repo"), match.group(0), source.name, by_reporter))
+        if source.name == "body":
+            match = QUESTION_TEXT.search(text[:600])
+        else:
+            match = None if by_reporter or not any(n in lowered for n in _NOT_A_BUG_NEEDLES) else NOT_A_BUG.search(text)
+        if match:
+            facts.append(ThreadFact("question", "", match.group(0), source.name, by_reporter))
+    return facts
+
+
+def conclusion(facts: list[ThreadFact]) -> ThreadFact | None:
+    """The thread's last diagnosis naming a component, preferring comments by others than the reporter;
+    None when a later comment rules that component out."""
+    concluded = [x for x in facts if x.kind == "concluded"]
+    others = [x for x in concluded if not x.by_reporter and x.source != "body"]
+    last = (others or concluded or [None])[-1]
+    if last is None:
+        return None
+    ruled_out = {x.label for x in ruled_out_after(facts, last)}
+    return None if last.label in ruled_out else last
+
+
+def ruled_out_after(facts: list[ThreadFact], after: ThreadFact | None = None) -> list[ThreadFact]:
+    """Negations and attributions, those after `after` only when it is given."""
+    start = facts.index(after) if after is not None else -1
+    out = []
+    for i, x in enumerate(facts):
+        # A fact of the same clause as the conclusion ("X, not Y") counts too.
+        if x.kind in ("negated", "attributed") and (i > start or (after and x.source == after.source)):
+            out.append(x)
+    return out

@@ -1,0 +1,183 @@
+"""The thread reader (rubric/thread.py): scope, attribution, transfer, question and the thread's conclusion,
+as facts with evidence spans, and what the engine makes of them (G1, G2, G8, R1, R2, R2.4, R5, R6.2, R7.2).
+
+Rules out of the engine only (use_model=False), so each test pins the rule, not a trained weight.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rubric_app.rubric import CommentText, IssueText, evaluate
+from rubric_app.rubric.text import Source, split_thread_authored
+from rubric_app.rubric.thread import conclusion, read_thread
+
+
+def sources(body: str, *comments: str) -> list[Source]:
+    return [Source("title", "t"), Source("body", body), *(Source(f"comment:{i}", c) for i, c in enumerate(comments))]
+
+
+def kinds(facts, kind: str) -> list[tuple[str, str]]:
+    return [(x.label, x.evidence) for x in facts if x.kind == kind]
+
+
+def assess(title: str, body: str, *comments: tuple[str, str], reporter: str = "reporter"):
+    issue = IssueText(1, title, body, tuple(CommentText(text, author=who) for who, text in comments),
+                      ("oncall: pt2",), author=reporter)
+    return evaluate(issue, use_model=False)
+
+
+@pytest.mark.parametrize("text, label", [
+    ("Fails on aot_eager_decomp_partition, passes on aot_eager, so it's the decomposition, not codegen.", "module: inductor"),
+    ("I bisected it: this isn't a dynamo bug, the guard is generated correctly.", "module: dynamo"),
+    ("This has nothing to do with AOTAutograd; eager mode with the same hook also fails.", "module: pt2-dispatcher"),
+    ("Inductor is fine here, the graph handed to it is already wrong.", "module: inductor"),
+])
+def test_it_reads_a_negation_with_its_evidence(text, label):
+    facts = read_thread(sources("Repro below.", text))
+    negated = kinds(facts, "negated")
+    assert [l for l, _ in negated] == [label]
+    assert negated[0][1] in text
+
+
+@pytest.mark.parametrize("text", [
+    "Not only inductor: aot_eager fails the same way.",
+    "I'm not sure whether dynamo or inductor is at fault yet.",
+    "The inductor output is not correct for the second call.",
+])
+def test_it_does_not_read_a_negation_where_there_is_none(text):
+    assert kinds(read_thread(sources("Repro below.", text)), "negated") == []
+
+
+@pytest.mark.parametrize("text, label", [
+    ("AOTAutograd is only the caller here; the meta function of the custom op returns the wrong stride.", "module: pt2-dispatcher"),
+    ("Dynamo is just where it surfaces, the real problem is the decomposition of aten.var_mean.", "module: dynamo"),
+    ("The error is only raised in inductor because it is the first to check the strides.", "module: inductor"),
+])
+def test_it_reads_an_attribution(text, label):
+    attributed = kinds(read_thread(sources("Repro below.", text)), "attributed")
+    assert [l for l, _ in attributed] == [label]
+
+
+def test_it_does_not_read_an_attribution_from_a_plain_mention():
+    facts = read_thread(sources("Repro below.", "AOTAutograd is the caller that lifts the mutation out of the graph, and it gets it wrong."))
+    assert kinds(facts, "attributed") == []
+
+
+def test_it_takes_the_latest_diagnosis_of_someone_other_than_the_reporter():
+    facts = read_thread(
+        sources("I think it's a dynamo bug.", "Looks like an inductor issue to me.", "Root caused to AOTAutograd: the view replay is wrong."),
+        authors={"comment:0": "someone", "comment:1": "reporter"}, reporter="reporter",
+    )
+    assert conclusion(facts).label == "module: inductor"
+    assert conclusion(facts).source == "comment:0"
+
+
+def test_it_drops_a_diagnosis_a_later_comment_rules_out():
+    facts = read_thread(sources("Repro below.", "This looks like an inductor bug.", "No, it's not inductor: aot_eager fails too."))
+    assert conclusion(facts) is None
+
+
+@pytest.mark.parametrize("text, repo", [
+    ("Thanks for the report. The fix belongs in pytorch/vision, roi_align's meta kernel lives there.", "pytorch/vision"),
+    ("This should be filed in torchaudio, their resampler calls an unsupported API.", "torchaudio"),
+])
+def test_it_reads_a_transfer(text, repo):
+    [(found, evidence)] = kinds(read_thread(sources("Repro below.", text)), "transfer")
+    assert found == repo and evidence in text and repo in evidence
+
+
+def test_it_does_not_read_a_transfer_from_pytorch_itself_or_a_mention():
+    facts = read_thread(sources("I use torchvision 0.20.", "The fix belongs in pytorch/pytorch, in the inductor lowering."))
+    assert kinds(facts, "transfer") == []
+
+
+def test_it_reads_a_question_and_an_expected_behaviour_reply():
+    facts = read_thread(sources("How do I make torch.compile skip one function?", "You can wrap it in torch._dynamo.disable. This is expected behavior."),
+                        authors={"comment:0": "maintainer"}, reporter="reporter")
+    assert [x.source for x in facts if x.kind == "question"] == ["body", "comment:0"]
+
+
+def test_it_does_not_read_a_question_from_a_bug_report():
+    facts = read_thread(sources("Compiling this model raises an InductorError.\n\nCould someone take a look?", "Thanks, taking a look."))
+    assert [x for x in facts if x.kind == "question"] == []
+
+
+def test_it_keeps_the_authors_of_a_harvested_thread():
+    body = ("# Title\n\nalice · description · 2025-01-02\nIt fails.\n\nbob · comment · 2025-01-03\nNot codegen.\n\n"
+            "alice · comment · 2025-01-04\nThanks.")
+    description, reporter, comments = split_thread_authored(body)
+    assert reporter == "alice" and [a for a, _ in comments] == ["bob", "alice"] and "It fails." in description
+
+
+# --- the engine with the thread's facts ---------------------------------------------------------------
+
+
+def test_it_lets_the_thread_conclusion_beat_a_keyword_g8():
+    a = assess("Wrong gradient of gelu under torch.compile", "x = torch.randn(3)\nprint(torch.compile(f)(x))",
+               ("expert", "Fails on aot_eager_decomp_partition, passes on aot_eager, so it's the decomposition, not codegen."))
+    assert "module: decompositions" in a.labels()
+    assert "module: inductor" not in a.labels()
+    assert any(x.label == "module: inductor" and x.rule_id == "G8" for x in a.avoid)
+
+
+def test_it_avoids_pt2_dispatcher_when_aotautograd_is_only_the_caller_r5():
+    trace = "File \"torch/_functorch/_aot_autograd/runtime_wrappers.py\", line 300\nRuntimeError: FakeTensor stride mismatch"
+    a = assess("Compiled model raises a stride error", trace,
+               ("expert", "AOTAutograd is only the caller; the custom op's meta kernel is wrong."))
+    assert "module: pt2-dispatcher" not in a.labels()
+    before = assess("Compiled model raises a stride error", trace)
+    assert "module: pt2-dispatcher" in before.labels()  # the keyword alone still suggests it
+
+
+def test_it_transfers_when_the_fix_belongs_in_another_repo_g2():
+    a = assess("roi_align gives wrong results under torch.compile", "torch.compile(model) and inductor output differs",
+               ("expert", "The fix belongs in pytorch/vision: roi_align's meta kernel is wrong."))
+    assert a.route == "transfer"
+    assert not [l for l in a.labels() if l.startswith("module:") or l in ("triage review", "triaged")]
+    assert any(c.rule_id == "G2" and c.state == "satisfied" for c in a.checklist)
+
+
+def test_it_does_not_transfer_on_the_reporters_own_guess():
+    a = assess("roi_align gives wrong results under torch.compile", "Maybe this belongs in pytorch/vision? torch.compile(model)",
+               ("reporter", "Or maybe this is a bug in torchvision."))
+    assert a.route != "transfer"
+
+
+def test_it_preselects_nothing_on_a_usage_question_g1():
+    a = assess("How to make dynamo skip a function?", "I want torch.compile to skip one helper.",
+               ("expert", "Use torch._dynamo.disable on it; this is expected behavior."))
+    assert any(c.rule_id == "G1" for c in a.checklist)
+    assert not [l for l in a.preselected() if l.startswith("module:")]
+    assert "triaged" not in a.labels()
+
+
+def test_it_does_not_route_to_cpu_from_a_cpu_build_string_r2_4():
+    env = "Collecting environment information...\nPyTorch version: 2.5.1+cpu\nIs CUDA available: False"
+    a = assess("[inductor] wrong output of compiled layer norm", "The compiled output differs.\n" + env)
+    assert a.route == "pt2"
+    assert any(c.rule_id == "R2.4" and "+cpu" in c.evidence for c in a.checklist)
+    cpu = assess("[inductor] wrong output of compiled layer norm", "It happens only on CPU; on CUDA it matches.")
+    assert cpu.route == "cpu inductor"
+
+
+def test_it_does_not_add_dynamo_next_to_the_right_component_r1():
+    a = assess("[dynamo] inductor generates a wrong kernel for cumsum", "The generated triton kernel loads the wrong index.")
+    modules = [l for l in a.labels() if l.startswith("module:")]
+    assert modules == ["module: inductor"]
+
+
+@pytest.mark.parametrize("title, label", [
+    ("Compile time of a 48-layer transformer went from 40s to 6 minutes", "module: compile-time"),
+    ("[inductor] fused softmax kernel is 3x slower than eager after the last nightly", "module: performance"),
+])
+def test_it_labels_a_symptom_that_is_the_subject_next_to_the_component_r7_2(title, label):
+    a = assess(title, "torch.compile(model, mode='max-autotune') with inductor")
+    assert label in a.labels()
+    assert "module: inductor" in a.labels()
+
+
+def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2():
+    a = assess("DTensor under torch.compile raises an unhelpful error message", "torch.compile(model) with DTensor inputs gives a cryptic error.")
+    assert "module: compile ux" in a.labels()
+    assert a.route == "pt2"
