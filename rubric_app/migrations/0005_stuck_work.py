@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
 
-    dependencies = [("rubric_app", "0003_sync_claim")]
+    dependencies = [("rubric_app", "0004_webhook_replay")]
 
     operations = [
         migrations.AddField(

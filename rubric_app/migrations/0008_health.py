@@ -19,7 +19,7 @@ def first_decided_from_the_audit_log(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0003_sync_claim'),
+        ('rubric_app', '0007_suggestion_preselected'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -31,7 +31,7 @@ class RunSQLOn(migrations.RunSQL):
 
 class Migration(migrations.Migration):
 
-    dependencies = [("rubric_app", "0003_sync_claim")]
+    dependencies = [("rubric_app", "0005_stuck_work")]
 
     operations = [
         RunSQLOn("postgresql", search_index.POSTGRES_FORWARD, search_index.POSTGRES_REVERSE),

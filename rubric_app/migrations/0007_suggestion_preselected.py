@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("rubric_app", "0003_sync_claim")]
+    dependencies = [("rubric_app", "0006_issue_search")]
 
     operations = [
         migrations.AddField(
