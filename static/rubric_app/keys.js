@@ -43,7 +43,9 @@
 
   function accept() {
     var row = selectedRow();
-    var form = row ? row.querySelector("form") : document.getElementById("triage-form");
+    // In a row, the form of its Accept button: the row holds other forms too (e.g. "take it").
+    var button = row && row.querySelector("[data-accept]");
+    var form = row ? button && button.form : document.getElementById("triage-form");
     if (!form) return false;
     pending = null;  // a new preview is coming: an earlier Enter must not apply the one it replaces
     return click("[data-accept]", form);  // on the issue page the click listener below resets the boxes
@@ -82,7 +84,9 @@
   function apply() {
     // The Apply button of the current preview; in the queue, the selected row's.
     var row = selectedRow();
-    var form = row ? row.querySelector("form") : document.getElementById("triage-form");
+    // In a row, the form of its Accept button: the row holds other forms too (e.g. "take it").
+    var button = row && row.querySelector("[data-accept]");
+    var form = row ? button && button.form : document.getElementById("triage-form");
     var page = document.querySelector("[data-issue]");
     var number = row ? row.getAttribute("data-issue-row") : page && page.getAttribute("data-issue");
     var slot = "#apply-preview-" + CSS.escape(number || "");
