@@ -456,6 +456,9 @@ def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, dis
 
     new_root = SANDBOX_TMP
     _mount("tmpfs", new_root, "tmpfs", MS_NOSUID, "mode=755,size=4m")
+    # The repro's /tmp first: a checkout and its venv under /tmp are then bound inside it, not hidden by it.
+    os.makedirs(new_root + SANDBOX_TMP)
+    _mount("tmpfs", new_root + SANDBOX_TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={disk_mb}m")
     for target, fd, is_dir in binds:
         where = new_root + target
         if is_dir:
@@ -483,8 +486,6 @@ def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, dis
     os.makedirs(new_root + "/dev/shm")
     _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={shm_mb}m")
     os.makedirs(new_root + "/proc")
-    os.makedirs(new_root + SANDBOX_TMP)
-    _mount("tmpfs", new_root + SANDBOX_TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={disk_mb}m")
     os.makedirs(new_root + WORKDIR, mode=0o700)
     os.chown(new_root + WORKDIR, uid, uid)
     os.makedirs(new_root + "/etc", exist_ok=True)
