@@ -21,11 +21,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import bisection
-from .models import BisectionRun
+from .models import BisectionRun, queue_state
 
 log = logging.getLogger(__name__)
 
-QUEUES = {BisectionRun.Device.CPU: "cpu", BisectionRun.Device.CUDA: "gpu", BisectionRun.Device.BOTH: "gpu"}
+QUEUES = BisectionRun.QUEUES
 # What a worker declaring BISECTION_DEVICE can run: a GPU box has a CPU too.
 SERVES = {"cpu": {"cpu"}, "cuda": {"cuda", "both"}}
 
@@ -93,8 +93,7 @@ def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
     ended = 0
     for queue in sorted(set(QUEUES.values())):
         devices = [device for device, name in QUEUES.items() if name == queue]
-        state = (f"{len(live.get(queue, []))} {queue} worker(s) are online but none took it" if live.get(queue)
-                 else f"no {queue} worker is online")
+        state = queue_state(live, queue)
         ended += BisectionRun.objects.stuck(now - timedelta(minutes=minutes)).filter(device__in=devices).update(
             status=BisectionRun.Status.FAILED, finished_at=now,
             error=f"No worker of the {queue} queue took this run within {minutes:g} min ({state}). "

@@ -19,6 +19,7 @@ from django.utils import timezone
 from rubric_app import github
 from rubric_app.models import (
     CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, Suggestion, TriageDecision,
+    queue_state,
 )
 from rubric_app.rubric.catalog import is_forbidden
 
@@ -288,8 +289,7 @@ def fail_unclaimed(live: dict[str, list[str]], now=None) -> int:
     """
     now = now or timezone.now()
     minutes = settings.QUEUE_WAIT_TIMEOUT_MINUTES
-    workers = live.get("github", [])
-    state = f"{len(workers)} github worker(s) are online but none took it" if workers else "no github worker is online"
+    state = queue_state(live, "github")
     return TriageDecision.objects.unclaimed(now - timedelta(minutes=minutes)).update(
         status=TriageDecision.Status.FAILED, finished_at=now,
         result_message=f"No worker of the github queue took this decision within {minutes:g} min ({state}). "

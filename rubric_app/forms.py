@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
 from .bisection import names_cuda
+from .metrics import DEFAULT_WEEKS, MAX_WEEKS
 from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import is_forbidden, load_catalog
 from .search import issue_number
@@ -182,10 +183,6 @@ class TriageForm(forms.Form):
         return "oncall: cpu inductor" if route == "cpu inductor" else ""
 
 
-def _queue_of(device: str) -> str:
-    return BisectionRun(device=device).queue_name
-
-
 class BisectForm(forms.Form):
     # strip=False: leading indentation is part of Python code.
     code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000, strip=False,
@@ -198,14 +195,14 @@ class BisectForm(forms.Form):
         self.live = live
         if live is not None:
             self.fields["device"].choices = [
-                (value, label if live.get(_queue_of(value)) else f"{label}: no {_queue_of(value)} worker online")
+                (value, label if live.get(BisectionRun.QUEUES[value]) else f"{label}: no {BisectionRun.QUEUES[value]} worker online")
                 for value, label in BisectionRun.Device.choices
             ]
 
     def clean_device(self) -> str:
         """Refuse a GPU run while no GPU worker is online: it would wait in the queue for nothing."""
         device = self.cleaned_data["device"]
-        if self.live is not None and _queue_of(device) == "gpu" and not self.live.get("gpu"):
+        if self.live is not None and BisectionRun.QUEUES[device] == "gpu" and not self.live.get("gpu"):
             raise forms.ValidationError(
                 "No GPU worker is online (none has sent a heartbeat lately), so a cuda or both run would wait for "
                 "nothing. Pick cpu, or start a GPU worker: BISECTION_DEVICE=cuda celery -A triage_site worker -Q gpu."
@@ -216,9 +213,9 @@ class BisectForm(forms.Form):
     def for_repro(cls, code: str, live: dict[str, list[str]] | None = None) -> BisectForm:
         """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
         since on a CPU worker it would only fail for want of one."""
-        form = cls(initial={"code": code, "device": BisectionRun.Device.CUDA if names_cuda(code) else BisectionRun.Device.CPU},
-                   live=live)
-        form.names_cuda = names_cuda(code)
+        cuda = names_cuda(code)
+        form = cls(initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU}, live=live)
+        form.names_cuda = cuda
         return form
 
     def clean_code(self) -> str:
@@ -265,10 +262,10 @@ class MeetingDecisionForm(forms.Form):
 class MetricsForm(forms.Form):
     """The metrics page's window, in weeks (the current week included)."""
 
-    weeks = forms.IntegerField(required=False, min_value=1, max_value=52, initial=12)
+    weeks = forms.IntegerField(required=False, min_value=1, max_value=MAX_WEEKS, initial=DEFAULT_WEEKS)
 
     def weeks_value(self) -> int:
-        return (self.cleaned_data.get("weeks") if self.is_valid() else None) or 12
+        return (self.cleaned_data.get("weeks") if self.is_valid() else None) or DEFAULT_WEEKS
 
 
 class DutyForm(forms.Form):

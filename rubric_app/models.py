@@ -403,6 +403,9 @@ class BisectionRun(models.Model):
         # Bisect on CPU on a GPU worker, re-running an Inductor failure on cuda: R2.4's test.
         BOTH = "both", "CPU, then cuda for an Inductor failure (R2.4)"
 
+    # The Celery queue whose workers serve each device: a GPU box has a CPU too, so "both" goes to gpu.
+    QUEUES = {Device.CPU: "cpu", Device.CUDA: "gpu", Device.BOTH: "gpu"}
+
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="bisection_runs")
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -445,8 +448,8 @@ class BisectionRun(models.Model):
 
     @property
     def queue_name(self) -> str:
-        """The Celery queue its workers consume (bisect_runs.QUEUES): cuda and "both" need a GPU worker."""
-        return "cpu" if self.device == self.Device.CPU else "gpu"
+        """The Celery queue its workers consume (QUEUES): cuda and "both" need a GPU worker."""
+        return self.QUEUES[self.device]
 
     @property
     def duration_s(self) -> float | None:
@@ -699,6 +702,12 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
 
 # The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
 WORKER_QUEUES = ("cpu", "gpu", "github")
+
+
+def queue_state(live: dict[str, list[str]], queue: str) -> str:
+    """Why work on `queue` was not taken, from WorkerHeartbeat.objects.queues(): no worker, or only busy ones."""
+    workers = live.get(queue, [])
+    return f"{len(workers)} {queue} worker(s) are online but none took it" if workers else f"no {queue} worker is online"
 
 
 class WorkerHeartbeat(models.Model):

@@ -52,10 +52,16 @@ def assign(*, issue: Issue, user, by) -> Assignment:
     return assignment
 
 
+def find_triager(username: str):
+    """The active user named `username` if they hold the triager role (apply_labels), else None."""
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    return user if user is not None and user.has_perm("rubric_app.apply_labels") else None
+
+
 def set_duty(*, username: str, modules: list[str], now=None) -> Duty:
     """Put a triager on this week's roster (or update their modules); ValueError if no such triager."""
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None or not user.has_perm("rubric_app.apply_labels"):
+    user = find_triager(username)
+    if user is None:
         raise ValueError(f"{username!r} is not a triager (the triager role is needed to be on duty).")
     duty, _ = Duty.objects.update_or_create(user=user, week=week_start(now or timezone.now()),
                                             defaults={"modules": sorted(set(modules))})

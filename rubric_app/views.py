@@ -11,11 +11,10 @@ import re
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import InvalidPage, Paginator
-from django.db.models import Exists, JSONField, OuterRef, Prefetch, Subquery
+from django.db.models import JSONField, OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -53,10 +52,15 @@ def _polled(request: HttpRequest, partial: str, context: dict, finished: bool) -
     return render(request, template, context)
 
 
-def _latest_verdict() -> Subquery:
-    """The newest finished bisection's summary, as a column: one query for the whole page."""
+def _latest_done_run(field: str, **kwargs) -> Subquery:
+    """One field of the issue's newest finished bisection, as a column: one query for the whole page."""
     runs = BisectionRun.objects.filter(issue=OuterRef("pk"), status=BisectionRun.Status.DONE).order_by("-created_at")
-    return Subquery(runs.values("verdict_summary")[:1])
+    return Subquery(runs.values(field)[:1], **kwargs)
+
+
+def _latest_verdict() -> Subquery:
+    """The newest finished bisection's summary, as a column."""
+    return _latest_done_run("verdict_summary")
 
 
 def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_issue") -> Issue:
@@ -327,8 +331,7 @@ def _says(words: tuple[str, ...], text: str) -> bool:
 
 def _latest_verdict_labels() -> Subquery:
     """The newest finished bisection's labels (label, rule_id, evidence dicts), as a column."""
-    runs = BisectionRun.objects.filter(issue=OuterRef("pk"), status=BisectionRun.Status.DONE).order_by("-created_at")
-    return Subquery(runs.values("verdict_labels")[:1], output_field=JSONField())
+    return _latest_done_run("verdict_labels", output_field=JSONField())
 
 
 def _agenda() -> list[tuple[str, list[Issue]]]:
@@ -434,7 +437,6 @@ def rubric_health_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
-
 # --- sharing the queue ----------------------------------------------------------------------------
 
 
@@ -488,10 +490,11 @@ def share_out(request: HttpRequest) -> HttpResponse:
 @require_POST
 def issue_assign(request: HttpRequest, number: int) -> HttpResponse:
     """Take an issue (no `to`) or give it to another triager: one click, local to the dashboard."""
-    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    _require(request, "apply_labels")
+    issue = get_object_or_404(Issue, number=number)  # the row only: none of what the issue page shows
     username = request.POST.get("to") or request.user.get_username()
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None or not user.has_perm("rubric_app.apply_labels"):
+    user = sharing.find_triager(username)
+    if user is None:
         messages.error(request, f"#{number} not reassigned: {username!r} is not a triager.")
     else:
         sharing.assign(issue=issue, user=user, by=request.user)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rubric_app import demo_github
-from rubric_app.demo_github import FAULT_KINDS, REPO, Fault, FakeGitHub, FakeServer, Handler, Recorded, paginate  # noqa: F401
+from rubric_app.demo_github import REPO, FakeGitHub, FakeServer
 
 TOKEN = "test-token-not-a-secret"
 
