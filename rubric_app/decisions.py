@@ -1,15 +1,16 @@
 """A triager's decision: plan it, validate it, queue it, apply it to GitHub, audit it.
 
-plan_changes turns the triage form's choices into label additions and removals
-(RUBRIC G5, G6, R11). request_decision validates (G7, R11, the queue) and
-records a TriageDecision, refused or pending; a pending one is applied by
-apply_decision in the single-concurrency `github` Celery queue, one label at a
-time, after checking that nobody changed the labels since the triager looked.
-Each HTTP call is recorded as a GitHubWrite.
+plan_changes turns the triage form's choices into a Plan: label additions and removals
+(RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
+transfer (G1, G2). request_decision validates (G4, G7, R11, the queue) and records a
+TriageDecision, refused or pending; a pending one is applied by apply_decision in the
+single-concurrency `github` Celery queue, one change at a time, after checking that nobody
+changed the labels since the triager looked. Each HTTP call is recorded as a GitHubWrite.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,24 +19,59 @@ from django.utils import timezone
 
 from rubric_app import github
 from rubric_app.models import (
-    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label, Suggestion, TriageDecision,
-    queue_state,
+    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, NEEDS_REPRODUCTION, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label,
+    Suggestion, TriageDecision, queue_state,
 )
-from rubric_app.rubric.catalog import is_forbidden
+from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
 
 MEETING_DECISIONS = ("high priority", "triaged", "needs reproduction", "low priority", "close")
 PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
+# The routes that stop labelling (G1, G2): what each one sends instead.
+QUESTION, MORE_INFO, TRANSFER = "question", "more info", "transfer"
+CLOSE_REASONS = ("completed", "not_planned", "duplicate")
 
 
-def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool) -> tuple[list[str], list[str]]:
-    """Return (add, remove), sorted: exactly what GitHub will see for the triager's choices.
+@dataclass(frozen=True)
+class Plan:
+    """Exactly what GitHub will see, in the order it is written: the reply, the labels, the close, the transfer."""
+
+    add: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    reply: str = ""  # a standard reply's name (rubric_app/data/pytorch_triage_templates.json), posted first
+    close_reason: str = ""  # "" (stays open), or GitHub's state_reason: completed, not_planned, duplicate
+    transfer_to: str = ""  # G2: the repository the issue moves to, last
+
+    @property
+    def comment(self) -> str:
+        return load_replies()[self.reply]["comment"] if self.reply else ""
+
+    @property
+    def close(self) -> bool:
+        return bool(self.close_reason)
+
+    @property
+    def changes_nothing(self) -> bool:
+        return not (self.add or self.remove or self.reply or self.close or self.transfer_to)
+
+
+def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "") -> Plan:
+    """Return the Plan for the triager's choices: exactly what GitHub will see.
 
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
     (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
     (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review flags `triage review`
     (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6). Labels
     currently on the issue are only removed by these rules, never because they were not ticked.
+    Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
+    label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
+    logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2).
     """
+    if route == QUESTION:
+        return Plan(reply="redirect_to_forum", close_reason="not_planned")
+    if route == MORE_INFO:
+        return Plan(reply="request_more_info")
+    if route == TRANSFER:
+        return Plan(transfer_to=transfer_to)
     current = set(issue.label_names())
     target = set(current) | set(chosen)
     if not route:  # no routing choice: the issue stays in the PT2 lane it is in
@@ -54,17 +90,24 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool) -
         target.add(TRIAGE_REVIEW)
     elif not handoff:
         target.add(TRIAGED)
-    return sorted(target - current), sorted(current - target)
+    add, remove = sorted(target - current), sorted(current - target)
+    return Plan(add, remove, reply="needs_reproduction" if NEEDS_REPRODUCTION in add else "")
 
 
 def leaves_triaged_without_component(issue: Issue, add: list[str], remove: list[str]) -> bool:
-    """True when the change would end with a `triaged` oncall: pt2 issue that has no `module:` label (G4)."""
+    """True when the change would make an oncall: pt2 issue `triaged` with no `module:` label (G4).
+
+    Only a change that adds `triaged` or takes a module label away: an issue triaged that way
+    before (by hand on GitHub) can still get other changes, its G4 warning stays on its page.
+    """
     after = (set(issue.label_names()) | set(add)) - set(remove)
-    return PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
+    makes_it = TRIAGED in add or any(name.startswith("module:") for name in remove)
+    return makes_it and PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
 
 
-def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_decision: str, close: bool) -> str:
+def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "") -> str:
     """Why this decision may not go to GitHub, in plain words; "" when it may."""
+    add, remove, close = plan.add, plan.remove, plan.close
     if issue.is_pull_request:
         return f"#{issue.number} is a pull request; the dashboard only changes issues."
     if issue.repo != settings.GITHUB_REPO:
@@ -77,8 +120,15 @@ def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_de
         return f"Unknown meeting decision {meeting_decision!r}; expected one of {', '.join(MEETING_DECISIONS)}."
     if set(add) & set(remove):
         return f"Asked to add and remove the same label: {', '.join(sorted(set(add) & set(remove)))}."
-    if not add and not remove and not close:
+    if plan.changes_nothing:
         return "Nothing to change: the issue already has these labels."
+    if plan.reply and plan.reply not in load_replies():
+        return f"Unknown standard reply {plan.reply!r}."
+    if plan.close_reason and plan.close_reason not in CLOSE_REASONS:
+        return f"Unknown close reason {plan.close_reason!r}; expected one of {', '.join(CLOSE_REASONS)}."
+    if plan.transfer_to and plan.transfer_to not in TRANSFER_REPOS:
+        return (f"G2: {plan.transfer_to!r} is not a repository the dashboard transfers to "
+                f"({', '.join(TRANSFER_REPOS)}); transfer it on GitHub by hand.")
     forbidden = sorted(name for name in set(add) | set(remove) if is_forbidden(name))
     if forbidden:
         return f"RUBRIC G7 forbids changing {', '.join(forbidden)} from the dashboard."
@@ -86,33 +136,40 @@ def refusal(*, issue: Issue, user, add: list[str], remove: list[str], meeting_de
     unknown = sorted(name for name in add if name not in catalog)
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
-    if meeting_decision and not close and leaves_triaged_without_component(issue, add, remove):
-        return (f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
-                "and no suggested component was taken. Add one on the issue page, then decide again.")
+    if not close and leaves_triaged_without_component(issue, add, remove):
+        if meeting_decision:
+            return (f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
+                    "and no suggested component was taken. Add one on the issue page, then decide again.")
+        return G4_MESSAGE
     wants_high = HIGH_PRIORITY in add or meeting_decision == HIGH_PRIORITY
     if wants_high and not user.has_perm("rubric_app.record_meeting_decision"):
         return "`high priority` is decided by the triage meeting (R11): flag `triage review` instead."
     return ""
 
 
-def request_decision(*, issue: Issue, user, add, remove, labels_seen, redirect: str = "", meeting_decision: str = "",
-                     close: bool = False, meeting=None) -> TriageDecision:
+G4_MESSAGE = ("G4: this would mark the issue triaged with no module: label. Tick a module label (the possible ones "
+              "are listed with their evidence), flag triage review for the meeting (R11), or pick a route that stops "
+              "labelling (a usage question, ask for more info, transfer).")
+
+
+def request_decision(*, issue: Issue, user, plan: Plan, labels_seen, redirect: str = "", meeting_decision: str = "",
+                     meeting=None) -> TriageDecision:
     """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
 
     A refused decision is kept for the audit log and nothing is sent to GitHub.
     """
     from rubric_app.tasks import apply_decision_task  # tasks imports this module
 
-    add, remove = sorted(set(add)), sorted(set(remove))
+    plan = Plan(sorted(set(plan.add)), sorted(set(plan.remove)), plan.reply, plan.close_reason, plan.transfer_to)
     # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
     shown = [{"label": s.label, "rule_id": s.rule_id} for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
-    why = f"Apply is disabled: {off}" if off else refusal(
-        issue=issue, user=user, add=add, remove=remove, meeting_decision=meeting_decision, close=close)
+    why = f"Apply is disabled: {off}" if off else refusal(issue=issue, user=user, plan=plan, meeting_decision=meeting_decision)
     with transaction.atomic():
         decision = TriageDecision.objects.create(
-            issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=add, labels_removed=remove,
-            redirect=redirect, meeting_decision=meeting_decision, meeting=meeting, close_issue=close,
+            issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=plan.add, labels_removed=plan.remove,
+            redirect=redirect, meeting_decision=meeting_decision, meeting=meeting,
+            close_issue=plan.close, close_reason=plan.close_reason, comment=plan.comment, transfer_to=plan.transfer_to,
             suggestions_shown=shown, status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why, finished_at=timezone.now() if why else None,
         )
@@ -137,7 +194,7 @@ def _audit(decision: TriageDecision, result: github.WriteResult) -> None:
 def _failure_message(result: github.WriteResult, done: list[str]) -> str:
     reasons = {
         403: "GitHub refused: the token may not change this issue (403).",
-        404: "GitHub could not find the issue or label (404).",
+        404: "GitHub could not find the issue, label or repository (404).",
         410: "The issue is gone from GitHub (410).",
         422: "GitHub rejected the change as invalid (422).",
     }
@@ -147,6 +204,8 @@ def _failure_message(result: github.WriteResult, done: list[str]) -> str:
         why = f"GitHub had a server error ({result.status}); try again later."
     else:
         why = reasons.get(result.status, f"GitHub answered {result.status}.")
+    if result.action in ("transfer", "read_repository"):  # GraphQL's refusals say why in words
+        why += f" {result.response.rstrip('.')}."
     step = f"{result.action.replace('_', ' ')} {result.target!r}"
     partial = f" Already applied before it: {', '.join(done)}; the next sync will show them." if done else ""
     return f"{step} failed: {why}{partial} Local labels were left as they were."
@@ -157,18 +216,21 @@ def _failure_message(result: github.WriteResult, done: list[str]) -> str:
 HEARTBEAT_STALE_AFTER = timedelta(minutes=5)
 
 
-def _claim(decision_id: int) -> tuple[bool, bool]:
+def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     """Claim the decision for this worker; returns (claimed, resumed).
 
-    pending -> applying is a fresh start. An `applying` row with no heartbeat for
-    HEARTBEAT_STALE_AFTER was left by a worker that died mid-way: re-claiming it (a conditional
-    UPDATE on the old heartbeat's age) lets exactly one worker resume it.
+    pending -> applying is a fresh start. An `applying` row is resumed when its worker died
+    mid-way: at once when this is the same message that claimed it, delivered again (acks_late:
+    its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
+    conditional UPDATE, so exactly one worker resumes it.
     """
     now = timezone.now()
     rows = TriageDecision.objects.filter(pk=decision_id)
-    if rows.filter(status=TriageDecision.Status.PENDING).update(status=TriageDecision.Status.APPLYING, heartbeat_at=now):
+    if rows.filter(status=TriageDecision.Status.PENDING).update(status=TriageDecision.Status.APPLYING, heartbeat_at=now,
+                                                                task_id=task_id):
         return True, False
-    resumed = rows.abandoned(now - HEARTBEAT_STALE_AFTER).update(heartbeat_at=now)
+    redelivered = rows.filter(status=TriageDecision.Status.APPLYING, task_id=task_id) if task_id else rows.none()
+    resumed = (redelivered | rows.abandoned(now - HEARTBEAT_STALE_AFTER)).update(heartbeat_at=now, task_id=task_id)
     return bool(resumed), bool(resumed)
 
 
@@ -179,16 +241,16 @@ def _beat(decision: TriageDecision) -> None:
     )
 
 
-def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> TriageDecision:
-    """Apply a pending decision to GitHub label by label, after a conflict check; returns it.
+def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | None = None) -> TriageDecision:
+    """Apply a pending decision to GitHub change by change, after a conflict check; returns it.
 
     Claims the row (pending -> applying) and returns at once if another run already did.
     Ends `conflict` (nothing written) when GitHub's labels differ from labels_seen,
     `failed` when GitHub refuses a write or cannot be read, `applied` otherwise.
-    A decision whose worker died while applying (its heartbeat stopped) is resumed instead:
-    see _resume. Every GitHub call, the re-reads included, is audited.
+    A decision whose worker died while applying is resumed instead (see _claim, _resume).
+    Every GitHub call, the re-reads included, is audited.
     """
-    claimed, resumed = _claim(decision_id)
+    claimed, resumed = _claim(decision_id, task_id)
     decision = TriageDecision.objects.select_related("issue").get(pk=decision_id)
     if not claimed:
         return decision
@@ -213,57 +275,90 @@ def apply_decision(decision_id: int, *, gh: github.Client | None = None) -> Tria
             f"Someone changed #{issue.number} on GitHub since you looked ({', '.join(diff) or 'same labels'}).{state} "
             "Nothing was written; review the issue again.",
         )
-    return _write(decision, gh, now_labels, add=decision.labels_added, remove=decision.labels_removed,
-                  close=decision.close_issue)
+    return _write(decision, gh, remote, add=decision.labels_added, remove=decision.labels_removed,
+                  comment=decision.comment, close=decision.close_issue, transfer=bool(decision.transfer_to))
 
 
-def _write(decision: TriageDecision, gh: github.Client, labels: set[str], *, add, remove, close: bool,
-           before: list[str] = ()) -> TriageDecision:
-    """Write `add`, `remove` and the close one call at a time, auditing each; returns the finished decision.
+def _write(decision: TriageDecision, gh: github.Client, remote: github.IssueData, *, add, remove, comment: str,
+           close: bool, transfer: bool, before: list[str] = ()) -> TriageDecision:
+    """Write the reply, `add`, `remove`, the close and the transfer, one call at a time, auditing each;
+    returns the finished decision.
 
-    labels: the issue's labels on GitHub now. before: what an earlier, interrupted attempt had
-    already written (named in the outcome).
+    remote: the issue as GitHub has it now. before: what an earlier, interrupted attempt had already
+    written (named in the outcome). The reply goes first, so a close or transfer never lands without it.
     """
     issue = decision.issue
-    steps = [(gh.add_label, n) for n in add] + [(gh.remove_label, n) for n in remove]
+    labels = set(remote.label_names)
+    steps = ([(gh.comment, comment)] if comment else []) + [(gh.add_label, n) for n in add] + [(gh.remove_label, n) for n in remove]
+    if close:
+        steps.append((gh.close_issue, decision.close_reason or "completed"))
     done: list[str] = list(before)
     after = (labels | set(add)) - set(remove)
-    for write, name in steps:
+    for write, arg in steps:
         _beat(decision)
-        result = write(issue.number, name)
+        result = write(issue.number, arg)
         _audit(decision, result)
         if not result.ok:
             return _finish(decision, TriageDecision.Status.FAILED, _failure_message(result, done))
-        done.append(f"{result.action.replace('_', ' ')} {name}")
+        done.append(_step_name(result))
         if result.labels is not None:
             after = set(result.labels)  # GitHub's word, including anyone else's change meanwhile
-    if close:
-        _beat(decision)
-        result = gh.close_issue(issue.number)
-        _audit(decision, result)
+    moved = ""
+    if transfer:
+        result = _transfer(decision, gh, remote)
         if not result.ok:
             return _finish(decision, TriageDecision.Status.FAILED, _failure_message(result, done))
+        done.append(_step_name(result))
+        moved = f" It is {result.response} and has left this queue."
     _update_local(issue, after, decision)
     issue.refresh_suggestions()
-    written = ", ".join(done[len(before):]) or ("closed" if close else "nothing more")
+    written = ", ".join(done[len(before):]) or "nothing more"
     if before:
         return _finish(decision, TriageDecision.Status.APPLIED,
                        f"Its first worker stopped mid-way; GitHub already had: {', '.join(before)}. "
-                       f"Finished on GitHub: {written}.")
-    return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.")
+                       f"Finished on GitHub: {written}.{moved}")
+    return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.{moved}")
+
+
+def _step_name(result: github.WriteResult) -> str:
+    """How the outcome names one write: "add label module: dynamo", "comment", "close (not planned)"."""
+    if result.action == "comment":
+        return "comment (standard reply)"
+    if result.action in ("close", "transfer"):
+        return f"{result.action} {result.target.split(' ', 1)[1]}" if result.action == "close" else f"transfer {result.target}"
+    return f"{result.action.replace('_', ' ')} {result.target}"
+
+
+def _transfer(decision: TriageDecision, gh: github.Client, remote: github.IssueData) -> github.WriteResult:
+    """Move the issue to decision.transfer_to (G2): look the repository up (audited), then transferIssue."""
+    _beat(decision)
+    try:
+        repo_id = gh.repository_id(decision.transfer_to)
+    except github.GitHubError as exc:
+        result = github.WriteResult("read_repository", decision.transfer_to, exc.status, False, exc.message)
+        _audit(decision, result)
+        return result
+    _audit(decision, github.WriteResult("read_repository", decision.transfer_to, 200, True, "found"))
+    _beat(decision)
+    result = gh.transfer_issue(remote.node_id, repo_id, number=remote.number, to=decision.transfer_to)
+    _audit(decision, result)
+    return result
 
 
 def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueData) -> TriageDecision:
     """Finish a decision whose worker died mid-way, from what GitHub shows now; returns it finished.
 
     Nothing is written blindly: a label already added (or already gone) is not written again,
-    whether or not the dead worker lived to audit its call. If GitHub shows a change that is not
-    this decision's (someone else's, meanwhile), it stops as `conflict`, saying exactly what of
-    this decision had landed.
+    whether or not the dead worker lived to audit its call, and the reply is looked for among the
+    issue's comments (audited) before it is posted. If GitHub shows a change that is not this
+    decision's (someone else's, meanwhile), it stops as `conflict`, saying exactly what of this
+    decision had landed.
     """
     labels, seen = set(remote.label_names), set(decision.labels_seen)
     added, removed = set(decision.labels_added), set(decision.labels_removed)
-    landed = [f"add label {n}" for n in sorted(added & labels)] + [f"remove label {n}" for n in sorted(removed - labels)]
+    commented = bool(decision.comment) and _reply_posted(decision, gh)
+    landed = (["comment (standard reply)"] if commented else []) + [f"add label {n}" for n in sorted(added & labels)] + [
+        f"remove label {n}" for n in sorted(removed - labels)]
     if decision.close_issue and remote.state == "closed":
         landed.append("close")
     others = [f"+{n}" for n in sorted(labels - seen - added)] + [f"-{n}" for n in sorted(seen - labels - removed)]
@@ -276,8 +371,22 @@ def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueDat
             f"Of this decision GitHub has: {', '.join(landed) or 'nothing'}. Nothing more was written; "
             "review the issue again (the next sync shows GitHub's labels).",
         )
-    return _write(decision, gh, labels, add=sorted(added - labels), remove=sorted(removed & labels),
-                  close=decision.close_issue and remote.state != "closed", before=landed)
+    return _write(decision, gh, remote, add=sorted(added - labels), remove=sorted(removed & labels),
+                  comment="" if commented else decision.comment, close=decision.close_issue and remote.state != "closed",
+                  transfer=bool(decision.transfer_to), before=landed)
+
+
+def _reply_posted(decision: TriageDecision, gh: github.Client) -> bool:
+    """Whether the decision's reply is already on the issue (posted by its dead worker). A failed
+    read counts as posted: a reply missing is better than a reply twice, and the outcome says so."""
+    try:
+        comments = gh.comments(decision.issue.number)
+    except github.GitHubError as exc:
+        _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", exc.status, False, exc.message))
+        return True
+    _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", 200, True, f"{len(comments)} comments"))
+    since = decision.created_at - timedelta(minutes=1)  # GitHub's clock, to the second
+    return any(c.body.strip() == decision.comment.strip() and c.created_at >= since for c in comments)
 
 
 def fail_unclaimed(live: dict[str, list[str]], now=None) -> int:
@@ -308,7 +417,10 @@ def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> No
         if TRIAGE_REVIEW in decision.labels_added and issue.review_flagged_at is None:
             issue.review_flagged_at = timezone.now()
             fields.append("review_flagged_at")
-        if decision.close_issue:
+        if decision.transfer_to:
+            issue.in_queue = False  # it lives in another repository now (G2)
+            fields.append("in_queue")
+        elif decision.close_issue:
             issue.state, issue.in_queue, issue.closed_at = Issue.State.CLOSED, False, timezone.now()
             fields += ["state", "in_queue", "closed_at"]
         elif not after & set(settings.GITHUB_QUEUE_LABELS):

@@ -9,7 +9,8 @@ token and inject faults.
 It is a real threaded HTTP server: PyGithub talks to it over HTTP through
 `settings.GITHUB_API_URL`, exactly as it talks to api.github.com. It serves
 the endpoints the dashboard uses (issue lists with Link pagination, single
-issues, comments, the label catalog, label writes, closing), answers
+issues, comments, the label catalog, label writes, posting comments, closing, GraphQL's
+transferIssue), answers
 If-None-Match with 304, sends X-RateLimit-* headers, records every request,
 and injects faults on demand (`inject`). Pure Python: no Django import.
 """
@@ -29,6 +30,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 REPO = "pytorch/pytorch"
+# Who the dashboard's token is, as the comments it posts show it.
+DASHBOARD_LOGIN = "pt2-triage-dashboard"
 
 
 def _iso(moment: datetime) -> str:
@@ -71,6 +74,9 @@ class Fault:
         )
 
 
+# Repositories of the organisation the fake knows, besides its own (GET /repos/{name}, transfers).
+OTHER_REPOS = ("pytorch/vision", "pytorch/audio", "pytorch/text", "pytorch/executorch", "pytorch/ao", "pytorch/torchrec",
+               "pytorch/torchtune", "pytorch/xla", "pytorch/TensorRT", "pytorch/tutorials")
 FAULT_KINDS = ("race", "error", "timeout", "secondary_rate_limit", "rate_limit_exhausted", "malformed_json", "vanish_page")
 
 
@@ -96,6 +102,10 @@ class FakeGitHub:
             self.rate_limit_reset = int(time.time()) + 3600
             self._clock = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=30)
             self._next_comment_id = 900_000_001
+            # Issues moved to another repository (transferIssue): number -> (repository, url there).
+            self.transferred: dict[int, tuple[str, str]] = {}
+            # The repositories an issue may be transferred to (G2), as GitHub would find them.
+            self.other_repos = set(OTHER_REPOS)
 
     def tick(self) -> datetime:
         """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
@@ -161,6 +171,23 @@ class FakeGitHub:
             issue["updated_at"] = stamp
             return self._append_comment(issue, body, user, stamp)
 
+    def graphql(self, request: dict) -> dict:
+        """The one GraphQL call the dashboard makes: transferIssue (G2). Refusals come back as 200 with
+        `errors`, as GitHub sends them."""
+        query, variables = str(request.get("query", "")), request.get("variables") or {}
+        if "transferIssue" not in query:
+            return {"errors": [{"message": "This fake serves only transferIssue"}]}
+        with self.lock:
+            issue = next((i for n, i in self.issues.items() if f"I_{n}" == variables.get("issue")), None)
+            repo = str(variables.get("repo", ""))[2:]
+            if issue is None or repo not in self.other_repos:
+                return {"errors": [{"type": "NOT_FOUND", "message": "Could not resolve to a node with the global id"}]}
+            number = issue["number"]
+            url = f"https://github.com/{repo}/issues/{number}"
+            del self.issues[number]  # GitHub redirects the old address; the fake forgets it
+            self.transferred[number] = (repo, url)
+            return {"data": {"transferIssue": {"issue": {"number": number, "url": url}}}}
+
     def labels_of(self, number: int) -> list[str]:
         with self.lock:
             return sorted(self.issues[number]["labels"])
@@ -224,6 +251,7 @@ class FakeGitHub:
             "comments_url": f"{self._base()}/issues/{number}/comments",
             "html_url": f"https://github.com/{self.repo}/issues/{number}",
             "number": number,
+            "node_id": f"I_{number}",
             "title": issue["title"],
             "body": issue["body"],
             "state": issue["state"],
@@ -233,6 +261,7 @@ class FakeGitHub:
             "created_at": _iso(issue["created_at"]),
             "updated_at": _iso(issue["updated_at"]),
             "closed_at": _iso(issue["updated_at"]) if issue["state"] == "closed" else None,
+            "state_reason": issue.get("state_reason"),
         }
         if issue["pull_request"]:
             data["pull_request"] = {"url": f"{self._base()}/pulls/{number}"}
@@ -379,7 +408,15 @@ class Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         base = f"/repos/{fake.repo}"
         if path == base and method == "GET":
-            return 200, {"full_name": fake.repo, "url": fake._base(), "name": fake.repo.split("/")[1]}, {}
+            return 200, {"full_name": fake.repo, "url": fake._base(), "name": fake.repo.split("/")[1],
+                         "node_id": f"R_{fake.repo}"}, {}
+        if re.fullmatch(r"/repos/[\w.-]+/[\w.-]+", path) and method == "GET":
+            name = path[len("/repos/"):]
+            if name not in fake.other_repos:
+                raise KeyError(path)
+            return 200, {"full_name": name, "name": name.split("/")[1], "node_id": f"R_{name}"}, {}
+        if path == "/graphql" and method == "POST":
+            return 200, fake.graphql(json.loads(raw or b"{}")), {}
         if path == f"{base}/issues" and method == "GET":
             rows, link, _ = paginate(fake.list_issues(query), query, f"{fake.url}{path}")
             with fake.lock:
@@ -401,8 +438,13 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, fake.issue_json(issue), {}
             if rest == "" and method == "PATCH":
                 fields = json.loads(raw or b"{}")
-                fake.update_issue(number, **{k: v for k, v in fields.items() if k in ("state", "title", "body")})
+                fake.update_issue(number, **{k: v for k, v in fields.items() if k in ("state", "state_reason", "title", "body")})
                 return 200, fake.issue_json(issue), {}
+            if rest == "/comments" and method == "POST":
+                body = json.loads(raw or b"{}").get("body")
+                if not isinstance(body, str) or not body.strip():
+                    return 422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]}, {}
+                return 201, fake.comment_json(number, fake.add_comment(number, body, user=DASHBOARD_LOGIN)), {}
             if rest == "/comments" and method == "GET":
                 since = _parse_iso(query["since"]) if query.get("since") else None
                 comments = [c for c in issue["comments"] if since is None or c["updated_at"] >= since]

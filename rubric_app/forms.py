@@ -8,17 +8,23 @@ from django import forms
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
+from . import decisions
 from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
 from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
-from .rubric.catalog import is_forbidden, load_catalog
+from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
 from .search import issue_number
 
-ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall")]
+ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall"),
+          # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
+          (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
+          (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
+          (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)")]
+STOPS_LABELLING = frozenset({decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER})
 # The status flags have their own controls (the review checkbox, and `triaged`, which
 # plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
 FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
-MEETING_DECISIONS = ["high priority", "triaged", "needs reproduction", "low priority", "close"]
+MEETING_DECISIONS = list(decisions.MEETING_DECISIONS)
 
 _catalog_cache: list[dict] | None = None
 
@@ -115,6 +121,8 @@ class TriageForm(forms.Form):
     labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     route = forms.ChoiceField(choices=ROUTES, initial="pt2", widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
+    transfer_to = forms.ChoiceField(required=False, label="Transfer to",
+                                    choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS])
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
 
@@ -144,13 +152,25 @@ class TriageForm(forms.Form):
         handoff = next((n for n in add if n.startswith("oncall:") and n in dict(self.fields["handoff_to"].choices)), "")
         if route == "handoff" and not handoff:
             route = "pt2"
+        transfer = self.suggested_transfer()
+        if transfer:
+            route = decisions.TRANSFER
         return {
             "labels": [n for n, _ in self.fields["labels"].choices if n in ticked],
             "route": route,
             "handoff_to": handoff,
+            "transfer_to": transfer,
             "review": TRIAGE_REVIEW in ticked,
             "labels_seen": json.dumps(self.issue.label_names()),
         }
+
+    def suggested_transfer(self) -> str:
+        """The repository G2's checklist item says the issue belongs in, when the engine routed it
+        there ("transfer") and it is one the dashboard transfers to; else ""."""
+        if self.issue.suggested_route != decisions.TRANSFER:
+            return ""
+        item = next((i for i in self.issue.checklist if i.get("rule_id") == "G2"), None)
+        return transfer_repo(item.get("evidence", "")) if item else ""
 
     def clean_labels_seen(self) -> list[str]:
         try:
@@ -165,14 +185,30 @@ class TriageForm(forms.Form):
         data = super().clean()
         if data.get("route") == "handoff" and not data.get("handoff_to"):
             self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
+        if data.get("route") == decisions.TRANSFER and not data.get("transfer_to"):
+            self.add_error("transfer_to", "Choose the repository to transfer the issue to (G2).")
+        if not self.errors:
+            plan = self.plan()
+            if decisions.leaves_triaged_without_component(self.issue, plan.add, plan.remove):
+                self.add_error(None, decisions.G4_MESSAGE)
         return data
+
+    def plan(self) -> decisions.Plan:
+        """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""
+        return decisions.plan_changes(self.issue, chosen=self.chosen(), route=self.route_value(),
+                                      review=self.cleaned_data["review"], transfer_to=self.cleaned_data["transfer_to"])
+
+    def stops_labelling(self) -> bool:
+        """The chosen route sends a reply or a transfer instead of labels (G1, G2)."""
+        return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
 
     def chosen(self) -> list[str]:
         """The checked labels, each once."""
         return list(dict.fromkeys(self.cleaned_data["labels"]))
 
     def route_value(self) -> str:
-        """plan_changes' route: "pt2", "cpu inductor", or the `oncall:` label handed off to."""
+        """plan_changes' route: "pt2", "cpu inductor", the `oncall:` label handed off to, or a route
+        that stops labelling (question, more info, transfer)."""
         route = self.cleaned_data["route"]
         return self.cleaned_data["handoff_to"] if route == "handoff" else route
 
@@ -233,8 +269,8 @@ class MeetingDecisionForm(forms.Form):
 
     clean_labels_seen = TriageForm.clean_labels_seen
 
-    def plan(self, issue: Issue) -> tuple[list[str], list[str], bool]:
-        """Return (add, remove, close) for the decision: it settles the review, so `triage review` goes.
+    def plan(self, issue: Issue) -> decisions.Plan:
+        """Return the Plan of the decision: it settles the review, so `triage review` goes.
 
         Only the meeting may add `high priority` (R11); request_decision enforces who may.
         """
@@ -256,7 +292,7 @@ class MeetingDecisionForm(forms.Form):
             component = self.cleaned_data["component"]
             if component.startswith("module:") and component in suggested:
                 add.append(component)
-        return add, remove, decision == "close"
+        return decisions.Plan(add, remove, close_reason="completed" if decision == "close" else "")
 
 
 class MetricsForm(forms.Form):

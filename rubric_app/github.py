@@ -92,6 +92,7 @@ class IssueData:
     updated_at: datetime
     is_pull_request: bool
     closed_at: datetime | None = None
+    node_id: str = ""  # GraphQL's id: what transferIssue names the issue by
 
     @property
     def label_names(self) -> list[str]:
@@ -118,6 +119,7 @@ class WriteResult:
     ok: bool
     response: str
     labels: tuple[str, ...] | None = None  # the issue's labels after the write, when GitHub said
+    data: object = field(default=None, compare=False, repr=False)  # GitHub's decoded answer, when it was JSON
 
 
 @dataclass
@@ -148,6 +150,7 @@ def parse_issue(raw: dict) -> IssueData:
         html_url=raw.get("html_url") or "",
         labels=tuple(parse_label(label) for label in raw.get("labels") or []),
         comments_count=int(raw.get("comments") or 0),
+        node_id=raw.get("node_id") or "",
         created_at=parse_time(raw["created_at"]),
         updated_at=parse_time(raw["updated_at"]),
         is_pull_request=bool(raw.get("pull_request")),
@@ -349,17 +352,19 @@ class Client:
             finally:
                 _last_write_at = time.monotonic()
         ok = 200 <= answer.status < 300
-        labels = None
+        labels = data = None
         if ok:
             try:
                 data = json.loads(answer.text)
-                raw_labels = data if isinstance(data, list) else data.get("labels", [])
-                labels = tuple(sorted(parse_label(raw).name for raw in raw_labels))
+                # A label write answers the labels, an issue PATCH the issue with its labels; a comment has none.
+                raw_labels = data if isinstance(data, list) else data["labels"] if "labels" in data else None
+                if raw_labels is not None:
+                    labels = tuple(sorted(parse_label(raw).name for raw in raw_labels))
             except (ValueError, KeyError, TypeError, AttributeError):
                 labels = None
         # The audit shows the labels GitHub says the issue has now, rather than raw JSON.
         response = f"labels now: {', '.join(labels)}" if labels is not None else _excerpt(answer.text)
-        return WriteResult(action, target, answer.status, ok, response, labels)
+        return WriteResult(action, target, answer.status, ok, response, labels, data)
 
     def add_label(self, number: int, name: str) -> WriteResult:
         """Add one label (GitHub keeps the others): POST /issues/{n}/labels."""
@@ -369,8 +374,43 @@ class Client:
         """Remove one label: DELETE /issues/{n}/labels/{name}."""
         return self._write("remove_label", name, "DELETE", f"/repos/{self.repo}/issues/{number}/labels/{quote(name, safe='')}")
 
-    def close_issue(self, number: int) -> WriteResult:
-        return self._write("close", f"#{number}", "PATCH", f"/repos/{self.repo}/issues/{number}", {"state": "closed"})
+    def comment(self, number: int, body: str) -> WriteResult:
+        """Post a comment (a standard reply): POST /issues/{n}/comments. The audit keeps its first line."""
+        first_line = body.strip().splitlines()[0] if body.strip() else ""
+        return self._write("comment", first_line[:200], "POST", f"/repos/{self.repo}/issues/{number}/comments", {"body": body})
+
+    def close_issue(self, number: int, reason: str = "completed") -> WriteResult:
+        """Close the issue with GitHub's state_reason: completed, not_planned (a question) or duplicate."""
+        return self._write("close", f"#{number} ({reason.replace('_', ' ')})", "PATCH",
+                           f"/repos/{self.repo}/issues/{number}", {"state": "closed", "state_reason": reason})
+
+    def repository_id(self, full_name: str) -> str:
+        """The GraphQL node id of a repository ("pytorch/vision"); PageGone when there is none."""
+        _, data = self._read_json(f"/repos/{full_name}")
+        node_id = data.get("node_id") if isinstance(data, dict) else None
+        if not node_id:
+            raise MalformedResponse(f"repository {full_name}: no node_id in GitHub's answer")
+        return node_id
+
+    def transfer_issue(self, issue_node_id: str, repository_node_id: str, *, number: int, to: str) -> WriteResult:
+        """Move the issue to another repository (G2). REST has no endpoint for it: GraphQL's transferIssue.
+
+        GitHub answers 200 even when it refuses; the refusal is in `errors`, and counts as a failure.
+        """
+        mutation = ("mutation($issue: ID!, $repo: ID!) { transferIssue(input: {issueId: $issue, repositoryId: $repo}) "
+                    "{ issue { number url } } }")
+        result = self._write("transfer", f"#{number} to {to}", "POST", "/graphql",
+                             {"query": mutation, "variables": {"issue": issue_node_id, "repo": repository_node_id}})
+        if not result.ok:
+            return result
+        data = result.data if isinstance(result.data, dict) else {}
+        errors = data.get("errors")
+        moved = ((data.get("data") or {}).get("transferIssue") or {}).get("issue")
+        if errors or not isinstance(moved, dict):
+            why = ("; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors)
+                   if isinstance(errors, list) and errors else "no issue in GitHub's answer")
+            return WriteResult(result.action, result.target, 422, False, f"GitHub refused the transfer: {_excerpt(why)}")
+        return WriteResult(result.action, result.target, result.status, True, f"now {moved.get('url', '')}")
 
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -584,6 +584,12 @@ class TriageDecision(models.Model):
     meeting_decision = models.CharField(max_length=40, blank=True)
     meeting = models.ForeignKey(Meeting, on_delete=models.SET_NULL, null=True, blank=True, related_name="decisions")
     close_issue = models.BooleanField(default=False)
+    # GitHub's state_reason for the close: completed, not_planned (a usage question, G1), duplicate.
+    close_reason = models.CharField(max_length=20, blank=True)
+    # A standard reply (rubric_app/data/pytorch_triage_templates.json) posted before the other changes.
+    comment = models.TextField(blank=True)
+    # The repository the issue is moved to (G2), last, after everything else.
+    transfer_to = models.CharField(max_length=100, blank=True)
     note = models.TextField(blank=True)
     # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id"}, ...].
     # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
@@ -595,6 +601,9 @@ class TriageDecision(models.Model):
     # Set when a worker claims the decision and after each GitHub call: an `applying` decision whose
     # heartbeat is old lost its worker, and the sweep resumes it from what GitHub shows.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The Celery message that claimed it: the same message delivered again while the row is applying
+    # means its worker died (acks_late), so it resumes at once instead of waiting for the sweep.
+    task_id = models.CharField(max_length=64, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = TriageDecisionQuerySet.as_manager()

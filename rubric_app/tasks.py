@@ -44,15 +44,16 @@ def process_webhook_task(delivery_id: int) -> None:
 
 
 # acks_late + reject_on_worker_lost: a worker killed mid-write leaves its message to be delivered
-# again; apply_decision then resumes from what GitHub shows (never repeating a write blindly). The
-# filesystem broker loses such a message, so the sweep below resumes those decisions too.
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def apply_decision_task(decision_id: int) -> None:
+# again; apply_decision, seeing its own task id on the `applying` row, resumes at once from what
+# GitHub shows (never repeating a write blindly). The filesystem broker loses such a message, so
+# the sweep below resumes those decisions too, once their heartbeat is old.
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)
+def apply_decision_task(self, decision_id: int) -> None:
     """Apply one pending decision to GitHub; routed to the single-concurrency `github` queue.
 
     No automatic retry: a write that failed may have half-landed, so it is reported, not repeated.
     """
-    decisions.apply_decision(decision_id)
+    decisions.apply_decision(decision_id, task_id=self.request.id or "")
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)

@@ -181,9 +181,7 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     form = _triage_form(issue, request.POST)
     if "accept" in request.POST:  # "accept the suggestions" from the queue or the `a` key
         form = _triage_form(issue, _form_data(form))
-    plan = decisions.plan_changes(issue, chosen=form.chosen(), route=form.route_value(),
-                                  review=form.cleaned_data["review"]) if form.is_valid() else None
-    context = {"form": form, "plan": plan, "in_queue": "in_queue" in request.POST}
+    context = {"form": form, "plan": form.plan() if form.is_valid() else None, "in_queue": "in_queue" in request.POST}
     if request.htmx:
         # htmx swaps only 2xx answers: form errors come back as 200 so the triager sees them.
         return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, **context})
@@ -206,9 +204,7 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
             return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
         return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
     # Re-plan on the server: the posted form says what the triager chose, never what to send.
-    add, remove = decisions.plan_changes(issue, chosen=form.chosen(), route=form.route_value(),
-                                         review=form.cleaned_data["review"])
-    decision = decisions.request_decision(issue=issue, user=request.user, add=add, remove=remove,
+    decision = decisions.request_decision(issue=issue, user=request.user, plan=form.plan(),
                                           labels_seen=form.cleaned_data["labels_seen"], redirect=form.redirect_to())
     if request.htmx:
         context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
@@ -382,10 +378,9 @@ def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
     if not form.is_valid():
         return HttpResponse(f"Invalid decision: {form.errors.as_text()}", status=400, content_type="text/plain")
     current = Meeting.objects.filter(ended_at__isnull=True).first()
-    add, remove, close = form.plan(issue)
     decision = decisions.request_decision(
-        issue=issue, user=request.user, add=add, remove=remove, labels_seen=form.cleaned_data["labels_seen"],
-        meeting_decision=form.cleaned_data["decision"], close=close, meeting=current)
+        issue=issue, user=request.user, plan=form.plan(issue), labels_seen=form.cleaned_data["labels_seen"],
+        meeting_decision=form.cleaned_data["decision"], meeting=current)
     if request.htmx:
         return render(request, "rubric_app/issue.html#decision", {"decision": decision, "issue": issue})
     return redirect("rubric_app:meeting")

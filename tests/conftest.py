@@ -131,6 +131,16 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
+def wait_until_finished(row, timeout: float = 90.0):
+    """Poll a decision or bisection run (anything with is_finished) until a worker has ended it; return it."""
+    def finished():
+        row.refresh_from_db()
+        return row.is_finished
+
+    wait_until(finished, timeout=timeout)
+    return row
+
+
 def processes_with_cmdline(needle: bytes) -> list[int]:
     """Pids of the host's processes whose NUL-separated command line is exactly needle (escapee checks)."""
     found = []

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rubric_app.decisions import apply_decision, plan_changes, request_decision
+from rubric_app.decisions import Plan, apply_decision, plan_changes, request_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
 from tests.conftest import make_issue, make_label, wait_until
 
@@ -27,9 +27,9 @@ def synced(fake_github, settings):
     return issue
 
 
-def _request(issue, user, add=(), remove=(), **kwargs) -> TriageDecision:
-    return request_decision(issue=issue, user=user, add=list(add), remove=list(remove),
-                            labels_seen=issue.label_names(), **kwargs)
+def _request(issue, user, add=(), remove=(), close=False, **kwargs) -> TriageDecision:
+    plan = Plan(list(add), list(remove), close_reason="completed" if close else "")
+    return request_decision(issue=issue, user=user, plan=plan, labels_seen=issue.label_names(), **kwargs)
 
 
 def _writes(fake) -> list[tuple[str, str]]:
@@ -42,15 +42,13 @@ def _writes(fake) -> list[tuple[str, str]]:
 def test_it_plans_module_labels_and_triaged_for_the_pt2_route(db):
     issue = make_issue(labels=("oncall: pt2", "module: dynamo"))
 
-    assert plan_changes(issue, chosen=["module: dynamo", "module: dynamic shapes"], route="pt2", review=False) == (
-        ["module: dynamic shapes", "triaged"], [],
-    )
+    assert plan_changes(issue, chosen=["module: dynamo", "module: dynamic shapes"], route="pt2", review=False) == Plan(["module: dynamic shapes", "triaged"], [])
 
 
 def test_it_flags_triage_review_instead_of_triaged(db):
     issue = make_issue(labels=("oncall: pt2",))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="pt2", review=True) == (
+    assert plan_changes(issue, chosen=["module: inductor"], route="pt2", review=True) == Plan(
         ["module: inductor", "triage review"], [],  # R11: no `triaged`
     )
 
@@ -58,23 +56,19 @@ def test_it_flags_triage_review_instead_of_triaged(db):
 def test_it_moves_the_issue_to_the_cpu_inductor_lane(db):
     issue = make_issue(labels=("oncall: pt2",))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="cpu inductor", review=False) == (
-        ["module: inductor", "oncall: cpu inductor", "triaged"], ["oncall: pt2"],
-    )
+    assert plan_changes(issue, chosen=["module: inductor"], route="cpu inductor", review=False) == Plan(["module: inductor", "oncall: cpu inductor", "triaged"], ["oncall: pt2"])
 
 
 def test_it_keeps_the_lane_when_no_route_is_chosen(db):
     issue = make_issue(labels=("oncall: cpu inductor",))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="", review=False) == (["module: inductor", "triaged"], [])
+    assert plan_changes(issue, chosen=["module: inductor"], route="", review=False) == Plan(["module: inductor", "triaged"], [])
 
 
 def test_it_hands_off_with_one_oncall_label_and_no_module_labels_per_g5(db):
     issue = make_issue(labels=("oncall: pt2", "module: dynamo", "triaged", "needs reproduction"))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="oncall: export", review=False) == (
-        ["oncall: export"], ["module: dynamo", "oncall: pt2", "triaged"],
-    )
+    assert plan_changes(issue, chosen=["module: inductor"], route="oncall: export", review=False) == Plan(["oncall: export"], ["module: dynamo", "oncall: pt2", "triaged"])
 
 
 # --- refusals ---------------------------------------------------------------------------------
@@ -216,8 +210,8 @@ def test_it_stops_on_a_conflict_and_reports_the_difference(synced, triager, fake
 
 
 def test_it_hands_off_and_the_issue_leaves_the_queue(synced, triager, fake_github):
-    add, remove = plan_changes(synced, chosen=[], route="oncall: export", review=False)
-    decision = _request(synced, triager, add=add, remove=remove, redirect="oncall: export")
+    plan = plan_changes(synced, chosen=[], route="oncall: export", review=False)
+    decision = _request(synced, triager, add=plan.add, remove=plan.remove, redirect="oncall: export")
 
     decision = apply_decision(decision.pk)
 

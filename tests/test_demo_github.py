@@ -36,7 +36,7 @@ def test_it_sends_nothing_without_a_token_unless_the_api_is_on_this_machine(sett
         github.client()
     issue = make_issue(7001)
     make_label("module: dynamo")
-    decision = decisions.request_decision(issue=issue, user=triager, add=["module: dynamo"], remove=[],
+    decision = decisions.request_decision(issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]),
                                           labels_seen=["oncall: pt2"])
     assert decision.status == TriageDecision.Status.REFUSED
     assert "Apply is disabled: no GITHUB_TOKEN" in decision.result_message
@@ -75,9 +75,9 @@ def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, 
     assert f"Demo: the issues are the shipped demo set and GitHub is the local demo GitHub at {demo_server.url}" in page
 
     response = client.post(reverse("rubric_app:issue_preview", args=[issue.number]),
-                           {"route": "pt2", "labels_seen": json.dumps(issue.label_names())})
+                           {"route": "pt2", "review": "on", "labels_seen": json.dumps(issue.label_names())})
     assert b"data-apply>" in response.content  # offered: the demo GitHub takes it
-    decision = decisions.request_decision(issue=issue, user=triager, add=["module: dynamo"], remove=[],
+    decision = decisions.request_decision(issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]),
                                           labels_seen=issue.label_names())
     decision = decisions.apply_decision(decision.pk)  # what the github worker runs
     assert decision.status == TriageDecision.Status.APPLIED, decision.result_message

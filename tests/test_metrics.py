@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from rubric_app import metrics
-from rubric_app.decisions import apply_decision, request_decision
+from rubric_app.decisions import Plan, apply_decision, request_decision
 from rubric_app.models import Issue, Suggestion, TriageDecision
 from rubric_app.sync import sync_queue
 from tests.conftest import make_issue, make_label
@@ -98,13 +98,13 @@ def on_github(db, fake_github, settings):
 
 
 def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(on_github, triager):
-    refused = request_decision(issue=on_github, user=triager, add=["not in the catalog"], remove=[], labels_seen=["oncall: pt2"])
-    first = request_decision(issue=on_github, user=triager, add=["module: dynamo"], remove=[], labels_seen=["oncall: pt2"])
+    refused = request_decision(issue=on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"])
+    first = request_decision(issue=on_github, user=triager, plan=Plan(["module: dynamo"]), labels_seen=["oncall: pt2"])
     assert refused.status == "refused" and first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2"}]
     assert apply_decision(first.pk).status == "applied"
     on_github.refresh_from_db()
     assert on_github.first_decided_at == first.created_at
-    second = request_decision(issue=on_github, user=triager, add=["triaged"], remove=[],
+    second = request_decision(issue=on_github, user=triager, plan=Plan(["triaged"]),
                               labels_seen=["module: dynamo", "oncall: pt2"])
     assert apply_decision(second.pk).status == "applied"
     on_github.refresh_from_db()

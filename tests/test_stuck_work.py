@@ -28,7 +28,7 @@ from rubric_app import bisect_runs
 from rubric_app.decisions import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
-from tests.conftest import ROOT, make_issue, make_label, wait_until
+from tests.conftest import ROOT, make_issue, make_label, wait_until, wait_until_finished
 from tests.fakegithub import TOKEN, FakeGitHub
 from triage_site.celery import app
 
@@ -259,11 +259,7 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_g
     broker.start_worker(["default", "github"])
     broker.send(requeue_stuck_task, queue="default")
 
-    def finished():
-        decision.refresh_from_db()
-        return decision.is_finished
-
-    wait_until(finished, timeout=90)
+    wait_until_finished(decision)
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.labels_of(5101) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
     posts = [r.sent for r in fake_github.requests_to(r"/labels$", "POST")]
@@ -295,11 +291,7 @@ def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
     broker.start_worker(["default"])
     broker.send(requeue_stuck_task, queue="default")
 
-    def ended():
-        run.refresh_from_db()
-        return run.is_finished
-
-    wait_until(ended, timeout=90)
+    wait_until_finished(run)
     assert run.status == "failed" and "stopped (killed or lost) without finishing" in run.error
 
 
@@ -330,11 +322,7 @@ def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(brok
     (child,) = _children(worker.pid)  # concurrency 1: one pool process, running the task
     os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue
 
-    def ended():
-        run.refresh_from_db()
-        return run.is_finished
-
     # On Redis the redelivered flag reached Celery before too; on the filesystem broker it did not,
     # and the run stayed "running" for good. The claim's task id catches both.
-    wait_until(ended, timeout=90)
+    wait_until_finished(run)
     assert run.status == "failed" and "died" in run.error

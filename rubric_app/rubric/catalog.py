@@ -31,3 +31,38 @@ def load_catalog(path: Path = CATALOG_FILE) -> list[dict]:
 def catalog_names(path: Path = CATALOG_FILE) -> frozenset[str]:
     """Names of the shipped catalog that G7 allows."""
     return frozenset(item["name"] for item in load_catalog(path) if not is_forbidden(item["name"]))
+
+
+REPLIES_FILE = Path(__file__).resolve().parent.parent / "data" / "pytorch_triage_templates.json"
+
+
+def load_replies(path: Path = REPLIES_FILE) -> dict[str, dict]:
+    """PyTorch's standard triage replies by name: {"action", "use_when", "comment"} (redirect_to_forum, ...)."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["templates"]
+
+
+# G2's destinations: the repositories of the PyTorch organisation an issue may be transferred to,
+# and the names a thread calls them by. Nothing else is a transfer target (a typo must not move an issue).
+TRANSFER_REPOS = {
+    "pytorch/vision": ("torchvision", "vision"),
+    "pytorch/audio": ("torchaudio", "audio"),
+    "pytorch/text": ("torchtext", "text"),
+    "pytorch/executorch": ("executorch",),
+    "pytorch/ao": ("torchao", "ao"),
+    "pytorch/torchrec": ("torchrec",),
+    "pytorch/torchtune": ("torchtune",),
+    "pytorch/xla": ("torch_xla", "torch-xla", "torchxla", "xla"),
+    "pytorch/TensorRT": ("torch_tensorrt", "torch-tensorrt", "torchtensorrt", "tensorrt"),
+    "pytorch/tutorials": ("tutorials",),
+}  # not Helion: its issues belong to oncall: pt2 (R8)
+
+
+def transfer_repo(name: str) -> str:
+    """The repository a thread's name for it means ("torchvision", "the vision repo", "pytorch/vision"),
+    or "" when it names none of TRANSFER_REPOS."""
+    words = name.strip().lower().removeprefix("the ").removesuffix(" repository").removesuffix(" repo").strip()
+    for repo, aliases in TRANSFER_REPOS.items():
+        if words == repo.lower() or words in aliases:
+            return repo
+    return ""

@@ -143,3 +143,9 @@ STATE_NAMES = {"satisfied": "satisfied", "violated": "violated", "needs_human": 
 @register.filter
 def state_name(state: str) -> str:
     return STATE_NAMES.get(state, state or "")
+
+
+@register.filter
+def reply_name(name: str) -> str:
+    """A reply template's or close reason's name in words: "redirect_to_forum" -> "redirect to forum"."""
+    return name.replace("_", " ")

@@ -305,3 +305,40 @@ def test_it_filters_the_queue_in_place_with_a_shareable_url(transactional_db, vi
     other = make_page(viewer.username)  # someone opening the shared link sees the same filtered table
     other.goto(shared)
     assert other.locator("[data-issue-row]").count() == 0 and other.is_visible("text=Nothing in this lane.")
+
+
+def test_it_applies_nothing_when_accept_would_mark_it_triaged_without_a_component(transactional_db, celery_worker_process,
+                                                                                 fake_github, triager, make_page):
+    issue = _issue_on_both(fake_github, 5010, "Something odd under torch.compile", suggest=())
+    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.55, preselected=False,
+                              evidence="graph break", evidence_source="body")
+    page = make_page(triager.username)
+    page.goto("/")
+    for key in ("j", "a"):
+        page.keyboard.press(key)
+    page.wait_for_selector("#apply-preview-5010 [data-form-errors]")
+    assert "G4: this would mark the issue triaged with no module: label" in page.inner_text("#apply-preview-5010")
+    page.keyboard.press("Enter")  # nothing to apply: Enter must not send `triaged` alone
+    time.sleep(1.5)  # what a stray apply would need to reach the server
+    assert not TriageDecision.objects.exists() and fake_github.labels_of(5010) == ["oncall: pt2"]
+    page.goto("/issues/5010")  # on the issue page, ticking the possible component makes it valid
+    page.check('input[name=labels][value="module: dynamo"]')
+    page.click("#apply-preview-5010 [data-apply]")
+    _wait_for_status(page, "applied", "#apply-preview-5010")
+    assert fake_github.labels_of(5010) == ["module: dynamo", "oncall: pt2", "triaged"]
+
+
+def test_it_closes_a_usage_question_with_the_forum_reply(transactional_db, celery_worker_process, fake_github, triager,
+                                                        make_page):
+    _issue_on_both(fake_github, 5011, "How do I use torch.compile with a custom op?", suggest=())
+    page = make_page(triager.username)
+    page.goto("/issues/5011")
+    page.check('input[name=route][value="question"]')  # a change previews it
+    page.wait_for_selector('#apply-preview-5011 [data-reply="redirect_to_forum"]')
+    assert "close as not planned" in page.inner_text("#apply-preview-5011 .plan")
+    screenshot(page, "issue-question-preview")
+    page.click("#apply-preview-5011 [data-apply]")
+    _wait_for_status(page, "applied", "#apply-preview-5011")
+    on_github = fake_github.issues[5011]
+    assert on_github["state"] == "closed" and on_github["state_reason"] == "not_planned"
+    assert "PyTorch Discussion Forum" in on_github["comments"][0]["body"] and on_github["labels"] == ["oncall: pt2"]
