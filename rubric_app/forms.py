@@ -187,11 +187,22 @@ class TriageForm(forms.Form):
             self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
         if data.get("route") == decisions.TRANSFER and not data.get("transfer_to"):
             self.add_error("transfer_to", "Choose the repository to transfer the issue to (G2).")
+        if data.get("route") == "handoff" and data.get("review"):
+            # for_meeting lists the PT2 queue only: the flag would go to GitHub and the meeting never see it.
+            self.add_error("review", "A hand-off leaves the PT2 queue, so the meeting would never see a triage review "
+                                     "flag (R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged.")
         if not self.errors:
             plan = self.plan()
             if decisions.leaves_triaged_without_component(self.issue, plan.add, plan.remove):
-                self.add_error(None, decisions.G4_MESSAGE)
+                self.add_error(None, self._g4_reason())
         return data
+
+    def _g4_reason(self) -> str:
+        """G4's refusal, pointing at the usage-question route when the rubric reads the issue as one (G1)."""
+        if any(item.get("rule_id") == "G1" and "question" in item.get("text", "") for item in self.issue.checklist):
+            return ("G1: the rubric reads this as a usage question, not a bug: choose \"A usage question\" to close it "
+                    "with the forum reply. " + decisions.G4_MESSAGE)
+        return decisions.G4_MESSAGE
 
     def plan(self) -> decisions.Plan:
         """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""

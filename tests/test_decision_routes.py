@@ -270,3 +270,22 @@ def test_it_preselects_the_transfer_the_thread_concluded(synced):
     assert not _form(synced, route="transfer").is_valid()  # G2 needs its repository
     chosen = _form(synced, route="transfer", transfer_to="pytorch/vision")
     assert chosen.is_valid() and chosen.plan() == Plan(transfer_to="pytorch/vision")
+
+
+def test_it_refuses_a_review_flag_on_a_hand_off(synced):
+    form = _form(synced, route="handoff", handoff_to="oncall: export", review="on")
+
+    assert not form.is_valid()
+    assert "the meeting would never see a triage review flag" in " ".join(form.errors["review"])
+    assert _form(synced, route="handoff", handoff_to="oncall: export").is_valid()
+
+
+def test_it_points_a_usage_question_to_its_route_when_g4_refuses(synced):
+    Issue.objects.filter(pk=synced.pk).update(checklist=[
+        {"rule_id": "G1", "text": "Reads like a question, not a bug: close with the forum template?", "state": "needs_human"}])
+    synced.refresh_from_db()
+
+    form = _form(synced, route="pt2")
+
+    assert not form.is_valid()
+    assert form.non_field_errors()[0].startswith("G1: the rubric reads this as a usage question")
