@@ -60,8 +60,9 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, t
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
     (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
     (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review flags `triage review`
-    (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6). Labels
-    currently on the issue are only removed by these rules, never because they were not ticked.
+    (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6), and a `triage review`
+    the issue carries is removed (the two never go together). Labels currently on the issue are only
+    removed by these rules, never because they were not ticked.
     Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
     logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2).
@@ -88,8 +89,10 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, t
         target = {name for name in target if not name.startswith("module:") and name != TRIAGED}
     if review:
         target.add(TRIAGE_REVIEW)
-    elif not handoff:
-        target.add(TRIAGED)
+    else:  # unticked on a flagged issue: the flag goes, shown in the preview (never `triaged` beside it, R11)
+        target.discard(TRIAGE_REVIEW)
+        if not handoff:
+            target.add(TRIAGED)
     add, remove = sorted(target - current), sorted(current - target)
     return Plan(add, remove, reply="needs_reproduction" if NEEDS_REPRODUCTION in add else "")
 

@@ -160,7 +160,8 @@ class TriageForm(forms.Form):
             "route": route,
             "handoff_to": handoff,
             "transfer_to": transfer,
-            "review": TRIAGE_REVIEW in ticked,
+            # Already flagged: the box starts ticked, so unticking it (and the flag going) is a choice.
+            "review": TRIAGE_REVIEW in ticked or self.issue.has_label(TRIAGE_REVIEW),
             "labels_seen": json.dumps(self.issue.label_names()),
         }
 

@@ -289,3 +289,25 @@ def test_it_points_a_usage_question_to_its_route_when_g4_refuses(synced):
 
     assert not form.is_valid()
     assert form.non_field_errors()[0].startswith("G1: the rubric reads this as a usage question")
+
+
+def test_it_keeps_an_existing_review_flag_ticked_and_removes_it_only_when_unticked(db):
+    issue = make_issue(labels=("oncall: pt2", "triage review"))
+
+    assert _form(issue).suggested["review"] is True  # flagged on GitHub: the box starts ticked
+    # Unticked: the flag goes and the issue is triaged (never both, R11), shown in the preview.
+    assert plan_changes(issue, chosen=["module: inductor"], route="pt2", review=False) == Plan(
+        ["module: inductor", "triaged"], ["triage review"])
+    assert plan_changes(issue, chosen=[], route="pt2", review=True).changes_nothing
+
+
+def test_it_offers_no_apply_when_the_preview_changes_nothing(synced, client, triager):
+    synced.labels.add(make_label("triage review"))
+    client.force_login(triager)
+
+    response = client.post(reverse("rubric_app:issue_preview", args=[1001]),
+                           {"route": "pt2", "review": "on", "labels_seen": json.dumps(["oncall: pt2", "triage review"])},
+                           headers={"HX-Request": "true"})
+
+    page = response.content.decode()
+    assert "data-nothing-to-apply" in page and "data-apply" not in page
