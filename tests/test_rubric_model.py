@@ -11,7 +11,8 @@ from django.core.management import CommandError, call_command
 from rubric_app.models import Issue
 from rubric_app.rubric import IssueText, evaluate
 from rubric_app.rubric.evaluation import cross_validate, training_examples
-from rubric_app.rubric.model import LabelModel, train
+from rubric_app.rubric.model import LabelModel, feature_name, features, train
+from rubric_app.rubric.text import Source
 from tests.conftest import make_issue
 
 # Two recognisable kinds of issue, in words the rules do not know, so only a learned model can tell them apart.
@@ -31,6 +32,18 @@ def test_it_learns_words_the_rules_do_not_know_and_shows_them():
     assert s.evidence in "walrus frobnicator again" + "the walrus frobnicator misbehaves"
     rules_only = evaluate(IssueText(1, "walrus frobnicator again", "the walrus frobnicator misbehaves"), use_model=False)
     assert "module: dynamo" not in rules_only.labels()
+
+
+def test_it_reads_tags_module_paths_and_word_pairs_but_not_mentions_or_build_tags():
+    sources = [Source("title", "[Inductor][CPU] Wrong strides"),
+               Source("body", "torch._inductor.lowering fails\nPyTorch version: 2.5.1+cpu\ncc @ezyang @voznesenskym")]
+    feats = features(sources, [])
+    assert {"tag:inductor", "tag:cpu", "t2:wrong_strides", "b:_inductor", "b:lowering"} <= set(feats)
+    # The bot writes "cc @..." from the labels already applied, and "+cpu" names the build, not the bug (R2.4).
+    assert not {"b:ezyang", "b:voznesenskym", "b:cpu"} & set(feats)
+    for evidence, source in feats.values():  # evidence is quoted verbatim from its source
+        assert evidence in next(s.text for s in sources if s.name == source)
+    assert feature_name("tag:inductor") == "[inductor]" and feature_name("rule:R1.2:add:module: dynamo") == "rule R1.2"
 
 
 def test_it_keeps_the_invariants_with_a_model():

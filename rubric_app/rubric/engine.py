@@ -270,12 +270,15 @@ def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
 
 
 def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
-                limits: dict[str, float]) -> list[Finding]:
+                limits: dict[str, float], shown: dict[str, float] | None = None) -> list[Finding]:
     """Pick the core component(s) and the visibility labels.
 
-    One core component normally (the likeliest); a second only when likely on its own (limits["second"]).
+    One core component normally (the likeliest); a second only when likely on its own (limits["second"])
+    and shown by evidence of its own (R1: a rule's finding of at least SECOND_CORE, not a name in the
+    title). shown: the rules' own strongest weight per label (default: the findings' weights).
     Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
     """
+    shown = shown if shown is not None else {l: x.weight for l, x in adds.items()}
     candidates = {
         label: x for label, x in adds.items()
         if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or decisive(x)
@@ -290,7 +293,8 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         # A backend that already fails ("fails on aot_eager too") rules out what runs after it (R2, G8).
         ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
         core = [x for x in core if x.label not in ruled_out or decisive(x)]
-    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]]
+    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
+              and (i == 0 or decisive(x) or shown.get(x.label, 0.0) >= SECOND_CORE)]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
@@ -319,7 +323,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
-    chosen = _components(adds, avoided, score, limits)
+    own = {l: x.weight for l, x in _best([x for x in findings if x.origin != "model"], "add").items()}
+    chosen = _components(adds, avoided, score, limits, own)
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -325,8 +326,11 @@ def cross_validate(records: list[dict[str, Any]], folds: int = 5) -> list[list[s
     return [a.verdict() for a in cross_validated(records, folds)]
 
 
-# Pre-selection aims a little above the 0.90 target on out-of-fold data, so it holds on new issues.
-PRESELECT_PRECISION = 0.92
+# Pre-selection: precision 0.90 (the target) by the lower bound of the out-of-fold precision, one
+# standard error (z = 1) below the observed one: the margin is wide where few labels are seen (routes)
+# and narrow where many are (components, about 0.92 observed), so it holds on new issues.
+PRESELECT_PRECISION = 0.90
+PRESELECT_Z = 1.0
 # Suggested components: the target's precision (0.80) with a margin, then the most F1.
 COMPONENT_PRECISION = 0.82
 GRID_FIRST = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
@@ -345,8 +349,8 @@ def fit_model(records: list[dict[str, Any]], folds: int = 5, decisions: list[tup
     2. an isotonic curve per learned label maps them to observed precision, and one per group of rule
        findings (route, review, extra, ...) maps a rule's weight likewise;
     3. the engine's thresholds (first/second component, extras) are those with the best out-of-fold
-       component F1, and `preselect` the lowest confidence whose out-of-fold precision reaches
-       PRESELECT_PRECISION;
+       component F1, and each `preselect*` the lowest confidence whose out-of-fold precision reaches
+       PRESELECT_PRECISION (by its lower bound: preselect_threshold);
     4. the shipped model is trained on all records with those curves and thresholds.
     Each issue is read once (engine.read); the threshold search re-runs only the decision (engine.decide).
     decisions: extra (features, answers) examples from triagers' own decisions (train_label_model --from-db).
@@ -472,9 +476,20 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
     return limits, {k: round(v, 3) for k, v in figures.items()}
 
 
+def wilson_lower(hits: int, total: int, z: float = PRESELECT_Z) -> float:
+    """A lower confidence bound of the precision hits/total (Wilson score interval, one-sided)."""
+    if not total:
+        return 0.0
+    p = hits / total
+    centre = p + z * z / (2 * total)
+    spread = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total))
+    return (centre - spread) / (1 + z * z / total)
+
+
 def preselect_threshold(points: list[tuple[float, bool]], precision: float) -> float:
-    """The lowest confidence t such that the labels at or above every t' >= t are right at least `precision`
-    of the time (1.0, nothing pre-selected, when no t reaches it)."""
+    """The lowest confidence t such that the labels at or above t are right at least `precision` of the
+    time, by the lower bound of their observed precision (wilson_lower), so a threshold resting on a few
+    labels must clear a wider margin; 1.01 (nothing pre-selected) when no t reaches it."""
     ordered = sorted(points, key=lambda p: -p[0])
     hits = total = 0
     threshold = 1.01
@@ -482,16 +497,9 @@ def preselect_threshold(points: list[tuple[float, bool]], precision: float) -> f
         hits += right
         total += 1
         last_of_tie = i + 1 == len(ordered) or ordered[i + 1][0] < conf
-        if last_of_tie and hits / total >= precision:
+        if last_of_tie and wilson_lower(hits, total) >= precision:
             threshold = conf
-    # Lower thresholds only count while precision holds from the top down.
-    hits = total = 0
-    for conf, right in ordered:
-        if conf < threshold:
-            break
-        hits += right
-        total += 1
-    return round(threshold, 3) if total and hits / total >= precision else 1.01
+    return round(threshold, 3) if threshold <= 1.0 else 1.01
 
 
 def calibration_table(points: list[tuple[float, bool]], edges: tuple[float, ...] = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
