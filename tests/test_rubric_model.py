@@ -58,6 +58,11 @@ def test_it_saves_and_loads_the_model(tmp_path):
     loaded = LabelModel.load(tmp_path / "m.json")
     assert loaded.trained_on == 40 and set(loaded.weights) == set(model.weights)
     assert LabelModel.load(tmp_path / "missing.json") is None
+    # The older layout, {label: {feature: weight}}, still loads (a model trained before the compact one).
+    (tmp_path / "old.json").write_text(json.dumps({"trained_on": 2, "bias": {"module: dynamo": -1.0},
+                                                   "weights": {"module: dynamo": {"t:walrus": 2.0}}}))
+    old = LabelModel.load(tmp_path / "old.json")
+    assert old.predict({"t:walrus": ("walrus", "title")})["module: dynamo"][0] > 0.7
 
 
 def test_it_holds_each_fold_out_of_its_own_training():

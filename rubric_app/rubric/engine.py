@@ -18,8 +18,8 @@ from .catalog import catalog_names, is_forbidden
 from .facts import (
     CORE,
     COMPILE_UX,
-    DECOMP,
     CPU_ONCALL,
+    DECOMP,
     DISPATCHER,
     DYNAMIC,
     DYNAMO,
@@ -270,15 +270,15 @@ def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
 
 
 def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
-                limits: dict[str, float], shown: dict[str, float] | None = None) -> list[Finding]:
+                limits: dict[str, float], shown: dict[str, Finding] | None = None) -> list[Finding]:
     """Pick the core component(s) and the visibility labels.
 
     One core component normally (the likeliest); a second only when likely on its own (limits["second"])
     and shown by evidence of its own (R1: a rule's finding of at least SECOND_CORE, not a name in the
-    title). shown: the rules' own strongest weight per label (default: the findings' weights).
+    title). shown: the rules' own strongest finding per label (default: adds).
     Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
     """
-    shown = shown if shown is not None else {l: x.weight for l, x in adds.items()}
+    shown = adds if shown is None else shown
     candidates = {
         label: x for label, x in adds.items()
         if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or decisive(x)
@@ -294,7 +294,7 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
         core = [x for x in core if x.label not in ruled_out or decisive(x)]
     chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
-              and (i == 0 or decisive(x) or shown.get(x.label, 0.0) >= SECOND_CORE)]
+              and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
@@ -323,8 +323,9 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
-    own = {l: x.weight for l, x in _best([x for x in findings if x.origin != "model"], "add").items()}
-    chosen = _components(adds, avoided, score, limits, own)
+    rule_adds = _best([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
+    labelled = any(l.startswith("module:") for l in facts.labels)
+    chosen = _components(adds, avoided, score, limits, rule_adds)
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
@@ -377,11 +378,11 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
-    _enforce_catalog(out, allowed, labelled=any(l.startswith("module:") for l in facts.labels))
+    _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
-    _preselect(out, limits, question, facts, findings)
-    labelled = any(l.startswith("module:") for l in facts.labels)
-    out.checklist = _checklist(out, checks, review, question, labelled) + _component_checks(out, findings) + _weak_checks(out, {**adds, **_best([x for x in findings if x.origin == "rule"], "add")}, unsure)
+    _preselect(out, limits, question, labelled, findings)
+    out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
+                     + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
 
 
@@ -395,8 +396,9 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
                for s in out.add]
 
 
-def _preselect(out: Assessment, limits: dict[str, float], question: bool, facts: Facts, findings: list[Finding]) -> None:
+def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding]) -> None:
     """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
+    labelled: the issue already carries a `module:` label.
 
     `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
     flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
@@ -419,8 +421,7 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, facts:
         if question and s.label.startswith("module:"):
             pick = False
         ticked.append(pick)
-    modules = any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked)) or any(
-        l.startswith("module:") for l in facts.labels)
+    modules = labelled or any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
     out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t)
                for s, t in zip(out.add, ticked)]

@@ -1,8 +1,9 @@
-"""A small learned labeler for the core components, trained on issues humans already triaged.
+"""A small learned labeler for the core components, routes and the review flag, trained on issues humans
+already triaged.
 
 The approach of Mozilla's bugbug, kept explainable: one logistic regression per label over binary
-features (title words, body words, and which rules fired), so every suggestion can show the features
-that pushed it up. Pure Python (no numpy) to keep the rubric package dependency-free; a few hundred
+features (words, title tags, which rules fired, what the thread reader found: features()), so every
+suggestion can show the features that pushed it up. Pure Python (no numpy) to keep the rubric package dependency-free; a few hundred
 to a few thousand issues train in seconds. The rules stay authoritative: the engine uses the model's
 probability as one more weighed finding, never to break an invariant.
 """
@@ -197,19 +198,26 @@ class LabelModel:
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
-        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()},
-                "weights": {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()},
+        """JSON with each feature named once: `features`, and per label its weights in that order (0 where
+        the weight is under 0.02, which predict() skips)."""
+        kept = {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()}
+        names = sorted({f for w in kept.values() for f in w})
+        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()}, "features": names,
+                "weights": {l: [w.get(f, 0) for f in names] for l, w in kept.items()},
                 "calibration": self.calibration, "thresholds": self.thresholds, "cross_validated": self.cross_validated}
         path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
     @classmethod
     def load(cls, path: Path | None = None) -> LabelModel | None:
         """The saved model (default: the locally trained one, else the shipped one), or None when there
-        is none (the engine then runs on rules alone)."""
+        is none (the engine then runs on rules alone). Reads the older layout ({label: {feature: weight}}) too."""
         for candidate in ([path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]):
             try:
                 data = json.loads(candidate.read_text())
-                return cls(weights=data["weights"], bias=data["bias"], trained_on=data.get("trained_on", 0),
+                weights = data["weights"]
+                if "features" in data:
+                    weights = {l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()}
+                return cls(weights=weights, bias=data["bias"], trained_on=data.get("trained_on", 0),
                            calibration=data.get("calibration", {}),
                            thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
                            cross_validated=data.get("cross_validated", {}))

@@ -51,7 +51,7 @@ class Command(BaseCommand):
     help = "Per-label precision/recall/F1, component micro-F1, routing F1 and review-flag figures."
 
     def add_arguments(self, parser):
-        parser.add_argument("--input", required=True, help="JSON lines with the labels triagers applied")
+        parser.add_argument("--input", required=True, nargs="+", help="JSON-lines files with the labels triagers applied")
         parser.add_argument(
             "--halves", action="store_true", help="also score the older and newer half (by issue number) apart"
         )
@@ -70,13 +70,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, input, halves, kfold, split, min_confidence, **options):
-        try:
-            with open(input, encoding="utf-8") as fh:
-                records = list(read_jsonl(fh))
-        except (OSError, InputError) as exc:
-            raise CommandError(f"{input}: {exc}") from None
+        paths = [input] if isinstance(input, str) else input  # call_command may pass one path as a str
+        records = []
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    records += list(read_jsonl(fh))
+            except (OSError, InputError) as exc:
+                raise CommandError(f"{path}: {exc}") from None
         if not records:
-            raise CommandError(f"{input}: no issues")
+            raise CommandError(f"{', '.join(paths)}: no issues")
+        if len({int(r["number"]) for r in records}) < len(records):
+            raise CommandError(f"{', '.join(paths)}: an issue number appears twice (each issue is scored once)")
         if kfold == 1 or kfold < 0 or kfold > len(records):
             raise CommandError("--kfold needs 2 to the number of issues")
         if not 0.0 <= min_confidence <= 1.0:
