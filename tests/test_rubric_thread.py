@@ -136,6 +136,22 @@ def test_it_lets_the_thread_conclusion_beat_a_keyword_g8(assess):
     assert any(x.label == "module: inductor" and x.rule_id == "G8" for x in a.avoid)
 
 
+def test_it_ranks_the_thread_conclusion_first_whatever_the_words_say_r2(assess):
+    # The traceback runs through Inductor and the title names no component; a maintainer's reply
+    # concludes it is the decomposition. That conclusion is the component `a` would apply.
+    body = ("Second derivative differs from eager.\n```python\nh = torch.compile(d2)(x)\n```\n"
+            'File "torch/_inductor/graph.py", line 900, in run\nAssertionError: mismatch on the GPU')
+    a = assess("Compiled second derivative of silu is wrong", body,
+               ("expert", "This is a decomposition bug: the decomposition of silu_backward treats sigmoid(x) as a constant."))
+    modules = [s for s in a.add if s.label.startswith("module:")]
+    assert modules[0].label == "module: decompositions" and modules[0].rule_id == "R2"
+    assert "module: inductor" not in a.preselected()
+    # The reporter's own guess is not a conclusion that outranks the evidence.
+    guess = assess("Compiled second derivative of silu is wrong", body,
+                   ("reporter", "This is a decomposition bug I think."))
+    assert not any(s.rule_id == "R2" and s.preselected for s in guess.add)
+
+
 def test_it_avoids_pt2_dispatcher_when_aotautograd_is_only_the_caller_r5(assess):
     trace = "File \"torch/_functorch/_aot_autograd/runtime_wrappers.py\", line 300\nRuntimeError: FakeTensor stride mismatch"
     a = assess("Compiled model raises a stride error", trace,

@@ -36,7 +36,7 @@ from .facts import (
     Finding,
 )
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
-from .rules import thread_facts
+from .rules import CONCLUDED_BY_OTHERS, thread_facts
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -209,6 +209,12 @@ def decisive(x: Finding) -> bool:
         x.origin == "rule" and x.weight >= OVERRIDES_AVOID and x.rule_id.startswith(BACKEND_RULES))
 
 
+def concluded(x: Finding) -> bool:
+    """The thread's conclusion by someone other than the reporter (rules.r2_thread_conclusion): it names
+    the component the engine ranks first, whatever the keywords or the learned labeler say (R2, G8)."""
+    return x.origin == "rule" and x.rule_id == "R2" and x.kind == "add" and x.weight >= CONCLUDED_BY_OTHERS
+
+
 def model_key(label: str, supported: bool) -> str:
     """The calibration curve of a learned label: apart for predictions a rule also makes (they are surer)."""
     return f"{label}|rule" if supported else label
@@ -232,7 +238,7 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
         if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
-            return max(p, rule_p) if decisive(x) else p
+            return max(p, rule_p) if decisive(x) or concluded(x) else p
         return rule_p
     return score
 
@@ -276,7 +282,8 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
     One core component normally (the likeliest); a second only when likely on its own (limits["second"])
     and shown by evidence of its own (R1: a rule's finding of at least SECOND_CORE, not a name in the
     title). shown: the rules' own strongest finding per label (default: adds).
-    Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
+    Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone; a failing backend
+    rules out the stages after it; the thread's conclusion ranks first (concluded).
     """
     shown = adds if shown is None else shown
     candidates = {
@@ -293,6 +300,9 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         # A backend that already fails ("fails on aot_eager too") rules out what runs after it (R2, G8).
         ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
         core = [x for x in core if x.label not in ruled_out or decisive(x)]
+        if not any(decisive(x) for x in core):
+            # The thread's conclusion comes first; anything else must be shown on its own, as a second.
+            core.sort(key=lambda x: not concluded(x))
     chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
               and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint

@@ -66,7 +66,8 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
     (`torch._inductor.lowering` -> `_inductor`, `lowering`), so a module path in a traceback counts
     however deep the frame; the title's tags (`tag:`) and word pairs (`t2:`); every rule finding, by
     rule (`rule:<id>:<kind>:<label>`) and by label alone (`rl:<kind>:<label>`, so rules that find the
-    same label pool their evidence). thread: the thread reader's facts (thread.ThreadFact), as
+    same label pool their evidence); checklist questions about a label (`check:<id>:<where>:<label>`: a
+    repro that never ran Inductor, a comment's diagnosis). thread: the thread reader's facts (thread.ThreadFact), as
     `thread:<kind>:<label>` features.
     """
     found: dict[str, tuple[str, str]] = {}
@@ -92,6 +93,8 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
         if x.kind in ("add", "route", "flag", "avoid"):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
             found.setdefault(f"rl:{x.kind}:{x.label}", (x.evidence, x.source))
+        elif x.kind == "check" and x.label:  # by where it was read: the repro's code or a comment's words
+            found.setdefault(f"check:{x.rule_id}:{x.source.split(':')[0]}:{x.label}", (x.evidence, x.source))
     for x in thread:
         if x.kind != "transfer":
             found.setdefault(f"thread:{x.kind}:{x.label}", (x.evidence, x.source))
@@ -109,6 +112,8 @@ def feature_name(feature: str) -> str:
         return "rule " + rest.split(":", 1)[0]
     if kind == "rl":
         return "a rule's " + rest.split(":", 1)[1]
+    if kind == "check":
+        return "question " + rest.split(":", 1)[0]
     if kind == "thread":
         what, _, label = rest.partition(":")
         return f"thread: {what} {label}"
