@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.rubric.evaluation import Counts, g4_ceiling, issue_from_record, review_truth, score, truth
+from rubric_app.rubric.evaluation import (
+    Counts, answer, g4_ceiling, issue_from_record, preselect_threshold, review_truth, score, truth, wilson_lower,
+)
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
 
@@ -95,6 +97,35 @@ def test_it_treats_labels_hidden_by_truncation_as_unknown():
     full = {"labels": ["module: aotdispatch", "oncall: pt2"], "labels_truncated": False}
     assert truth(full, "module: pt2-dispatcher") is True  # the older name of the same label
     assert review_truth(full) is False
+
+
+def test_it_reads_hidden_labels_as_absent_when_strict():
+    record = {"labels": ["bot-triaged", "high priority", "module: correctness (silent)", "module: dynamo", "module: inductor"],
+              "labels_truncated": True}
+    assert truth(record, "module: pt2-dispatcher", strict=True) is False
+    result = score([record], [["module: pt2-dispatcher"]], strict=True)
+    assert result.per_label["module: pt2-dispatcher"].fp == 1
+    assert score([record], [["module: pt2-dispatcher"]]).per_label["module: pt2-dispatcher"].fp == 0
+
+
+def test_it_leaves_components_unknown_where_humans_gave_none_g4():
+    # G4: every PT2 issue ends with a module: label, so one without any was left unlabelled, not
+    # labelled "none of these": its components teach and calibrate nothing.
+    bare = {"labels": ["oncall: pt2", "triaged"], "labels_truncated": False}
+    assert answer(bare, "module: inductor") is None and answer(bare, "oncall: export") is False
+    labelled = {"labels": ["module: dynamo", "oncall: pt2"], "labels_truncated": False}
+    assert answer(labelled, "module: dynamo") is True and answer(labelled, "module: inductor") is False
+    assert answer({"labels": ["high priority", "module: inductor"]}, "triage review") is True
+
+
+def test_it_preselects_only_where_the_lower_bound_of_precision_holds():
+    # 40 labels right 38 times above 0.8, then a run of wrong ones: the threshold stops before them.
+    points = [(0.95, True)] * 38 + [(0.9, False)] * 2 + [(0.5, False)] * 20
+    assert preselect_threshold(points, 0.85) == 0.9
+    assert preselect_threshold(points, 0.99) == 1.01  # never reached: nothing pre-selected
+    # Four labels right four times are too few to promise 0.90: the bound is well under the 100% seen.
+    assert wilson_lower(4, 4) < 0.9 <= wilson_lower(200, 200)
+    assert preselect_threshold([(0.99, True)] * 4, 0.9) == 1.01
 
 
 def test_it_scores_unknown_labels_as_neither_hit_nor_miss():

@@ -85,6 +85,10 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
     assert not any(s.preselected and s.rule_id == "G4" for s in a.add)
     if any(c.rule_id == "G1" and "question" in c.text for c in a.checklist):
         assert not any(l.startswith("module:") for l in a.preselected())
+    # G4: what `a` applies never leaves a PT2 issue triaged without a module: label.
+    if "triaged" in a.preselected():
+        assert any(l.startswith("module:") for l in [*a.preselected(), *issue.labels])
+        assert "triage review" not in a.preselected()
     # G7 / R7.4: nothing forbidden, nothing outside the catalog.
     assert all(l in catalog and not is_forbidden(l) for l in labels), labels
     # R11: never high priority; triage review never with triaged.

@@ -11,7 +11,8 @@ from django.core.management import CommandError, call_command
 from rubric_app.models import Issue
 from rubric_app.rubric import IssueText, evaluate
 from rubric_app.rubric.evaluation import cross_validate, training_examples
-from rubric_app.rubric.model import LabelModel, train
+from rubric_app.rubric.model import LabelModel, feature_name, features, train
+from rubric_app.rubric.text import Source
 from tests.conftest import make_issue
 
 # Two recognisable kinds of issue, in words the rules do not know, so only a learned model can tell them apart.
@@ -33,6 +34,18 @@ def test_it_learns_words_the_rules_do_not_know_and_shows_them():
     assert "module: dynamo" not in rules_only.labels()
 
 
+def test_it_reads_tags_module_paths_and_word_pairs_but_not_mentions_or_build_tags():
+    sources = [Source("title", "[Inductor][CPU] Wrong strides"),
+               Source("body", "torch._inductor.lowering fails\nPyTorch version: 2.5.1+cpu\ncc @ezyang @voznesenskym")]
+    feats = features(sources, [])
+    assert {"tag:inductor", "tag:cpu", "t2:wrong_strides", "b:_inductor", "b:lowering"} <= set(feats)
+    # The bot writes "cc @..." from the labels already applied, and "+cpu" names the build, not the bug (R2.4).
+    assert not {"b:ezyang", "b:voznesenskym", "b:cpu"} & set(feats)
+    for evidence, source in feats.values():  # evidence is quoted verbatim from its source
+        assert evidence in next(s.text for s in sources if s.name == source)
+    assert feature_name("tag:inductor") == "[inductor]" and feature_name("rule:R1.2:add:module: dynamo") == "rule R1.2"
+
+
 def test_it_keeps_the_invariants_with_a_model():
     model = train(training_examples(RECORDS))
     a = evaluate(IssueText(1, "walrus frobnicator", "torch.export.export(m, x) fails", labels=()), model=model)
@@ -45,6 +58,11 @@ def test_it_saves_and_loads_the_model(tmp_path):
     loaded = LabelModel.load(tmp_path / "m.json")
     assert loaded.trained_on == 40 and set(loaded.weights) == set(model.weights)
     assert LabelModel.load(tmp_path / "missing.json") is None
+    # The older layout, {label: {feature: weight}}, still loads (a model trained before the compact one).
+    (tmp_path / "old.json").write_text(json.dumps({"trained_on": 2, "bias": {"module: dynamo": -1.0},
+                                                   "weights": {"module: dynamo": {"t:walrus": 2.0}}}))
+    old = LabelModel.load(tmp_path / "old.json")
+    assert old.predict({"t:walrus": ("walrus", "title")})["module: dynamo"][0] > 0.7
 
 
 def test_it_holds_each_fold_out_of_its_own_training():

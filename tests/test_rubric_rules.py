@@ -207,9 +207,15 @@ def test_it_keeps_a_pt2_issue_in_the_queue_g3():
 
 
 def test_it_falls_back_to_compile_ux_only_when_nothing_fits_g4():
-    vague = evaluate(issue("Model does not work", "It fails. Please help."))
-    assert [s.label for s in vague.add if s.label.startswith("module:")] == ["module: compile ux"]
-    assert next(s for s in vague.add if s.label == "module: compile ux").rule_id == "G4"
+    vague = issue("Model does not work", "It fails. Please help.")
+    rules_only = evaluate(vague, use_model=False)
+    assert [s.label for s in rules_only.add if s.label.startswith("module:")] == ["module: compile ux"]
+    assert next(s for s in rules_only.add if s.label == "module: compile ux").rule_id == "G4"
+    # The learned labeler may offer a weak guess as "possible"; nothing is ticked for `a`, so G4 still
+    # asks a human for the component and `triaged` is not pre-selected.
+    learned = evaluate(vague)
+    assert not any(l.startswith("module:") for l in learned.preselected()) and "triaged" not in learned.preselected()
+    assert next(c for c in learned.checklist if c.rule_id == "G4").state == "needs_human"
     precise = evaluate(issue("Graph break on zip", TRACE_DYNAMO))
     assert not any(s.rule_id == "G4" for s in precise.add)
 
@@ -380,9 +386,13 @@ def needs_human(a, rule_id: str) -> list:
 
 def test_it_asks_a_human_to_confirm_a_weak_guess():
     # G8: "wrong values" under compile names no component; Inductor (the default backend) is a guess.
-    a = evaluate(issue("Compiled model returns wrong values", "No error, the values differ from eager."))
+    wrong = issue("Compiled model returns wrong values", "No error, the values differ from eager.")
+    a = evaluate(wrong)
     guess = next(s for s in a.add if s.label == "module: inductor")
-    assert guess.confidence <= 0.5
+    # The rules weigh it as a guess; the learned labeler's calibrated confidence may be higher (most such
+    # reports were Inductor's), but a guess is never pre-selected.
+    assert next(s for s in evaluate(wrong, use_model=False).add if s.label == "module: inductor").confidence <= 0.5
+    assert not guess.preselected
     assert any("weak" in c.text and "module: inductor" in c.text for c in needs_human(a, "R2.2"))
     shown = evaluate(issue("[inductor] wrong strides", "The kernel is wrong."))
     assert not any("weak" in c.text for c in shown.checklist)

@@ -1,14 +1,18 @@
 """The thread reader (rubric/thread.py): scope, attribution, transfer, question and the thread's conclusion,
 as facts with evidence spans, and what the engine makes of them (G1, G2, G8, R1, R2, R2.4, R5, R6.2, R7.2).
 
-Rules out of the engine only (use_model=False), so each test pins the rule, not a trained weight.
+The reader's own tests pin the rules; the engine's run twice, on the rules alone (use_model=False, so
+each pins the rule, not a trained weight) and with the shipped learned labeler, which must not outvote
+what the thread says.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from rubric_app.rubric import CommentText, IssueText, evaluate
+from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.text import Source, split_thread_authored
 from rubric_app.rubric.thread import conclusion, read_thread
 
@@ -21,10 +25,21 @@ def kinds(facts, kind: str) -> list[tuple[str, str]]:
     return [(x.label, x.evidence) for x in facts if x.kind == kind]
 
 
-def assess(title: str, body: str, *comments: tuple[str, str], reporter: str = "reporter"):
+def _assess(use_model: bool, title: str, body: str, *comments: tuple[str, str], reporter: str = "reporter"):
     issue = IssueText(1, title, body, tuple(CommentText(text, author=who) for who, text in comments),
                       ("oncall: pt2",), author=reporter)
-    return evaluate(issue, use_model=False)
+    return evaluate(issue, use_model=use_model)
+
+
+@pytest.fixture(params=[False, True], ids=["rules", "shipped model"])
+def use_model(request) -> bool:
+    return request.param
+
+
+@pytest.fixture
+def assess(use_model):
+    """evaluate() on (title, body, *(author, comment)), by the rules alone or with the shipped model."""
+    return partial(_assess, use_model)
 
 
 @pytest.mark.parametrize("text, label", [
@@ -113,7 +128,7 @@ def test_it_keeps_the_authors_of_a_harvested_thread():
 # --- the engine with the thread's facts ---------------------------------------------------------------
 
 
-def test_it_lets_the_thread_conclusion_beat_a_keyword_g8():
+def test_it_lets_the_thread_conclusion_beat_a_keyword_g8(assess):
     a = assess("Wrong gradient of gelu under torch.compile", "x = torch.randn(3)\nprint(torch.compile(f)(x))",
                ("expert", "Fails on aot_eager_decomp_partition, passes on aot_eager, so it's the decomposition, not codegen."))
     assert "module: decompositions" in a.labels()
@@ -121,7 +136,23 @@ def test_it_lets_the_thread_conclusion_beat_a_keyword_g8():
     assert any(x.label == "module: inductor" and x.rule_id == "G8" for x in a.avoid)
 
 
-def test_it_avoids_pt2_dispatcher_when_aotautograd_is_only_the_caller_r5():
+def test_it_ranks_the_thread_conclusion_first_whatever_the_words_say_r2(assess):
+    # The traceback runs through Inductor and the title names no component; a maintainer's reply
+    # concludes it is the decomposition. That conclusion is the component `a` would apply.
+    body = ("Second derivative differs from eager.\n```python\nh = torch.compile(d2)(x)\n```\n"
+            'File "torch/_inductor/graph.py", line 900, in run\nAssertionError: mismatch on the GPU')
+    a = assess("Compiled second derivative of silu is wrong", body,
+               ("expert", "This is a decomposition bug: the decomposition of silu_backward treats sigmoid(x) as a constant."))
+    modules = [s for s in a.add if s.label.startswith("module:")]
+    assert modules[0].label == "module: decompositions" and modules[0].rule_id == "R2"
+    assert "module: inductor" not in a.preselected()
+    # The reporter's own guess is not a conclusion that outranks the evidence.
+    guess = assess("Compiled second derivative of silu is wrong", body,
+                   ("reporter", "This is a decomposition bug I think."))
+    assert not any(s.rule_id == "R2" and s.preselected for s in guess.add)
+
+
+def test_it_avoids_pt2_dispatcher_when_aotautograd_is_only_the_caller_r5(assess):
     trace = "File \"torch/_functorch/_aot_autograd/runtime_wrappers.py\", line 300\nRuntimeError: FakeTensor stride mismatch"
     a = assess("Compiled model raises a stride error", trace,
                ("expert", "AOTAutograd is only the caller; the custom op's meta kernel is wrong."))
@@ -130,7 +161,7 @@ def test_it_avoids_pt2_dispatcher_when_aotautograd_is_only_the_caller_r5():
     assert "module: pt2-dispatcher" in before.labels()  # the keyword alone still suggests it
 
 
-def test_it_transfers_when_the_fix_belongs_in_another_repo_g2():
+def test_it_transfers_when_the_fix_belongs_in_another_repo_g2(assess):
     a = assess("roi_align gives wrong results under torch.compile", "torch.compile(model) and inductor output differs",
                ("expert", "The fix belongs in pytorch/vision: roi_align's meta kernel is wrong."))
     assert a.route == "transfer"
@@ -138,13 +169,13 @@ def test_it_transfers_when_the_fix_belongs_in_another_repo_g2():
     assert any(c.rule_id == "G2" and c.state == "satisfied" for c in a.checklist)
 
 
-def test_it_does_not_transfer_on_the_reporters_own_guess():
+def test_it_does_not_transfer_on_the_reporters_own_guess(assess):
     a = assess("roi_align gives wrong results under torch.compile", "Maybe this belongs in pytorch/vision? torch.compile(model)",
                ("reporter", "Or maybe this is a bug in torchvision."))
     assert a.route != "transfer"
 
 
-def test_it_preselects_nothing_on_a_usage_question_g1():
+def test_it_preselects_nothing_on_a_usage_question_g1(assess):
     a = assess("How to make dynamo skip a function?", "I want torch.compile to skip one helper.",
                ("expert", "Use torch._dynamo.disable on it; this is expected behavior."))
     assert any(c.rule_id == "G1" for c in a.checklist)
@@ -152,7 +183,7 @@ def test_it_preselects_nothing_on_a_usage_question_g1():
     assert "triaged" not in a.labels()
 
 
-def test_it_does_not_route_to_cpu_from_a_cpu_build_string_r2_4():
+def test_it_does_not_route_to_cpu_from_a_cpu_build_string_r2_4(assess):
     env = "Collecting environment information...\nPyTorch version: 2.5.1+cpu\nIs CUDA available: False"
     a = assess("[inductor] wrong output of compiled layer norm", "The compiled output differs.\n" + env)
     assert a.route == "pt2"
@@ -161,7 +192,23 @@ def test_it_does_not_route_to_cpu_from_a_cpu_build_string_r2_4():
     assert cpu.route == "cpu inductor"
 
 
-def test_it_does_not_add_dynamo_next_to_the_right_component_r1():
+def test_it_does_not_preselect_the_cpu_route_a_bisection_did_not_show_r2_4(use_model):
+    # The title's [CPU] tag suggests the CPU lane (R10), but the bisection ran Inductor on the CPU only:
+    # "fails only on cpu" is unproven until a GPU run passes, so `a` must not move the issue.
+    env = "PyTorch version: 2.5.1+cpu\nIs CUDA available: False"
+    verdict = BisectionEvidence("module: inductor", "R2.2", "first failure: inductor on cpu; CUDA not checked", 7)
+    issue = IssueText(1, "[inductor][CPU] wrong output of compiled layer norm", "The compiled output differs.\n" + env,
+                      labels=("oncall: pt2",), bisection=(verdict,))
+    a = evaluate(issue, use_model=use_model)
+    assert "oncall: cpu inductor" not in a.preselected()
+    assert "module: inductor" in a.preselected()  # the bisection's own verdict is ticked
+    shown = evaluate(IssueText(1, issue.title, issue.body, labels=issue.labels, bisection=(
+        verdict, BisectionEvidence("oncall: cpu inductor", "R2.4", "inductor fails on cpu and passes on cuda", 8))),
+        use_model=use_model)
+    assert "oncall: cpu inductor" in shown.preselected()
+
+
+def test_it_does_not_add_dynamo_next_to_the_right_component_r1(assess):
     a = assess("[dynamo] inductor generates a wrong kernel for cumsum", "The generated triton kernel loads the wrong index.")
     modules = [l for l in a.labels() if l.startswith("module:")]
     assert modules == ["module: inductor"]
@@ -171,13 +218,13 @@ def test_it_does_not_add_dynamo_next_to_the_right_component_r1():
     ("Compile time of a 48-layer transformer went from 40s to 6 minutes", "module: compile-time"),
     ("[inductor] fused softmax kernel is 3x slower than eager after the last nightly", "module: performance"),
 ])
-def test_it_labels_a_symptom_that_is_the_subject_next_to_the_component_r7_2(title, label):
+def test_it_labels_a_symptom_that_is_the_subject_next_to_the_component_r7_2(title, label, assess):
     a = assess(title, "torch.compile(model, mode='max-autotune') with inductor")
     assert label in a.labels()
     assert "module: inductor" in a.labels()
 
 
-def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2():
+def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2(assess):
     a = assess("DTensor under torch.compile raises an unhelpful error message", "torch.compile(model) with DTensor inputs gives a cryptic error.")
     assert "module: compile ux" in a.labels()
     assert a.route == "pt2"

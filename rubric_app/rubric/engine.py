@@ -10,7 +10,7 @@ Invariants that always hold on the returned Assessment (tests/test_rubric_invari
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from . import rules, rules_domain  # noqa: F401  (importing them registers their rules)
@@ -19,6 +19,7 @@ from .facts import (
     CORE,
     COMPILE_UX,
     CPU_ONCALL,
+    DECOMP,
     DISPATCHER,
     DYNAMIC,
     DYNAMO,
@@ -34,8 +35,8 @@ from .facts import (
     Facts,
     Finding,
 )
-from .model import GOVERNING_RULE, LabelModel, features
-from .rules import thread_facts
+from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
+from .rules import CONCLUDED_BY_OTHERS, thread_facts
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -62,8 +63,14 @@ MODEL_FALLBACK_P = 0.3
 CPU_TAG = 0.9
 # Avoids that only warn when nothing else supports the label (R1.5: "it uses torch.compile").
 SOFT_AVOIDS = frozenset({"R1.5"})
-# An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection.
+# An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection (decisive()).
 OVERRIDES_AVOID = 0.9
+# The rules whose strong findings are backend results: R1.1's dynamic=False probe, R2's comparisons.
+BACKEND_RULES = ("R1.1", "R2")
+# A failure already on the backend that names a component rules out the stages after it (RUBRIC
+# "The backends"): tracing fails with backend='eager' (R2.3), aot_eager fails (R2.1), or
+# aot_eager_decomp_partition fails while aot_eager passes (R2.5).
+DOWNSTREAM = {DYNAMO: (DISPATCHER, DECOMP, INDUCTOR), DISPATCHER: (DECOMP, INDUCTOR), DECOMP: (INDUCTOR,)}
 
 
 @lru_cache(maxsize=1)
@@ -74,6 +81,33 @@ def shipped_catalog() -> frozenset[str]:
 @lru_cache(maxsize=1)
 def shipped_model() -> LabelModel | None:
     return LabelModel.load()
+
+
+@dataclass
+class Reading:
+    """An issue read once: the rules' and the bisection's findings, and the learned labeler's features.
+
+    decide() can be run on it again with other thresholds (evaluation.fit_model does, many times).
+    """
+
+    facts: Facts
+    lane: list[Finding]  # G0: the oncall queue the issue already sits in, if any
+    findings: list[Finding]
+    _features: dict[str, tuple[str, str]] | None = None
+
+    def features(self) -> dict[str, tuple[str, str]]:
+        if self._features is None:
+            self._features = features(self.facts.sources, self.findings, thread_facts(self.facts))
+        return self._features
+
+
+def read(issue: IssueText) -> Reading:
+    """What every rule finds in `issue` (G0 first: an issue in another queue is not read further)."""
+    facts = facts_of(issue)
+    lane = rules.g0_other_oncall(facts)
+    if lane and lane[0].label != CPU_ONCALL:
+        return Reading(facts, lane, [])
+    return Reading(facts, lane, rule_findings(facts) + _bisection(issue))
 
 
 def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
@@ -87,24 +121,30 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
     suggested but listed in the checklist as "needs a human" (precision for recall; the G4 fallback
     still applies). No I/O beyond loading those files once, no Django.
     """
-    allowed = catalog or shipped_catalog()
-    facts = facts_of(issue)
+    return decide(read(issue), catalog, model, use_model, min_confidence)
 
-    lane = rules.g0_other_oncall(facts)
+
+def decide(reading: Reading, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
+           use_model: bool = True, min_confidence: float = 0.0,
+           predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
+    """evaluate() on an issue already read. predictions: the model's, when the caller has them already."""
+    allowed = catalog or shipped_catalog()
+    facts, lane = reading.facts, reading.lane
     if lane and lane[0].label != CPU_ONCALL:
         return Assessment(route="skip", queue=lane[0].label, checklist=[
             ChecklistItem("G0", f"Already in the {lane[0].label} queue: no module labels, no triaged.", "satisfied", lane[0].label)
         ])
-
-    findings = rule_findings(facts) + _bisection(issue)
+    findings = list(reading.findings)
     transfer = next((x for x in findings if x.kind == "route" and x.rule_id == "G2"), None)
-    if transfer and not issue.bisection:
+    if transfer and not any(x.source.startswith("bisection") for x in findings):
         return _transfer(transfer, findings)
     learned = (model or shipped_model()) if use_model else None
-    predictions: dict[str, tuple[float, list[str]]] = {}
-    if learned is not None:
-        feats = features(facts.sources, findings, thread_facts(facts))
-        predictions = learned.predict(feats)
+    if learned is None:
+        predictions = {}
+    else:
+        feats = reading.features()
+        if predictions is None:
+            predictions = learned.predict(feats)
         findings += _model_findings(learned, feats, predictions, findings)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence,
                    learned=learned, predictions=predictions)
@@ -136,11 +176,13 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
     for label, (p, top) in predictions.items():
         key = model_key(label, label in supported)
         calibrated = model.calibrated(key if key in model.calibration else label, p)
-        kind = "route" if label.startswith("oncall:") else "flag" if label == REVIEW else "add"
-        if calibrated < model.thresholds[{"add": "first", "route": "route", "flag": "review"}[kind]] or not top:
+        kind = ("add" if label in VISIBILITY_LABELS else "route" if label.startswith("oncall:")
+                else "flag" if label == REVIEW else "add")
+        bar = "route" if label.startswith("oncall:") else "review" if label == REVIEW else "first"
+        if calibrated < model.thresholds[bar] or not top:
             continue
         evidence, source = feats[top[0]]
-        names = ", ".join(f.split(":", 1)[1] if not f.startswith(("rule:", "thread:")) else ":".join(f.split(":")[1:3]) for f in top)
+        names = ", ".join(feature_name(f) for f in top)
         out.append(Finding(GOVERNING_RULE[label], kind, label, round(calibrated, 2), evidence, source,
                            f"learned from {model.trained_on} triaged issues (p={calibrated:.2f}; top features: {names})",
                            origin="model"))
@@ -155,8 +197,22 @@ def calibration_key(x: Finding) -> str:
     if x.kind == "flag":
         return "review" if x.label == REVIEW else "flag"
     if x.label in CORE:
-        return "decisive" if x.weight >= OVERRIDES_AVOID else "core"
+        return "decisive" if decisive(x) else "core"
     return "extra"
+
+
+def decisive(x: Finding) -> bool:
+    """A bisection verdict, or a backend result read in the thread (R1.1, R2): evidence of the root cause
+    itself, which neither a keyword's AVOID nor the learned labeler outvotes (G8). A keyword finding is
+    never decisive however strong its weight."""
+    return x.source.startswith("bisection") or (
+        x.origin == "rule" and x.weight >= OVERRIDES_AVOID and x.rule_id.startswith(BACKEND_RULES))
+
+
+def concluded(x: Finding) -> bool:
+    """The thread's conclusion by someone other than the reporter (rules.r2_thread_conclusion): it names
+    the component the engine ranks first, whatever the keywords or the learned labeler say (R2, G8)."""
+    return x.origin == "rule" and x.rule_id == "R2" and x.kind == "add" and x.weight >= CONCLUDED_BY_OTHERS
 
 
 def model_key(label: str, supported: bool) -> str:
@@ -182,7 +238,7 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
         if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
-            return max(p, rule_p) if x.weight >= OVERRIDES_AVOID and x.origin == "rule" else p
+            return max(p, rule_p) if decisive(x) or concluded(x) else p
         return rule_p
     return score
 
@@ -220,15 +276,19 @@ def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
 
 
 def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
-                limits: dict[str, float]) -> list[Finding]:
+                limits: dict[str, float], shown: dict[str, Finding] | None = None) -> list[Finding]:
     """Pick the core component(s) and the visibility labels.
 
-    One core component normally (the likeliest); a second only when likely on its own (limits["second"]).
-    Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone.
+    One core component normally (the likeliest); a second only when likely on its own (limits["second"])
+    and shown by evidence of its own (R1: a rule's finding of at least SECOND_CORE, not a name in the
+    title). shown: the rules' own strongest finding per label (default: adds).
+    Bisection verdicts replace the text's guesses (R2); R1.1 leaves dynamic shapes alone; a failing backend
+    rules out the stages after it; the thread's conclusion ranks first (concluded).
     """
+    shown = adds if shown is None else shown
     candidates = {
         label: x for label, x in adds.items()
-        if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or x.weight >= OVERRIDES_AVOID
+        if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or decisive(x)
     }
     core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-score(x), CORE.index(x.label)))
     bisected = [x for x in core if x.source.startswith("bisection")]
@@ -236,13 +296,21 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
         core = [x for x in core if x.label == DYNAMIC]
-    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]]
+    else:
+        # A backend that already fails ("fails on aot_eager too") rules out what runs after it (R2, G8).
+        ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
+        core = [x for x in core if x.label not in ruled_out or decisive(x)]
+        if not any(decisive(x) for x in core):
+            # The thread's conclusion comes first; anything else must be shown on its own, as a second.
+            core.sort(key=lambda x: not concluded(x))
+    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
+              and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
         x for l, x in candidates.items()
-        if l not in CORE and score(x) >= limits["extra"]
+        if l not in CORE and score(x) >= (limits.get("visibility", limits["extra"]) if l.startswith("oncall:") else limits["extra"])
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
@@ -250,7 +318,7 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
 
 # The rules' own thresholds (no model): weights, not probabilities.
 RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WEIGHT, "preselect": 0.85,
-               "route": STRONG, "review": 0.0}
+               "route": STRONG, "review": 0.0, "visibility": MIN_EXTRA_WEIGHT}
 
 
 def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
@@ -265,7 +333,9 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
-    chosen = _components(adds, avoided, score, limits)
+    rule_adds = _best([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
+    labelled = any(l.startswith("module:") for l in facts.labels)
+    chosen = _components(adds, avoided, score, limits, rule_adds)
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
@@ -318,10 +388,11 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
 
     out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
                      if x.label not in {s.label for s in out.add})
-    _enforce_catalog(out, allowed, labelled=any(l.startswith("module:") for l in facts.labels))
+    _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
-    _preselect(out, limits["preselect"], question)
-    out.checklist = _checklist(out, checks, review, question) + _component_checks(out, findings) + _weak_checks(out, adds, unsure)
+    _preselect(out, limits, question, labelled, findings)
+    out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
+                     + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
 
 
@@ -335,21 +406,32 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
                for s in out.add]
 
 
-def _preselect(out: Assessment, threshold: float, question: bool) -> None:
-    """Tick what "accept" applies: labels at or above the calibrated threshold.
+def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding]) -> None:
+    """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
+    labelled: the issue already carries a `module:` label.
 
-    Never G4's fallback (a placeholder to replace), nothing on a usage question (G1), and `triaged`
-    only when a module label is ticked and nothing is flagged (G6).
+    `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
+    flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
+    verdicts always. Never G4's fallback (a placeholder to replace), nothing on a usage question (G1), no
+    CPU route read off the text once a bisection ran without showing the bug CPU-only (R2.4). `triaged`
+    only when the issue will carry a `module:` label (ticked, or there already: G4) and nothing is flagged (G6).
     """
+    bar = limits.get("preselect", 1.01)
+    bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
+    bisected = [x for x in findings if x.source.startswith("bisection")]
+    cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
     ticked = []
     for s in out.add:
+        threshold = bars["oncall"] if s.label.startswith("oncall:") else bars.get(s.label, bar)
         pick = s.confidence >= threshold and s.rule_id != "G4"
+        if s.label == CPU_ONCALL and bisected and not cpu_shown:
+            pick = False
         if s.label == PT2_ONCALL or s.source == "bisection":
             pick = True
         if question and s.label.startswith("module:"):
             pick = False
         ticked.append(pick)
-    modules = any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
+    modules = labelled or any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
     out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t)
                for s, t in zip(out.add, ticked)]
@@ -378,8 +460,9 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
 
-def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, question: bool) -> list[ChecklistItem]:
-    """Every rubric item relevant to this issue, with its state."""
+def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, question: bool,
+               labelled: bool = False) -> list[ChecklistItem]:
+    """Every rubric item relevant to this issue, with its state. labelled: the issue already carries a module: label."""
     modules = [s.label for s in out.add if s.label.startswith("module:")]
     items = [ChecklistItem(x.rule_id, x.reason, x.state, x.evidence) for x in checks]
     if out.route == "handoff":
@@ -388,9 +471,13 @@ def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, q
     else:
         items.append(ChecklistItem("G3", "oncall: pt2 is not a redirect: continue labelling.", "satisfied"))
         fallback = any(s.rule_id == "G4" for s in out.add)
-        note = " (fallback: try to be precise first)" if fallback else "" if modules else ": none in this catalog, pick one by hand"
+        # What `a` applies must carry the component: a suggestion left unticked does not satisfy G4.
+        ticked = [s.label for s in out.add if s.label.startswith("module:") and s.preselected]
+        note = (" (fallback: try to be precise first)" if fallback else ": none in this catalog, pick one by hand" if not modules
+                else "" if ticked or labelled else ": none sure enough to pre-select, tick one before applying")
         items.append(ChecklistItem("G4", "At least one module: label" + note,
-                                   "satisfied" if modules and not fallback else "needs_human", ", ".join(modules)))
+                                   "satisfied" if (ticked or labelled) and modules and not fallback else "needs_human",
+                                   ", ".join(ticked or modules)))
         items.append(ChecklistItem("R11", "Crash, silent wrong result, regression or important user: flag triage review.",
                                    "satisfied" if review else "not_applicable", review.evidence if review else ""))
         items.append(ChecklistItem("G6", "Not redirected and not flagged: triaged.",
@@ -404,10 +491,9 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
         return []
     labels = {s.label for s in out.add}
     items = []
-    decisive = next((x for x in findings if (x.origin == "rule" and x.weight >= 0.9 and x.rule_id.startswith("R2"))
-                     or x.source.startswith("bisection")), None)
-    if decisive:
-        items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", decisive.evidence))
+    backend = next((x for x in findings if decisive(x)), None)
+    if backend:
+        items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", backend.evidence))
     elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
         items.append(ChecklistItem("R2", "No backend results yet: run the bisection (eager, aot_eager, "
                                    "aot_eager_decomp_partition, inductor) to find the component.", "needs_human"))
@@ -423,7 +509,8 @@ def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding
     """Weak or below-threshold signals as questions for a human instead of suggestions (G8).
 
     One item per label that had some evidence but is not suggested, or is suggested only as a weak
-    guess: the keyword says where it failed, a human decides whether that is why.
+    guess (not pre-selected, and no rule found more than a keyword for it): the keyword says where it
+    failed, a human decides whether that is why.
     """
     if out.route == "handoff":
         return []
@@ -433,7 +520,8 @@ def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding
         if not label.startswith("module:") or label == COMPILE_UX:
             continue
         shown = suggested.get(label)
-        if x in unsure or (shown is None and x.weight <= WEAK) or (shown is not None and shown.confidence <= WEAK):
+        weak = x.weight <= WEAK if x.origin == "rule" else shown is not None and shown.confidence <= WEAK
+        if x in unsure or (shown is None and weak) or (shown is not None and not shown.preselected and weak):
             what = "suggested as a weak guess" if shown else "not suggested"
             items.append(ChecklistItem(x.rule_id, f"{label}: {what} on weak evidence ({x.reason}): "
                                        "is this why it fails, or only where? (G8)", "needs_human", x.evidence))

@@ -1,8 +1,9 @@
-"""A small learned labeler for the core components, trained on issues humans already triaged.
+"""A small learned labeler for the core components, routes and the review flag, trained on issues humans
+already triaged.
 
 The approach of Mozilla's bugbug, kept explainable: one logistic regression per label over binary
-features (title words, body words, and which rules fired), so every suggestion can show the features
-that pushed it up. Pure Python (no numpy) to keep the rubric package dependency-free; a few hundred
+features (words, title tags, which rules fired, what the thread reader found: features()), so every
+suggestion can show the features that pushed it up. Pure Python (no numpy) to keep the rubric package dependency-free; a few hundred
 to a few thousand issues train in seconds. The rules stay authoritative: the engine uses the model's
 probability as one more weighed finding, never to break an invariant.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
+from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DIST_ONCALL, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
 from .text import Source
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -27,44 +28,96 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 MODEL_FILE = DATA / "label_model.json"
 SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
 # The labels the model learns: the core components with enough examples in any PT2 history, the two
-# redirects PT2 makes most (R2.4/R10, R6.3) and the review flag (R11).
+# redirects PT2 makes most (R2.4/R10, R6.3), oncall: distributed for visibility (R6.4: PT2 keeps the
+# issue) and the review flag (R11).
 COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
-MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, REVIEW)
+MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, DIST_ONCALL, REVIEW)
 # Which rubric rule governs each learned label: the rule id a model suggestion cites.
 GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1",
-                  CPU_ONCALL: "R10", EXPORT_ONCALL: "R6.3", REVIEW: "R11"}
+                  CPU_ONCALL: "R10", EXPORT_ONCALL: "R6.3", DIST_ONCALL: "R6.4", REVIEW: "R11"}
+# Learned labels that are visibility extras, never a handoff (R6.4).
+VISIBILITY_LABELS = frozenset({DIST_ONCALL})
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
 # suggested ("possible") from `first`, a second core one from `second`, a domain or feature label from
-# `extra`; `preselect` is what "accept" ticks.
-DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75, "route": 0.5, "review": 0.5}
+# `extra`, an `oncall:` visibility label from `visibility`; a redirect from `route`, the review flag from
+# `review`. "Accept" ticks module labels from `preselect`, oncall: labels from `preselect_route` and the
+# review flag from `preselect_review`.
+DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75, "route": 0.5, "review": 0.5,
+                      "visibility": 0.5, "preselect_route": 0.9, "preselect_review": 0.9}
 
-TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,30}(?:\.[A-Za-z_][A-Za-z0-9_]{1,30}){0,3}")
+# Not after "+": a build tag (`2.5.1+cpu`, `+cu121`) says what was installed, not where it fails (R2.4).
+# Not after "@": who is mentioned says nothing about the bug, and the bot's "cc @..." line is written
+# from the labels already applied (a model that read it would learn the answers, not the issues).
+TOKEN = re.compile(r"(?<![+@\w])[A-Za-z_][A-Za-z0-9_]{2,30}(?:\.[A-Za-z_][A-Za-z0-9_]{1,30}){0,3}")
 STOP = frozenset(
     "the and for with this that when are not but from have has was were you can use using torch compile "
     "compiled import print def return self none true false error issue bug code run model".split()
 )
 MAX_TEXT = 8_000
+# A title's bracketed tags ("[inductor]", "[dynamo][guards]", "[CPU]") are the reporter's own triage.
+TITLE_TAG = re.compile(r"\[([A-Za-z][\w .+/-]{0,30})\]")
+TITLE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{1,30}")
 
 
 def features(sources: list[Source], findings: Iterable[Finding], thread: Iterable = ()) -> dict[str, tuple[str, str]]:
     """Binary features of one issue, each mapped to (evidence text as written, source name) for display.
 
-    thread: the thread reader's facts (thread.ThreadFact), as `thread:<kind>:<label>` features.
+    Words of the title (`t:`) and of the body and comments (`b:`); a dotted name also gives its parts
+    (`torch._inductor.lowering` -> `_inductor`, `lowering`), so a module path in a traceback counts
+    however deep the frame; the title's tags (`tag:`) and word pairs (`t2:`); every rule finding, by
+    rule (`rule:<id>:<kind>:<label>`) and by label alone (`rl:<kind>:<label>`, so rules that find the
+    same label pool their evidence); checklist questions about a label (`check:<id>:<where>:<label>`: a
+    repro that never ran Inductor, a comment's diagnosis). thread: the thread reader's facts (thread.ThreadFact), as
+    `thread:<kind>:<label>` features.
     """
     found: dict[str, tuple[str, str]] = {}
     for source in sources:
         prefix = "t:" if source.name == "title" else "b:"
-        for token in set(TOKEN.findall(source.text[:MAX_TEXT])):
+        text = source.text[:MAX_TEXT]
+        for token in set(TOKEN.findall(text)):
             word = token.lower()
-            if word not in STOP:
-                found.setdefault(prefix + word, (token, source.name))
+            if word in STOP:
+                continue
+            found.setdefault(prefix + word, (token, source.name))
+            if "." in word:
+                for part in word.split("."):
+                    if len(part) > 2 and part not in STOP:
+                        found.setdefault(prefix + part, (token, source.name))
+        if source.name == "title":
+            for tag in TITLE_TAG.finditer(text):
+                found.setdefault("tag:" + tag.group(1).strip().lower(), (tag.group(0), "title"))
+            words = list(TITLE_WORD.finditer(text))
+            for a, b in zip(words, words[1:]):
+                found.setdefault(f"t2:{a.group(0).lower()}_{b.group(0).lower()}", (text[a.start():b.end()], "title"))
     for x in findings:
         if x.kind in ("add", "route", "flag", "avoid"):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
+            found.setdefault(f"rl:{x.kind}:{x.label}", (x.evidence, x.source))
+        elif x.kind == "check" and x.label:  # by where it was read: the repro's code or a comment's words
+            found.setdefault(f"check:{x.rule_id}:{x.source.split(':')[0]}:{x.label}", (x.evidence, x.source))
     for x in thread:
         if x.kind != "transfer":
             found.setdefault(f"thread:{x.kind}:{x.label}", (x.evidence, x.source))
     return found
+
+
+def feature_name(feature: str) -> str:
+    """A feature as a triager reads it among a suggestion's evidence: the word, `[tag]`, the rule id."""
+    kind, _, rest = feature.partition(":")
+    if kind == "tag":
+        return f"[{rest}]"
+    if kind == "t2":
+        return rest.replace("_", " ", 1)
+    if kind == "rule":
+        return "rule " + rest.split(":", 1)[0]
+    if kind == "rl":
+        return "a rule's " + rest.split(":", 1)[1]
+    if kind == "check":
+        return "question " + rest.split(":", 1)[0]
+    if kind == "thread":
+        what, _, label = rest.partition(":")
+        return f"thread: {what} {label}"
+    return rest
 
 
 def isotonic(points: list[tuple[float, bool]]) -> tuple[list[float], list[float]]:
@@ -150,19 +203,26 @@ class LabelModel:
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
-        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()},
-                "weights": {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()},
+        """JSON with each feature named once: `features`, and per label its weights in that order (0 where
+        the weight is under 0.02, which predict() skips)."""
+        kept = {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()}
+        names = sorted({f for w in kept.values() for f in w})
+        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()}, "features": names,
+                "weights": {l: [w.get(f, 0) for f in names] for l, w in kept.items()},
                 "calibration": self.calibration, "thresholds": self.thresholds, "cross_validated": self.cross_validated}
         path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
     @classmethod
     def load(cls, path: Path | None = None) -> LabelModel | None:
         """The saved model (default: the locally trained one, else the shipped one), or None when there
-        is none (the engine then runs on rules alone)."""
+        is none (the engine then runs on rules alone). Reads the older layout ({label: {feature: weight}}) too."""
         for candidate in ([path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]):
             try:
                 data = json.loads(candidate.read_text())
-                return cls(weights=data["weights"], bias=data["bias"], trained_on=data.get("trained_on", 0),
+                weights = data["weights"]
+                if "features" in data:
+                    weights = {l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()}
+                return cls(weights=weights, bias=data["bias"], trained_on=data.get("trained_on", 0),
                            calibration=data.get("calibration", {}),
                            thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
                            cross_validated=data.get("cross_validated", {}))
@@ -172,7 +232,7 @@ class LabelModel:
 
 
 def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int = 25, rate: float = 0.2,
-          l2: float = 0.03, min_df: int = 3, seed: int = 0) -> LabelModel:
+          l2: float = 0.01, min_df: int = 2, seed: int = 0) -> LabelModel:
     """Fit one L2-regularised logistic regression per label by SGD.
 
     examples: (feature names, {label: True/False/None}); None (a label hidden by truncation) leaves

@@ -294,7 +294,7 @@ def _thread_diagnosis(f: Facts) -> list[Finding]:
 def _repro_below_inductor(f: Facts) -> list[Finding]:
     """A repro compiled with backend='aot_eager' or 'eager' never reaches Inductor: ask before blaming it."""
     backend = f.code.compile_kwargs.get("backend", "")
-    if re.search(r"['\"](?:aot_)?eager['\"]", backend):
+    if re.search(r"['\"](?:aot_)?eager(?:_decomp_partition)?['\"]", backend):
         return [Finding("R2", "check", INDUCTOR, evidence=backend, source="code", state="needs_human",
                         reason="The repro compiles with a backend that runs no Inductor code: not module: inductor?")]
     return []
@@ -546,8 +546,14 @@ def r2_thread_conclusion(f: Facts) -> list[Finding]:
     last = conclusion(thread_facts(f))
     if last is None or last.source == "body":
         return []
-    weight = 0.7 if last.by_reporter else 0.8
+    weight = CONCLUDED_BY_REPORTER if last.by_reporter else CONCLUDED_BY_OTHERS
     return [Finding("R2", "add", last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")]
+
+
+# The weight of the thread's conclusion: someone other than the reporter (a maintainer, in practice) is
+# surer; the engine ranks that component first (engine.concluded).
+CONCLUDED_BY_OTHERS = 0.8
+CONCLUDED_BY_REPORTER = 0.7
 
 
 def g2_thread_transfer(f: Facts) -> list[Finding]:

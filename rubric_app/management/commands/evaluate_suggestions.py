@@ -9,8 +9,11 @@ from rubric_app.rubric.evaluation import (
     COMPONENTS,
     REVIEW_TRUTH,
     InputError,
+    Trust,
     cross_validate,
+    cross_validated,
     g4_ceiling,
+    has_component,
     issue_from_record,
     keyword_baseline,
     precision_recall_curve,
@@ -22,7 +25,6 @@ from rubric_app.rubric.evaluation import (
     split_by_number,
     trust,
     training_examples,
-    truth,
     without_fallback,
 )
 from rubric_app.rubric.model import train
@@ -33,11 +35,23 @@ TARGETS = ("targets (held-out slice): component micro-F1 >= 0.80 at precision >=
            "review recall >= 0.75 at precision >= 0.60")
 
 
+def targets_met(t: Trust) -> list[tuple[str, bool]]:
+    """Each target of issue #12 and whether these figures meet it."""
+    c, p, r, v = t.components, t.preselected, t.routing, t.review
+    return [
+        (f"component F1 {c.f1:.2f} >= 0.80 at precision {c.precision:.2f} >= 0.80", c.f1 >= 0.8 and c.precision >= 0.8),
+        (f"pre-selected precision {p.precision:.2f} >= 0.90", p.precision >= 0.9),
+        (f"pre-selection coverage {t.coverage:.0%} >= 60%", t.coverage >= 0.6),
+        (f"routing F1 {r.f1:.2f} >= 0.80", r.f1 >= 0.8),
+        (f"review recall {v.recall:.2f} >= 0.75 at precision {v.precision:.2f} >= 0.60", v.recall >= 0.75 and v.precision >= 0.6),
+    ]
+
+
 class Command(BaseCommand):
     help = "Per-label precision/recall/F1, component micro-F1, routing F1 and review-flag figures."
 
     def add_arguments(self, parser):
-        parser.add_argument("--input", required=True, help="JSON lines with the labels triagers applied")
+        parser.add_argument("--input", required=True, nargs="+", help="JSON-lines files with the labels triagers applied")
         parser.add_argument(
             "--halves", action="store_true", help="also score the older and newer half (by issue number) apart"
         )
@@ -56,13 +70,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, input, halves, kfold, split, min_confidence, **options):
-        try:
-            with open(input, encoding="utf-8") as fh:
-                records = list(read_jsonl(fh))
-        except (OSError, InputError) as exc:
-            raise CommandError(f"{input}: {exc}") from None
+        paths = [input] if isinstance(input, str) else input  # call_command may pass one path as a str
+        records = []
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    records += list(read_jsonl(fh))
+            except (OSError, InputError) as exc:
+                raise CommandError(f"{path}: {exc}") from None
         if not records:
-            raise CommandError(f"{input}: no issues")
+            raise CommandError(f"{', '.join(paths)}: no issues")
+        if len({int(r["number"]) for r in records}) < len(records):
+            raise CommandError(f"{', '.join(paths)}: an issue number appears twice (each issue is scored once)")
         if kfold == 1 or kfold < 0 or kfold > len(records):
             raise CommandError("--kfold needs 2 to the number of issues")
         if not 0.0 <= min_confidence <= 1.0:
@@ -74,17 +93,20 @@ class Command(BaseCommand):
         self._report("rules alone", records, rules_only, per_label=model is None)
         if model is not None:
             self.stdout.write(f"(the shipped model was trained on {model.trained_on} issues: when that includes this file, "
-                              "the next figures are in-sample; see --kfold for held-out ones)")
+                              "the next figures are in-sample; the trust figures below keep the held-out slice apart)")
             assessments = [evaluate(issue_from_record(r, use_labels=False), model=model) for r in records]
             self._report("rules + shipped model", records, [a.verdict() for a in assessments], per_label=True)
-            self._trust_report(records, assessments)
-        if kfold:
+            self._trust_report(records, assessments, kfold)
+        elif kfold:
             self._report(f"rules + model, {kfold}-fold held out", records, cross_validate(records, kfold), per_label=False)
         blind = [issue_from_record(r, use_labels=False) for r in records]
         for name, predicted in (("baseline: every issue module: dynamo", [["module: dynamo"]] * len(records)),
                                 ("baseline: keyword regex labeler", [keyword_baseline(i) for i in blind])):
             c = score(records, predicted).components
-            self.stdout.write(f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}")
+            labelled = [i for i, r in enumerate(records) if has_component(r)]
+            on = score([records[i] for i in labelled], [predicted[i] for i in labelled]).components
+            self.stdout.write(f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
+                              f"  | on issues with a human component F1 {on.f1:.3f}")
         if halves:
             order = sorted(range(len(records)), key=lambda i: records[i]["number"])
             for name, part in (("rules alone, older half", order[: len(order) // 2]), ("rules alone, newer half", order[len(order) // 2 :])):
@@ -114,24 +136,43 @@ class Command(BaseCommand):
                               f"  | w/o G4 fallback precision {bare.precision:.3f}  recall {bare.recall:.3f}  F1 {bare.f1:.3f}")
         self.stdout.write(TARGETS)
 
-    def _trust_report(self, records, assessments):
-        """What `a` would apply, on the training pool and on the held-out slice apart (evaluation.is_held_out:
-        one issue in five by a hash of its number; the shipped model never trained on it)."""
+    def _trust_report(self, records, assessments, kfold):
+        """What `a` would apply: on the training pool (out of fold with --kfold, else in-sample) and on the
+        held-out slice apart (evaluation.is_held_out: one issue in five by a hash of its number; the
+        shipped model never trained on it), each scored truncation-aware and strict."""
+        pool = [i for i, r in enumerate(records) if not is_held_out(r)]
+        held = [i for i, r in enumerate(records) if is_held_out(r)]
+        slices = []
+        if pool and kfold:
+            part = [records[i] for i in pool]
+            slices.append((f"training pool, OUT OF FOLD ({kfold} models, each trained, calibrated and thresholded without the fold "
+                           "it scores)", part, cross_validated(part, kfold)))
+        elif pool:
+            slices.append(("training pool (in-sample: the shipped model trained on it; --kfold K for out-of-fold)",
+                           [records[i] for i in pool], [assessments[i] for i in pool]))
+        if held:
+            slices.append(("HELD-OUT slice (never trained on)", [records[i] for i in held], [assessments[i] for i in held]))
+        for name, part, judged in slices:
+            self._trust_block(name, part, judged)
+
+    def _trust_block(self, name, records, assessments):
         out = self.stdout.write
-        slices = (("training pool (the shipped model trained on it: in-sample)", False), ("HELD-OUT slice (never trained on)", True))
-        for name, held in slices:
-            part = [i for i, r in enumerate(records) if is_held_out(r) == held]
-            if not part:
-                continue
-            t = trust([records[i] for i in part], [assessments[i] for i in part])
-            out(f"== trust figures, {name}: {t.issues} issues, {t.labelled} with a human component")
-            for title, c in (("component", t.components), ("pre-selected", t.preselected), ("routing", t.routing), ("review flag", t.review)):
-                out(f"  {title:13} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  (tp {c.tp}, fp {c.fp}, fn {c.fn})")
-            out(f"  pre-selection coverage: {t.covered} of {t.issues} issues ({t.coverage:.0%}) get a pre-selected component")
-            out("  calibration (suggested components on issues with a human component, routes, review flag):")
-            for low, high, n, observed in calibration_table(t.points):
-                if n:
-                    out(f"    confidence {low:.1f}-{high:.1f}: {n:4} labels, observed precision {observed:.2f}")
+        aware, strict = trust(records, assessments), trust(records, assessments, strict=True)
+        out(f"== trust figures, {name}: {aware.issues} issues, {aware.labelled} with a human component")
+        out(f"  {'':22} {'truncation-aware':34} | strict (labels truncation may hide count as absent)")
+        line = lambda c: f"P {c.precision:.3f} R {c.recall:.3f} F1 {c.f1:.3f} ({c.tp}/{c.fp}/{c.fn})"
+        for title, a, s in (("component", aware.components, strict.components),
+                            ("routing", aware.routing, strict.routing), ("review flag", aware.review, strict.review)):
+            out(f"  {title:22} {line(a):34} | {line(s)}")
+        for title, a, s in (("pre-selected component", aware.preselected, strict.preselected),
+                            ("pre-selected route", aware.preselected_routes, strict.preselected_routes)):
+            out(f"  {title:22} precision {a.precision:.3f} ({a.tp} right, {a.fp} wrong){'':8} | precision {s.precision:.3f} ({s.tp}/{s.fp})")
+        out(f"  pre-selection coverage: {aware.covered} of {aware.issues} issues ({aware.coverage:.0%}) get a pre-selected component")
+        out("  calibration (suggested components on issues with a human component, routes, review flag; truncation-aware):")
+        for low, high, n, observed in calibration_table(aware.points):
+            if n:
+                out(f"    confidence {low:.1f}-{high:.1f}: {n:4} labels, observed precision {observed:.2f}")
+        out("  targets: " + "; ".join(f"{what}: {'met' if ok else 'NOT met'}" for what, ok in targets_met(aware)))
 
     def _report(self, name, records, predictions, per_label):
         result = score(records, predictions)
@@ -151,7 +192,7 @@ class Command(BaseCommand):
         # G4's fallback is a placeholder the triager is asked to replace: show the figure without it too.
         placeholder = score(records, [without_fallback(p) for p in predictions]).components
         # G4: every PT2 issue should end with a module label; humans left some without any. Scored apart:
-        labelled = [i for i, r in enumerate(records) if any(truth(r, l) for l in COMPONENTS)]
+        labelled = [i for i, r in enumerate(records) if has_component(r)]
         on_labelled = score([records[i] for i in labelled], [predictions[i] for i in labelled]).components
         # What a perfect engine would score here while keeping G4: the ceiling for precision.
         ceiling = score(records, g4_ceiling(records)).components
