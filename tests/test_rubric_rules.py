@@ -301,6 +301,23 @@ def test_it_flags_review_and_avoids_high_priority_r11():
     assert {x.label for x in a.avoid} >= {"high priority", "triaged"}
 
 
+@pytest.mark.parametrize("title, body", [
+    ("Segmentation fault when calling a compiled cumsum", "torch.compile(f)(x)"),
+    ("Inductor kernel fails on H100", "RuntimeError: CUDA error: an illegal memory access was encountered"),
+    ("Compiled scatter_add fails", "```\n../aten/src/ATen/native/cuda/ScatterGather.cu:365: block: [0,0,0] "
+                                   "Assertion `idx_dim >= 0` failed.\nRuntimeError: CUDA error: device-side assert triggered\n```"),
+])
+def test_it_preselects_the_review_flag_for_a_crash_the_rubric_names_r11(title, body):
+    # With the shipped model on: its review curve never reaches the pre-selection bar, R11's crashes do.
+    a = evaluate(issue(title, body))
+    assert "triage review" in a.preselected() and "triaged" not in a.labels()
+
+
+def test_it_leaves_a_loose_crashes_to_the_triager_r11():
+    a = evaluate(issue("Compiling my model crashes with a graph break", TRACE_DYNAMO))
+    assert "triage review" not in a.preselected()
+
+
 def test_it_keeps_evidence_an_exact_substring_of_its_source():
     case = issue("Graph break on zip in a compiled loop", TRACE_DYNAMO, comments=("aot_eager works fine here.",))
     texts = {"title": case.title, "body": case.body, "comment:0": case.comments[0].body}

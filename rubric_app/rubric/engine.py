@@ -37,6 +37,7 @@ from .facts import (
 )
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
 from .rules import CONCLUDED_BY_OTHERS, thread_facts
+from .rules_domain import CRASH
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -370,8 +371,9 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
     question = any(x.rule_id == "G1" for x in checks)
-    review = flags.get(REVIEW)
-    if review and score(review) < limits.get("review", 0.0):
+    crash = _crash(findings)
+    review = crash or flags.get(REVIEW)
+    if review and not crash and score(review) < limits.get("review", 0.0):
         review = None
     if out.route != "handoff":
         if review:
@@ -394,6 +396,16 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
                      + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
+
+
+def _crash(findings: list[Finding]) -> Finding | None:
+    """R11's crash finding when the text names one of its crashes outright (segfault, SIGSEGV, illegal memory
+    access, device-side assert, core dumped), or None. The rubric leaves no judgement there: a crash is
+    flagged for the meeting, so it is suggested and pre-selected whatever the learned review curve says
+    (the humans' labels are a poor proxy for the flag: meetings remove it once they decide). A loose
+    "crashes" in a title is not one of them."""
+    return next((x for x in findings if x.kind == "flag" and x.label == REVIEW and x.origin == "rule"
+                 and x.rule_id == "R11" and CRASH.search(x.evidence)), None)
 
 
 def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
@@ -420,13 +432,14 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
     bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
     bisected = [x for x in findings if x.source.startswith("bisection")]
     cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
+    crashed = _crash(findings) is not None
     ticked = []
     for s in out.add:
         threshold = bars["oncall"] if s.label.startswith("oncall:") else bars.get(s.label, bar)
         pick = s.confidence >= threshold and s.rule_id != "G4"
         if s.label == CPU_ONCALL and bisected and not cpu_shown:
             pick = False
-        if s.label == PT2_ONCALL or s.source == "bisection":
+        if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == REVIEW and crashed):
             pick = True
         if question and s.label.startswith("module:"):
             pick = False
