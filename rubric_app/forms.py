@@ -11,7 +11,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from . import decisions
 from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
-from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
+from .models import CPU_INDUCTOR_ONCALL, BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
 from .search import issue_number
 
@@ -148,22 +148,28 @@ class TriageForm(forms.Form):
         """
         add = [s.label for s in suggestions if s.kind == Suggestion.Kind.ADD]
         ticked = {s.label for s in suggestions if s.kind == Suggestion.Kind.ADD and s.preselected}
-        route = self.issue.suggested_route if self.issue.suggested_route in ("pt2", "cpu inductor", "handoff") else "pt2"
         handoff = next((n for n in add if n.startswith("oncall:") and n in dict(self.fields["handoff_to"].choices)), "")
-        if route == "handoff" and not handoff:
-            route = "pt2"
-        transfer = self.suggested_transfer()
-        if transfer:
-            route = decisions.TRANSFER
         return {
             "labels": [n for n, _ in self.fields["labels"].choices if n in ticked],
-            "route": route,
+            "route": self.suggested_route_choice(ticked, handoff),
             "handoff_to": handoff,
-            "transfer_to": transfer,
+            "transfer_to": self.suggested_transfer(),
             # Already flagged: the box starts ticked, so unticking it (and the flag going) is a choice.
             "review": TRIAGE_REVIEW in ticked or self.issue.has_label(TRIAGE_REVIEW),
             "labels_seen": json.dumps(self.issue.label_names()),
         }
+
+    def suggested_route_choice(self, ticked: set[str], handoff: str) -> str:
+        """The route `a` accepts: the issue's own lane, unless the rubric's redirect is pre-selected (its
+        oncall label ticked). A redirect or transfer that is only "possible" is shown as the suggested
+        route, for the triager to pick."""
+        lane = "cpu inductor" if self.issue.has_label(CPU_INDUCTOR_ONCALL) else "pt2"
+        route = self.issue.suggested_route
+        if route == "handoff" and handoff in ticked:
+            return "handoff"
+        if route == "cpu inductor" and CPU_INDUCTOR_ONCALL in ticked:
+            return "cpu inductor"
+        return lane
 
     def suggested_transfer(self) -> str:
         """The repository G2's checklist item says the issue belongs in, when the engine routed it
@@ -199,7 +205,14 @@ class TriageForm(forms.Form):
         return data
 
     def _g4_reason(self) -> str:
-        """G4's refusal, pointing at the usage-question route when the rubric reads the issue as one (G1)."""
+        """G4's refusal, pointing at the route the rubric suggests when that route needs no module label:
+        a hand-off (G5), a transfer (G2), or a usage question (G1)."""
+        route, suggested = self.issue.suggested_route, self.suggested
+        if route == "handoff" and suggested["handoff_to"] and self.cleaned_data.get("route") != "handoff":
+            return f"G5: the rubric suggests handing it off to {suggested['handoff_to']}: pick that route. " + decisions.G4_MESSAGE
+        if suggested["transfer_to"] and self.cleaned_data.get("route") != decisions.TRANSFER:
+            return (f"G2: the thread says it belongs in {suggested['transfer_to']}: pick the transfer route. "
+                    + decisions.G4_MESSAGE)
         if any(item.get("rule_id") == "G1" and "question" in item.get("text", "") for item in self.issue.checklist):
             return ("G1: the rubric reads this as a usage question, not a bug: choose \"A usage question\" to close it "
                     "with the forum reply. " + decisions.G4_MESSAGE)

@@ -259,14 +259,18 @@ def test_it_previews_the_reply_and_the_close_of_a_usage_question(synced, client,
     assert "+ triaged" not in page
 
 
-def test_it_preselects_the_transfer_the_thread_concluded(synced):
+def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(synced):
     Issue.objects.filter(pk=synced.pk).update(suggested_route="transfer", checklist=[
         {"rule_id": "G2", "text": "Transfer to torchvision, then stop", "state": "satisfied", "evidence": "torchvision"}])
     synced.refresh_from_db()
 
     form = _form(synced)
 
-    assert form.suggested["route"] == "transfer" and form.suggested["transfer_to"] == "pytorch/vision"
+    # Routes are not calibrated to the pre-selection bar: `a` keeps the lane, the repository is filled in.
+    assert form.suggested["route"] == "pt2" and form.suggested["transfer_to"] == "pytorch/vision"
+    accepted = _form(synced, route="pt2")
+    assert not accepted.is_valid() and accepted.non_field_errors()[0].startswith(
+        "G2: the thread says it belongs in pytorch/vision: pick the transfer route.")
     assert not _form(synced, route="transfer").is_valid()  # G2 needs its repository
     chosen = _form(synced, route="transfer", transfer_to="pytorch/vision")
     assert chosen.is_valid() and chosen.plan() == Plan(transfer_to="pytorch/vision")
@@ -311,3 +315,15 @@ def test_it_offers_no_apply_when_the_preview_changes_nothing(synced, client, tri
 
     page = response.content.decode()
     assert "data-nothing-to-apply" in page and "data-apply" not in page
+
+
+@pytest.mark.parametrize("labels, ticked, expected", [
+    (("oncall: pt2",), False, "pt2"),  # a possible redirect is shown, not accepted by `a`
+    (("oncall: pt2",), True, "handoff"),
+    (("oncall: cpu inductor",), False, "cpu inductor"),  # the issue's own lane: `a` never moves it back to pt2
+])
+def test_it_accepts_a_redirect_only_when_it_is_preselected(db, labels, ticked, expected):
+    issue = make_issue(labels=labels, suggested_route="handoff" if "oncall: pt2" in labels else "cpu inductor")
+    Suggestion.objects.create(issue=issue, label="oncall: export", rule_id="R6.3", confidence=0.7, preselected=ticked)
+
+    assert _form(issue).suggested["route"] == expected
