@@ -603,8 +603,9 @@ class TriageDecision(models.Model):
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["status", "created_at"], name="decision_status_idx"),
-            # Queue health (metrics.py): decisions per triager in a window.
-            models.Index(fields=["created_at"], name="decision_created_idx"),
+            # Queue health (metrics.py): decisions per triager in a window, read from the index alone
+            # (an index-only scan: the user and status are in it too).
+            models.Index(fields=["created_at", "user", "status"], name="decision_window_idx"),
         ]
         permissions = [
             ("apply_labels", "Can apply labels, flags and redirects to GitHub"),
