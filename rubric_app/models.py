@@ -663,6 +663,20 @@ class Assignment(models.Model):
         return f"#{self.issue_id} -> {self.user}"
 
 
+class QueueVersion(models.Model):
+    """One row whose token changes with every committed write to what the queue table shows.
+
+    Database triggers change it (rubric_app/queue_cache.py lists the tables and columns), so
+    every write path (the sync's bulk upserts, webhooks, decisions, the admin, `update()`) is
+    covered; the queue page keeps its rendered table under the token it read (queue_cache.table).
+    """
+
+    token = models.CharField(max_length=36)
+
+    def __str__(self) -> str:
+        return self.token
+
+
 class GitHubWrite(models.Model):
     """One mutating HTTP request made to GitHub for a decision, with GitHub's answer."""
 
@@ -795,4 +809,5 @@ __all__ = [
     "WorkerHeartbeat",
     "Duty",
     "Assignment",
+    "QueueVersion",
 ]

@@ -152,6 +152,14 @@ elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# In memory, per process: the queue's rendered table (rubric_app/queue_cache.py). Each entry's key
+# holds a token the database changes with every write the table shows, so processes keeping their
+# own copies never serve an old table; MAX_ENTRIES bounds the memory (an entry is ~100 KB).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "triage",
+                "OPTIONS": {"MAX_ENTRIES": 200}},
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

@@ -1,4 +1,8 @@
-"""The decisions' window index: the metrics page reads decisions per triager from it alone (an index-only scan)."""
+"""The queue cache's version row, and the decisions' window index (an index-only scan for the metrics).
+
+The triggers that change the version's token are not installed here: queue_cache.ensure_triggers
+installs them after every migrate (post_migrate), from the columns the tables have by then.
+"""
 
 from django.conf import settings
 from django.db import migrations, models
@@ -12,6 +16,13 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.CreateModel(
+            name='QueueVersion',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('token', models.CharField(max_length=36)),
+            ],
+        ),
         migrations.RemoveIndex(
             model_name='triagedecision',
             name='decision_created_idx',
