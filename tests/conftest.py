@@ -131,6 +131,19 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
+def processes_with_cmdline(needle: bytes) -> list[int]:
+    """Pids of the host's processes whose NUL-separated command line is exactly needle (escapee checks)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() == needle:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def passes_on_sqlite(test_file: str, tmp_path) -> None:
     """Run test_file again in a child pytest on a fresh SQLite database (the embedded default); fail with
     its output unless every test passed. Skipped when this run is on SQLite already."""
@@ -146,19 +159,6 @@ def passes_on_sqlite(test_file: str, tmp_path) -> None:
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in summary and "failed" not in summary, summary
-
-
-def processes_with_cmdline(needle: bytes) -> list[int]:
-    """Pids of the host's processes whose NUL-separated command line is exactly needle (escapee checks)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read() == needle:
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture(autouse=True)
