@@ -10,8 +10,14 @@ answer) for --duration seconds, bounded by --max-requests in all.
 
     .venv/bin/python bench/bench_load.py [--issues 5000] [--workers 4] [--clients 20] [--duration 20]
 
-Prints, per server: requests, errors, throughput, p50 and p99; then the ratios
-gunicorn / runserver (target: gunicorn p50 under 200 ms with 20 clients).
+The user is a triager (the "take it" and "Accept…" forms, the permission queries). --writes N
+changes a label's colour N times a second while the clients run (a sync or webhook would): each
+write changes what every queue table shows, so the servers render it again instead of answering
+from their cache (rubric_app/queue_cache.py).
+
+Prints, per server: requests, errors, throughput, p50 and p99, and the CPU each request cost (the
+server's processes with their PostgreSQL backends, and the client's threads, from /proc); then the
+ratios gunicorn / runserver (target: gunicorn p50 under 200 ms with 20 clients), and the load average.
 Traffic goes to 127.0.0.1 only; every loop is bounded in time and count.
 """
 
@@ -64,9 +70,12 @@ def populate(issues: int) -> str:
 
     from bench.bench_queue import make_rows
 
+    from rubric_app.roles import ensure_roles
+
     call_command("migrate", verbosity=0)
     make_rows(issues)
-    user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
+    user = get_user_model().objects.create_user("bench", password="bench-password-1")
+    user.groups.add(ensure_roles()["triager"])
     session = SessionStore()
     session[SESSION_KEY] = str(user.pk)
     session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
@@ -145,13 +154,75 @@ def drive(port: int, cookie: str, clients: int, duration: float, max_requests: i
             "mean": statistics.fmean(latencies) if latencies else float("nan")}
 
 
+def group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of process group pgid (Linux /proc)."""
+    return sum(cpu_s(pid) for pid, group in _stats() if group == pgid)
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stats():
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    yield int(name), int(fh.read().rsplit(")", 1)[1].split()[2])
+            except OSError:
+                continue
+
+
+def backends(database_url: str) -> list[int]:
+    """The pids of the PostgreSQL backends serving the benchmark's database (the servers' connections)."""
+    import psycopg
+
+    base, name = database_url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        return [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'", [name])]
+
+
+def write_now_and_then(database_url: str, per_s: float, stop: threading.Event) -> list[int]:
+    """Change a label's colour per_s times a second until stop: every queue table shows it."""
+    import psycopg
+
+    done = [0]
+    with psycopg.connect(database_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+        while not stop.wait(1 / per_s):
+            conn.execute("UPDATE rubric_app_label SET color = %s WHERE name = 'oncall: pt2'", ["e99695" if done[0] % 2 else "d93f0b"])
+            done[0] += 1
+    return done
+
+
 def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args, log_dir: Path) -> dict:
     log = open(log_dir / f"{name}.log", "w")
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_port(port, proc)
         drive(port, cookie, args.clients, min(3.0, args.duration), 10_000)  # warm-up: imports, connections, caches
-        return drive(port, cookie, args.clients, args.duration, args.max_requests)
+        pids = backends(args.database_url)
+        before, db_before = group_cpu_s(proc.pid), sum(cpu_s(pid) for pid in pids)
+        client_before = time.process_time()
+        stop, writes = threading.Event(), []
+        writer = threading.Thread(target=lambda: writes.extend(write_now_and_then(args.database_url, args.writes, stop)))
+        if args.writes:
+            writer.start()
+        result = drive(port, cookie, args.clients, args.duration, args.max_requests)
+        stop.set()
+        if args.writes:
+            writer.join(10)
+        client = time.process_time() - client_before
+        web = group_cpu_s(proc.pid) - before
+        db = sum(cpu_s(pid) for pid in set(pids) | set(backends(args.database_url))) - db_before
+        served = max(result["requests"], 1)
+        return {**result, "server_ms": (web + db) * 1000 / served, "db_ms": db * 1000 / served, "client_ms": client * 1000 / served,
+                "writes": writes[0] if writes else 0}
     finally:
         os.killpg(proc.pid, 15)
         try:
@@ -172,6 +243,8 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/bench_load",
                         help="a database this benchmark may drop and recreate")
     parser.add_argument("--only", choices=["gunicorn", "runserver"], help="measure one server only")
+    parser.add_argument("--writes", type=float, default=0.0,
+                        help="label colour changes per second while the clients run (each makes every cached table old)")
     args = parser.parse_args()
     if args.database_url.split("@")[-1].split(":")[0].split("/")[0] not in ("127.0.0.1", "localhost"):
         sys.exit("bench_load only runs against a PostgreSQL on 127.0.0.1")
@@ -196,16 +269,20 @@ def main() -> None:
         if args.only != "runserver":
             servers["gunicorn"] = (
                 [gunicorn, "triage_site.wsgi", "--workers", str(args.workers), "--bind", f"127.0.0.1:{port}",
-                 "--access-logfile", "-", "--log-level", "warning"], port)
+                 "--log-level", "warning"], port)
         port = free_port()
         if args.only != "gunicorn":
             servers["runserver"] = ([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], port)
         results = {}
-        print(f"{'server':28} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8}")
+        print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+              + (f"; {args.writes:g} label changes a second while measuring" if args.writes else ""))
+        print(f"{'server':32} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'CPU ms/req: server':>19} {'(PostgreSQL)':>12} {'client':>7}")
         for name, (argv, port) in servers.items():
             label = f"{name} ({args.workers} workers)" if name == "gunicorn" else f"{name} (threaded, 1 process)"
             r = results[name] = measure(name, argv, env, port, cookie, args, tmp)
-            print(f"{label:28} {r['requests']:9d} {r['errors']:7d} {r['rps']:7.1f} {r['p50'] * 1000:8.1f} {r['p99'] * 1000:8.1f}"
+            print(f"{label:32} {r['requests']:9d} {r['errors']:7d} {r['rps']:7.1f} {r['p50'] * 1000:8.1f} {r['p99'] * 1000:8.1f} "
+                  f"{r['server_ms']:19.2f} {r['db_ms']:12.2f} {r['client_ms']:7.2f}" + (f"  ({r['writes']} writes)" if args.writes else "")
                   + (f"  errors: {', '.join(r['error_kinds'])}" if r["errors"] else ""))
         if len(results) == 2:
             g, b = results["gunicorn"], results["runserver"]
@@ -213,6 +290,7 @@ def main() -> None:
         if "gunicorn" in results:
             p50 = results["gunicorn"]["p50"] * 1000
             print(f"gunicorn p50 {p50:.0f} ms with {args.clients} clients: {'meets' if p50 < 200 else 'MISSES'} the 200 ms target")
+        print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         recreate_database(args.database_url)  # leave an empty database, not 5,000 rows
 
 

@@ -612,8 +612,9 @@ class TriageDecision(models.Model):
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["status", "created_at"], name="decision_status_idx"),
-            # Queue health (metrics.py): decisions per triager in a window.
-            models.Index(fields=["created_at"], name="decision_created_idx"),
+            # Queue health (metrics.py): decisions per triager in a window, read from the index alone
+            # (an index-only scan: the user and status are in it too).
+            models.Index(fields=["created_at", "user", "status"], name="decision_window_idx"),
         ]
         permissions = [
             ("apply_labels", "Can apply labels, flags and redirects to GitHub"),
@@ -669,6 +670,20 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.issue_id} -> {self.user}"
+
+
+class QueueVersion(models.Model):
+    """One row whose token changes with every committed write to what the queue table shows.
+
+    Database triggers change it (rubric_app/queue_cache.py lists the tables and columns), so
+    every write path (the sync's bulk upserts, webhooks, decisions, the admin, `update()`) is
+    covered; the queue page keeps its rendered table under the token it read (queue_cache.table).
+    """
+
+    token = models.CharField(max_length=36)
+
+    def __str__(self) -> str:
+        return self.token
 
 
 class GitHubWrite(models.Model):
@@ -803,4 +818,5 @@ __all__ = [
     "WorkerHeartbeat",
     "Duty",
     "Assignment",
+    "QueueVersion",
 ]

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, decisions, metrics, sharing
+from . import bisect_runs, decisions, metrics, queue_cache, sharing
 from .bisection import extract_repro
 from .forms import (
     MEETING_DECISIONS, BisectForm, DutyForm, MeetingDecisionForm, MetricsForm, QueueFilterForm, TriageForm,
@@ -138,16 +138,25 @@ def _issue_context(issue: Issue, **extra) -> dict:
 @login_required
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
+    """The queue; its table is queue_cache's when nothing the table shows has changed (never an old one)."""
     _require(request, "view_issue")
     form = QueueFilterForm(request.GET)
+    table = queue_cache.table(request, lambda **markers: _queue_table(request, form, markers))
+    if request.htmx:
+        return HttpResponse(table)
+    context = {"table": table, "form": form, "lane": form.lane_value(), "lanes": QueueFilterForm.LANES}
+    return render(request, "rubric_app/queue.html", context)
+
+
+def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> str:
+    """The #queue-table fragment: one page of the lane's rows, the count, the pager, the issue a search names."""
     lane = form.lane_value()
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=_latest_verdict())
     rows = _with_assignee(rows, request.user, mine=lane == "mine")
     page, page_note = _page_or_last(rows, request.GET.get("page"))
-    context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "lanes": QueueFilterForm.LANES,
-               "module_labels": module_label_names(), "query": _query_without_page(request),
-               "reference": form.reference()}
-    return render(request, _partial(request, "rubric_app/queue.html", "queue-table"), context)
+    context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "module_labels": module_label_names(),
+               "query": _query_without_page(request), "reference": form.reference(), **markers}
+    return render_to_string("rubric_app/queue.html#queue-table", context, request)
 
 
 def _page_or_last(rows, number: str | None):

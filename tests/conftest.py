@@ -154,6 +154,23 @@ def processes_with_cmdline(needle: bytes) -> list[int]:
     return found
 
 
+def passes_on_sqlite(test_file: str, tmp_path) -> None:
+    """Run test_file again in a child pytest on a fresh SQLite database (the embedded default); fail with
+    its output unless every test passed. Skipped when this run is on SQLite already."""
+    if connection.vendor == "sqlite":
+        pytest.skip("already running on SQLite")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN"))}
+    env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="memory://",
+               TRIAGE_VAR_DIR=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-k", "not on_sqlite"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in summary and "failed" not in summary, summary
+
+
 @pytest.fixture(autouse=True)
 def _github_on_this_machine(settings):
     """Tests never reach api.github.com: with no token, GitHub is a local address (nothing listens

@@ -11,7 +11,7 @@ from rubric_app import metrics
 from rubric_app.decisions import Plan, apply_decision, request_decision
 from rubric_app.models import Issue, Suggestion, TriageDecision
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue, make_label
+from tests.conftest import make_issue, make_label, passes_on_sqlite
 
 URL = reverse("rubric_app:metrics")
 # A Wednesday noon: the current week started Monday 2026-11-02.
@@ -71,6 +71,21 @@ def test_it_measures_time_to_triage_from_the_first_decision(triager, chair):
     assert (health.triage_median_h, health.triage_p90_h) == pytest.approx((12.0, 96.0))
     assert [(w.triaged, w.triage_median_h, w.triage_p90_h) for w in health.weeks] == [
         (2, pytest.approx(49.0), pytest.approx(96.0)), (1, pytest.approx(12.0), pytest.approx(12.0))]
+
+
+@pytest.mark.django_db
+def test_it_puts_a_moment_at_monday_midnight_in_the_week_it_starts():
+    monday = datetime(2026, 11, 2, tzinfo=dt_timezone.utc)  # the current week's first instant
+    just_before = monday - timedelta(microseconds=1)
+    make_issue(1, created_at=monday, first_decided_at=monday)
+    make_issue(2, created_at=just_before, first_decided_at=just_before)
+    make_issue(3, created_at=_at(1), first_decided_at=NOW + timedelta(days=30))  # stamped after the window: its last week
+    make_issue(4, created_at=NOW + timedelta(days=30))                             # opened after it: not counted
+
+    health = metrics.queue_health(weeks=2, now=NOW)
+
+    assert [(w.opened, w.triaged) for w in health.weeks] == [(1, 1), (2, 2)]
+    assert health.open_now == 3 and health.triaged == 3
 
 
 @pytest.mark.django_db
@@ -142,14 +157,14 @@ def test_it_shows_charts_with_their_numbers_beside_them(client, viewer):
 
 def test_it_makes_the_same_few_queries_whatever_the_data(client, viewer, django_assert_num_queries):
     client.force_login(viewer)
-    # session, user, the viewer's permissions (own and groups'), then five: opened per week,
-    # left per week, age buckets, time to triage, decisions per triager.
-    with django_assert_num_queries(9):
+    # session, user, the viewer's permissions (own and groups'), then four: opened and left per
+    # week, age buckets, time to triage (ranked by PostgreSQL, fetched on SQLite), decisions per triager.
+    with django_assert_num_queries(8):
         assert client.get(URL).status_code == 200
     for n in range(10):
         issue = make_issue(100 + n, created_at=_at(n * 3), first_decided_at=_at(-1000))
         _decide(issue, viewer, days_ago=-1000)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(8):
         assert client.get(URL, {"weeks": 30}).status_code == 200
 
 
@@ -171,3 +186,9 @@ def test_it_sends_anonymous_visitors_to_sign_in_and_refuses_post(client, viewer)
     assert client.get(URL).status_code == 302
     client.force_login(viewer)
     assert client.post(URL).status_code == 405
+
+
+def test_it_passes_these_tests_on_sqlite(tmp_path):
+    """The embedded default's paths (the weeks by comparisons, the hours ranked in Python): this file again,
+    in a child pytest on a SQLite database."""
+    passes_on_sqlite(__file__, tmp_path)

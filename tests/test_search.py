@@ -6,9 +6,6 @@ again on SQLite (FTS5), the embedded default: the same assertions on both databa
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -19,7 +16,7 @@ from django.utils import timezone
 from rubric_app import search, search_index
 from rubric_app.models import Comment, Issue
 from rubric_app.sync import sync_queue
-from tests.conftest import ROOT, make_issue, make_label
+from tests.conftest import make_issue, make_label, passes_on_sqlite
 
 URL = reverse("rubric_app:queue")
 
@@ -261,15 +258,4 @@ def test_it_restores_the_fts5_triggers_after_a_table_remake():
 
 def test_it_passes_these_tests_on_sqlite(tmp_path):
     """The embedded default's FTS5 path: this file again, in a child pytest on a SQLite database."""
-    if connection.vendor == "sqlite":
-        pytest.skip("already running on SQLite")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN"))}
-    env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="memory://",
-               TRIAGE_VAR_DIR=str(tmp_path))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "not on_sqlite"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in summary and "failed" not in summary, summary
+    passes_on_sqlite(__file__, tmp_path)

@@ -50,7 +50,7 @@ def health_chart(health: metrics.QueueHealth, name: str) -> SafeString:
 
 @register.simple_tag
 def queue_health_summary(weeks: int = 4) -> metrics.QueueHealth:
-    """The meeting page's figures (the last `weeks` weeks); five queries, see metrics.queue_health."""
+    """The meeting page's figures (the last `weeks` weeks); four queries, see metrics.queue_health."""
     return metrics.queue_health(weeks=weeks)
 
 
@@ -63,13 +63,13 @@ def roster(now=None) -> dict:
 
     from rubric_app.forms import module_label_names
     from rubric_app.models import Duty, week_start
-    from rubric_app.sharing import untriaged
+    from rubric_app.sharing import unassigned as unassigned_issues, untriaged
 
     week = week_start(now or timezone.now())
     duties = list(Duty.objects.for_week(week))
     assigned = list(untriaged().filter(assignment__isnull=False).select_related("assignment__user")
                     .order_by("assignment__user__username", "number")[:200])
-    unassigned = untriaged().filter(assignment__isnull=True).aggregate(n=Count("pk"))["n"]
+    unassigned = unassigned_issues().aggregate(n=Count("pk"))["n"]
     can_triage = Q(is_superuser=True) | Q(groups__permissions__codename="apply_labels") | Q(
         user_permissions__codename="apply_labels")
     triagers = list(get_user_model().objects.filter(can_triage, is_active=True).distinct()
