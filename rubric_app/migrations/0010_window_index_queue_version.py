@@ -11,7 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0008_health'),
+        ('rubric_app', '0009_decision_replies'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
