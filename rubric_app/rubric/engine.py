@@ -36,6 +36,7 @@ from .facts import (
 )
 from .model import GOVERNING_RULE, LabelModel, features
 from .rules import thread_facts
+from .similarity import similar_findings
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -106,6 +107,8 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
         feats = features(facts.sources, findings, thread_facts(facts))
         predictions = learned.predict(feats)
         findings += _model_findings(learned, feats, predictions, findings)
+    # After the model's features: its neighbours' labels are no feature the model learned from.
+    findings += similar_findings(issue)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence,
                    learned=learned, predictions=predictions)
 
@@ -182,8 +185,10 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
         if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
+            if x.origin == "similar":  # the neighbours' vote: its weight is its measured precision already
+                return max(p, x.weight)
             return max(p, rule_p) if x.weight >= OVERRIDES_AVOID and x.origin == "rule" else p
-        return rule_p
+        return x.weight if x.origin == "similar" else rule_p
     return score
 
 
