@@ -8,8 +8,8 @@ databases: a lookup reads, for each of the issue's terms, the CHAMPIONS issues w
 weighs most (one index range each), keeps the CANDIDATES best by that partial sum, then scores
 those exactly. signature_groups() is the queue's "N open issues share this failure".
 
-The heads of the lists are read in one statement for any number of terms (LATERAL on PostgreSQL, a
-correlated IN on SQLite); the rest is SQL both run. The arithmetic is similarity.MemoryIndex's.
+The same SQL on both databases, a few statements whatever the number of issues looked up; the
+arithmetic is similarity.MemoryIndex's.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from rubric_app.models import BisectionRun, Issue, IssueTerm
 from rubric_app.rubric.signature import Signature, signature_of
 from rubric_app.rubric.similarity import shared_words, terms_of
 
-CHAMPIONS = 300  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
-CANDIDATES = 60  # scored exactly
+CHAMPIONS = 200  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
+CANDIDATES = 30  # scored exactly
 SHOWN = 8  # on the issue page
 MIN_SHOWN = 0.05  # a cosine below this is no likeness worth a triager's look
 # The suggestion vote, for a whole batch at once: the heaviest terms of each issue, the heads of their
 # lists among labelled issues only, and a few candidates scored exactly (similarity.VOTERS of them vote).
-VOTE_TERMS = 16
-VOTE_CHAMPIONS = 100
+VOTE_TERMS = 12
+VOTE_CHAMPIONS = 50
 VOTE_CANDIDATES = 10
 GROUP_MEMBERS_SHOWN = 8
 SIGNATURE_FIELDS = ["signature", "signature_text", "signature_parts"]
@@ -69,12 +69,22 @@ def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
     with transaction.atomic():
         list(Issue.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
         IssueTerm.objects.filter(issue_id__in=ids).delete()
-        # One executemany, not bulk_create: on SQLite that splits 50 terms an issue into an INSERT per 249 rows.
-        with connection.cursor() as cursor:
-            if rows:
-                cursor.executemany(f"INSERT INTO {IssueTerm._meta.db_table} (issue_id, term, weight, labelled) "
-                                   "VALUES (%s, %s, %s, %s)", rows)
+        _insert_terms(rows)
         Issue.objects.bulk_update(issues, SIGNATURE_FIELDS, batch_size=500)
+
+
+def _insert_terms(rows: list[tuple[int, str, float, bool]]) -> None:
+    """Insert (issue id, term, weight, labelled) rows in one statement, not bulk_create's one per 249 rows
+    on SQLite: PostgreSQL takes them as four arrays, SQLite (in-process) as one executemany."""
+    if not rows:
+        return
+    sql = f"INSERT INTO {IssueTerm._meta.db_table} (issue_id, term, weight, labelled) "
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(sql + "SELECT * FROM unnest(%s::bigint[], %s::varchar[], %s::float8[], %s::boolean[])",
+                           [list(column) for column in zip(*rows)])
+        else:
+            cursor.executemany(sql + "VALUES (%s, %s, %s, %s)", rows)
 
 
 def reindex(issues: QuerySet[Issue], batch: int = 500) -> int:
@@ -98,70 +108,65 @@ def vector_of(issue: Issue) -> dict[str, float]:
     return vector
 
 
-def _champions(terms: list[str], per_term: int, labelled: bool) -> dict[str, list[tuple[int, float]]]:
-    """{term: [(issue id, weight)]}: the `per_term` issues where each term weighs most (the head of its
-    index range), of labelled issues only when `labelled`. One statement for any number of terms."""
+def _candidates(queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool) -> dict[int, list[int]]:
+    """{issue id: the `limit` other issues with the highest partial dot product} for each query ([(term, weight)]).
+
+    Partial: over the head of each term's list only, the `per_term` issues where the term weighs most
+    (ties in index order: by issue id); of labelled issues only when `labelled`. One statement, the same
+    on both databases, for any number of queries: each term's floor is the entry `per_term` places down
+    its index range, then one range scan per term from the top to that floor.
+    (Faster than a LIMIT per term through UNION ALL, LATERAL or a correlated IN, measured on both.)
+    """
     table = IssueTerm._meta.db_table
     only = " AND t.labelled" if labelled else ""
-    if connection.vendor == "postgresql":
-        sql = (f"SELECT q.term, c.issue_id, c.weight FROM unnest(%s::varchar[]) AS q(term) CROSS JOIN LATERAL "
-               f"(SELECT t.issue_id, t.weight FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC LIMIT %s) c")
-        params = [terms, per_term]
-    else:  # SQLite has no LATERAL: a correlated IN picks each term's head by its rowid
-        values = ", ".join(["(%s)"] * len(terms))
-        sql = (f"WITH q(term) AS (VALUES {values}) SELECT h.term, h.issue_id, h.weight FROM q JOIN {table} h ON h.id IN "
-               f"(SELECT t.id FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC LIMIT %s)")
-        params = [*terms, per_term]
-    heads: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    rows = [(pk, term, weight) for pk, query in queries.items() for term, weight in query]
+    values = ", ".join(["(%s, %s, %s)"] * len(rows))
+    last = f"FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC, t.issue_id LIMIT 1 OFFSET %s"
+    sql = (f"WITH q(src, term, w) AS (VALUES {values}), "
+           f"floors AS MATERIALIZED (SELECT q.src, q.term, q.w, COALESCE((SELECT t.weight {last}), -1.0) AS weight, "
+           f"COALESCE((SELECT t.issue_id {last}), {2**62}) AS issue_id FROM q), "
+           f"scores AS (SELECT f.src, t.issue_id AS dst, SUM(f.w * t.weight) AS s FROM floors f "
+           f"JOIN {table} t ON t.term = f.term{only} AND t.weight >= f.weight AND (t.weight > f.weight OR t.issue_id <= f.issue_id) "
+           f"WHERE t.issue_id <> f.src GROUP BY f.src, t.issue_id), "
+           f"ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n FROM scores) "
+           f"SELECT src, dst FROM ranked WHERE n <= %s ORDER BY src, n")
+    found: dict[int, list[int]] = defaultdict(list)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for term, issue_id, weight in cursor.fetchall():
-            heads[term].append((issue_id, weight))
-    return heads
+        cursor.execute(sql, [value for row in rows for value in row] + [per_term - 1, per_term - 1, limit])
+        for src, dst in cursor.fetchall():
+            found[src].append(dst)
+    return found
 
 
-def _shared(pairs: list[tuple[int, int]]) -> dict[tuple[int, int], dict[str, float]]:
-    """{(issue id, other id): {shared term: product of their weights}} from the stored vectors: one statement."""
-    table = IssueTerm._meta.db_table
-    values = ", ".join(["(%s, %s)"] * len(pairs))
-    found: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH pair(a, b) AS (VALUES {values}) SELECT pair.a, pair.b, q.term, q.weight * t.weight FROM pair "
-                       f"JOIN {table} q ON q.issue_id = pair.a JOIN {table} t ON t.issue_id = pair.b AND t.term = q.term",
-                       [n for pair in pairs for n in pair])
-        for a, b, term, product in cursor.fetchall():
-            found[(a, b)][term] = product
+def _vectors(ids: set[int]) -> dict[int, dict[str, float]]:
+    """The stored vectors of these issues: one query on the (issue, term) index, whatever the database's planner thinks."""
+    found: dict[int, dict[str, float]] = defaultdict(dict)
+    for issue_id, term, weight in IssueTerm.objects.filter(issue_id__in=ids).values_list("issue_id", "term", "weight"):
+        found[issue_id][term] = weight
     return found
 
 
 def rank(vectors: dict[int, dict[str, float]], *, per_term: int = CHAMPIONS, candidates: int = CANDIDATES,
-         labelled: bool = False, query_terms: int | None = None) -> dict[int, list[tuple[int, float, list[str]]]]:
-    """{issue id: [(other id, cosine, shared words)] best first} for each stored vector in `vectors`.
+         labelled: bool = False, query_terms: int | None = None) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
+    """{issue id: [(other id, cosine, shared words, shared terms)] best first} for each stored vector in `vectors`.
 
     Candidates come from the heads of the lists of each vector's heaviest `query_terms` terms (all by
-    default), by their partial sums; the best `candidates` are then scored exactly over all the terms
-    both issues have. labelled: only issues carrying a module: label (the suggestion vote). Two
-    statements for the whole batch, whatever its size.
+    default), by their partial sums (_candidates); the best `candidates` are then scored exactly over all
+    the terms both issues have, from their stored vectors. labelled: only issues carrying a module: label
+    (the suggestion vote). Two statements for the whole batch, whatever its size.
     """
     queries = {pk: sorted(v.items(), key=lambda item: (-item[1], item[0]))[:query_terms] for pk, v in vectors.items() if v}
-    terms = sorted({term for query in queries.values() for term, _ in query})
-    if not terms:
+    if not queries:
         return {}
-    heads = _champions(terms, per_term, labelled)
-    chosen: dict[int, list[int]] = {}
-    for pk, query in queries.items():
-        partial: dict[int, float] = defaultdict(float)
-        for term, weight in query:
-            for other, w in heads.get(term, ()):
-                if other != pk:
-                    partial[other] += weight * w
-        chosen[pk] = sorted(partial, key=lambda other: (-partial[other], other))[:candidates]
-    pairs = [(pk, other) for pk, others in chosen.items() for other in others]
-    shared = _shared(pairs) if pairs else {}
+    chosen = _candidates(queries, per_term, candidates, labelled)
+    stored = _vectors({other for others in chosen.values() for other in others})
     out = {}
     for pk, others in chosen.items():
-        scored = [(other, round(sum(shared[(pk, other)].values()), 4), shared_words(vectors[pk], shared[(pk, other)]))
-                  for other in others if (pk, other) in shared]
+        vector, scored = vectors[pk], []
+        for other in others:
+            shared = vector.keys() & stored[other].keys()
+            score = sum(vector[t] * stored[other][t] for t in shared)
+            scored.append((other, round(score, 4), shared_words(vector, stored[other]), shared))
         out[pk] = sorted(scored, key=lambda item: (-item[1], item[0]))
     return out
 
@@ -170,7 +175,7 @@ def rank(vectors: dict[int, dict[str, float]], *, per_term: int = CHAMPIONS, can
 class Similar:
     """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed."""
 
-    issue: Issue
+    issue: Issue | int  # its id until neighbours() has fetched the rows it shows
     similarity: float
     same_signature: bool
     words: list[str] = field(default_factory=list)
@@ -188,37 +193,39 @@ def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
     found = rank({issue.pk: vector_of(issue)}).get(issue.pk)
     if not found:
         return []
-    rows = Issue.objects.filter(pk__in=[pk for pk, _, _ in found]).only(
+    twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
+    scored = [Similar(pk, score, twin in terms, words) for pk, score, words, terms in found if score >= MIN_SHOWN]
+    scored.sort(key=lambda s: (not s.same_signature, -s.similarity, s.issue))
+    scored = scored[:limit]
+    rows = Issue.objects.filter(pk__in=[s.issue for s in scored]).only(
         "number", "title", "state", "in_queue", "is_pull_request", "signature", "html_url").prefetch_related("labels").in_bulk()
-    out = [Similar(rows[pk], score, bool(issue.signature) and rows[pk].signature == issue.signature, words)
-           for pk, score, words in found if pk in rows and score >= MIN_SHOWN]
-    out.sort(key=lambda s: (not s.same_signature, -s.similarity, s.issue.number))
-    return out[:limit]
+    for s in scored:
+        s.issue = rows[s.issue]
+    return [s for s in scored if isinstance(s.issue, Issue)]
 
 
 def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbour, ...]]:
-    """{issue id: its most similar triaged issues as the engine's evidence} for the open queue issues among
-    `issues` (the vote helps triage them; others get none).
+    """{issue id: its most similar triaged issues (carrying a module: label) as the engine's evidence} for
+    the open queue issues among `issues` (the vote helps triage them; others get none).
 
-    Four queries for the whole batch: the candidates among labelled issues and their scores (rank), the
-    neighbours' labels, their numbers and signatures.
+    Three queries for the whole batch: the candidates among labelled issues and their scores (rank),
+    then the module labels and numbers of them all.
     """
     found = rank({issue.pk: vector_of(issue) for issue in issues if issue.in_queue and issue.state == Issue.State.OPEN},
                  per_term=VOTE_CHAMPIONS, candidates=VOTE_CANDIDATES, labelled=True, query_terms=VOTE_TERMS)
-    ids = {pk for near in found.values() for pk, _, _ in near}
+    ids = {pk for near in found.values() for pk, *_ in near}
     if not ids:
         return {}
     labels: dict[int, list[str]] = defaultdict(list)
-    through = Issue.labels.through
-    for pk, name in through.objects.filter(issue_id__in=ids, label__name__startswith="module:").values_list(
-            "issue_id", "label__name"):
+    numbers: dict[int, int] = {}
+    for pk, number, name in Issue.labels.through.objects.filter(issue_id__in=ids, label__name__startswith="module:").values_list(
+            "issue_id", "issue__number", "label__name"):
         labels[pk].append(name)
-    others = {pk: (number, key) for pk, number, key in Issue.objects.filter(pk__in=ids).values_list("pk", "number", "signature")}
-    signature = {issue.pk: issue.signature for issue in issues}
+        numbers[pk] = number
+    signature = {issue.pk: f"sig:{issue.signature}" if issue.signature else "" for issue in issues}
     return {
-        pk: tuple(rubric.Neighbour(others[other][0], tuple(sorted(labels[other])), score,
-                                   bool(signature[pk]) and others[other][1] == signature[pk])
-                  for other, score, _ in near if labels.get(other))
+        pk: tuple(rubric.Neighbour(numbers[other], tuple(sorted(labels[other])), score, signature[pk] in terms)
+                  for other, score, _, terms in near if other in numbers)
         for pk, near in found.items()
     }
 

@@ -3,8 +3,8 @@
 terms_of() turns an issue into at most TERMS_PER_ISSUE + a few signature terms, weighted by TF-IDF
 (document frequencies from PT2 issues, data/pt2_terms.json) and L2-normalized, so that the dot
 product of two vectors is their cosine. The failure signature (signature.py) adds terms of its
-own: the whole key, the message, the innermost frames, the exception class, so that reports of one
-failure rank above reports that only share words. The same vectors are stored per issue in the
+own: the whole key, the message and the innermost frame, so that reports of one failure rank above
+reports that only share words. The same vectors are stored per issue in the
 database (rubric_app/similar.py), where the dot product is a join on the term; MemoryIndex is the
 same arithmetic in memory, for the offline evaluation.
 
@@ -41,8 +41,10 @@ MAX_TERM = 100  # the stored term's length (a frame name can be longer)
 MAX_TEXT = 30_000
 TITLE_COUNTS = 1  # a title word counts as this many body words
 # The signature's terms, against the text's unit-length vector: two reports of one failure share
-# about 0.6 of their (renormalized) vector whatever their wording; one frame in common adds a little.
-SIGNATURE_WEIGHTS = {"sig": 1.0, "msg": 0.5, "frame0": 0.5, "frame1": 0.3, "frame2": 0.2, "exc": 0.2}
+# about 0.6 of their (renormalized) vector whatever their wording; the same message or the same
+# innermost frame alone adds a little. Not the exception class nor the outer frames: AssertionError
+# and eval_frame.py are in half the tracebacks, and say nothing of which ones are alike.
+SIGNATURE_WEIGHTS = {"sig": 1.0, "msg": 0.5, "frame": 0.5}
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{1,40}")
 _DIGITS = re.compile(r"\d+")
@@ -146,9 +148,7 @@ def signature_terms(signature: Signature | None) -> dict[str, float]:
     """The signature's own terms and weights (SIGNATURE_WEIGHTS); none without a signature."""
     if signature is None:
         return {}
-    terms = {f"exc:{signature.exception.lower()}"[:MAX_TERM]: SIGNATURE_WEIGHTS["exc"]}
-    for i, frame in enumerate(signature.frames[:3]):
-        terms.setdefault(f"frame:{frame}"[:MAX_TERM], SIGNATURE_WEIGHTS[f"frame{i}"])
+    terms = {f"frame:{signature.frames[0]}"[:MAX_TERM]: SIGNATURE_WEIGHTS["frame"]} if signature.frames else {}
     if signature.specific:
         terms[f"sig:{signature.key}"] = SIGNATURE_WEIGHTS["sig"]
         if signature.message:
