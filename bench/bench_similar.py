@@ -34,6 +34,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from bench_metrics import recreate_database, setup_django  # the same scratch database and settings
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = 200
 
@@ -46,37 +48,6 @@ FRAMES = ["torch/_inductor/lowering.py", "torch/_inductor/ir.py", "torch/_induct
           "torch/fx/experimental/symbolic_shapes.py", "torch/_decomp/decompositions.py"]
 VERBS = ["expected", "could not", "cannot", "failed to", "unsupported"]
 NOUNS = ["static pad amount", "contiguous input", "stride", "guard on size", "layout", "symbolic size", "dtype", "kernel"]
-
-
-def recreate_database(url: str) -> None:
-    """Drop and create the scratch database named by url (never one the dashboard uses)."""
-    import psycopg
-
-    base, name = url.rsplit("/", 1)
-    if not name.startswith("bench"):
-        sys.exit(f"refusing to drop {name!r}: the scratch database's name must start with 'bench'")
-    with psycopg.connect(base.replace("postgres://", "postgresql://", 1) + "/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def setup_django(url: str, tmp: Path) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["TRIAGE_VAR_DIR"] = str(tmp)
-    os.environ["CELERY_BROKER_URL"] = "memory://"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "triage_site.settings")
-    os.environ["LOG_LEVEL"] = "WARNING"
-    os.environ.pop("SECRET_KEY", None)
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.conf import settings
-
-    settings.DEBUG = False  # DEBUG would keep every query in memory
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def failures(rng: random.Random, count: int = 300) -> list[tuple[str, str, str]]:
