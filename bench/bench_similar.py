@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import statistics
-import sys
 import tempfile
 import time
 from datetime import timedelta
