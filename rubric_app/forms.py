@@ -13,6 +13,7 @@ from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
 from .models import BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
+from .rubric.facts import CORE
 from .search import issue_number
 
 ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall"),
@@ -358,12 +359,13 @@ class GroupDecisionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.members, self.allowed = {issue.number: issue for issue in members}, allowed
         self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
+        # The module labels suggested for or carried by the most of them first, then the other core components.
         suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = {name: 0 for name in CORE}
         for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
-            if name.startswith("module:") and name in allowed:
+            if name.startswith("module:"):
                 counts[name] = counts.get(name, 0) + 1
-        self.fields["labels"].choices = [(name, name) for name in sorted(counts, key=lambda n: (-counts[n], n))]
+        self.fields["labels"].choices = [(name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
         if not self.is_bound:
             # Ticked: every issue, and the module labels the rubric pre-selects on all of them.

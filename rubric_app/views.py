@@ -558,5 +558,7 @@ def group_apply(request: HttpRequest, key: str) -> HttpResponse:
         context = {"key": key, "made": made, "form": form, **_waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/group.html#group-outcome", context)
     queued = sum(1 for _, d in made if d and d.status == TriageDecision.Status.PENDING)
-    messages.success(request, f"{queued} of {len(made)} decisions queued; each issue page shows its outcome.")
+    refused = sum(1 for _, d in made if d and d.status == TriageDecision.Status.REFUSED)
+    messages.success(request, f"{queued} decision{'s' if queued != 1 else ''} queued, {refused} refused: "
+                              "each issue's row and page show its outcome.")
     return redirect("rubric_app:signature_group", key=key)
