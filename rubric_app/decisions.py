@@ -2,8 +2,9 @@
 
 plan_changes turns the triage form's choices into a Plan: label additions and removals
 (RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
-transfer (G1, G2). request_decision validates (G4, G7, R11, the queue) and records a
-TriageDecision, refused or pending; a pending one is applied by apply_decision in the
+transfer (G1, G2), or a close as a duplicate of another issue with the standard comment.
+request_decision validates (G4, G7, R11, the queue, the duplicate's original) and records a
+TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one is applied by apply_decision in the
 single-concurrency `github` Celery queue, one change at a time, after checking that nobody
 changed the labels since the triager looked. Each HTTP call is recorded as a GitHubWrite.
 """

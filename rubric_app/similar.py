@@ -175,7 +175,7 @@ def rank(vectors: dict[int, dict[str, float]], *, per_term: int = CHAMPIONS, can
 class Similar:
     """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed."""
 
-    issue: Issue | int  # its id until neighbours() has fetched the rows it shows
+    issue: Issue
     similarity: float
     same_signature: bool
     words: list[str] = field(default_factory=list)
@@ -190,18 +190,15 @@ class Similar:
 def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
     """The issue's most similar issues (open and closed, in the queue or not): same failure signature
     first, then by cosine. Five queries, whatever the size of the mirror."""
-    found = rank({issue.pk: vector_of(issue)}).get(issue.pk)
+    twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
+    found = [(twin in terms, score, pk, words) for pk, score, words, terms in rank({issue.pk: vector_of(issue)}).get(issue.pk, ())
+             if score >= MIN_SHOWN]
+    found = sorted(found, key=lambda item: (not item[0], -item[1], item[2]))[:limit]
     if not found:
         return []
-    twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
-    scored = [Similar(pk, score, twin in terms, words) for pk, score, words, terms in found if score >= MIN_SHOWN]
-    scored.sort(key=lambda s: (not s.same_signature, -s.similarity, s.issue))
-    scored = scored[:limit]
-    rows = Issue.objects.filter(pk__in=[s.issue for s in scored]).only(
+    rows = Issue.objects.filter(pk__in=[pk for _, _, pk, _ in found]).only(
         "number", "title", "state", "in_queue", "is_pull_request", "signature", "html_url").prefetch_related("labels").in_bulk()
-    for s in scored:
-        s.issue = rows[s.issue]
-    return [s for s in scored if isinstance(s.issue, Issue)]
+    return [Similar(rows[pk], score, same, words) for same, score, pk, words in found if pk in rows]
 
 
 def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbour, ...]]:
