@@ -2,15 +2,16 @@
 
 plan_changes turns the triage form's choices into a Plan: label additions and removals
 (RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
-transfer (G1, G2). request_decision validates (G4, G7, R11, the queue) and records a
-TriageDecision, refused or pending; a pending one is applied by apply_decision in the
+transfer (G1, G2), or a close as a duplicate of another issue with the standard comment.
+request_decision validates (G4, G7, R11, the queue, the duplicate's original) and records a
+TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one is applied by apply_decision in the
 single-concurrency `github` Celery queue, one change at a time, after checking that nobody
 changed the labels since the triager looked. Each HTTP call is recorded as a GitHubWrite.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -26,8 +27,8 @@ from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
 
 MEETING_DECISIONS = ("high priority", "triaged", "needs reproduction", "low priority", "close")
 PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
-# The routes that stop labelling (G1, G2): what each one sends instead.
-QUESTION, MORE_INFO, TRANSFER = "question", "more info", "transfer"
+# The routes that stop labelling (G1, G2, a duplicate): what each one sends instead.
+QUESTION, MORE_INFO, TRANSFER, DUPLICATE = "question", "more info", "transfer", "duplicate"
 CLOSE_REASONS = ("completed", "not_planned", "duplicate")
 
 
@@ -40,10 +41,15 @@ class Plan:
     reply: str = ""  # a standard reply's name (rubric_app/data/pytorch_triage_templates.json), posted first
     close_reason: str = ""  # "" (stays open), or GitHub's state_reason: completed, not_planned, duplicate
     transfer_to: str = ""  # G2: the repository the issue moves to, last
+    duplicate_of: int | None = None  # the original's number, named by the "duplicate" reply
 
     @property
     def comment(self) -> str:
-        return load_replies()[self.reply]["comment"] if self.reply else ""
+        """The reply's text; the duplicate reply names the original ("Duplicate of #N": GitHub marks it so)."""
+        if not self.reply:
+            return ""
+        text = load_replies()[self.reply]["comment"]
+        return text.replace("{original}", f"#{self.duplicate_of}") if self.duplicate_of else text
 
     @property
     def close(self) -> bool:
@@ -54,7 +60,13 @@ class Plan:
         return not (self.add or self.remove or self.reply or self.close or self.transfer_to)
 
 
-def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "") -> Plan:
+def plan_duplicate(original: int) -> Plan:
+    """Close as a duplicate of #original, with the standard comment (which GitHub reads as the link)."""
+    return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
+
+
+def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "",
+                 duplicate_of: int | None = None) -> Plan:
     """Return the Plan for the triager's choices: exactly what GitHub will see.
 
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
@@ -65,7 +77,8 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, t
     removed by these rules, never because they were not ticked.
     Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
-    logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2).
+    logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2), "duplicate" closes it as a
+    duplicate of #duplicate_of with the standard comment.
     """
     if route == QUESTION:
         return Plan(reply="redirect_to_forum", close_reason="not_planned")
@@ -73,6 +86,8 @@ def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, t
         return Plan(reply="request_more_info")
     if route == TRANSFER:
         return Plan(transfer_to=transfer_to)
+    if route == DUPLICATE:
+        return plan_duplicate(duplicate_of)
     current = set(issue.label_names())
     target = set(current) | set(chosen)
     if not route:  # no routing choice: the issue stays in the PT2 lane it is in
@@ -108,8 +123,32 @@ def leaves_triaged_without_component(issue: Issue, add: list[str], remove: list[
     return makes_it and PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
 
 
-def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "") -> str:
-    """Why this decision may not go to GitHub, in plain words; "" when it may."""
+def duplicate_refusal(issue: Issue, number: int | None, original: Issue | None) -> str:
+    """Why #issue may not be closed as a duplicate of #number (original: its row in the mirror, or None); "" when it may."""
+    if not number:
+        return "Name the issue this one duplicates (its number)."
+    if number == issue.number:
+        return f"#{number} cannot be a duplicate of itself."
+    if original is None:
+        return (f"#{number} is not in the mirror: only an issue the dashboard has synced can be the original "
+                "(check the number, or sync).")
+    if original.is_pull_request:
+        return f"#{number} is a pull request: an issue duplicates an issue."
+    if original.repo != issue.repo:
+        return f"#{number} belongs to {original.repo}, not to {issue.repo}."
+    looped = TriageDecision.objects.filter(issue=original, duplicate_of=issue.number, status=TriageDecision.Status.APPLIED)
+    if original.state == Issue.State.CLOSED and looped.exists():
+        return f"#{number} was closed as a duplicate of #{issue.number}: closing this one would leave neither open."
+    return ""
+
+
+def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catalog: frozenset[str] | None = None,
+            original: Issue | None = None) -> str:
+    """Why this decision may not go to GitHub, in plain words; "" when it may.
+
+    catalog (Label.objects.triage_catalog()) and original (the row of plan.duplicate_of) are looked up
+    when not given: a caller deciding many issues at once passes them.
+    """
     add, remove, close = plan.add, plan.remove, plan.close
     if issue.is_pull_request:
         return f"#{issue.number} is a pull request; the dashboard only changes issues."
@@ -132,10 +171,18 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "") -> st
     if plan.transfer_to and plan.transfer_to not in TRANSFER_REPOS:
         return (f"G2: {plan.transfer_to!r} is not a repository the dashboard transfers to "
                 f"({', '.join(TRANSFER_REPOS)}); transfer it on GitHub by hand.")
+    if plan.reply == "duplicate" or plan.duplicate_of is not None:
+        if plan.reply != "duplicate" or plan.close_reason != "duplicate":
+            return "A duplicate is closed as a duplicate, with the duplicate reply naming the original."
+        if original is None or original.number != plan.duplicate_of:
+            original = Issue.objects.filter(number=plan.duplicate_of).first() if plan.duplicate_of else None
+        why = duplicate_refusal(issue, plan.duplicate_of, original)
+        if why:
+            return why
     forbidden = sorted(name for name in set(add) | set(remove) if is_forbidden(name))
     if forbidden:
         return f"RUBRIC G7 forbids changing {', '.join(forbidden)} from the dashboard."
-    catalog = Label.objects.triage_catalog()
+    catalog = Label.objects.triage_catalog() if catalog is None else catalog
     unknown = sorted(name for name in add if name not in catalog)
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
@@ -156,29 +203,57 @@ G4_MESSAGE = ("G4: this would mark the issue triaged with no module: label. Tick
 
 
 def request_decision(*, issue: Issue, user, plan: Plan, labels_seen, redirect: str = "", meeting_decision: str = "",
-                     meeting=None) -> TriageDecision:
+                     meeting=None, catalog: frozenset[str] | None = None, original: Issue | None = None) -> TriageDecision:
     """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
 
-    A refused decision is kept for the audit log and nothing is sent to GitHub.
+    A refused decision is kept for the audit log and nothing is sent to GitHub. catalog and original:
+    as for refusal().
     """
     from rubric_app.tasks import apply_decision_task  # tasks imports this module
 
-    plan = Plan(sorted(set(plan.add)), sorted(set(plan.remove)), plan.reply, plan.close_reason, plan.transfer_to)
+    plan = replace(plan, add=sorted(set(plan.add)), remove=sorted(set(plan.remove)))
     # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
     shown = [{"label": s.label, "rule_id": s.rule_id} for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
-    why = f"Apply is disabled: {off}" if off else refusal(issue=issue, user=user, plan=plan, meeting_decision=meeting_decision)
+    why = f"Apply is disabled: {off}" if off else refusal(issue=issue, user=user, plan=plan, meeting_decision=meeting_decision,
+                                                          catalog=catalog, original=original)
     with transaction.atomic():
         decision = TriageDecision.objects.create(
             issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=plan.add, labels_removed=plan.remove,
             redirect=redirect, meeting_decision=meeting_decision, meeting=meeting,
             close_issue=plan.close, close_reason=plan.close_reason, comment=plan.comment, transfer_to=plan.transfer_to,
+            duplicate_of=plan.duplicate_of,
             suggestions_shown=shown, status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why, finished_at=timezone.now() if why else None,
         )
         if not why:
             apply_decision_task.delay_on_commit(decision.pk)
     return decision
+
+
+def request_group(*, plans: list[tuple[Issue, Plan | None]], user, labels_seen: dict[int, list[str]], redirect: str = "",
+                  catalog: frozenset[str] | None = None) -> list[tuple[Issue, TriageDecision | None]]:
+    """One decision for several issues (a signature group): a TriageDecision per issue, each validated,
+    audited and queued on its own (request_decision), with the labels its page showed; None for an
+    issue the decision leaves alone (the original of duplicates). Returns them in the plans' order."""
+    catalog = Label.objects.triage_catalog() if catalog is None else catalog
+    known = _originals(plans)
+    return [(issue, request_decision(issue=issue, user=user, plan=plan, labels_seen=labels_seen[issue.number],
+                                     redirect=redirect, catalog=catalog, original=known.get(plan.duplicate_of))
+             if plan else None) for issue, plan in plans]
+
+
+def group_refusals(*, plans: list[tuple[Issue, Plan | None]], user, catalog: frozenset[str]) -> list[str]:
+    """Why each plan of a group decision would be refused ("" when it would go, and for no plan): the preview's."""
+    known = _originals(plans)
+    return [refusal(issue=issue, user=user, plan=plan, catalog=catalog, original=known.get(plan.duplicate_of)) if plan else ""
+            for issue, plan in plans]
+
+
+def _originals(plans: list[tuple[Issue, Plan | None]]) -> dict[int, Issue]:
+    """The mirror's rows of the originals the plans name as duplicated, by number: one query."""
+    numbers = {plan.duplicate_of for _, plan in plans if plan and plan.duplicate_of}
+    return {issue.number: issue for issue in Issue.objects.filter(number__in=numbers)} if numbers else {}
 
 
 def _finish(decision: TriageDecision, status: str, message: str) -> TriageDecision:
@@ -278,8 +353,27 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
             f"Someone changed #{issue.number} on GitHub since you looked ({', '.join(diff) or 'same labels'}).{state} "
             "Nothing was written; review the issue again.",
         )
+    if decision.duplicate_of:
+        gone = _original_refusal(decision, gh)
+        if gone:
+            return _finish(decision, TriageDecision.Status.FAILED, gone)
     return _write(decision, gh, remote, add=decision.labels_added, remove=decision.labels_removed,
                   comment=decision.comment, close=decision.close_issue, transfer=bool(decision.transfer_to))
+
+
+def _original_refusal(decision: TriageDecision, gh: github.Client) -> str:
+    """Read the original of a duplicate from GitHub (audited): why not to close against it ("" when it is
+    there, an issue): a comment pointing at a deleted issue or a pull request would mislead."""
+    number = decision.duplicate_of
+    try:
+        original = gh.issue(number)
+    except github.GitHubError as exc:
+        _audit(decision, github.WriteResult("read_original", f"#{number}", exc.status, False, exc.message))
+        return f"Could not read the original #{number} from GitHub ({exc.message}): nothing was written."
+    _audit(decision, github.WriteResult("read_original", f"#{number}", 200, True, original.state))
+    if original.is_pull_request:
+        return f"#{number} is a pull request on GitHub: nothing was written."
+    return ""
 
 
 def _write(decision: TriageDecision, gh: github.Client, remote: github.IssueData, *, add, remove, comment: str,

@@ -13,14 +13,16 @@ from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
 from .models import CPU_INDUCTOR_ONCALL, BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
+from .rubric.facts import CORE
 from .search import issue_number
 
 ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall"),
           # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
           (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
           (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
-          (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)")]
-STOPS_LABELLING = frozenset({decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER})
+          (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
+          (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment")]
+STOPS_LABELLING = frozenset({decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER, decisions.DUPLICATE})
 # The status flags have their own controls (the review checkbox, and `triaged`, which
 # plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
 FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
@@ -123,6 +125,7 @@ class TriageForm(forms.Form):
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
     transfer_to = forms.ChoiceField(required=False, label="Transfer to",
                                     choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS])
+    duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Duplicate of #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
 
@@ -198,6 +201,12 @@ class TriageForm(forms.Form):
             # for_meeting lists the PT2 queue only: the flag would go to GitHub and the meeting never see it.
             self.add_error("review", "A hand-off leaves the PT2 queue, so the meeting would never see a triage review "
                                      "flag (R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged.")
+        if data.get("route") == decisions.DUPLICATE and "duplicate_of" in data:
+            number = data["duplicate_of"]
+            original = Issue.objects.filter(number=number).first() if number else None
+            why = decisions.duplicate_refusal(self.issue, number, original)
+            if why:
+                self.add_error("duplicate_of", why)
         if not self.errors:
             plan = self.plan()
             if decisions.leaves_triaged_without_component(self.issue, plan.add, plan.remove):
@@ -221,10 +230,11 @@ class TriageForm(forms.Form):
     def plan(self) -> decisions.Plan:
         """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""
         return decisions.plan_changes(self.issue, chosen=self.chosen(), route=self.route_value(),
-                                      review=self.cleaned_data["review"], transfer_to=self.cleaned_data["transfer_to"])
+                                      review=self.cleaned_data["review"], transfer_to=self.cleaned_data["transfer_to"],
+                                      duplicate_of=self.cleaned_data["duplicate_of"])
 
     def stops_labelling(self) -> bool:
-        """The chosen route sends a reply or a transfer instead of labels (G1, G2)."""
+        """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
         return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
 
     def chosen(self) -> list[str]:
@@ -238,10 +248,14 @@ class TriageForm(forms.Form):
         return self.cleaned_data["handoff_to"] if route == "handoff" else route
 
     def redirect_to(self) -> str:
-        route = self.cleaned_data["route"]
-        if route == "handoff":
-            return self.cleaned_data["handoff_to"]
-        return "oncall: cpu inductor" if route == "cpu inductor" else ""
+        return redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+
+
+def redirect_of(route: str, handoff_to: str) -> str:
+    """The oncall queue a decision redirects to (TriageDecision.redirect): the hand-off's, the CPU lane, or ""."""
+    if route == "handoff":
+        return handoff_to
+    return "oncall: cpu inductor" if route == "cpu inductor" else ""
 
 
 class BisectForm(forms.Form):
@@ -341,3 +355,86 @@ class DutyForm(forms.Form):
         if unknown:
             raise forms.ValidationError(f"Not module labels of the catalog: {', '.join(unknown)}.")
         return names
+
+
+# What one decision may do to every issue of a signature group: label them alike, hand them off, ask
+# for more information, or close all but the original as its duplicates.
+GROUP_ROUTES = [(value, name) for value, name in ROUTES if value in ("pt2", "cpu inductor", "handoff", decisions.MORE_INFO)] + [
+    (decisions.DUPLICATE, "Duplicates: close every ticked issue but the original as a duplicate of it, with the standard comment")]
+
+
+class GroupDecisionForm(forms.Form):
+    """One decision for the ticked issues of a group sharing a failure signature.
+
+    Each issue gets its own plan (decisions.plan_changes on its own labels), its own refusal and its
+    own TriageDecision; labels_seen carries what the page showed of each ({number: labels}), so each
+    is checked for a conflict on its own.
+    """
+
+    issues = forms.TypedMultipleChoiceField(coerce=int, widget=forms.CheckboxSelectMultiple, label="Issues")
+    labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Labels")
+    route = forms.ChoiceField(choices=GROUP_ROUTES, initial="pt2", widget=forms.RadioSelect)
+    handoff_to = forms.ChoiceField(required=False, label="Hand off to")
+    duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Original #")
+    review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+
+    def __init__(self, *args, members: list[Issue], allowed: frozenset[str], **kwargs):
+        """members: the group's open queue issues, labels and suggestions prefetched."""
+        super().__init__(*args, **kwargs)
+        self.members, self.allowed = {issue.number: issue for issue in members}, allowed
+        self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
+        # The module labels suggested for or carried by the most of them first, then the other core components.
+        suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
+        counts: dict[str, int] = {name: 0 for name in CORE}
+        for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
+            if name.startswith("module:"):
+                counts[name] = counts.get(name, 0) + 1
+        self.fields["labels"].choices = [(name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        if not self.is_bound:
+            # Ticked: every issue, and the module labels the rubric pre-selects on all of them.
+            everywhere = set.intersection(*[{s.label for s in issue.suggestions.all() if s.preselected}
+                                             for issue in members]) if members else set()
+            self.initial.update({
+                "issues": list(self.members), "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
+                "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
+                "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
+            })
+
+    def clean_labels_seen(self) -> dict[int, list[str]]:
+        try:
+            seen = {int(n): labels for n, labels in json.loads(self.cleaned_data["labels_seen"]).items()}
+        except (ValueError, AttributeError):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the group.") from None
+        if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in seen.values()):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the group.")
+        return seen
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("route") == "handoff" and not data.get("handoff_to"):
+            self.add_error("handoff_to", "Choose the oncall to hand the issues off to (G5).")
+        if data.get("route") == decisions.DUPLICATE and not data.get("duplicate_of") and "duplicate_of" not in self.errors:
+            self.add_error("duplicate_of", "Name the original: the issue the others duplicate.")
+        missing = [n for n in data.get("issues", []) if n not in data.get("labels_seen", {})]
+        if missing and "labels_seen" in data:
+            self.add_error(None, f"The page did not show #{missing[0]}'s labels; reload the group.")
+        return data
+
+    def plans(self) -> list[tuple[Issue, decisions.Plan | None]]:
+        """(issue, its Plan) for every ticked issue, in number order; None for the original of a duplicates decision."""
+        data = self.cleaned_data
+        route = data["handoff_to"] if data["route"] == "handoff" else data["route"]
+        out = []
+        for number in sorted(set(data["issues"])):
+            issue = self.members[number]
+            if route == decisions.DUPLICATE:
+                out.append((issue, None if number == data["duplicate_of"] else decisions.plan_duplicate(data["duplicate_of"])))
+            else:
+                out.append((issue, decisions.plan_changes(issue, chosen=list(dict.fromkeys(data["labels"])), route=route,
+                                                          review=data["review"])))
+        return out
+
+    def redirect_to(self) -> str:
+        return redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])

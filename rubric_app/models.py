@@ -9,7 +9,7 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import date, datetime, timedelta
 from typing import Iterator, NamedTuple
 
@@ -199,6 +199,11 @@ class Issue(models.Model):
     suggested_route = models.CharField(max_length=40, blank=True)
     checklist = models.JSONField(default=list, blank=True)
     suggestions_updated_at = models.DateTimeField(null=True, blank=True)
+    # The failure signature (rubric/signature.py), recomputed with the suggestions: its key, only when
+    # specific enough to group issues by ("" otherwise), and its parts for people.
+    signature = models.CharField(max_length=16, blank=True, db_index=True)
+    signature_text = models.CharField(max_length=400, blank=True, help_text="exception: message in innermost frame")
+    signature_parts = models.JSONField(default=dict, blank=True)
 
     objects = IssueQuerySet.as_manager()
 
@@ -235,8 +240,9 @@ class Issue(models.Model):
         modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label.startswith("module:")]
         return max(modules, key=lambda s: s.confidence, default=None)
 
-    def as_issue_text(self) -> rubric.IssueText:
-        """This issue as the rubric engine's input, with the verdicts of finished bisections."""
+    def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
+        """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
+        given, its most similar issues (rubric_app/similar.py)."""
         runs = getattr(self, "finished_runs", None)  # prefetched by IssueQuerySet.refresh_suggestions
         if runs is None:
             runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
@@ -258,6 +264,7 @@ class Issue(models.Model):
             labels=tuple(self.label_names()),
             bisection=bisection,
             author=self.author,
+            neighbours=neighbours,
         )
 
     def refresh_suggestions(self, catalog: frozenset[str] | None = None) -> rubric.Assessment:
@@ -295,8 +302,14 @@ def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rub
     The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
     and a finished bisection) never leave both sets of suggestions behind.
     """
+    from rubric_app import similar  # it imports this module
+
     now = timezone.now()
-    assessments = [rubric.evaluate(issue.as_issue_text(), catalog) for issue in issues]
+    texts = [issue.as_issue_text() for issue in issues]
+    similar.index(issues, texts)
+    votes = similar.neighbours_for_votes(issues)
+    assessments = [rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+                   for issue, text in zip(issues, texts)]
     rows = []
     for issue, assessment in zip(issues, assessments):
         rows += [
@@ -325,6 +338,32 @@ def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rub
     return assessments
 
 
+class IssueTerm(models.Model):
+    """One term of an issue's similarity vector (rubric/similarity.py): the index behind Similar issues.
+
+    A term is a word or one of the failure signature's terms ("sig:<key>", "frame:<file:function>");
+    weight is its share of the unit-length vector, so the dot product of two issues is their cosine.
+    Rewritten with the issue's suggestions (rubric_app/similar.py).
+    """
+
+    issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="+", db_index=False)
+    term = models.CharField(max_length=100)
+    weight = models.FloatField()
+    # The issue carries a module: label: its neighbours may count its vote (rubric/similarity.py).
+    labelled = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issue", "term"], name="issueterm_issue_term_unique")]
+        # The issues where a term weighs most come first: a lookup reads the head of each term's list
+        # (the second index: of the labelled issues only, for the vote).
+        indexes = [models.Index(fields=["term", "-weight", "issue"], name="issueterm_champion_idx"),
+                   models.Index(fields=["term", "-weight", "issue"], condition=models.Q(labelled=True),
+                                name="issueterm_labelled_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.term} {self.weight:.3f} of #{self.issue_id}"
+
+
 class Comment(models.Model):
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="comments")
     github_id = models.BigIntegerField(unique=True)
@@ -351,6 +390,7 @@ class Suggestion(models.Model):
         RULE = "rule", "rule"
         MODEL = "model", "model"
         BISECTION = "bisection", "bisection"
+        SIMILAR = "similar", "similar issues"
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="suggestions")
     # A name, not a FK: the rubric may name a label the catalog lacks (R7.4).
@@ -590,6 +630,8 @@ class TriageDecision(models.Model):
     comment = models.TextField(blank=True)
     # The repository the issue is moved to (G2), last, after everything else.
     transfer_to = models.CharField(max_length=100, blank=True)
+    # The issue this one was closed as a duplicate of (close_reason "duplicate", with the standard comment).
+    duplicate_of = models.PositiveIntegerField(null=True, blank=True)
     note = models.TextField(blank=True)
     # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id"}, ...].
     # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
@@ -808,6 +850,7 @@ __all__ = [
     "Label",
     "Issue",
     "Comment",
+    "IssueTerm",
     "Suggestion",
     "BisectionRun",
     "Meeting",

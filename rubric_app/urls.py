@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views, webhooks
 
@@ -26,5 +26,9 @@ urlpatterns = [
     path("roster/share", views.share_out, name="share_out"),
     path("issues/<int:number>/assign", views.issue_assign, name="issue_assign"),
     path("rubric.csv", views.rubric_health_csv, name="rubric_health_csv"),
+    # A failure signature's key: 16 hex digits (rubric/signature.py).
+    re_path(r"^signatures/(?P<key>[0-9a-f]{16})$", views.signature_group, name="signature_group"),
+    re_path(r"^signatures/(?P<key>[0-9a-f]{16})/preview$", views.group_preview, name="group_preview"),
+    re_path(r"^signatures/(?P<key>[0-9a-f]{16})/apply$", views.group_apply, name="group_apply"),
     path("github/webhook", webhooks.github_webhook, name="github_webhook"),
 ]

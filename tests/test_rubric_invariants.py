@@ -7,7 +7,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate, rules, rules_domain
+from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, Neighbour, evaluate, rules, rules_domain
 from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
@@ -37,6 +37,13 @@ VERDICTS = [
     BisectionEvidence("triage review", "R11", "silently wrong", 5),
 ]
 
+# Similar issues' labels (rubric/similarity.py): forbidden, out-of-catalog and redirect labels among them.
+NEIGHBOUR_LABELS = ["module: dynamo", "module: inductor", "module: dynamic shapes", "module: helion", "module: fsdp",
+                    "module: not in catalog", "oncall: export", "high priority", "triaged", "ciflow/trunk"]
+neighbours = st.lists(st.builds(Neighbour, number=st.integers(1, 10**6),
+                                labels=st.lists(st.sampled_from(NEIGHBOUR_LABELS), max_size=3).map(tuple),
+                                similarity=st.floats(0, 1), same_signature=st.booleans()), max_size=8).map(tuple)
+
 text = st.lists(st.one_of(st.sampled_from(PHRASES), st.text(max_size=40)), max_size=12).map(" ".join)
 issues = st.builds(
     IssueText,
@@ -46,6 +53,7 @@ issues = st.builds(
     comments=st.lists(text.map(CommentText), max_size=3).map(tuple),
     labels=st.lists(st.sampled_from(LABELS), max_size=3, unique=True).map(tuple),
     bisection=st.lists(st.sampled_from(VERDICTS), max_size=2).map(tuple),
+    neighbours=neighbours,
 )
 
 

@@ -227,14 +227,14 @@ def test_it_makes_the_same_number_of_queries_for_a_search_of_10_and_1000_issues(
     client.force_login(viewer)
     _bulk(10, 10_000)
     # session, user, the user's permissions (2), count, page of issues (the match, its rank and the
-    # latest verdict in SQL), labels prefetch, suggestions prefetch
-    with django_assert_num_queries(8):
+    # latest verdict in SQL), labels prefetch, suggestions prefetch, failures shared (none here)
+    with django_assert_num_queries(9):
         assert "5 issues" in client.get(URL, {"q": "segfault"}, headers=headers).content.decode()
     _bulk(990, 20_000)
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         assert "500 issues" in client.get(URL, {"q": "segfault"}, headers=headers).content.decode()
     # an issue number adds the referenced issue and its labels
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(11):
         assert 'id="search-reference"' in client.get(URL, {"q": "#20001"}, headers=headers).content.decode()
 
 

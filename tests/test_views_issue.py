@@ -8,8 +8,9 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
+from rubric_app import similar
 from rubric_app.bisection import extract_repro
-from rubric_app.models import BisectionRun, Comment, Suggestion, TriageDecision
+from rubric_app.models import BisectionRun, Comment, Issue, Suggestion, TriageDecision
 from tests.conftest import make_issue, make_label
 
 HTMX = {"HX-Request": "true"}
@@ -209,17 +210,21 @@ def test_it_forbids_bisecting_to_viewers(client, viewer, triaged_issue):
 
 
 def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, viewer, triaged_issue, django_assert_num_queries):
+    for number in (2002, 2003):  # similar issues, indexed as the sync indexes them
+        make_issue(number, title=f"Graph break on tensor.item() again ({number})", body=triaged_issue.body)
+    similar.reindex(Issue.objects.all())
     client.force_login(viewer)
     client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
     # session, user, permissions (2), issue, labels, comments, suggestions, runs, triage catalog,
-    # latest decision, previous and next issue in the queue, the workers' heartbeats
-    with django_assert_num_queries(14):
+    # latest decision, previous and next issue in the queue, the workers' heartbeats; similar issues:
+    # the issue's vector, candidates, their scores, the neighbours and their labels
+    with django_assert_num_queries(19):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(14):
-        client.get(_url("issue", 2001))
+    with django_assert_num_queries(19):
+        assert 'data-similar="2003"' in client.get(_url("issue", 2001)).content.decode()
 
 
 def test_it_prefills_the_repro_from_the_issue_text(client, triager, triaged_issue):

@@ -11,6 +11,7 @@ from .types import (
     ChecklistItem,
     CommentText,
     IssueText,
+    Neighbour,
     Suggested,
 )
 from .engine import evaluate
@@ -22,6 +23,7 @@ __all__ = [
     "ChecklistItem",
     "CommentText",
     "IssueText",
+    "Neighbour",
     "Suggested",
     "evaluate",
 ]

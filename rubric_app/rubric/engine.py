@@ -38,6 +38,7 @@ from .facts import (
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
 from .rules import CONCLUDED_BY_OTHERS, thread_facts
 from .rules_domain import CRASH
+from .similarity import similar_findings
 from .text import code_blocks, read_code, sources_of
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
@@ -147,6 +148,8 @@ def decide(reading: Reading, catalog: frozenset[str] | None = None, model: Label
         if predictions is None:
             predictions = learned.predict(feats)
         findings += _model_findings(learned, feats, predictions, findings)
+    # After the model's features: its neighbours' labels are no feature the model learned from.
+    findings += similar_findings(facts.issue)
     return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence,
                    learned=learned, predictions=predictions)
 
@@ -239,8 +242,10 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
         if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
+            if x.origin == "similar":  # the neighbours' vote: its weight is its measured precision already
+                return max(p, x.weight)
             return max(p, rule_p) if decisive(x) or concluded(x) else p
-        return rule_p
+        return x.weight if x.origin == "similar" else rule_p
     return score
 
 

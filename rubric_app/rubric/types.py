@@ -23,6 +23,16 @@ class BisectionEvidence:
 
 
 @dataclass(frozen=True)
+class Neighbour:
+    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+
+    number: int
+    labels: tuple[str, ...]
+    similarity: float  # cosine of the two issues' term vectors, 0..1
+    same_signature: bool = False  # the very same failure signature (signature.py)
+
+
+@dataclass(frozen=True)
 class IssueText:
     number: int
     title: str
@@ -31,6 +41,7 @@ class IssueText:
     labels: tuple[str, ...] = ()
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
+    neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""Score the neighbours of Similar issues on JSON-lines issues (tests/data/pt2_dev.jsonl, pt2_train.jsonl):
+precision@5 of a shared component against a TF-IDF baseline computed in the same run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from rubric_app.rubric.evaluation import InputError, issue_from_record, read_jsonl
+from rubric_app.rubric.similarity import VOCABULARY_FILE, Vocabulary
+from rubric_app.rubric.similarity_eval import evaluate_similarity
+
+
+class Command(BaseCommand):
+    help = "precision@k of the similar-issues neighbours (shared component) vs TF-IDF, and the neighbours' vote."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--input", nargs="+", required=True, help="JSON-lines files; the pool is all of them")
+        parser.add_argument("-k", type=int, default=5)
+        parser.add_argument("--engine", action="store_true",
+                            help="also score the engine's components without and with the neighbours' vote")
+        parser.add_argument("--write-vocabulary", action="store_true",
+                            help=f"rebuild the document frequencies from the input into {VOCABULARY_FILE.name}, then score")
+
+    def handle(self, *args, input, k, engine, write_vocabulary, **options):
+        slices = {}
+        for path in input:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    slices[Path(path).name] = list(read_jsonl(fh))
+            except (OSError, InputError) as exc:
+                raise CommandError(f"{path}: {exc}") from None
+        if not any(slices.values()):
+            raise CommandError("no issues in the input")
+        if k < 1:
+            raise CommandError("-k needs 1 or more")
+        if write_vocabulary:
+            vocabulary = Vocabulary.build(issue_from_record(r, use_labels=False) for rs in slices.values() for r in rs)
+            VOCABULARY_FILE.write_text(json.dumps(vocabulary.to_json(), separators=(",", ":")) + "\n", encoding="utf-8")
+            self.stdout.write(f"wrote {VOCABULARY_FILE} ({len(vocabulary.df)} terms of {vocabulary.documents} issues)")
+        report = evaluate_similarity(slices, k=k, engine=engine)
+        self.stdout.write(f"issues with a failure signature: {report.signatures}; sharing a specific one with another: "
+                          f"{report.shared_signatures}")
+        self.stdout.write(f"precision@{k}: share of the {k} most similar issues (among those with a component) "
+                          "that share one of its components")
+        for name in ["all", *slices]:
+            ours, base = report.ours.get(name), report.baseline.get(name)
+            if ours is None:
+                continue
+            ratio = f"{ours.value / base.value:.2f}x" if base.value else "n/a"
+            self.stdout.write(f"  {name:>20}: {ours.queries:4} issues  similar issues {ours.value:.3f}  "
+                              f"TF-IDF baseline {base.value:.3f}  ratio {ratio}")
+        self.stdout.write("neighbours' vote (leave-one-out; what the engine is given as a finding):")
+        for name in ["all", *slices]:
+            vote = report.vote.get(name)
+            if vote is None:
+                continue
+            self.stdout.write(f"  {name:>20}: precision {vote.value:.3f} of {vote.shown} labels suggested, "
+                              f"on {report.vote_issues[name]} of {vote.queries} issues")
+        for (name, with_vote), counts in sorted(report.engine.items()):
+            self.stdout.write(f"engine components {name:>8} {'with' if with_vote else 'without':>7} the vote: "
+                              f"P {counts.precision:.3f} R {counts.recall:.3f} F1 {counts.f1:.3f}")

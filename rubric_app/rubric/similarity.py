@@ -1,0 +1,254 @@
+"""Similar issues: each issue as a short weighted term vector, and what its neighbours' labels suggest.
+
+terms_of() turns an issue into at most TERMS_PER_ISSUE + a few signature terms, weighted by TF-IDF
+(document frequencies from PT2 issues, data/pt2_terms.json) and L2-normalized, so that the dot
+product of two vectors is their cosine. The failure signature (signature.py) adds terms of its
+own: the whole key, the message and the innermost frame, so that reports of one failure rank above
+reports that only share words. The same vectors are stored per issue in the
+database (rubric_app/similar.py), where the dot product is a join on the term; MemoryIndex is the
+same arithmetic in memory, for the offline evaluation.
+
+similar_findings() is the engine's finding source: "4 of the 5 most similar triaged issues are
+`module: dynamic shapes`", citing the rule that governs the label, with the neighbours as evidence.
+
+Text is untrusted: it is capped (text.py) and tokenized by one bounded pattern. Pure Python, no Django.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .facts import (
+    COMPILE_UX, DECOMP, DISPATCHER, DYNAMIC, DYNAMO, FUNCTORCH, FX, HELION, INDUCTOR, Finding,
+)
+from .signature import Signature
+from .text import sources_of
+from .types import IssueText, Neighbour
+
+VOCABULARY_FILE = Path(__file__).resolve().parent.parent / "data" / "pt2_terms.json"
+
+TERMS_PER_ISSUE = 48
+MAX_TERM = 100  # the stored term's length (a frame name can be longer)
+# The text a vector is made of: enough for the title, the description and the start of the thread.
+MAX_TEXT = 30_000
+TITLE_COUNTS = 1  # a title word counts as this many body words
+# The signature's terms, against the text's unit-length vector: two reports of one failure share
+# about 0.6 of their (renormalized) vector whatever their wording; the same message or the same
+# innermost frame alone adds a little. Not the exception class nor the outer frames: AssertionError
+# and eval_frame.py are in half the tracebacks, and say nothing of which ones are alike.
+SIGNATURE_WEIGHTS = {"sig": 1.0, "msg": 0.5, "frame": 0.5}
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{1,40}")
+_DIGITS = re.compile(r"\d+")
+_DTYPE = re.compile(r"(?:b?float|u?int|complex)(?:8|16|32|64|128)$")
+_URL = re.compile(r"https?://\S{1,500}")
+# Lines that say nothing about the failure: the bot's cc list (it is derived from the labels, so it
+# would only echo them) and collect_env's output.
+_NOISE_LINE = re.compile(r"\s{0,8}(?:cc @|\[pip3?\]|\[conda\]|Collecting environment information|PyTorch version:|"
+                         r"Is debug build:|CUDA used to build|OS:|GCC version:|Clang version:|CMake version:|Libc version:|"
+                         r"Python version:|Python platform:|Is CUDA available:|CUDA runtime version:|GPU models|"
+                         r"Nvidia driver version:|cuDNN version:|HIP runtime|MIOpen runtime|Is XNNPACK|CPU:|Architecture:|"
+                         r"Versions of relevant libraries)")
+_VERSIONS_HEADING = re.compile(r"#{1,6}\s{0,4}(?:Versions?|Environment)\b", re.I)
+_HEADING = re.compile(r"#{1,6}\s")
+STOP = frozenset("""
+the and for with this that when are not but from have has was were you your can use using used will would should
+could into than then there their they them what which while where who why how all any also just only some more most
+very such been being its our out about after before because does did doing done get got here just like make made
+may might must need now one two new see seems seem still same want way well work works worked yes try tried trying
+def return self none true false import print torch else elif pass lambda class raise assert
+""".split())
+
+
+def _token(raw: str) -> str:
+    """A token as the index keeps it: lower-case, digits dropped (a dtype keeps them), no edge underscores,
+    a plural's "s" dropped; "" when too short or a stop word."""
+    word = raw.lower()
+    if not _DTYPE.match(word):
+        word = _DIGITS.sub("", word)
+    word = word.strip("_")
+    if len(word) > 4 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    return "" if len(word) < 3 or word in STOP else word
+
+
+def _clean(text: str) -> str:
+    """The text without URLs, the cc list and the environment report (a "### Versions" section)."""
+    kept: list[str] = []
+    skipping = False
+    for line in _URL.sub(" ", text).split("\n"):
+        if _VERSIONS_HEADING.match(line):
+            skipping = True
+            continue
+        if skipping and _HEADING.match(line):
+            skipping = False
+        if not skipping and not _NOISE_LINE.match(line):
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def words_of(issue: IssueText, title_counts: int = TITLE_COUNTS) -> Counter[str]:
+    """Token counts of the issue's title (each `title_counts` times), description and thread, capped at MAX_TEXT."""
+    counts: Counter[str] = Counter()
+    budget = MAX_TEXT
+    for source in sources_of(issue):
+        text = source.text[:budget]
+        budget -= len(text)
+        weight = title_counts if source.name == "title" else 1
+        for raw in _TOKEN.findall(_clean(text) if source.name != "title" else text):
+            word = _token(raw)
+            if word:
+                counts[word] += weight
+        if budget <= 0:
+            break
+    return counts
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Document frequencies of terms in a corpus of PT2 issues: the IDF of the vectors."""
+
+    documents: int
+    df: dict[str, int]
+
+    def idf(self, term: str) -> float:
+        """Smoothed IDF; a term the corpus never saw counts as seen once."""
+        return math.log((self.documents + 1) / (self.df.get(term, 1) + 1)) + 1.0
+
+    @classmethod
+    def build(cls, issues: Iterable[IssueText], min_df: int = 2) -> Vocabulary:
+        df: Counter[str] = Counter()
+        n = 0
+        for issue in issues:
+            n += 1
+            df.update(set(words_of(issue)))
+        return cls(n, {term: count for term, count in df.items() if count >= min_df})
+
+    def to_json(self) -> dict:
+        return {"documents": self.documents, "df": dict(sorted(self.df.items()))}
+
+
+@lru_cache(maxsize=1)
+def shipped_vocabulary() -> Vocabulary:
+    """The document frequencies shipped in data/ (PT2 issues; rebuilt by `evaluate_similar --write-vocabulary`)."""
+    with open(VOCABULARY_FILE, encoding="utf-8") as fh:
+        data = json.load(fh)
+    return Vocabulary(int(data["documents"]), {str(k): int(v) for k, v in data["df"].items()})
+
+
+def signature_terms(signature: Signature | None) -> dict[str, float]:
+    """The signature's own terms and weights (SIGNATURE_WEIGHTS); none without a signature."""
+    if signature is None:
+        return {}
+    terms = {f"frame:{signature.frames[0]}"[:MAX_TERM]: SIGNATURE_WEIGHTS["frame"]} if signature.frames else {}
+    if signature.specific:
+        terms[f"sig:{signature.key}"] = SIGNATURE_WEIGHTS["sig"]
+        if signature.message:
+            digest = hashlib.sha256(f"{signature.exception}\n{signature.message}".encode()).hexdigest()[:12]
+            terms[f"msg:{digest}"] = SIGNATURE_WEIGHTS["msg"]
+    return terms
+
+
+def terms_of(issue: IssueText, signature: Signature | None = None, vocabulary: Vocabulary | None = None,
+             limit: int = TERMS_PER_ISSUE) -> dict[str, float]:
+    """The issue's vector: its `limit` heaviest TF-IDF words plus its signature's terms, unit length.
+
+    The dot product of two vectors (over the terms they share) is their cosine similarity.
+    """
+    vocabulary = vocabulary or shipped_vocabulary()
+    weights = {word: (1.0 + math.log(count)) * vocabulary.idf(word) for word, count in words_of(issue).items()}
+    top = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    norm = math.sqrt(sum(w * w for _, w in top)) or 1.0
+    vector = {word[:MAX_TERM]: w / norm for word, w in top}
+    vector.update(signature_terms(signature))
+    norm = math.sqrt(sum(w * w for w in vector.values())) or 1.0
+    return {term: round(w / norm, 6) for term, w in vector.items()}
+
+
+def shared_words(a: dict[str, float], b: dict[str, float], limit: int = 4) -> list[str]:
+    """The plain words (not signature terms) two vectors share, heaviest first: why they are similar."""
+    common = [(a[t] * b[t], t) for t in a.keys() & b.keys() if ":" not in t]
+    return [t for _, t in sorted(common, reverse=True)[:limit]]
+
+
+class MemoryIndex:
+    """Vectors in memory with the database's arithmetic (rubric_app/similar.py): candidates by
+    shared terms, scored by the dot product. For the offline evaluation and the benchmark's checks."""
+
+    def __init__(self) -> None:
+        self.vectors: dict[int, dict[str, float]] = {}
+        self.postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
+
+    def add(self, key: int, vector: dict[str, float]) -> None:
+        self.vectors[key] = vector
+        for term, weight in vector.items():
+            self.postings[term].append((key, weight))
+
+    def neighbours(self, key: int, limit: int = 10, among: set[int] | None = None,
+                   query_terms: int | None = None) -> list[tuple[int, float]]:
+        """[(key, cosine)] of the `limit` most similar others, best first (ties: smaller key first).
+
+        query_terms: look candidates up by only the query's heaviest terms (the database does, see QUERY_TERMS)."""
+        scores: dict[int, float] = defaultdict(float)
+        query = sorted(self.vectors[key].items(), key=lambda item: -item[1])[:query_terms]
+        for term, weight in query:
+            for other, w in self.postings[term]:
+                if other != key and (among is None or other in among):
+                    scores[other] += weight * w
+        return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+
+# --- neighbours as a suggestion source ----------------------------------------------------------
+
+# The rule that governs each component label a neighbour vote may suggest (RUBRIC.md); a label the
+# rubric does not govern is never suggested from neighbours.
+GOVERNING = {
+    DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1", FX: "R4.3",
+    FUNCTORCH: "R9.1", HELION: "R8.1", "module: flex attention": "R7.1", "module: dtensor": "R7.1",
+    "module: fsdp": "R7.1", "module: ddp": "R7.1", "module: cuda graphs": "R7.3", "module: determinism": "R7.2",
+    "module: compile-time": "R7.2", "module: numerical-stability": "R7.2", COMPILE_UX: "R7.2",
+    "module: performance": "R7.3", "module: memory usage": "R7.3",
+}
+VOTERS = 5  # the most similar triaged issues that vote
+MIN_SIMILARITY = 0.12  # a neighbour less similar than this is not evidence of anything
+MIN_VOTES = 3  # of VOTERS
+# P(the label is right | this many of the 5 voted for it), measured leave-one-out on the PT2 issues
+# of tests/data (evaluate_similar): the finding's weight, weighed by the engine like any other.
+VOTE_WEIGHT = {3: 0.6, 4: 0.8, 5: 0.85}
+SAME_SIGNATURE_WEIGHT = 0.75  # a triaged report of the very same failure
+
+
+def similar_findings(issue: IssueText) -> list[Finding]:
+    """ADD findings from the labels of the issue's most similar triaged issues (issue.neighbours).
+
+    A component at least MIN_VOTES of the VOTERS most similar triaged neighbours carry, or one a
+    triaged neighbour with the same failure signature carries. Evidence: the neighbours' numbers.
+    """
+    voters = [n for n in issue.neighbours if n.similarity >= MIN_SIMILARITY and any(l in GOVERNING for l in n.labels)]
+    voters = sorted(voters, key=lambda n: (not n.same_signature, -n.similarity))[:VOTERS]
+    found: list[Finding] = []
+    for label, rule_id in GOVERNING.items():
+        carrying = [n for n in voters if label in n.labels]
+        twins = [n for n in carrying if n.same_signature]
+        numbers = " ".join(f"#{n.number}" for n in carrying)
+        if twins:
+            found.append(Finding(rule_id, "add", label, SAME_SIGNATURE_WEIGHT, numbers, "similar",
+                                 f"#{twins[0].number} has the same failure signature and is {label}", origin="similar"))
+        elif len(carrying) >= MIN_VOTES:
+            found.append(Finding(rule_id, "add", label, VOTE_WEIGHT[len(carrying)], numbers, "similar",
+                                 f"{len(carrying)} of the {len(voters)} most similar triaged issues are {label}",
+                                 origin="similar"))
+    return found
+
+
+def vote(neighbours: Iterable[Neighbour]) -> list[str]:
+    """The labels similar_findings would suggest from these neighbours (for the evaluation)."""
+    return [x.label for x in similar_findings(IssueText(0, "", "", neighbours=tuple(neighbours)))]
