@@ -57,7 +57,7 @@
   function choices(form) {
     var data = new FormData(form);
     return JSON.stringify([data.getAll("labels").sort(), data.get("route") || "", data.get("handoff_to") || "",
-                           data.get("transfer_to") || "", data.get("review") === "on"]);
+                           data.get("transfer_to") || "", data.get("duplicate_of") || "", data.get("review") === "on"]);
   }
 
   function busy(form) { return !!form && form.classList.contains("htmx-request"); }
