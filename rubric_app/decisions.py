@@ -186,6 +186,8 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catal
     unknown = sorted(name for name in add if name not in catalog)
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
+    if TRIAGE_REVIEW in add and any(n.startswith("oncall:") and n not in PT2_QUEUES for n in add):
+        return HANDOFF_REVIEW_MESSAGE
     if not close and leaves_triaged_without_component(issue, add, remove):
         if meeting_decision:
             return (f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
@@ -197,6 +199,9 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catal
     return ""
 
 
+# for_meeting lists the PT2 queue only: a flag on an issue handed off would go to GitHub, and the meeting never see it.
+HANDOFF_REVIEW_MESSAGE = ("A hand-off leaves the PT2 queue, so the meeting would never see a triage review flag "
+                          "(R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged.")
 G4_MESSAGE = ("G4: this would mark the issue triaged with no module: label. Tick a module label (the possible ones "
               "are listed with their evidence), flag triage review for the meeting (R11), or pick a route that stops "
               "labelling (a usage question, ask for more info, transfer).")
@@ -421,8 +426,8 @@ def _step_name(result: github.WriteResult) -> str:
     """How the outcome names one write: "add label module: dynamo", "comment", "close (not planned)"."""
     if result.action == "comment":
         return "comment (standard reply)"
-    if result.action in ("close", "transfer"):
-        return f"{result.action} {result.target.split(' ', 1)[1]}" if result.action == "close" else f"transfer {result.target}"
+    if result.action == "close":  # its target is "#N (reason)": the outcome names the reason only
+        return f"close {result.target.split(' ', 1)[1]}"
     return f"{result.action.replace('_', ' ')} {result.target}"
 
 
@@ -453,8 +458,9 @@ def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueDat
     """
     labels, seen = set(remote.label_names), set(decision.labels_seen)
     added, removed = set(decision.labels_added), set(decision.labels_removed)
-    commented = bool(decision.comment) and _reply_posted(decision, gh)
-    landed = (["comment (standard reply)"] if commented else []) + [f"add label {n}" for n in sorted(added & labels)] + [
+    reply = _reply_on_github(decision, gh) if decision.comment else ""
+    commented = bool(reply)
+    landed = ([reply] if reply else []) + [f"add label {n}" for n in sorted(added & labels)] + [
         f"remove label {n}" for n in sorted(removed - labels)]
     if decision.close_issue and remote.state == "closed":
         landed.append("close")
@@ -473,17 +479,21 @@ def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueDat
                   transfer=bool(decision.transfer_to), before=landed)
 
 
-def _reply_posted(decision: TriageDecision, gh: github.Client) -> bool:
-    """Whether the decision's reply is already on the issue (posted by its dead worker). A failed
-    read counts as posted: a reply missing is better than a reply twice, and the outcome says so."""
+def _reply_on_github(decision: TriageDecision, gh: github.Client) -> str:
+    """How the outcome names the decision's reply when it must not be posted again, or "" to post it.
+
+    Posted already (by its dead worker): "comment (standard reply)". When the comments cannot be read
+    it is not posted either (a reply missing is better than a reply twice), and the outcome says so.
+    """
     try:
         comments = gh.comments(decision.issue.number)
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", exc.status, False, exc.message))
-        return True
+        return "comment (standard reply: not posted again, GitHub's comments could not be read to check)"
     _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", 200, True, f"{len(comments)} comments"))
     since = decision.created_at - timedelta(minutes=1)  # GitHub's clock, to the second
-    return any(c.body.strip() == decision.comment.strip() and c.created_at >= since for c in comments)
+    posted = any(c.body.strip() == decision.comment.strip() and c.created_at >= since for c in comments)
+    return "comment (standard reply)" if posted else ""
 
 
 def fail_unclaimed(live: dict[str, list[str]], now=None) -> int:

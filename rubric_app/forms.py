@@ -197,10 +197,8 @@ class TriageForm(forms.Form):
             self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
         if data.get("route") == decisions.TRANSFER and not data.get("transfer_to"):
             self.add_error("transfer_to", "Choose the repository to transfer the issue to (G2).")
-        if data.get("route") == "handoff" and data.get("review"):
-            # for_meeting lists the PT2 queue only: the flag would go to GitHub and the meeting never see it.
-            self.add_error("review", "A hand-off leaves the PT2 queue, so the meeting would never see a triage review "
-                                     "flag (R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged.")
+        if data.get("route") == "handoff" and data.get("review"):  # refused anyway: said on the box, before Apply
+            self.add_error("review", decisions.HANDOFF_REVIEW_MESSAGE)
         if data.get("route") == decisions.DUPLICATE and "duplicate_of" in data:
             number = data["duplicate_of"]
             original = Issue.objects.filter(number=number).first() if number else None
@@ -244,11 +242,15 @@ class TriageForm(forms.Form):
     def route_value(self) -> str:
         """plan_changes' route: "pt2", "cpu inductor", the `oncall:` label handed off to, or a route
         that stops labelling (question, more info, transfer)."""
-        route = self.cleaned_data["route"]
-        return self.cleaned_data["handoff_to"] if route == "handoff" else route
+        return route_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
 
     def redirect_to(self) -> str:
         return redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+
+
+def route_of(route: str, handoff_to: str) -> str:
+    """plan_changes' route for a form's choice: the `oncall:` label handed off to, else the choice itself."""
+    return handoff_to if route == "handoff" else route
 
 
 def redirect_of(route: str, handoff_to: str) -> str:
@@ -425,7 +427,7 @@ class GroupDecisionForm(forms.Form):
     def plans(self) -> list[tuple[Issue, decisions.Plan | None]]:
         """(issue, its Plan) for every ticked issue, in number order; None for the original of a duplicates decision."""
         data = self.cleaned_data
-        route = data["handoff_to"] if data["route"] == "handoff" else data["route"]
+        route = route_of(data["route"], data["handoff_to"])
         out = []
         for number in sorted(set(data["issues"])):
             issue = self.members[number]

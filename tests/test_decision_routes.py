@@ -327,3 +327,25 @@ def test_it_accepts_a_redirect_only_when_it_is_preselected(db, labels, ticked, e
     Suggestion.objects.create(issue=issue, label="oncall: export", rule_id="R6.3", confidence=0.7, preselected=ticked)
 
     assert _form(issue).suggested["route"] == expected
+
+
+def test_it_refuses_a_hand_off_that_flags_review_on_every_path(synced, triager, fake_github):
+    make_label("oncall: export")
+    # What a group decision (or any caller) would send: the same refusal as the issue page's box.
+    decision = _request(synced, triager, Plan(["oncall: export", "triage review"], ["oncall: pt2"]))
+
+    assert decision.status == Status.REFUSED and "the meeting would never see a triage review flag" in decision.result_message
+    assert fake_github.requests == []
+
+
+def test_it_says_so_when_it_cannot_check_for_its_reply_and_does_not_post_it(synced, triager, fake_github):
+    decision = _request(synced, triager, plan_changes(synced, chosen=[], route="question", review=False))
+    TriageDecision.objects.filter(pk=decision.pk).update(status=Status.APPLYING, heartbeat_at=timezone.now() - timedelta(hours=1))
+    fake_github.inject("error", method="GET", path=r"/comments$", status=404, times=5)
+
+    decision = apply_decision(decision.pk)
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert fake_github.issues[1001]["comments"] == [] and fake_github.issues[1001]["state"] == "closed"
+    assert "not posted again, GitHub's comments could not be read to check" in decision.result_message
+    assert ("read_comments", False) in _audit(decision)
