@@ -397,7 +397,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
-    _preselect(out, limits, question, labelled, findings)
+    _preselect(out, limits, question, labelled, findings, crashed=crash is not None)
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
                      + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
@@ -423,9 +423,10 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
                for s in out.add]
 
 
-def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding]) -> None:
+def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding],
+               crashed: bool = False) -> None:
     """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
-    labelled: the issue already carries a `module:` label.
+    labelled: the issue already carries a `module:` label; crashed: R11 names a crash outright (_crash).
 
     `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
     flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
@@ -437,7 +438,6 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
     bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
     bisected = [x for x in findings if x.source.startswith("bisection")]
     cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
-    crashed = _crash(findings) is not None
     ticked = []
     for s in out.add:
         threshold = bars["oncall"] if s.label.startswith("oncall:") else bars.get(s.label, bar)
