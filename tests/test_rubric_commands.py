@@ -180,6 +180,21 @@ def test_it_scores_the_held_out_half_apart(tmp_path):
     assert curve[0] == "0.00" and len(curve) > 3
 
 
+def test_it_prints_a_learning_curve_on_the_training_pool(tmp_path):
+    # Two kinds of issue the rules cannot tell apart, in words only a learned model can pick up.
+    rows = [{"number": n, "title": f"{word} case {n}", "body": f"the {word} misbehaves", "comments": [],
+             "labels": ["oncall: pt2", label]}
+            for n in range(1, 61) for word, label in [("walrus frobnicator" if n % 2 else "quokka zephyr",
+                                                      "module: dynamo" if n % 2 else "module: inductor")]]
+    out = StringIO()
+    call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), learning_curve=True, stdout=out)
+    curve = re.findall(r"^  trained on\s+(\d+)% of the other folds \(\s*(\d+) issues\): micro-F1 ([\d.]+)", out.getvalue(), re.M)
+    assert [c[0] for c in curve] == ["25", "50", "75", "100"]
+    sizes = [int(c[1]) for c in curve]
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    assert float(curve[-1][2]) > 0.9  # separable kinds: the full training folds learn them
+
+
 def test_it_rejects_a_threshold_outside_zero_to_one(tmp_path):
     with pytest.raises(CommandError, match="--min-confidence"):
         call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", ISSUES)), min_confidence=1.5,

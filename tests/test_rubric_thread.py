@@ -224,7 +224,17 @@ def test_it_labels_a_symptom_that_is_the_subject_next_to_the_component_r7_2(titl
     assert "module: inductor" in a.labels()
 
 
-def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2(assess):
-    a = assess("DTensor under torch.compile raises an unhelpful error message", "torch.compile(model) with DTensor inputs gives a cryptic error.")
+@pytest.mark.parametrize("title, body", [
+    ("DTensor under torch.compile raises an unhelpful error message", "torch.compile(model) with DTensor inputs gives a cryptic error."),
+    ("Compiling DTensor matmul raises opaque AssertionError instead of the eager sharding error",
+     "Under torch.compile the same DTensor code fails with a bare `AssertionError` and no hint about placements."),
+])
+def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2(title, body, assess):
+    a = assess(title, body)
     assert "module: compile ux" in a.labels()
     assert a.route == "pt2"
+
+
+def test_it_does_not_read_a_plain_assertion_as_a_ux_complaint_r6_2(assess):
+    a = assess("DTensor matmul under torch.compile fails", "torch.compile(f)(a, b) raises AssertionError: expected a TensorVariable")
+    assert "module: compile ux" not in a.labels()

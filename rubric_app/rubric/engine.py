@@ -36,7 +36,7 @@ from .facts import (
     Finding,
 )
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
-from .rules import CONCLUDED_BY_OTHERS, thread_facts
+from .rules import CONCLUDED_BY_OTHERS, DEFAULT_BACKEND_GUESS, thread_facts
 from .rules_domain import CRASH
 from .similarity import similar_findings
 from .text import code_blocks, read_code, sources_of
@@ -49,6 +49,13 @@ HOLISTIC_YIELDS_TO = 0.6
 # ...unless the symptom is the report's subject (a slow compile, a throughput regression, a bad error
 # message named in the title): triagers label the symptom next to the component then.
 SYMPTOM_SUBJECT = 0.8
+# What the report suffers from rather than what it touches (R7.2, R7.3's holistic labels): triagers apply
+# these far less often than the words appear, so they are calibrated apart from the visibility labels
+# (R7.1, R7.3's named features), which a DTensor or flex-attention report gets almost every time.
+SYMPTOMS = frozenset({*HOLISTIC, "module: determinism", "module: numerical-stability", "compile-cache"})
+# A label a rule finds with at least this weight (the title names it, or a rule as specific as R4.3 or
+# R9.1) is offered whatever triagers' history says of it; it is still ticked only above the bar.
+OFFERED_OUTRIGHT = 0.8
 # A component is suggested from this weight up; a second core component needs STRONG.
 MIN_WEIGHT = 0.45
 STRONG = 0.8
@@ -172,8 +179,9 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
                     findings: list[Finding]) -> list[Finding]:
     """The learned labeler's view as ADD findings, citing the rule that governs each label.
 
-    Only labels whose calibrated probability reaches the model's `first` threshold are offered; the
-    engine then weighs them with the rules' findings by calibrated probability (_scorer).
+    Only labels whose calibrated probability reaches their kind's threshold are offered (`first` for a
+    component, `visibility`, `route`, `review`); the engine then weighs them with the rules' findings by
+    calibrated probability (_scorer).
     """
     out = []
     supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
@@ -182,7 +190,8 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
         calibrated = model.calibrated(key if key in model.calibration else label, p)
         kind = ("add" if label in VISIBILITY_LABELS else "route" if label.startswith("oncall:")
                 else "flag" if label == REVIEW else "add")
-        bar = "route" if label.startswith("oncall:") else "review" if label == REVIEW else "first"
+        bar = ("visibility" if label in VISIBILITY_LABELS else "route" if label.startswith("oncall:")
+               else "review" if label == REVIEW else "first")
         if calibrated < model.thresholds[bar] or not top:
             continue
         evidence, source = feats[top[0]]
@@ -202,7 +211,25 @@ def calibration_key(x: Finding) -> str:
         return "review" if x.label == REVIEW else "flag"
     if x.label in CORE:
         return "decisive" if decisive(x) else "core"
-    return "extra"
+    return "symptom" if x.label in SYMPTOMS else "extra"
+
+
+# The groups whose labels get a calibration curve of their own once they have enough findings.
+OWN_CURVES = ("extra", "symptom")
+
+
+def rule_curve(learned: LabelModel, x: Finding) -> str:
+    """The calibration curve of a rule's finding: a label outside the core with enough findings of its own
+    has its own (a DTensor report nearly always gets `module: dtensor`, an FSDP one often goes without
+    `module: fsdp`), else its group's."""
+    key = calibration_key(x)
+    own = f"{key}:{x.label}"
+    return own if key in OWN_CURVES and own in learned.calibration else key
+
+
+def has_own_curve(learned: LabelModel | None, label: str) -> bool:
+    """A label outside the core was calibrated on findings of its own (rule_curve), not only on its group's."""
+    return learned is not None and any(f"{key}:{label}" in learned.calibration for key in OWN_CURVES)
 
 
 def decisive(x: Finding) -> bool:
@@ -237,7 +264,7 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
             return 1.0
         if learned is None:
             return x.weight
-        rule_p = learned.calibrated(calibration_key(x), x.weight)
+        rule_p = learned.calibrated(rule_curve(learned, x), x.weight)
         # An uncalibrated model (trained without fit_model) does not outvote the rules' own findings.
         if x.label in predictions and (x.origin == "model" or x.label in learned.calibration):
             key = model_key(x.label, x.label in supported)
@@ -312,14 +339,24 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
     chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
               and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
-    # (R7.2) is the subject itself unless a component is shown with real evidence.
+    # (R7.2) is the subject itself unless a component is shown with real evidence. A label a rule finds
+    # outright (OFFERED_OUTRIGHT: a slow compile in the title, R4.3's make_fx divergence, R9.1's functorch
+    # transform) is offered even where triagers' history calibrates it low: the rubric names it, the
+    # triager decides.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
         x for l, x in candidates.items()
-        if l not in CORE and score(x) >= (limits.get("visibility", limits["extra"]) if l.startswith("oncall:") else limits["extra"])
+        if l not in CORE and (score(x) >= _extra_bar(l, limits) or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT))
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
+
+
+def _extra_bar(label: str, limits: dict[str, float]) -> float:
+    """The bar a label outside the core components must reach: visibility oncall: labels, symptoms, the rest."""
+    if label.startswith("oncall:"):
+        return limits.get("visibility", limits["extra"])
+    return limits.get("symptom", limits["extra"]) if label in SYMPTOMS else limits["extra"]
 
 
 # The rules' own thresholds (no model): weights, not probabilities.
@@ -397,7 +434,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
-    _preselect(out, limits, question, labelled, findings, crashed=crash is not None)
+    _preselect(out, limits, question, labelled, findings, crashed=crash is not None, learned=learned)
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
                      + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
@@ -424,26 +461,38 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
 
 
 def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding],
-               crashed: bool = False) -> None:
+               crashed: bool = False, learned: LabelModel | None = None) -> None:
     """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
     labelled: the issue already carries a `module:` label; crashed: R11 names a crash outright (_crash).
 
     `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
     flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
     verdicts always. Never G4's fallback (a placeholder to replace), nothing on a usage question (G1), no
-    CPU route read off the text once a bisection ran without showing the bug CPU-only (R2.4). `triaged`
-    only when the issue will carry a `module:` label (ticked, or there already: G4) and nothing is flagged (G6).
+    CPU route read off the text once a bisection ran without showing the bug CPU-only (R2.4). With a model,
+    a `module:` label outside the core only once it has a calibration curve of its own (has_own_curve): a
+    label seen a handful of times has no measured precision, only its group's. Never a component whose best
+    rule evidence is the default-backend guess for wrong results: R2 bisects those first, whatever the
+    learned labeler makes of the words. `triaged` only when the issue will carry a `module:` label (ticked,
+    or there already: G4) and nothing is flagged (G6).
     """
     bar = limits.get("preselect", 1.01)
     bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
     bisected = [x for x in findings if x.source.startswith("bisection")]
     cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
-    ticked = []
+    rule_adds = _best([x for x in findings if x.origin == "rule"], "add")
+    guessed = {l for l, x in rule_adds.items() if x.reason == DEFAULT_BACKEND_GUESS and not bisected}
+    ticked, held_back = [], {}
     for s in out.add:
         threshold = bars["oncall"] if s.label.startswith("oncall:") else bars.get(s.label, bar)
         pick = s.confidence >= threshold and s.rule_id != "G4"
         if s.label == CPU_ONCALL and bisected and not cpu_shown:
             pick = False
+        # Sure enough by confidence, held back for a reason the triager is told (in the suggestion's reason).
+        unmeasured = (learned is not None and s.label.startswith("module:") and s.label not in CORE
+                      and not has_own_curve(learned, s.label))
+        if pick and (unmeasured or s.label in guessed):
+            pick = False
+            held_back[s.label] = BISECT_FIRST if s.label in guessed else UNMEASURED
         if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == REVIEW and crashed):
             pick = True
         if question and s.label.startswith("module:"):
@@ -451,8 +500,13 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
         ticked.append(pick)
     modules = labelled or any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
-    out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t)
+    out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t,
+                       reason=f"{s.reason} · {held_back[s.label]}" if s.label in held_back else s.reason)
                for s, t in zip(out.add, ticked)]
+
+
+UNMEASURED = "not pre-selected: too few past triage decisions to measure how often it is right"
+BISECT_FIRST = "not pre-selected: wrong results are bisected before a component is applied (R2)"
 
 
 def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -> None:
@@ -533,13 +587,14 @@ def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding
     if out.route == "handoff":
         return []
     suggested = {s.label: s for s in out.add}
+    dropped = {x.label for x in unsure}  # by label: the rule's finding here may not be the one that was chosen
     items = []
     for label, x in adds.items():
         if not label.startswith("module:") or label == COMPILE_UX:
             continue
         shown = suggested.get(label)
         weak = x.weight <= WEAK if x.origin == "rule" else shown is not None and shown.confidence <= WEAK
-        if x in unsure or (shown is None and weak) or (shown is not None and not shown.preselected and weak):
+        if label in dropped or (shown is None and weak) or (shown is not None and not shown.preselected and weak):
             what = "suggested as a weak guess" if shown else "not suggested"
             items.append(ChecklistItem(x.rule_id, f"{label}: {what} on weak evidence ({x.reason}): "
                                        "is this why it fails, or only where? (G8)", "needs_human", x.evidence))

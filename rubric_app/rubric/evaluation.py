@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Reading, calibration_key, decide, evaluate, model_key, read
-from .model import MODEL_LABELS, LabelModel, isotonic, train
+from .engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read
+from .model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW, Finding
 from .text import split_thread_authored
 from .types import Assessment, CommentText, IssueText
@@ -337,6 +338,8 @@ GRID_FIRST = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 GRID_SECOND = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 GRID_EXTRA = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 GRID_ROUTE = (0.3, 0.4, 0.5, 0.6, 0.7)
+# A visibility oncall: label (R6.4) leaves the labels and the lane alone, so it may be offered lower than a handoff.
+GRID_VISIBILITY = (0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 GRID_REVIEW = (0.2, 0.3, 0.4, 0.5, 0.6)
 REVIEW_PRECISION = 0.62
 REVIEW_RECALL = 0.75
@@ -385,6 +388,11 @@ def _rule_supports(feats: set[str], label: str) -> bool:
     return any(f"rl:{kind}:{label}" in feats for kind in ("add", "route", "flag"))
 
 
+# A label outside the core gets a calibration curve of its own from this many findings (engine.rule_curve):
+# only then can it be pre-selected (engine._preselect).
+OWN_CURVE_MIN = 5
+
+
 def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) -> dict[str, list[list[float]]]:
     """Isotonic curves of rule weight -> observed precision, per group of findings (engine.calibration_key),
     and the observed rates of the fixed-weight labels (G4's fallback, G6's triaged, flags)."""
@@ -398,13 +406,23 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
         for (kind, label), x in best.items():
             actual = answer(record, label)
             if actual is not None:
-                points.setdefault(calibration_key(x), []).append((x.weight, actual))
+                key = calibration_key(x)
+                points.setdefault(key, []).append((x.weight, actual))
+                if key in OWN_CURVES:
+                    points.setdefault(f"{key}:{label}", []).append((x.weight, actual))
         for s in decide(reading, use_model=False).add:
             key = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G1": "flag"}.get(s.rule_id)
             actual = truth(record, s.label)
             if key and actual is not None:
                 points.setdefault(key, []).append((s.confidence, actual))
-    return {key: list(isotonic(values)) for key, values in points.items()}
+    curves = {}
+    for key, values in points.items():
+        group = key.split(":", 1)[0]
+        if ":" not in key or group not in OWN_CURVES:
+            curves[key] = list(isotonic(values))
+        elif len(values) >= OWN_CURVE_MIN:  # smoothed towards its group's rate: five findings prove no 0 or 1
+            curves[key] = list(isotonic(values, prior=sum(y for _, y in points[group]) / len(points[group])))
+    return curves
 
 
 def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], fold_models: list[LabelModel],
@@ -435,13 +453,15 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
         for second in GRID_SECOND:
             limits = {**base, "first": first, "second": second}
             best = max(best, (component_fit(limits), limits), key=lambda b: b[0])
-    for extra in GRID_EXTRA:
-        limits = {**best[1], "extra": extra}
-        best = max(best, (component_fit(limits), limits), key=lambda b: b[0])
+    for key in ("extra", "symptom"):
+        for bar in GRID_EXTRA:
+            limits = {**best[1], key: bar}
+            best = max(best, (component_fit(limits), limits), key=lambda b: b[0])
     limits = dict(best[1])
     # Routing: the bars with the best out-of-fold routing F1 (redirects, then visibility oncall: labels).
     for key in ("route", "visibility"):
-        scored = [(score(records, [a.verdict() for a in run({**limits, key: bar})]).routing.f1, -bar, bar) for bar in GRID_ROUTE]
+        grid = GRID_VISIBILITY if key == "visibility" else GRID_ROUTE
+        scored = [(score(records, [a.verdict() for a in run({**limits, key: bar})]).routing.f1, -bar, bar) for bar in grid]
         limits[key] = max(scored)[2]
     # The review flag: the most recall at precision REVIEW_PRECISION (the target's 0.60 and a margin) when
     # that recall reaches REVIEW_RECALL; otherwise the best F1 (a flag right 62% of the time on one issue
@@ -460,6 +480,8 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
             actual = review_truth(record) if s.label == REVIEW else truth(record, s.label)
             if actual is None or s.rule_id == "G4" or s.source == "bisection":
                 continue
+            if not s.preselected:
+                continue  # not ticked even at a zero bar (engine._preselect): no part of the bar
             if s.label in COMPONENTS and i in labelled_set:
                 modules.append((s.confidence, actual))
             elif s.label.startswith("oncall:") and s.label != PT2_ONCALL:
@@ -474,6 +496,50 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
                "component_f1": t.components.f1, "preselected_precision": t.preselected.precision, "coverage": t.coverage,
                "routing_f1": t.routing.f1, "review_precision": t.review.precision, "review_recall": t.review.recall}
     return limits, {k: round(v, 3) for k, v in figures.items()}
+
+
+def learning_curve(records: list[dict[str, Any]], fractions: Iterable[float] = (0.25, 0.5, 0.75, 1.0),
+                   seeds: Iterable[int] = (0, 1, 2), folds: int = 5) -> list[tuple[float, int, float, float, float]]:
+    """(fraction, issues trained on, mean, min, max micro-F1) of the learned labeler alone on the core components,
+    out of fold, trained on `fraction` of the other folds (a random subset per seed): does more data help?
+
+    The decision is the plainest one: the likeliest component from `first`, another from `second`, at the
+    pair of CURVE_GRID with the best F1 (the same grid for every size, so the sizes compare).
+    """
+    readings = [read(issue_from_record(r, use_labels=False)) for r in records]
+    examples = training_examples(records, readings)
+    rows = []
+    for fraction in fractions:
+        scores, size = [], 0
+        for seed in seeds:
+            rng = random.Random(seed)
+            predictions: list[dict[str, tuple[float, list[str]]]] = [{}] * len(examples)
+            for fold in range(folds):
+                others = [e for i, e in enumerate(examples) if i % folds != fold]
+                rng.shuffle(others)
+                size = max(1, int(len(others) * fraction))
+                fold_model = train(others[:size], seed=seed)
+                for i in range(fold, len(examples), folds):
+                    predictions[i] = fold_model.predict(readings[i].features())
+            scores.append(max(_core_f1(examples, predictions, first, second) for first, second in CURVE_GRID))
+        rows.append((fraction, size, sum(scores) / len(scores), min(scores), max(scores)))
+    return rows
+
+
+CURVE_GRID = [(first, second) for first in (0.1, 0.2, 0.3, 0.4, 0.5) for second in (0.3, 0.4, 0.5, 0.6, 0.7)]
+
+
+def _core_f1(examples: list[tuple[set[str], dict[str, bool | None]]], predictions: list[dict[str, tuple[float, list[str]]]],
+             first: float, second: float) -> float:
+    c = Counts()
+    for (_feats, answers), predicted in zip(examples, predictions):
+        if not any(answers.get(l) for l in COMPONENT_LABELS):
+            continue
+        ranked = sorted(((predicted[l][0], l) for l in COMPONENT_LABELS), reverse=True)
+        chosen = {l for i, (p, l) in enumerate(ranked) if p >= (first if i == 0 else second)}
+        for label in COMPONENT_LABELS:
+            c.add(label in chosen, answers.get(label))
+    return c.f1
 
 
 def wilson_lower(hits: int, total: int, z: float = PRESELECT_Z) -> float:

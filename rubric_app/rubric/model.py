@@ -38,12 +38,12 @@ GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER:
 # Learned labels that are visibility extras, never a handoff (R6.4).
 VISIBILITY_LABELS = frozenset({DIST_ONCALL})
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
-# suggested ("possible") from `first`, a second core one from `second`, a domain or feature label from
-# `extra`, an `oncall:` visibility label from `visibility`; a redirect from `route`, the review flag from
-# `review`. "Accept" ticks module labels from `preselect`, oncall: labels from `preselect_route` and the
-# review flag from `preselect_review`.
-DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "preselect": 0.75, "route": 0.5, "review": 0.5,
-                      "visibility": 0.5, "preselect_route": 0.9, "preselect_review": 0.9}
+# suggested ("possible") from `first`, a second core one from `second`, a domain label from `extra`, a
+# symptom label (engine.SYMPTOMS) from `symptom`, an `oncall:` visibility label from `visibility`; a
+# redirect from `route`, the review flag from `review`. "Accept" ticks module labels from `preselect`,
+# oncall: labels from `preselect_route` and the review flag from `preselect_review`.
+DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "symptom": 0.5, "preselect": 0.75, "route": 0.5,
+                      "review": 0.5, "visibility": 0.5, "preselect_route": 0.9, "preselect_review": 0.9}
 
 # Not after "+": a build tag (`2.5.1+cpu`, `+cu121`) says what was installed, not where it fails (R2.4).
 # Not after "@": who is mentioned says nothing about the bug, and the bot's "cc @..." line is written
@@ -101,6 +101,21 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
     return found
 
 
+# A long body (a traceback, an environment dump) has hundreds of words, each a small vote: left at full
+# weight they outvote the title and the rules by sheer number. Each body word counts
+# min(1, BODY_SCALE / sqrt(body words)), so a short body's words count in full; title words, tags, rules
+# and thread facts always do.
+BODY_SCALE = 5.0
+
+
+def feature_values(feats: Iterable[str]) -> dict[str, float]:
+    """Each feature's value for the regression: 1, or less for the words of a long body (BODY_SCALE)."""
+    feats = list(feats)
+    body = sum(1 for f in feats if f.startswith("b:"))
+    scale = min(1.0, BODY_SCALE / math.sqrt(body)) if body else 1.0
+    return {f: scale if f.startswith("b:") else 1.0 for f in feats}
+
+
 def feature_name(feature: str) -> str:
     """A feature as a triager reads it among a suggestion's evidence: the word, `[tag]`, the rule id."""
     kind, _, rest = feature.partition(":")
@@ -120,15 +135,16 @@ def feature_name(feature: str) -> str:
     return rest
 
 
-def isotonic(points: list[tuple[float, bool]]) -> tuple[list[float], list[float]]:
+def isotonic(points: list[tuple[float, bool]], prior: float | None = None) -> tuple[list[float], list[float]]:
     """Pool-adjacent-violators fit of P(correct | score): (scores, probabilities), non-decreasing.
 
-    Each block's probability is smoothed towards the overall rate by one pseudo-observation, so a
-    block of two issues never claims 0 or 1.
+    Each block's probability is smoothed towards `prior` (default: the points' overall rate) by one
+    pseudo-observation, so a block of two issues never claims 0 or 1.
     """
     if not points:
         return [], []
-    prior = sum(y for _, y in points) / len(points)
+    if prior is None:
+        prior = sum(y for _, y in points) / len(points)
     by_score: dict[float, list[float]] = {}
     for x, y in points:  # equal scores are one block: the curve is a function of the score
         block = by_score.setdefault(x, [0.0, 0.0])
@@ -170,8 +186,9 @@ class LabelModel:
     bias: dict[str, float] = field(default_factory=dict)
     trained_on: int = 0
     # Calibration curves fitted on out-of-fold scores (evaluation.fit_model): key -> (scores, probabilities).
-    # Keys: a model label (its raw probability), or a group of rule labels ("extra", "route", "review",
-    # "triaged", "flag", "fallback") scored by the rule's weight.
+    # Keys: a model label (its raw probability), or a group of rule labels ("extra", "symptom", "route",
+    # "review", "triaged", "flag", "fallback") scored by the rule's weight, or one label of the first two
+    # groups with enough findings of its own ("extra:module: dtensor", engine.rule_curve).
     calibration: dict[str, list[list[float]]] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     # The out-of-fold figures the thresholds were chosen on (evaluation.fit_model): the training pool's honest figures.
@@ -192,9 +209,9 @@ class LabelModel:
                     by_feature.setdefault(f, []).append((label, v))
             self._by_feature = by_feature
         contributions: dict[str, list[tuple[float, str]]] = {label: [] for label in self.weights}
-        for f in feats:
+        for f, value in feature_values(feats).items():
             for label, v in self._by_feature.get(f, ()):
-                contributions[label].append((v, f))
+                contributions[label].append((v * value, f))
         out = {}
         for label, found in contributions.items():
             z = self.bias[label] + sum(c for c, _ in found)
@@ -237,16 +254,18 @@ def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int =
 
     examples: (feature names, {label: True/False/None}); None (a label hidden by truncation) leaves
     the example out for that label only. Features seen in fewer than min_df issues are dropped.
-    Features are numbered once and weights kept in a list: the inner loop is the training's cost.
+    Features are numbered once and weights kept in a list: the inner loop is the training's cost. Each
+    feature counts by its value (feature_values: less for the words of a long body).
     """
     df = Counter(f for feats, _ in examples for f in feats)
     names = sorted(f for f, n in df.items() if n >= min_df)
     index = {f: i for i, f in enumerate(names)}
     model = LabelModel(trained_on=len(examples))
     rng = random.Random(seed)
+    valued = [feature_values(feats) for feats, _ in examples]
     for label in MODEL_LABELS:
-        rows = [([index[f] for f in feats if f in index], bool(answers[label]))
-                for feats, answers in examples if answers.get(label) is not None]
+        rows = [([(index[f], v) for f, v in valued[n].items() if f in index], bool(answers[label]))
+                for n, (feats, answers) in enumerate(examples) if answers.get(label) is not None]
         positives = sum(1 for _, y in rows if y)
         w = [0.0] * len(names)
         b = math.log((positives + 1) / (len(rows) - positives + 1)) if rows else 0.0
@@ -256,13 +275,13 @@ def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int =
             decay = 1 - step * l2
             for feats, y in rows:
                 z = b
-                for j in feats:
-                    z += w[j]
+                for j, v in feats:
+                    z += w[j] * v
                 g = (1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))) - (1.0 if y else 0.0)
                 b -= step * g
                 delta = step * g
-                for j in feats:
-                    w[j] = w[j] * decay - delta
+                for j, v in feats:
+                    w[j] = w[j] * decay - delta * v
         model.weights[label] = {names[j]: v for j, v in enumerate(w) if v}
         model.bias[label] = b
     return model

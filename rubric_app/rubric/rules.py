@@ -330,7 +330,11 @@ def _default_backend_wrong(f: Facts) -> list[Finding]:
     likeliest place; a weak guess a bisection confirms or overrides (R2.2)."""
     if not f.has(COMPILE_USE):
         return []
-    return _add(f, "R2.2", INDUCTOR, SILENT_WRONG, 0.5, 0.45, "wrong results with the default (Inductor) backend; bisect to confirm")
+    return _add(f, "R2.2", INDUCTOR, SILENT_WRONG, 0.5, 0.45, DEFAULT_BACKEND_GUESS)
+
+
+# The reason of that guess: the engine never pre-selects a component resting on it (R2: bisect first).
+DEFAULT_BACKEND_GUESS = "wrong results with the default (Inductor) backend; bisect to confirm"
 
 
 INDUCTOR_TITLE = re.compile(r"\[(?:torch)?inductor\]|\b(?:torch)?inductor\b|\btriton\b|\bcodegen\b|max[-_]autotune", I)

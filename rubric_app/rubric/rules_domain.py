@@ -150,7 +150,10 @@ def r7_2_features(f: Facts) -> list[Finding]:
 COMPILE_UX_TEXT = re.compile(
     r"\bno suggestion\w{0,2}|\b\d{2,4}-line traceback|\bdid you mean\b|hard to understand|"
     r"(?:bad|confusing|unhelpful|misleading|inscrutable|cryptic|unclear|better|improve\w{0,3}|irrelevant) (?:error )?(?:messages?|errors?|warnings?|logs?|logging)"
-    r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b|(?:shorter|noisy|spammy|verbose) logs?",
+    r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b|(?:shorter|noisy|spammy|verbose) logs?"
+    # An error that says nothing: "opaque AssertionError", "bare exception", "no hint about placements".
+    r"|\b(?:opaque|bare|obscure|useless|vague|cryptic) `?(?:\w{0,20}Error|exceptions?|assert(?:ion)?s?|tracebacks?)\b"
+    r"|\bno (?:hint|clue|indication) (?:about|what|why|where)\b|\b(?:PT2|compile)'s UX\b",
     I,
 )
 

@@ -16,6 +16,7 @@ from rubric_app.rubric.evaluation import (
     has_component,
     issue_from_record,
     keyword_baseline,
+    learning_curve,
     precision_recall_curve,
     predict,
     read_jsonl,
@@ -65,11 +66,15 @@ class Command(BaseCommand):
                  "a model is trained on the development half only; prints the precision/recall curve on the held-out half",
         )
         parser.add_argument(
+            "--learning-curve", action="store_true",
+            help="also print the learned labeler's out-of-fold core-component F1 on the training pool, trained on 25-100%% of the other folds",
+        )
+        parser.add_argument(
             "--min-confidence", type=float, default=0.0, metavar="T",
             help="suggest component labels only from this confidence up (the rest become checklist items)",
         )
 
-    def handle(self, *args, input, halves, kfold, split, min_confidence, **options):
+    def handle(self, *args, input, halves, kfold, split, min_confidence, learning_curve=False, **options):
         paths = [input] if isinstance(input, str) else input  # call_command may pass one path as a str
         records = []
         for path in paths:
@@ -107,6 +112,8 @@ class Command(BaseCommand):
             on = score([records[i] for i in labelled], [predicted[i] for i in labelled]).components
             self.stdout.write(f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
                               f"  | on issues with a human component F1 {on.f1:.3f}")
+        if learning_curve:
+            self._learning_curve([r for r in records if not is_held_out(r)])
         if halves:
             order = sorted(range(len(records)), key=lambda i: records[i]["number"])
             for name, part in (("rules alone, older half", order[: len(order) // 2]), ("rules alone, newer half", order[len(order) // 2 :])):
@@ -154,6 +161,13 @@ class Command(BaseCommand):
             slices.append(("HELD-OUT slice (never trained on)", [records[i] for i in held], [assessments[i] for i in held]))
         for name, part, judged in slices:
             self._trust_block(name, part, judged)
+
+    def _learning_curve(self, pool):
+        """Would more triaged issues help? The learned labeler alone, out of fold on the training pool."""
+        self.stdout.write(f"== learning curve: the learned labeler alone, core components, out of fold on the training pool "
+                          f"({len(pool)} issues), 3 seeds")
+        for fraction, size, mean, low, high in learning_curve(pool):
+            self.stdout.write(f"  trained on {fraction:4.0%} of the other folds ({size:4} issues): micro-F1 {mean:.3f} ({low:.3f}-{high:.3f})")
 
     def _trust_block(self, name, records, assessments):
         out = self.stdout.write

@@ -1,0 +1,90 @@
+"""Calibration of the labels outside the core components (R7): a curve of their own once a label has
+enough findings, symptoms apart from visibility labels, and what that means for pre-selection."""
+
+from __future__ import annotations
+
+from rubric_app.rubric import IssueText, evaluate
+from rubric_app.rubric.engine import read
+from rubric_app.rubric.evaluation import OWN_CURVE_MIN, _rule_calibration, issue_from_record
+from rubric_app.rubric.model import LabelModel, interpolate, isotonic
+
+
+def record(number: int, title: str, body: str, labels: list[str]) -> dict:
+    return {"number": number, "title": title, "body": body, "comments": [], "labels": labels}
+
+
+# Triagers' history, R7 by R7: a DTensor report always got `module: dtensor` (R7.1); FSDP reports are too
+# few to say; a slow compile in the title never got `module: compile-time`, a slow kernel got `module: performance` (R7.2).
+DTENSOR = [record(i, f"[DTensor] redistribute under torch.compile fails in case {i}",
+                  "torch.compile(model) on DTensor inputs fails in inductor", ["module: dtensor", "module: inductor", "oncall: pt2"])
+           for i in range(1, OWN_CURVE_MIN + 2)]
+FSDP = [record(100 + i, f"FSDP2 fully_shard + torch.compile fails in case {i}", "fully_shard(model); torch.compile(model) fails in inductor",
+               ["module: inductor", "oncall: pt2"]) for i in range(1, OWN_CURVE_MIN - 1)]
+SLOW = [record(200 + i, f"Compile time of model {i} went from 40s to 6 minutes", "torch.compile(model) with inductor",
+               ["module: inductor", "oncall: pt2"]) for i in range(1, OWN_CURVE_MIN + 2)]
+SLOWER = [record(300 + i, f"[inductor] fused softmax {i} is 3x slower than eager", "torch.compile(model) with inductor",
+                 ["module: inductor", "module: performance", "oncall: pt2"]) for i in range(1, 3)]
+
+
+def curves(records):
+    return _rule_calibration(records, [read(issue_from_record(r, use_labels=False)) for r in records])
+
+
+def test_it_gives_a_label_with_enough_findings_a_curve_of_its_own_r7():
+    fitted = curves(DTENSOR + FSDP + SLOW + SLOWER)
+    assert interpolate(fitted["extra:module: dtensor"], 0.9) > 0.8
+    assert "extra:module: fsdp" not in fitted  # too few findings: its group's curve speaks for it
+    assert "extra" in fitted
+    # Symptoms (R7.2) are calibrated apart: their history does not drag the visibility labels down...
+    assert "symptom" in fitted and interpolate(fitted["extra"], 0.9) > interpolate(fitted["symptom"], 0.9)
+    # ...and a label's own curve is smoothed towards its group's rate, not to 0: a handful of misses proves no 0.
+    assert 0.0 < interpolate(fitted["symptom:module: compile-time"], 0.9) < 0.5
+
+
+def test_it_smooths_a_curve_towards_the_prior_it_is_given():
+    assert isotonic([(0.9, False)] * 4)[1] == [0.0]
+    assert isotonic([(0.9, False)] * 4, prior=0.5)[1] == [0.1]
+
+
+def model(calibration: dict) -> LabelModel:
+    return LabelModel(calibration=calibration, thresholds={"first": 0.2, "second": 0.3, "extra": 0.5, "symptom": 0.5,
+                                                           "visibility": 0.5, "route": 0.5, "review": 0.5, "preselect": 0.7,
+                                                           "preselect_route": 1.01, "preselect_review": 1.01})
+
+
+FSDP_ISSUE = IssueText(1, "FSDP2 fully_shard + torch.compile: backward fails", "fully_shard(model); torch.compile(model) fails in inductor",
+                       labels=("oncall: pt2",))
+SURE = [[0.0, 1.0], [0.95, 0.95]]
+LOW = [[0.0, 1.0], [0.05, 0.05]]
+
+
+def test_it_preselects_a_label_outside_the_core_only_on_its_own_curve_r7_1():
+    # The group's curve is sure, but it was fitted on other labels: `module: fsdp` is offered, not ticked.
+    a = evaluate(FSDP_ISSUE, model=model({"extra": SURE}))
+    fsdp = next(s for s in a.add if s.label == "module: fsdp")
+    assert fsdp.confidence >= 0.9 and not fsdp.preselected
+    # Its own curve, once it has one, is what scores it: sure where its group is not.
+    own = evaluate(FSDP_ISSUE, model=model({"extra": LOW, "extra:module: fsdp": SURE}))
+    assert "module: fsdp" in own.preselected()
+    rules_alone = evaluate(FSDP_ISSUE, use_model=False)  # no calibration at all: the rules' own bar
+    assert "module: fsdp" in rules_alone.labels()
+
+
+def test_it_still_offers_what_a_rule_finds_outright_when_history_calibrates_it_low_r7_2():
+    slow = IssueText(2, "Compile time of a 48-layer transformer went from 40s to 6 minutes", "torch.compile(model) with inductor",
+                     labels=("oncall: pt2",))
+    a = evaluate(slow, model=model({"symptom": SURE, "symptom:module: compile-time": LOW}))
+    s = next(s for s in a.add if s.label == "module: compile-time")
+    assert s.confidence < 0.1 and not s.preselected  # offered with its honest confidence, left for the triager
+    assert s.rule_id == "R7.2" and s.evidence in slow.title
+
+
+def test_it_tells_the_triager_why_a_sure_label_is_not_ticked():
+    a = evaluate(FSDP_ISSUE, model=model({"extra": SURE}))
+    fsdp = next(s for s in a.add if s.label == "module: fsdp")
+    assert "too few past triage decisions" in fsdp.reason
+    # A default-backend guess for wrong results: R2 wants the bisection first, however sure the calibration.
+    wrong = IssueText(3, "Compiled model returns wrong values", "No error, the values differ from eager. torch.compile(model)",
+                      labels=("oncall: pt2",))
+    guess = next(s for s in evaluate(wrong, model=model({"core": SURE})).add if s.label == "module: inductor")
+    assert guess.confidence >= 0.9 and not guess.preselected and "bisected" in guess.reason
