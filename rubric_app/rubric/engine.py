@@ -505,8 +505,8 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
                for s, t in zip(out.add, ticked)]
 
 
-UNMEASURED = "not pre-selected: too few past triage decisions to measure how often it is right"
-BISECT_FIRST = "not pre-selected: wrong results are bisected before a component is applied (R2)"
+UNMEASURED = "held back: too few past triage decisions to measure how often it is right"
+BISECT_FIRST = "held back: wrong results are bisected before a component is applied (R2)"
 
 
 def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -> None:
