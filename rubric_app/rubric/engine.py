@@ -188,10 +188,14 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
     for label, (p, top) in predictions.items():
         key = model_key(label, label in supported)
         calibrated = model.calibrated(key if key in model.calibration else label, p)
-        kind = ("add" if label in VISIBILITY_LABELS else "route" if label.startswith("oncall:")
-                else "flag" if label == REVIEW else "add")
-        bar = ("visibility" if label in VISIBILITY_LABELS else "route" if label.startswith("oncall:")
-               else "review" if label == REVIEW else "first")
+        if label in VISIBILITY_LABELS:
+            kind, bar = "add", "visibility"
+        elif label.startswith("oncall:"):
+            kind, bar = "route", "route"
+        elif label == REVIEW:
+            kind, bar = "flag", "review"
+        else:
+            kind, bar = "add", "first"
         if calibrated < model.thresholds[bar] or not top:
             continue
         evidence, source = feats[top[0]]
@@ -299,7 +303,7 @@ def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
     )
 
 
-def _best(findings: list[Finding], kind: str) -> dict[str, Finding]:
+def strongest(findings: list[Finding], kind: str) -> dict[str, Finding]:
     """The strongest finding per label of one kind."""
     best: dict[str, Finding] = {}
     for x in findings:
@@ -367,16 +371,16 @@ RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WE
 def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
             min_confidence: float = 0.0, learned: LabelModel | None = None,
             predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
-    avoided = _best(findings, "avoid")
-    adds = _best(findings, "add")
-    routes = _best(findings, "route")
-    flags = _best(findings, "flag")
+    avoided = strongest(findings, "avoid")
+    adds = strongest(findings, "add")
+    routes = strongest(findings, "route")
+    flags = strongest(findings, "flag")
     checks = [x for x in findings if x.kind == "check"]
     out = Assessment()
 
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
-    rule_adds = _best([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
+    rule_adds = strongest([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
     labelled = any(l.startswith("module:") for l in facts.labels)
     chosen = _components(adds, avoided, score, limits, rule_adds)
     unsure = [x for x in chosen if score(x) < min_confidence]
@@ -434,7 +438,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
                      if x.label not in {s.label for s in out.add})
     _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
-    _preselect(out, limits, question, labelled, findings, crashed=crash is not None, learned=learned)
+    _preselect(out, limits, question, labelled, findings, rule_adds, crashed=crash is not None, learned=learned)
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
                      + _weak_checks(out, {**adds, **rule_adds}, unsure))
     return out
@@ -461,9 +465,10 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
 
 
 def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding],
-               crashed: bool = False, learned: LabelModel | None = None) -> None:
+               rule_adds: dict[str, Finding], crashed: bool = False, learned: LabelModel | None = None) -> None:
     """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
-    labelled: the issue already carries a `module:` label; crashed: R11 names a crash outright (_crash).
+    labelled: the issue already carries a `module:` label; rule_adds: the rules' own strongest ADD per label;
+    crashed: R11 names a crash outright (_crash).
 
     `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
     flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
@@ -479,7 +484,6 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
     bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
     bisected = [x for x in findings if x.source.startswith("bisection")]
     cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
-    rule_adds = _best([x for x in findings if x.origin == "rule"], "add")
     guessed = {l for l, x in rule_adds.items() if x.reason == DEFAULT_BACKEND_GUESS and not bisected}
     ticked, held_back = [], {}
     for s in out.add:

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read
+from .engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read, strongest
 from .model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
-from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW, Finding
+from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from .text import split_thread_authored
 from .types import Assessment, CommentText, IssueText
 
@@ -398,12 +398,9 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
     and the observed rates of the fixed-weight labels (G4's fallback, G6's triaged, flags)."""
     points: dict[str, list[tuple[float, bool]]] = {}
     for record, reading in zip(records, readings):
-        best: dict[tuple[str, str], Finding] = {}
-        for x in reading.findings:
-            if x.kind in ("add", "route", "flag") and x.label and x.origin == "rule":
-                if (x.kind, x.label) not in best or x.weight > best[(x.kind, x.label)].weight:
-                    best[(x.kind, x.label)] = x
-        for (kind, label), x in best.items():
+        by_rules = [x for x in reading.findings if x.origin == "rule" and x.label]
+        best = [(label, x) for kind in ("add", "route", "flag") for label, x in strongest(by_rules, kind).items()]
+        for label, x in best:
             actual = answer(record, label)
             if actual is not None:
                 key = calibration_key(x)

@@ -265,7 +265,7 @@ def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int =
     valued = [feature_values(feats) for feats, _ in examples]
     for label in MODEL_LABELS:
         rows = [([(index[f], v) for f, v in valued[n].items() if f in index], bool(answers[label]))
-                for n, (feats, answers) in enumerate(examples) if answers.get(label) is not None]
+                for n, (_feats, answers) in enumerate(examples) if answers.get(label) is not None]
         positives = sum(1 for _, y in rows if y)
         w = [0.0] * len(names)
         b = math.log((positives + 1) / (len(rows) - positives + 1)) if rows else 0.0
