@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rubric_app.rubric import IssueText, evaluate
 from rubric_app.rubric.engine import read
-from rubric_app.rubric.evaluation import OWN_CURVE_MIN, _rule_calibration, issue_from_record
+from rubric_app.rubric.evaluation import COMPANY_MIN, OWN_CURVE_MIN, _rule_calibration, company_calibration, issue_from_record
 from rubric_app.rubric.model import LabelModel, interpolate, isotonic
 
 
@@ -88,3 +88,63 @@ def test_it_tells_the_triager_why_a_sure_label_is_not_ticked():
                       labels=("oncall: pt2",))
     guess = next(s for s in evaluate(wrong, model=model({"core": SURE})).add if s.label == "module: inductor")
     assert guess.confidence >= 0.9 and not guess.preselected and "bisected" in guess.reason
+
+
+# R1: `module: dynamo` next to the right component. Triagers' history says a core component suggested next to
+# another one is right far less often than its own probability says; its company curve rescores it there.
+DTENSOR_BREAK = IssueText(4, "[DTensor] graph break under torch.compile on redistribute",
+                          "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute\ntorch.compile(model) with DTensor inputs",
+                          labels=("oncall: pt2",))
+ALONE_SURE = {"core": SURE, "extra": SURE, "extra:module: dtensor": SURE}
+
+
+def test_it_scores_a_core_component_next_to_a_domain_label_on_its_company_curve_r1():
+    alone = {s.label: s for s in evaluate(DTENSOR_BREAK, model=model(ALONE_SURE)).add}
+    assert alone["module: dynamo"].confidence >= 0.9 and alone["module: dynamo"].company == "company:domain"
+    crowded = {s.label: s for s in evaluate(DTENSOR_BREAK, model=model({**ALONE_SURE, "company:domain": LOW})).add}
+    dynamo = crowded["module: dynamo"]
+    assert dynamo.confidence < 0.1 and not dynamo.preselected and "next to another component" in dynamo.reason
+    assert crowded["module: dtensor"].preselected and crowded["module: dtensor"].confidence >= 0.9  # the label it stood next to is untouched
+
+
+def test_it_leaves_out_a_second_label_its_company_curve_calls_unlikely_and_asks_instead_r1():
+    learned = model({**ALONE_SURE, "company:domain": LOW})
+    learned.thresholds["company"] = 0.5
+    a = evaluate(DTENSOR_BREAK, model=learned)
+    assert "module: dynamo" not in a.labels() and "module: dtensor" in a.preselected()
+    asked = [c for c in a.checklist if c.text.startswith("module: dynamo")]
+    assert len(asked) == 1 and "left out next to another component" in asked[0].text and asked[0].state == "needs_human"
+    # A component standing alone has no company: the same curve never touches it.
+    lone = IssueText(5, "graph break under torch.compile on a generator", "torch._dynamo.exc.Unsupported: graph break on a generator",
+                     labels=("oncall: pt2",))
+    assert "module: dynamo" in evaluate(lone, model=learned).preselected()
+
+
+def test_it_fits_company_curves_on_how_often_second_labels_were_right():
+    issues = [record(400 + i, f"[DTensor] graph break under torch.compile, case {i}",
+                     "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute", ["module: dtensor", "oncall: pt2"])
+              for i in range(COMPANY_MIN)]
+    judged = [evaluate(issue_from_record(r, use_labels=False), model=model(ALONE_SURE)) for r in issues]
+    fitted = company_calibration(issues, judged)
+    # One curve for the kind of company, one for the label in it (no core label stood next to another core one).
+    assert set(fitted) == {"company:domain", "company:domain:module: dynamo"}
+    assert interpolate(fitted["company:domain:module: dynamo"], 0.95) < 0.1  # dynamo was never right beside dtensor here
+    assert company_calibration(issues[:-1], judged[:-1]) == {}  # too few labels: no curve
+    # The label's own curve wins over its company's where the engine scores it.
+    learned = model({**ALONE_SURE, "company:domain": SURE, "company:domain:module: dynamo": LOW})
+    dynamo = next(s for s in evaluate(DTENSOR_BREAK, model=learned).add if s.label == "module: dynamo")
+    assert dynamo.confidence < 0.1
+
+
+def test_it_lets_the_default_backend_guess_yield_to_a_component_the_text_shows_r2():
+    # Wrong results and a `[functionalization]` tag: the guess (Inductor, the default backend) is for when the
+    # text shows no component; here R5 shows one, so it ranks first whatever ties the calibration makes.
+    tagged = IssueText(6, "[functionalization] In-place mutation through an unfold view silently zeroes the base under torch.compile",
+                       "No error: the values differ from eager.\ntorch.compile(f)(x)", labels=("oncall: pt2",))
+    a = evaluate(tagged, model=model({"core": SURE}))
+    assert "module: pt2-dispatcher" in a.labels() and "module: inductor" not in a.labels()
+    # Without other evidence the guess stands, offered and held back for the bisection.
+    untagged = IssueText(7, "In-place mutation through an unfold view silently zeroes the base under torch.compile",
+                         "No error: the values differ from eager.\ntorch.compile(f)(x)", labels=("oncall: pt2",))
+    guess = next(s for s in evaluate(untagged, model=model({"core": SURE})).add if s.label == "module: inductor")
+    assert not guess.preselected and "bisected" in guess.reason

@@ -62,6 +62,8 @@ STRONG = 0.8
 # R1: a second core component (typically module: dynamo next to the right one) needs more than a
 # name in the title or an error class: evidence of its own.
 SECOND_CORE = 0.85
+# A rule's finding from this weight up shows a component, so the default-backend guess yields to it (R2).
+SHOWN = 0.6
 # Domain and feature labels are visibility extras: only when shown clearly.
 MIN_EXTRA_WEIGHT = 0.6
 # The learned labeler's probability must reach MODEL_MIN_P; its weight is MODEL_WEIGHT * p.
@@ -338,8 +340,12 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
         core = [x for x in core if x.label not in ruled_out or decisive(x)]
         if not any(decisive(x) for x in core):
-            # The thread's conclusion comes first; anything else must be shown on its own, as a second.
-            core.sort(key=lambda x: not concluded(x))
+            # The thread's conclusion comes first; anything else must be shown on its own, as a second. The
+            # default-backend guess for wrong results is for when the text shows no component (R2): it yields
+            # to one a rule shows (a `[functionalization]` tag, a graph break, a side effect Dynamo missed).
+            shown_elsewhere = any(l in shown and shown[l].reason != DEFAULT_BACKEND_GUESS and shown[l].weight >= SHOWN
+                                  for l in (x.label for x in core))
+            core.sort(key=lambda x: (not concluded(x), shown_elsewhere and x.label in shown and shown[x.label].reason == DEFAULT_BACKEND_GUESS))
     chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
               and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
@@ -354,6 +360,58 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
+
+
+def company(x: Finding, chosen: list[Finding]) -> str | None:
+    """The calibration curve of a core component suggested next to another component, or None when it
+    stands alone (or rests on a backend result, decisive()): `company:domain` next to a domain label
+    (module: dynamo beside module: dtensor), `company:core` next to another core one (R1's over-tagging).
+    Symptom labels keep no company: they ride along with any component."""
+    if x.label not in CORE or decisive(x):
+        return None
+    others = [y.label for y in chosen if y.label != x.label and y.label.startswith("module:") and y.label not in SYMPTOMS]
+    if any(label not in CORE for label in others):
+        return "company:domain"
+    return "company:core" if others else None
+
+
+def company_curve(learned: LabelModel | None, x: Finding, chosen: list[Finding]) -> str | None:
+    """The fitted curve that scores x where it stands: its label's own next to that company once it has
+    one, else its company's (evaluation.company_calibration); None when it stands alone or nothing was fitted."""
+    key = company(x, chosen)
+    if learned is None or key is None:
+        return None
+    own = f"{key}:{x.label}"
+    return own if own in learned.calibration else key if key in learned.calibration else None
+
+
+def _without_weak_company(chosen: list[Finding], score: Callable[[Finding], float], learned: LabelModel | None,
+                          limits: dict[str, float]) -> tuple[list[Finding], list[Finding]]:
+    """(kept, dropped): R1's over-tagging. A core component next to another component stays only when its
+    company curve says it is likely there (limits["company"], fitted by evaluation.fit_model); the least
+    likely goes first, and the component it stood next to always stays. A dropped one becomes a question
+    on the checklist (_crowded_checks)."""
+    bar = limits.get("company", 0.0)
+    dropped: list[Finding] = []
+    while bar:
+        weak = [(learned.calibrated(key, score(x)), i) for i, x in enumerate(chosen) if (key := company_curve(learned, x, chosen))]
+        if not weak or min(weak)[0] >= bar:
+            break
+        dropped.append(chosen.pop(min(weak)[1]))
+    return chosen, dropped
+
+
+def _in_company(learned: LabelModel | None, s: Suggested, x: Finding, chosen: list[Finding]) -> Suggested:
+    """A core component's confidence where it stands (company): its probability alone overstates how often
+    a label next to another one is right, so it is re-calibrated on what such labels scored out of fold
+    (evaluation.fit_model) once that curve exists. The company is recorded either way: fit_model fits on it."""
+    key, curve = company(x, chosen), company_curve(learned, x, chosen)
+    if key is None:
+        return s
+    if curve is None:
+        return replace(s, company=key)
+    return replace(s, company=key, confidence=learned.calibrated(curve, s.confidence),
+                   reason=f"{s.reason} · scored as a label next to another component")
 
 
 def _extra_bar(label: str, limits: dict[str, float]) -> float:
@@ -382,7 +440,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     limits = learned.thresholds if learned is not None else RULE_LIMITS
     rule_adds = strongest([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
     labelled = any(l.startswith("module:") for l in facts.labels)
-    chosen = _components(adds, avoided, score, limits, rule_adds)
+    chosen, crowded = _without_weak_company(_components(adds, avoided, score, limits, rule_adds), score, learned, limits)
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
@@ -410,7 +468,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     elif PT2_ONCALL not in facts.labels:
         out.add.append(Suggested(PT2_ONCALL, "G3", 0.9, reason="a PT2 issue stays in oncall: pt2 through labelling"))
 
-    out.add.extend(_suggest(x, score(x)) for x in chosen)
+    out.add.extend(_in_company(learned, _suggest(x, score(x)), x, chosen) for x in chosen)
     has_module = any(s.label.startswith("module:") for s in out.add) or any(l.startswith("module:") for l in facts.labels)
     if out.route != "handoff" and not has_module:
         # G4: the catalog check below drops it again if this catalog lacks the fallback label.
@@ -440,7 +498,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     _calibrate_status(out, learned)
     _preselect(out, limits, question, labelled, findings, rule_adds, crashed=crash is not None, learned=learned)
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
-                     + _weak_checks(out, {**adds, **rule_adds}, unsure))
+                     + _crowded_checks(crowded)
+                     + _weak_checks(out, {l: x for l, x in {**adds, **rule_adds}.items() if l not in {c.label for c in crowded}}, unsure))
     return out
 
 
@@ -579,6 +638,14 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
         items.append(ChecklistItem("R5", "Is the bug in AOTAutograd, functionalization, FakeTensor or custom-op dispatch, "
                                    "not merely in the stack trace?", "needs_human"))
     return items
+
+
+def _crowded_checks(crowded: list[Finding]) -> list[ChecklistItem]:
+    """A core component left out next to another one (_without_weak_company), as a question: R1 says do not
+    over-tag, the triager knows whether it is a second cause."""
+    return [ChecklistItem(x.rule_id, f"{x.label}: left out next to another component, where such a second label is "
+                          f"rarely right ({x.reason}): is it a cause of its own? (R1)", "needs_human", x.evidence)
+            for x in crowded]
 
 
 def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding]) -> list[ChecklistItem]:

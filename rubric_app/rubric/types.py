@@ -61,6 +61,8 @@ class Suggested:
     reason: str = ""
     # confidence is a calibrated probability (engine.py); `a` accepts only the pre-selected labels.
     preselected: bool = False
+    # A core component suggested next to another component: the curve that scores it there (engine.company).
+    company: str = ""
 
 
 @dataclass(frozen=True)
