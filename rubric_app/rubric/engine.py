@@ -343,9 +343,11 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
             # The thread's conclusion comes first; anything else must be shown on its own, as a second. The
             # default-backend guess for wrong results is for when the text shows no component (R2): it yields
             # to one a rule shows (a `[functionalization]` tag, a graph break, a side effect Dynamo missed).
-            shown_elsewhere = any(l in shown and shown[l].reason != DEFAULT_BACKEND_GUESS and shown[l].weight >= SHOWN
-                                  for l in (x.label for x in core))
-            core.sort(key=lambda x: (not concluded(x), shown_elsewhere and x.label in shown and shown[x.label].reason == DEFAULT_BACKEND_GUESS))
+            def guess(label: str) -> bool:
+                return label in shown and shown[label].reason == DEFAULT_BACKEND_GUESS
+
+            shown_elsewhere = any(x.label in shown and not guess(x.label) and shown[x.label].weight >= SHOWN for x in core)
+            core.sort(key=lambda x: (not concluded(x), shown_elsewhere and guess(x.label)))
     chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
               and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
@@ -375,13 +377,13 @@ def company(x: Finding, chosen: list[Finding]) -> str | None:
     return "company:core" if others else None
 
 
-def company_curve(learned: LabelModel | None, x: Finding, chosen: list[Finding]) -> str | None:
-    """The fitted curve that scores x where it stands: its label's own next to that company once it has
-    one, else its company's (evaluation.company_calibration); None when it stands alone or nothing was fitted."""
-    key = company(x, chosen)
+def company_curve(learned: LabelModel | None, key: str | None, label: str) -> str | None:
+    """The fitted curve that scores `label` in company `key` (company()): its own next to that company once
+    it has one, else its company's (evaluation.company_calibration); None when it stands alone or nothing
+    was fitted."""
     if learned is None or key is None:
         return None
-    own = f"{key}:{x.label}"
+    own = f"{key}:{label}"
     return own if own in learned.calibration else key if key in learned.calibration else None
 
 
@@ -393,8 +395,9 @@ def _without_weak_company(chosen: list[Finding], score: Callable[[Finding], floa
     on the checklist (_crowded_checks)."""
     bar = limits.get("company", 0.0)
     dropped: list[Finding] = []
-    while bar:
-        weak = [(learned.calibrated(key, score(x)), i) for i, x in enumerate(chosen) if (key := company_curve(learned, x, chosen))]
+    while bar and learned is not None:
+        weak = [(learned.calibrated(curve, score(x)), i) for i, x in enumerate(chosen)
+                if (curve := company_curve(learned, company(x, chosen), x.label))]
         if not weak or min(weak)[0] >= bar:
             break
         dropped.append(chosen.pop(min(weak)[1]))
@@ -405,7 +408,8 @@ def _in_company(learned: LabelModel | None, s: Suggested, x: Finding, chosen: li
     """A core component's confidence where it stands (company): its probability alone overstates how often
     a label next to another one is right, so it is re-calibrated on what such labels scored out of fold
     (evaluation.fit_model) once that curve exists. The company is recorded either way: fit_model fits on it."""
-    key, curve = company(x, chosen), company_curve(learned, x, chosen)
+    key = company(x, chosen)
+    curve = company_curve(learned, key, x.label)
     if key is None:
         return s
     if curve is None:
@@ -498,8 +502,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     _calibrate_status(out, learned)
     _preselect(out, limits, question, labelled, findings, rule_adds, crashed=crash is not None, learned=learned)
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
-                     + _crowded_checks(crowded)
-                     + _weak_checks(out, {l: x for l, x in {**adds, **rule_adds}.items() if l not in {c.label for c in crowded}}, unsure))
+                     + _crowded_checks(crowded) + _weak_checks(out, {**adds, **rule_adds}, unsure, asked=frozenset(x.label for x in crowded)))
     return out
 
 
@@ -648,12 +651,12 @@ def _crowded_checks(crowded: list[Finding]) -> list[ChecklistItem]:
             for x in crowded]
 
 
-def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding]) -> list[ChecklistItem]:
+def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding], asked: frozenset[str] = frozenset()) -> list[ChecklistItem]:
     """Weak or below-threshold signals as questions for a human instead of suggestions (G8).
 
     One item per label that had some evidence but is not suggested, or is suggested only as a weak
     guess (not pre-selected, and no rule found more than a keyword for it): the keyword says where it
-    failed, a human decides whether that is why.
+    failed, a human decides whether that is why. asked: labels the checklist already asks about (_crowded_checks).
     """
     if out.route == "handoff":
         return []
@@ -661,7 +664,7 @@ def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding
     dropped = {x.label for x in unsure}  # by label: the rule's finding here may not be the one that was chosen
     items = []
     for label, x in adds.items():
-        if not label.startswith("module:") or label == COMPILE_UX:
+        if not label.startswith("module:") or label == COMPILE_UX or label in asked:
             continue
         shown = suggested.get(label)
         weak = x.weight <= WEAK if x.origin == "rule" else shown is not None and shown.confidence <= WEAK

@@ -418,9 +418,15 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
         group = key.split(":", 1)[0]
         if ":" not in key or group not in OWN_CURVES:
             curves[key] = list(isotonic(values))
-        elif len(values) >= OWN_CURVE_MIN:  # smoothed towards its group's rate: five findings prove no 0 or 1
-            curves[key] = list(isotonic(values, prior=sum(y for _, y in points[group]) / len(points[group])))
+        elif len(values) >= OWN_CURVE_MIN:
+            curves[key] = own_curve(values, points[group])
     return curves
+
+
+def own_curve(values: list[tuple[float, bool]], group: list[tuple[float, bool]]) -> list[list[float]]:
+    """One label's isotonic curve within its group, smoothed towards the group's rate: a handful of
+    findings proves no 0 or 1."""
+    return list(isotonic(values, prior=sum(y for _, y in group) / len(group)))
 
 
 def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], fold_models: list[LabelModel],
@@ -512,22 +518,18 @@ def company_calibration(records: list[dict[str, Any]], assessments: list[Assessm
     component, from out-of-fold assessments of issues humans gave a component: one per kind of company
     (engine.company), and one per label in it from OWN_CURVE_MIN labels, smoothed towards its kind's rate
     (module: dynamo beside a domain label is rarely right, module: inductor beside one usually is)."""
-    points: dict[str, list[tuple[float, bool]]] = {}
+    kinds: dict[str, list[tuple[float, bool]]] = {}
+    labels: dict[tuple[str, str], list[tuple[float, bool]]] = {}
     for record, a in zip(records, assessments):
         for s in a.add:
             actual = truth(record, s.label)
             if s.company and actual is not None:
-                points.setdefault(s.company, []).append((s.confidence, actual))
-                points.setdefault(f"{s.company}:{s.label}", []).append((s.confidence, actual))
-    curves = {}
-    for key, values in points.items():
-        group = key.rsplit(":module: ", 1)[0] if ":module: " in key else key
-        if len(points[group]) < COMPANY_MIN:
-            continue
-        if key == group:
-            curves[key] = list(isotonic(values))
-        elif len(values) >= OWN_CURVE_MIN:
-            curves[key] = list(isotonic(values, prior=sum(y for _, y in points[group]) / len(points[group])))
+                kinds.setdefault(s.company, []).append((s.confidence, actual))
+                labels.setdefault((s.company, s.label), []).append((s.confidence, actual))
+    fitted = {kind: values for kind, values in kinds.items() if len(values) >= COMPANY_MIN}
+    curves = {kind: list(isotonic(values)) for kind, values in fitted.items()}
+    curves.update({f"{kind}:{label}": own_curve(values, fitted[kind]) for (kind, label), values in labels.items()
+                   if kind in fitted and len(values) >= OWN_CURVE_MIN})
     return curves
 
 
