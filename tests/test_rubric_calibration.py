@@ -3,7 +3,7 @@ enough findings, symptoms apart from visibility labels, and what that means for 
 
 from __future__ import annotations
 
-from rubric_app.rubric import IssueText, evaluate
+from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import read
 from rubric_app.rubric.evaluation import COMPANY_MIN, OWN_CURVE_MIN, _rule_calibration, company_calibration, issue_from_record
 from rubric_app.rubric.model import LabelModel, interpolate, isotonic
@@ -148,3 +148,20 @@ def test_it_lets_the_default_backend_guess_yield_to_a_component_the_text_shows_r
                          "No error: the values differ from eager.\ntorch.compile(f)(x)", labels=("oncall: pt2",))
     guess = next(s for s in evaluate(untagged, model=model({"core": SURE})).add if s.label == "module: inductor")
     assert not guess.preselected and "bisected" in guess.reason
+
+
+def test_it_scores_a_label_the_thread_settles_two_ways_by_the_surer_of_them_r2():
+    # The maintainer reports the backend results (R2.1: aot_eager fails) and concludes where the bug is (R2): each
+    # finding has its own curve. Here history trusts the conclusion and not the backend reading; the weaker one
+    # must not pull the label down, whichever the engine cites.
+    issue = IssueText(8, "torch.compile silently returns wrong values for add_ on a view then torch.where", "No error. torch.compile(f)(x)",
+                      (CommentText("Backends: `backend='eager'` correct, `aot_eager` wrong, inductor wrong. So it's in AOTAutograd: "
+                                   "the mutation through the view is not propagated to the base.", author="maintainer"),),
+                      labels=("oncall: pt2",), author="reporter")
+    trusted = next(s for s in evaluate(issue, model=model({"core": SURE, "decisive": LOW})).add if s.label == "module: pt2-dispatcher")
+    assert trusted.confidence >= 0.9 and trusted.preselected
+    # Alone, the backend reading scores on its own curve.
+    alone = IssueText(9, issue.title, issue.body, (CommentText("`aot_eager` wrong, inductor wrong.", author="maintainer"),),
+                      labels=("oncall: pt2",), author="reporter")
+    assert "module: pt2-dispatcher" not in evaluate(alone, model=model({"core": SURE, "decisive": LOW})).preselected()
+    assert "module: pt2-dispatcher" in evaluate(alone, model=model({"core": LOW, "decisive": SURE})).preselected()

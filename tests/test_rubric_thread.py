@@ -1,5 +1,5 @@
-"""The thread reader (rubric/thread.py): scope, attribution, transfer, question and the thread's conclusion,
-as facts with evidence spans, and what the engine makes of them (G1, G2, G8, R1, R2, R2.4, R5, R6.2, R7.2).
+"""The thread reader (rubric/thread.py): scope, attribution, transfer, question, the thread's conclusion and
+the backend results it reports, as facts with evidence spans, and what the engine makes of them (G1, G2, G8, R1, R2, R2.4, R5, R6.2, R7.2).
 
 The reader's own tests pin the rules; the engine's run twice, on the rules alone (use_model=False, so
 each pins the rule, not a trained weight) and with the shipped learned labeler, which must not outvote
@@ -14,7 +14,7 @@ import pytest
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.text import Source, split_thread_authored
-from rubric_app.rubric.thread import conclusion, read_thread
+from rubric_app.rubric.thread import backend_results, conclusion, ladder, read_thread
 
 
 def sources(body: str, *comments: str) -> list[Source]:
@@ -123,6 +123,54 @@ def test_it_keeps_the_authors_of_a_harvested_thread():
             "alice · comment · 2025-01-04\nThanks.")
     description, reporter, comments = split_thread_authored(body)
     assert reporter == "alice" and [a for a, _ in comments] == ["bob", "alice"] and "It fails." in description
+
+
+def outcomes(*texts: str, title: str = "t") -> dict[str, str]:
+    """The latest reported outcome per backend, as "fails"/"passes"."""
+    found = ladder(backend_results([Source("title", title), *(Source(f"comment:{i}", t) for i, t in enumerate(texts))]))
+    return {backend: "fails" if x.failed else "passes" for backend, x in found.items()}
+
+
+@pytest.mark.parametrize("text, expected", [
+    # As reports write it: backticks, lists, "confirming", a negated failure.
+    ("`aot_eager` produces correct results, confirming this is an Inductor codegen issue.", {"aot_eager": "passes"}),
+    ("In that case, eager and `aot_eager` both run successfully, while Inductor with `dynamic=True` fails with the same lowering error.",
+     {"aot_eager": "passes", "inductor": "fails"}),
+    ("compile with `inductor` backend has this issue, aot_eager and eager backends do not have this issue",
+     {"inductor": "fails", "aot_eager": "passes", "eager": "passes"}),
+    ("aot_eager, aot_eager_decomp_partition and inductor all fail with the same error.",
+     {"aot_eager": "fails", "aot_eager_decomp_partition": "fails", "inductor": "fails"}),
+    ("Fails on aot_eager_decomp_partition, passes on aot_eager, so it's the decomposition.",
+     {"aot_eager_decomp_partition": "fails", "aot_eager": "passes"}),
+    ("It doesn't work with `aot_eager` either.", {"aot_eager": "fails"}),
+    ("No error with backend='aot_eager'.", {"aot_eager": "passes"}),
+    ("Even backend=\"eager\" fails with the same exception.", {"eager": "fails"}),
+    ("Not only inductor: aot_eager fails the same way.", {"aot_eager": "fails"}),
+])
+def test_it_reads_backend_results_r2(text, expected):
+    assert outcomes(text) == expected
+    for x in backend_results([Source("comment:0", text)]):
+        assert x.evidence in text
+
+
+@pytest.mark.parametrize("text", [
+    # The reference a result is compared against is no result of its own; a bare "eager" is eager mode.
+    "The upsample operator produces results that do not match the eager backend.",
+    "The compiled output differs from eager by 1e-2.",
+    "Inductor is 3x slower than eager.",
+    # A backend named in code, or without an outcome, says nothing.
+    "```python\nprint('aot_eager fails')\nopt = torch.compile(f, backend='aot_eager')\n```",
+    "Outputs are compared to both eager and aot_eager backends.",
+])
+def test_it_reads_no_backend_result_where_there_is_none(text):
+    assert {k: v for k, v in outcomes(text).items() if k != "inductor"} == {}
+
+
+def test_it_reads_a_backend_in_the_title_and_lets_a_later_comment_correct_an_earlier_one():
+    assert outcomes(title="Bug: `torch.func.jacrev` fails with backend=`aot_eager`") == {"aot_eager": "fails"}
+    assert outcomes(title="[aot_eager] retain_grad is ignored") == {"aot_eager": "fails"}
+    assert outcomes("aot_eager fails with the same error.", "Sorry, my mistake: aot_eager works, only inductor fails.") == {
+        "aot_eager": "passes", "inductor": "fails"}
 
 
 # --- the engine with the thread's facts ---------------------------------------------------------------
@@ -238,3 +286,24 @@ def test_it_keeps_a_bad_error_message_under_compile_as_compile_ux_r6_2(title, bo
 def test_it_does_not_read_a_plain_assertion_as_a_ux_complaint_r6_2(assess):
     a = assess("DTensor matmul under torch.compile fails", "torch.compile(f)(a, b) raises AssertionError: expected a TensorVariable")
     assert "module: compile ux" not in a.labels()
+
+
+def test_it_takes_the_component_from_the_backend_results_in_the_thread_r2(assess):
+    # The title and traceback name Inductor; the thread's backend results put the bug before it.
+    trace = 'File "torch/_inductor/graph.py", line 900, in run\nInductorError: LoweringException'
+    upstream = assess("[inductor] compiled jacrev raises a LoweringException", trace,
+                      ("expert", "It fails with backend=`aot_eager` too, and passes in eager."))
+    assert "module: pt2-dispatcher" in upstream.labels()
+    assert "module: inductor" not in upstream.labels()
+    # "`aot_eager` produces correct results" puts it in Inductor, decisively (R2.2).
+    codegen = assess("Compiled avg_pool1d backward is wrong", "The gradient differs from eager.",
+                     ("expert", "`aot_eager` produces the correct gradient, so this is in the generated code."))
+    [inductor] = [s for s in codegen.add if s.label == "module: inductor"]
+    assert inductor.rule_id == "R2.2" and inductor.preselected and "aot_eager" in inductor.evidence
+
+
+def test_it_does_not_read_the_eager_reference_as_a_failing_eager_backend_r2_3(assess):
+    a = assess("[inductor] upsample_nearest gives different results under torch.compile",
+               "The operator produces results that do not match the eager backend.")
+    assert not any(s.rule_id == "R2.3" for s in a.add)
+    assert "module: dynamo" not in a.preselected()

@@ -262,10 +262,16 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
     """score(finding) -> P(the label is right): the calibrated probability with a model, the rule's weight without.
 
     A bisection verdict stays decisive (R2); so does a backend comparison in the thread, whatever the words say.
+    A label the thread settles more than one way (a backend result and a maintainer's conclusion) scores the
+    best of them: each is calibrated on its own, and the weaker one does not lower the stronger.
     """
     supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
 
     def score(x: Finding) -> float:
+        own = scored(x)
+        return max(own, settled.get(x.label, own)) if x.kind == "add" else own
+
+    def scored(x: Finding) -> float:
         if x.source.startswith("bisection"):
             return 1.0
         if learned is None:
@@ -279,6 +285,11 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
                 return max(p, x.weight)
             return max(p, rule_p) if decisive(x) or concluded(x) else p
         return x.weight if x.origin == "similar" else rule_p
+
+    settled: dict[str, float] = {}
+    for x in findings:
+        if x.kind == "add" and (decisive(x) or concluded(x)):
+            settled[x.label] = max(settled.get(x.label, 0.0), scored(x))
     return score
 
 

@@ -31,35 +31,13 @@ from .facts import (
     _add,
     rule,
 )
-from .thread import ThreadFact, conclusion, read_thread
+from .thread import BackendResult, ThreadFact, backend_results, conclusion, ladder, read_thread
 
 
 # --- shared signals --------------------------------------------------------------
 
 COMPILE_CALL = re.compile(r"torch\.compile|\.compile\(|@torch\.compile|torch\._dynamo\.optimize", I)
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
-# A backend comparison stays within one clause: a "but"/"while" starts the other half of the sentence.
-_CLAUSE = r"(?:(?!\bbut\b|\bwhile\b|\bwhereas\b)[^\n.;,]){0,60}?"
-FAIL_WORDS = r"fails|failed|errors|raises|reproduces|crashes|is wrong|diverges"
-PASS_WORDS = r"works|passes|is fine|is ok|succeeds|runs fine|matches|no error"
-
-
-def backend_verdict(backend: str, verdicts: str) -> re.Pattern[str]:
-    """`<backend> ... <verdict>` or `<verdict> on/with <backend>` (lists like "aot_eager and X" allowed)."""
-    return re.compile(
-        rf"{backend}{_CLAUSE}\b(?:also )?(?:{verdicts})\b"
-        rf"|\b(?:also )?(?:{verdicts}) (?:on|with|under|using|for) (?:the )?(?:[\w'\"=]{{1,40}} (?:and|or) ){{0,2}}{backend}",
-        I,
-    )
-
-
-_AOT_EAGER = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager\b['\"]?"  # \b: not aot_eager_decomp_partition
-_DECOMP_PARTITION = r"(?:backend\s{0,3}=\s{0,3})?['\"]?aot_eager_decomp_partition\b['\"]?"
-AOT_EAGER_FAILS = backend_verdict(_AOT_EAGER, FAIL_WORDS)
-AOT_EAGER_PASSES = backend_verdict(_AOT_EAGER, PASS_WORDS)
-EAGER_BACKEND_FAILS = backend_verdict(r"backend\s{0,3}=\s{0,3}['\"]eager['\"]", FAIL_WORDS)
-DECOMP_PARTITION_FAILS = backend_verdict(_DECOMP_PARTITION, FAIL_WORDS)
-DECOMP_PARTITION_PASSES = backend_verdict(_DECOMP_PARTITION, PASS_WORDS)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
 SILENT_WRONG = re.compile(
     r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
@@ -300,23 +278,35 @@ def _repro_below_inductor(f: Facts) -> list[Finding]:
     return []
 
 
+def backend_ladder(f: Facts) -> dict[str, BackendResult]:
+    """The latest outcome the thread reports per backend of the bisection ladder (thread.backend_results), read once."""
+    if f.backends is None:
+        f.backends = ladder(backend_results(f.sources))
+    return f.backends
+
+
+def _reported(f: Facts, backend: str, failed: bool) -> BackendResult | None:
+    x = backend_ladder(f).get(backend)
+    return x if x is not None and x.failed == failed else None
+
+
 @rule("R2.1")
 def r2_1_aot_eager_fails(f: Facts) -> list[Finding]:
-    """Fails on aot_eager, passes in eager: pt2-dispatcher."""
-    hit = f.find(AOT_EAGER_FAILS)
-    if hit and "decomp_partition" not in hit[0]:
-        return [Finding("R2.1", "add", DISPATCHER, 0.9, hit[0], hit[1], "reproduces on aot_eager")]
+    """Fails on aot_eager, passes in eager: pt2-dispatcher (failing with backend='eager' too is R2.3's)."""
+    hit = _reported(f, "aot_eager", failed=True)
+    if hit and not _reported(f, "eager", failed=True):
+        return [Finding("R2.1", "add", DISPATCHER, 0.9, hit.evidence, hit.source, "reproduces on aot_eager")]
     return []
 
 
 @rule("R2.2")
 def r2_2_inductor(f: Facts) -> list[Finding]:
     """Fails on inductor but not aot_eager, or Inductor's own errors and code: Inductor."""
-    hit = f.find(AOT_EAGER_PASSES)
+    hit = _reported(f, "aot_eager", failed=False)
     # Passing aot_eager only places the bug after AOTAutograd: failing aot_eager_decomp_partition
-    # too puts it in the decompositions, not codegen (R2.5).
-    if hit and "decomp_partition" not in hit[0] and not f.has(DECOMP_PARTITION_FAILS):
-        return [Finding("R2.2", "add", INDUCTOR, 0.95, hit[0], hit[1], "passes on aot_eager, so the fault is in Inductor")]
+    # too puts it in the decompositions, not codegen (R2.5); an Inductor that passes as well shows no backend at fault.
+    if hit and not _reported(f, "aot_eager_decomp_partition", failed=True) and not _reported(f, "inductor", failed=False):
+        return [Finding("R2.2", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager, so the fault is in Inductor")]
     return (
         _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, 0.75, "an Inductor error or generated kernel")
@@ -352,9 +342,9 @@ INDUCTOR_WEAK = re.compile(r"torch/_inductor/[\w/]{1,80}\.py|\binductor\b|\btrit
 @rule("R2.3")
 def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     """Fails while tracing, before any backend runs (the eager backend fails too): Dynamo."""
-    hit = f.find(EAGER_BACKEND_FAILS)
+    hit = _reported(f, "eager", failed=True)
     if hit:
-        return [Finding("R2.3", "add", DYNAMO, 0.95, hit[0], hit[1], "fails even with backend='eager': tracing")]
+        return [Finding("R2.3", "add", DYNAMO, 0.95, hit.evidence, hit.source, "fails even with backend='eager': tracing")]
     return []
 
 
@@ -400,12 +390,12 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
 @rule("R2.5")
 def r2_5_decomp_partition(f: Facts) -> list[Finding]:
     """aot_eager_decomp_partition separates decompositions (fails there) from codegen (passes there)."""
-    hit = f.find(DECOMP_PARTITION_FAILS)
-    if hit:
-        return [Finding("R2.5", "add", DECOMP, 0.95, hit[0], hit[1], "fails on aot_eager_decomp_partition: decompositions")]
-    hit = f.find(DECOMP_PARTITION_PASSES)
-    if hit:
-        return [Finding("R2.5", "add", INDUCTOR, 0.95, hit[0], hit[1], "passes on aot_eager_decomp_partition: codegen")]
+    hit = _reported(f, "aot_eager_decomp_partition", failed=True)
+    if hit and not _reported(f, "aot_eager", failed=True):
+        return [Finding("R2.5", "add", DECOMP, 0.95, hit.evidence, hit.source, "fails on aot_eager_decomp_partition: decompositions")]
+    hit = _reported(f, "aot_eager_decomp_partition", failed=False)
+    if hit and not _reported(f, "inductor", failed=False):
+        return [Finding("R2.5", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager_decomp_partition: codegen")]
     return []
 
 

@@ -9,10 +9,12 @@ Keywords say where a failure surfaced; the thread says why (G8). A rule that mat
   reporter (the harvested threads carry no author association, so "not the reporter" stands in for
   "a maintainer or collaborator");
 - transfer: the fix belongs in another repository (G2);
-- question: a usage question, or a reply that says it is expected behaviour (G1).
+- question: a usage question, or a reply that says it is expected behaviour (G1);
+- backend results: what each backend of the bisection ladder did ("`aot_eager` produces correct results",
+  "eager and aot_eager backends do not have this issue"), clause by clause (backend_results, ladder).
 
 Pure Python; each fact keeps the exact text that produced it. rules.py turns the facts into
-findings (G1, G2, R2, R5, G8).
+findings (G1, G2, R2, R2.1-R2.5, R5, G8).
 """
 
 from __future__ import annotations
@@ -207,3 +209,113 @@ def ruled_out_after(facts: list[ThreadFact], after: ThreadFact | None = None) ->
         if x.kind in ("negated", "attributed") and (i > start or (after and x.source == after.source)):
             out.append(x)
     return out
+
+
+# --- Backend results: what each backend of the bisection ladder did, as the thread reports it (R2) ------
+
+# The ladder's backends as people write them: quoted, backticked, `backend=...`. A bare "eager" is eager
+# mode (the reference every report compares against), not the eager backend: only a quoted or explicit
+# one is.
+_BACKEND_NAMES = (  # (regex group, backend, how it is written)
+    ("decomp", "aot_eager_decomp_partition", r"aot_eager_decomp_partition"),
+    ("aot_eager", "aot_eager", r"aot_eager(?!_\w)"),
+    ("eager", "eager", r"backend\s{0,3}=\s{0,3}['\"`]?eager\b['\"`]?|['\"`]eager['\"`]|\beager(?= backends?\b)|(?<=backend )eager\b|\beager(?=/aot_eager)"),
+    ("inductor", "inductor", r"['\"`]?\binductor\b['\"`]?"),
+)
+_BACKEND = re.compile("|".join(f"(?P<{group}>{written})" for group, _backend, written in _BACKEND_NAMES), I)
+_GROUP_BACKEND = {group: backend for group, backend, _written in _BACKEND_NAMES}
+# Only text naming aot_eager or an explicit eager backend holds a ladder result (Inductor alone is every report).
+_LADDER_LOCATOR = re.compile(r"aot_eager|['\"`]eager['\"`]|backend\s{0,3}=\s{0,3}eager|eager backend|backend eager", I)
+# A title tag naming a backend ("[aot_eager] retain_grad is ignored") says where the reporter saw it fail.
+_BACKEND_TAG = re.compile(r"\[(aot_eager(?:_decomp_partition)?)\]", I)
+
+# Clauses: a contrast word, a comma, a colon, a parenthesis or a dash starts another half of the comparison.
+_SENTENCE = re.compile(r"[^\n.!?;]+(?:\.(?=\w)[^\n.!?;]*)*")  # "torch.compile" and "x.grad" stay in their sentence
+_CLAUSE_BREAK = re.compile(r",|:|\(|\)|\s[-\u2013\u2014]+\s|\b(?:but|while|whereas|however|although|though|except|yet|unlike)\b", I)
+# A clause of backend names alone ("aot_eager, aot_eager_decomp_partition and inductor all fail") lends them
+# to the verdict that follows.
+_LIST_ONLY = re.compile(r"^[\s'\"`/&*\[\]:]*(?:(?:and|or|both|the|with|on|for|backends?|also)\b[\s'\"`/&*\[\]:]*)*$", I)
+_REFERENCE = re.compile(r"\b(?:match(?:es|ing)?|from|than|versus|vs\.?|against|compared (?:to|with)|relative to|to)\s+(?:the\s+|that of (?:the\s+)?)?['\"`]?$", I)
+# Outcomes. A negated pass is a failure ("doesn't work"), a negated failure a pass ("no error", "does not
+# have this issue"); "not only X fails" negates nothing.
+_NEG_PASS = re.compile(r"(?:\bnot|n't|\bnever|\bno longer|\bcannot)(?! only| just) (?:\w+ ){0,2}?(?:work|pass|succeed|match|agree|run|compile|correct|fine|ok)\w*", I)
+_NEG_FAIL = re.compile(r"(?:\bnot|n't|\bnever|\bno|\bwithout)(?! only| just) (?:\w+ ){0,2}?(?:fail|error|raise|crash|ha(?:ve|s)|show|reproduce|differ|diverge|hit|trigger|issue|problem|bug|mismatch|difference|discrepanc)\w*", I)
+_PASSED = re.compile(
+    r"\b(?:works?|worked|working|pass(?:es|ed)?|succeed(?:s|ed)?|successfully|fine|ok|okay|match(?:es)?|agree|correct(?:ly)?"
+    r"|same (?:results?|outputs?|values?) as eager|as expected)\b", I)
+_FAILED = re.compile(
+    r"\b(?:fail\w*|errors?|raise[sd]?|crash\w*|wrong|incorrect\w*|diverge\w*|differ(?:s|ed|ent)?|mismatch\w*|break\w*|broken|cause[sd]?"
+    r"|reproduces?|reproducible|segfault\w*|perturbs?|(?:has|have|shows?|hits?|triggers?) (?:this|the same|that|the) (?:issue|problem|bug|error)"
+    r"|(?:failure|error|issue|bug|problem) (?:occurs|happens|appears|persists|remains))\b", I)
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One backend's outcome as the thread reports it: backend is eager (the eager backend), aot_eager,
+    aot_eager_decomp_partition or inductor; evidence is the exact text of the clause(s) that say it."""
+
+    backend: str
+    failed: bool
+    evidence: str
+    source: str
+
+
+def _outcome(clause: str) -> bool | None:
+    """True: the clause says it fails; False: it passes; None: it says neither, or both."""
+    if _NEG_PASS.search(clause):
+        return True
+    if _NEG_FAIL.search(clause):
+        return False
+    passed, failed = bool(_PASSED.search(clause)), bool(_FAILED.search(clause))
+    return failed if passed != failed else None
+
+
+def _clauses(sentence: str, offset: int) -> list[tuple[int, int]]:
+    """(start, end) of each clause of a sentence, as positions in the source text."""
+    spans, start = [], 0
+    for cut in _CLAUSE_BREAK.finditer(sentence):
+        spans.append((offset + start, offset + cut.start()))
+        start = cut.end()
+    spans.append((offset + start, offset + len(sentence)))
+    return spans
+
+
+def backend_results(sources: list[Source]) -> list[BackendResult]:
+    """Each backend's reported outcome, in thread order (title, body, comments; code blocks skipped)."""
+    out: list[BackendResult] = []
+    for source in sources:
+        text = source.text if source.name == "title" else prose(source.text)
+        if not _LADDER_LOCATOR.search(text):
+            continue
+        if source.name == "title":
+            out += [BackendResult(m.group(1).lower(), True, m.group(0), source.name) for m in _BACKEND_TAG.finditer(text)]
+        for sentence in _SENTENCE.finditer(text):
+            if not _LADDER_LOCATOR.search(sentence.group(0)):
+                continue
+            listed: list[str] = []
+            listed_from = None
+            for start, end in _clauses(sentence.group(0), sentence.start()):
+                clause = text[start:end]
+                # "differs from the eager backend", "does not match `aot_eager`": the reference compared against
+                # is no outcome of its own.
+                names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(clause) if not _REFERENCE.search(clause, max(0, m.start() - 40), m.start())]
+                rest = _BACKEND.sub(" ", clause)
+                if names and _LIST_ONLY.match(rest):
+                    listed += names
+                    listed_from = start if listed_from is None else listed_from
+                    continue
+                failed = _outcome(rest)
+                if failed is not None and (listed or names):
+                    begin = start if listed_from is None else listed_from
+                    evidence = text[begin:end].strip()
+                    out += [BackendResult(name, failed, evidence, source.name) for name in dict.fromkeys(listed + names)]
+                listed, listed_from = [], None
+    return out
+
+
+def ladder(results: list[BackendResult]) -> dict[str, BackendResult]:
+    """The latest reported outcome per backend (a later comment corrects an earlier one)."""
+    latest: dict[str, BackendResult] = {}
+    for x in results:
+        latest[x.backend] = x
+    return latest
