@@ -307,3 +307,11 @@ def test_it_does_not_read_the_eager_reference_as_a_failing_eager_backend_r2_3(as
                "The operator produces results that do not match the eager backend.")
     assert not any(s.rule_id == "R2.3" for s in a.add)
     assert "module: dynamo" not in a.preselected()
+
+
+def test_it_cites_the_backend_result_a_comment_reports_as_read_r2():
+    a = evaluate(IssueText(1, "Compiled where() on a mutated view is wrong", "torch.compile(f)(x) differs from eager.",
+                           (CommentText("Thanks! Checked the ladder: `backend='eager'` correct, `aot_eager` wrong."),),
+                           ("oncall: pt2",)), use_model=False)
+    read = next(c for c in a.checklist if c.rule_id == "R2" and c.state == "satisfied" and "comment" in c.text)
+    assert read.evidence == "`aot_eager` wrong"

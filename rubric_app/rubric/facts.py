@@ -150,8 +150,8 @@ class Facts:
     _lowered_whole: tuple[str, str, str] = ("", "", "")
     # The thread reader's facts (thread.py), read once per issue by thread_facts() in rules.py.
     thread: list | None = field(default=None, repr=False)
-    # The backends' reported outcomes (thread.ladder), read once per issue by backend_ladder() in rules.py.
-    backends: dict | None = field(default=None, repr=False)
+    # The backend results the thread reports (thread.backend_results), read once per issue by backend_reports() in rules.py.
+    backends: list | None = field(default=None, repr=False)
 
     def find(self, pattern: re.Pattern[str], where: str = "all") -> tuple[str, str] | None:
         """First match as (exact matched text, source name), looking in title, body, then comments.

@@ -225,6 +225,11 @@ def r2_read_comments(f: Facts) -> list[Finding]:
 
 def _comments_checked(f: Facts) -> list[Finding]:
     comments = [s for s in f.sources if s.name.startswith("comment:")]
+    # The first failure a comment reports says most; else the first result.
+    reported = min((x for x in backend_reports(f) if x.source.startswith("comment:")), key=lambda x: not x.failed, default=None)
+    if reported:
+        return [Finding("R2", "check", evidence=reported.evidence, source=reported.source, state="satisfied",
+                        reason="a comment reports a backend result")]
     backend = re.compile(r"\b(?:aot_eager(?:_decomp_partition)?|backend\s{0,2}=\s{0,2}['\"]\w{1,30}['\"])", I)
     for source in comments:
         match = backend.search(source.text)
@@ -278,15 +283,16 @@ def _repro_below_inductor(f: Facts) -> list[Finding]:
     return []
 
 
-def backend_ladder(f: Facts) -> dict[str, BackendResult]:
-    """The latest outcome the thread reports per backend of the bisection ladder (thread.backend_results), read once."""
+def backend_reports(f: Facts) -> list[BackendResult]:
+    """Every backend result the thread reports, in thread order (thread.backend_results), read once."""
     if f.backends is None:
-        f.backends = ladder(backend_results(f.sources))
+        f.backends = backend_results(f.sources)
     return f.backends
 
 
 def _reported(f: Facts, backend: str, failed: bool) -> BackendResult | None:
-    x = backend_ladder(f).get(backend)
+    """The thread's latest word on `backend`, when it says it fails (failed=True) or passes (failed=False)."""
+    x = ladder(backend_reports(f)).get(backend)
     return x if x is not None and x.failed == failed else None
 
 
