@@ -315,3 +315,17 @@ def test_it_cites_the_backend_result_a_comment_reports_as_read_r2():
                            ("oncall: pt2",)), use_model=False)
     read = next(c for c in a.checklist if c.rule_id == "R2" and c.state == "satisfied" and "comment" in c.text)
     assert read.evidence == "`aot_eager` wrong"
+
+
+def test_it_says_when_the_bisection_and_the_threads_backend_results_disagree_r2(use_model):
+    verdict = BisectionEvidence("module: inductor", "R2.2", "first failure: inductor on cuda", 7)
+    thread = (CommentText("On my machine it fails with backend=`aot_eager` too, and passes in eager."),)
+    a = evaluate(IssueText(1, "Compiled layer norm returns wrong values", "torch.compile(f)(x) differs from eager.", thread,
+                           ("oncall: pt2",), bisection=(verdict,)), use_model=use_model)
+    assert "module: inductor" in a.preselected() and "module: pt2-dispatcher" not in a.labels()  # the bisection decides
+    [disagree] = [c for c in a.checklist if c.rule_id == "R2" and "bisection points at" in c.text]
+    assert disagree.state == "needs_human" and "module: pt2-dispatcher" in disagree.text and "aot_eager" in disagree.evidence
+    agreeing = evaluate(IssueText(2, "Compiled layer norm returns wrong values", "torch.compile(f)(x) differs from eager.",
+                                  (CommentText("`aot_eager` produces correct results here."),), ("oncall: pt2",),
+                                  bisection=(verdict,)), use_model=use_model)
+    assert not [c for c in agreeing.checklist if "bisection points at" in c.text]
