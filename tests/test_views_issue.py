@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html import unescape
 
 import pytest
@@ -80,6 +81,26 @@ def test_it_previews_exactly_what_github_will_see(client, triager, triaged_issue
     assert "+ triaged" not in html  # R11: flagged for review, so not triaged
     assert "data-apply" in html
     assert not TriageDecision.objects.exists()  # a preview changes nothing
+
+
+def _confirmed_fields(html: str, action: str) -> dict[str, list[str]]:
+    """The hidden fields of the form posting to `action`: the previewed decision as it will be posted again."""
+    form = html[html.index(f'action="{action}"'):]
+    form = form[:form.index("</form>")]
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form):
+        fields.setdefault(name, []).append(unescape(value))
+    return fields
+
+
+def test_it_posts_the_previewed_decision_back_as_it_was_validated(client, triager, triaged_issue):
+    client.force_login(triager)
+    preview = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="transfer", transfer_to="pytorch/vision"),
+                          headers=HTMX).content.decode()
+    fields = _confirmed_fields(preview, _url("issue_apply", 2001))
+    assert fields["route"] == ["transfer"] and fields["transfer_to"] == ["pytorch/vision"]
+    client.post(_url("issue_apply", 2001), fields, headers=HTMX)
+    assert TriageDecision.objects.get().transfer_to == "pytorch/vision"
 
 
 def test_it_accepts_the_suggestions_from_the_queue(client, triager, triaged_issue):
