@@ -329,3 +329,7 @@ def test_it_says_when_the_bisection_and_the_threads_backend_results_disagree_r2(
                                   (CommentText("`aot_eager` produces correct results here."),), ("oncall: pt2",),
                                   bisection=(verdict,)), use_model=use_model)
     assert not [c for c in agreeing.checklist if "bisection points at" in c.text]
+    # Either way the backend results are there: the checklist never also asks to run the bisection.
+    for assessed in (a, agreeing):
+        assert not [c for c in assessed.checklist if c.text.startswith("No backend results yet")]
+        assert [c for c in assessed.checklist if c.text == "Backend results decide the component."]

@@ -643,6 +643,9 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
     backend = next((x for x in findings if decisive(x)), None)
     if backend:
         items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", backend.evidence))
+    elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
+        items.append(ChecklistItem("R2", "No backend results yet: run the bisection (eager, aot_eager, "
+                                   "aot_eager_decomp_partition, inductor) to find the component.", "needs_human"))
     # A bisection verdict replaces the text's backend results (_components): where they disagree, say so.
     bisected = {x.label for x in findings if x.source.startswith("bisection") and x.label in CORE}
     told = next((x for x in findings if decisive(x) and not x.source.startswith("bisection") and x.label in CORE
@@ -651,9 +654,6 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
         items.append(ChecklistItem("R2", f"The bisection points at {', '.join(sorted(bisected))}, but the thread reports a backend "
                                    f"result that points at {told.label}: same device, dtype and version? Rerun with the "
                                    "thread's setup before applying.", "needs_human", told.evidence))
-    elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
-        items.append(ChecklistItem("R2", "No backend results yet: run the bisection (eager, aot_eager, "
-                                   "aot_eager_decomp_partition, inductor) to find the component.", "needs_human"))
     if labels & {DYNAMO, DYNAMIC} and not any(x.rule_id == "R1.1" for x in findings):
         items.append(ChecklistItem("R1.1", "Does it pass with dynamic=False? Then dynamic shapes only, not Dynamo.", "needs_human"))
     if DISPATCHER in labels:
