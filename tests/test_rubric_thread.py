@@ -166,6 +166,28 @@ def test_it_reads_no_backend_result_where_there_is_none(text):
     assert {k: v for k, v in outcomes(text).items() if k != "inductor"} == {}
 
 
+def test_it_reads_the_backend_results_a_repros_comments_report_r2():
+    repro = ("```python\nref = f(x)\n# aot_eager: works\naot = torch.compile(f, backend='aot_eager')(x)  # OK\n"
+             "out = torch.compile(f)(x)  # Inductor: CRASHES\n```")
+    assert outcomes(repro) == {"aot_eager": "passes", "inductor": "fails"}
+    [line] = [x for x in backend_results([Source("body", repro)]) if "# OK" in x.evidence]
+    assert line.evidence in repro and line.backend == "aot_eager"
+    # Code is not a comment: commented-out code, a print, a `#` inside a string say nothing.
+    quiet = ("```python\n#@torch.compile(fullgraph=True, backend=\"eager\")\nprint('aot_eager fails')\n"
+             "color = '#fff'  # aot_eager fails here\n```")
+    assert outcomes(quiet) == {}
+
+
+def test_it_reads_no_sentence_across_a_code_block():
+    # Found by the invariants' property test: the prose around a code block was joined into one sentence, so the
+    # evidence ("torch.compile  aot_eager fails") was no text of the issue.
+    body = "torch.compile ```python\nx = 1\n``` aot_eager fails"
+    for x in backend_results([Source("body", body)]):
+        assert x.evidence in body
+    negated = kinds(read_thread(sources("It is not ```python\nx = 1\n``` codegen.")), "negated")
+    assert negated == []
+
+
 def test_it_reads_a_backend_in_the_title_and_lets_a_later_comment_correct_an_earlier_one():
     assert outcomes(title="Bug: `torch.func.jacrev` fails with backend=`aot_eager`") == {"aot_eager": "fails"}
     assert outcomes(title="[aot_eager] retain_grad is ignored") == {"aot_eager": "fails"}

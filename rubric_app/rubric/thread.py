@@ -122,6 +122,7 @@ def _named(match: re.Match[str]) -> str:
 # Conclusions are prose: code blocks and the tail of a long description (logs, environment) are skipped,
 # which also keeps the reader cheap on the engine's hot path.
 MAX_PROSE = 6_000
+MAX_CODE_BLOCKS = 8
 _REPO_NEEDLES = ("pytorch/", "torchvision", "torchaudio", "torchtext", "executorch", "torchrec", "torchtune", "torchao",
                  "xla", "tensorrt", " repo")
 _NOT_A_BUG_NEEDLES = ("expected", "intended", "by design", "not a bug", "forum", "discuss.pytorch")
@@ -154,8 +155,9 @@ def _windows(text: str) -> list[str]:
 
 
 def prose(text: str) -> str:
-    """The text outside fenced code blocks, capped at MAX_PROSE characters."""
-    return "".join(text.split("```")[0::2])[:MAX_PROSE]
+    """The text outside fenced code blocks, capped at MAX_PROSE characters. The pieces around a block are
+    joined by a line break: no pattern reads across it (its evidence would be no text of the issue)."""
+    return "\n".join(text.split("```")[0::2])[:MAX_PROSE]
 
 
 def read_thread(sources: list[Source], authors: dict[str, str] | None = None, reporter: str = "") -> list[ThreadFact]:
@@ -281,35 +283,62 @@ def _clauses(sentence: str, offset: int) -> list[tuple[int, int]]:
 
 
 def backend_results(sources: list[Source]) -> list[BackendResult]:
-    """Each backend's reported outcome, in thread order (title, body, comments; code blocks skipped)."""
+    """Each backend's reported outcome, in thread order (title, body, comments). Code blocks are read only for
+    their `#` comments: a repro's `# aot_eager: works`, or `torch.compile(f, backend="aot_eager")(x)  # OK`."""
     out: list[BackendResult] = []
     for source in sources:
         text = source.text if source.name == "title" else prose(source.text)
-        if not _LADDER_LOCATOR.search(text):
-            continue
         if source.name == "title":
             out += [BackendResult(m.group(1).lower(), True, m.group(0), source.name) for m in _BACKEND_TAG.finditer(text)]
-        for sentence in _SENTENCE.finditer(text):
-            if not _LADDER_LOCATOR.search(sentence.group(0)):
-                continue
-            listed: list[str] = []
-            listed_from = None
-            for start, end in _clauses(sentence.group(0), sentence.start()):
-                clause = text[start:end]
-                # "differs from the eager backend", "does not match `aot_eager`": the reference compared against
-                # is no outcome of its own.
-                names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(clause) if not _REFERENCE.search(clause, max(0, m.start() - 40), m.start())]
-                rest = _BACKEND.sub(" ", clause)
-                if names and _LIST_ONLY.match(rest):
-                    listed += names
-                    listed_from = start if listed_from is None else listed_from
-                    continue
-                failed = _outcome(rest)
-                if failed is not None and (listed or names):
-                    begin = start if listed_from is None else listed_from
-                    evidence = text[begin:end].strip()
-                    out += [BackendResult(name, failed, evidence, source.name) for name in dict.fromkeys(listed + names)]
-                listed, listed_from = [], None
+        if _LADDER_LOCATOR.search(text):
+            out += [BackendResult(name, failed, evidence, source.name)
+                    for sentence in _SENTENCE.finditer(text) if _LADDER_LOCATOR.search(sentence.group(0))
+                    for name, failed, evidence in _sentence_results(text, sentence.start(), sentence.end())]
+        if source.name != "title" and "```" in source.text:
+            out += [BackendResult(name, failed, evidence, source.name) for name, failed, evidence in _code_comment_results(source.text)]
+    return out
+
+
+def _sentence_results(text: str, begin: int, finish: int) -> list[tuple[str, bool, str]]:
+    """(backend, failed, evidence) for each outcome one sentence (text[begin:finish]) reports."""
+    out: list[tuple[str, bool, str]] = []
+    listed: list[str] = []
+    listed_from = None
+    for start, end in _clauses(text[begin:finish], begin):
+        clause = text[start:end]
+        # "differs from the eager backend", "does not match `aot_eager`": the reference compared against
+        # is no outcome of its own.
+        names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(clause)
+                 if not _REFERENCE.search(clause, max(0, m.start() - 40), m.start())]
+        rest = _BACKEND.sub(" ", clause)
+        if names and _LIST_ONLY.match(rest):
+            listed += names
+            listed_from = start if listed_from is None else listed_from
+            continue
+        failed = _outcome(rest)
+        if failed is not None and (listed or names):
+            evidence = text[start if listed_from is None else listed_from:end].strip()
+            out += [(name, failed, evidence) for name in dict.fromkeys(listed + names)]
+        listed, listed_from = [], None
+    return out
+
+
+# A line of a fenced code block and its `#` comment (not a `#` inside a string: no quote after it on the line).
+_CODE_COMMENT = re.compile(r"^([^\n#]{0,200}?)#\s?([^\n'\"]{2,200})$", re.M)
+
+
+def _code_comment_results(text: str) -> list[tuple[str, bool, str]]:
+    """Outcomes a repro's comments report: the comment's own words, or the line's backend when the comment
+    only says how it went (`torch.compile(f, backend="aot_eager")(x)  # OK`)."""
+    out: list[tuple[str, bool, str]] = []
+    for code in text.split("```")[1::2][:MAX_CODE_BLOCKS]:
+        for line in _CODE_COMMENT.finditer(code[:MAX_PROSE]):
+            said = _sentence_results(code, line.start(2), line.end(2))
+            if not said and _LADDER_LOCATOR.search(line.group(1)):
+                failed = _outcome(line.group(2))
+                names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(line.group(1))]
+                said = [(name, failed, line.group(0).strip()) for name in dict.fromkeys(names)] if failed is not None else []
+            out += said
     return out
 
 
