@@ -4,7 +4,7 @@ enough findings, symptoms apart from visibility labels, and what that means for 
 from __future__ import annotations
 
 from rubric_app.rubric import CommentText, IssueText, evaluate
-from rubric_app.rubric.engine import read
+from rubric_app.rubric.engine import _model_findings, decide, read, shipped_model
 from rubric_app.rubric.evaluation import COMPANY_MIN, OWN_CURVE_MIN, _rule_calibration, company_calibration, issue_from_record
 from rubric_app.rubric.model import LabelModel, interpolate, isotonic
 
@@ -165,3 +165,37 @@ def test_it_scores_a_label_the_thread_settles_two_ways_by_the_surer_of_them_r2()
                       labels=("oncall: pt2",), author="reporter")
     assert "module: pt2-dispatcher" not in evaluate(alone, model=model({"core": SURE, "decisive": LOW})).preselected()
     assert "module: pt2-dispatcher" in evaluate(alone, model=model({"core": LOW, "decisive": SURE})).preselected()
+
+
+def test_it_shows_the_backend_result_as_the_evidence_where_the_learned_labeler_is_surer_r2():
+    issue = IssueText(1, "Graph break on zip in a compiled loop", "torch._dynamo.exc.Unsupported: call_function zip",
+                      comments=(CommentText(body="Same with backend='eager' fails too.", author="rev"),))
+    reading = read(issue)
+    model = shipped_model()
+    predictions = dict(model.predict(reading.features()))
+    predictions["module: dynamo"] = (0.999, ["rl:add:module: dynamo"])  # as sure as the labeler gets
+    learned = next(x for x in _model_findings(model, reading.features(), predictions, reading.findings)
+                   if x.label == "module: dynamo")
+    result = next(x for x in reading.findings if x.rule_id == "R2.3")
+    assert learned.weight > result.weight  # the learned finding weighs more...
+    dynamo = next(s for s in decide(reading, model=model, predictions=predictions).add if s.label == "module: dynamo")
+    # ...yet the triager is shown the backend result, at the better of the two confidences (G8: the root cause).
+    assert (dynamo.rule_id, dynamo.source, dynamo.evidence) == ("R2.3", "rule", result.evidence)
+    assert dynamo.confidence >= learned.weight and dynamo.preselected
+
+
+def test_it_leaves_a_learned_cpu_route_to_r2_4s_question_when_cuda_was_never_tried():
+    repro = "```python\nimport torch\nx = torch.rand(2, 4, 8)\nprint(torch.compile(fn)(x))\n```"
+    model = shipped_model()
+
+    def assess(title: str):
+        reading = read(IssueText(1, title, repro))
+        predictions = dict(model.predict(reading.features()))
+        predictions["oncall: cpu inductor"] = (0.999, ["rl:add:module: inductor"])  # the labeler is sure it is CPU's
+        return decide(reading, model=model, predictions=predictions)
+
+    untried = assess("[inductor] masked_fill gives wrong results")
+    assert untried.route == "pt2" and "oncall: cpu inductor" not in untried.labels()
+    assert any(c.rule_id == "R2.4" and c.state == "needs_human" for c in untried.checklist)  # asked instead
+    tagged = assess("[inductor][CPU] masked_fill gives wrong results")  # R10: the reporter says it is the CPU backend
+    assert tagged.route == "cpu inductor" and "oncall: cpu inductor" in tagged.labels()

@@ -283,12 +283,12 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
             p = learned.calibrated(key if key in learned.calibration else x.label, predictions[x.label][0])
             if x.origin == "similar":  # the neighbours' vote: its weight is its measured precision already
                 return max(p, x.weight)
-            return max(p, rule_p) if decisive(x) or concluded(x) else p
+            return max(p, rule_p) if settles(x) else p
         return x.weight if x.origin == "similar" else rule_p
 
     settled: dict[str, float] = {}
     for x in findings:
-        if x.kind == "add" and (decisive(x) or concluded(x)):
+        if x.kind == "add" and settles(x):
             settled[x.label] = max(settled.get(x.label, 0.0), scored(x))
     return score
 
@@ -316,13 +316,21 @@ def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
     )
 
 
-def strongest(findings: list[Finding], kind: str) -> dict[str, Finding]:
-    """The strongest finding per label of one kind."""
+def strongest(findings: list[Finding], kind: str, first: Callable[[Finding], bool] | None = None) -> dict[str, Finding]:
+    """The strongest finding per label of one kind; with `first`, one it holds for outranks any it does not."""
+    rank = (lambda x: (first(x), x.weight)) if first else (lambda x: (False, x.weight))
     best: dict[str, Finding] = {}
     for x in findings:
-        if x.kind == kind and (x.label not in best or x.weight > best[x.label].weight):
+        if x.kind == kind and (x.label not in best or rank(x) > rank(best[x.label])):
             best[x.label] = x
     return best
+
+
+def settles(x: Finding) -> bool:
+    """A backend result, a bisection verdict or the thread's conclusion: the finding a label is shown with,
+    even where the learned labeler is surer of the label (its score takes the better of the two: _scorer).
+    The triager then reads the root cause as the evidence, not "learned from N issues" (G8)."""
+    return decisive(x) or concluded(x)
 
 
 def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
@@ -445,7 +453,7 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
             min_confidence: float = 0.0, learned: LabelModel | None = None,
             predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
     avoided = strongest(findings, "avoid")
-    adds = strongest(findings, "add")
+    adds = strongest(findings, "add", first=settles)
     routes = strongest(findings, "route")
     flags = strongest(findings, "flag")
     checks = [x for x in findings if x.kind == "check"]
@@ -465,6 +473,8 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     cpu = routes.get(CPU_ONCALL)
     if cpu and learned is not None and score(cpu) < route_bar:
         cpu = None
+    if cpu and not _cpu_only_shown(findings, checks):
+        cpu = None  # R2.4: CUDA was never tried (a +cpu build, a repro without a device): the checklist asks instead
     if handoff:
         out.route, out.queue = "handoff", handoff.label
         out.add.append(_suggest(handoff, score(handoff)))
@@ -515,6 +525,16 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
                      + _crowded_checks(crowded) + _weak_checks(out, {**adds, **rule_adds}, unsure, asked=frozenset(x.label for x in crowded)))
     return out
+
+
+def _cpu_only_shown(findings: list[Finding], checks: list[Finding]) -> bool:
+    """Whether the text leaves a CPU route open: a rule routes it (a [CPU] tag, MKLDNN, "only on CPU": R10,
+    R2.4), or nothing says CUDA was never tried. Where R2.4 asks whether it passes on CUDA (a +cpu build, a
+    repro whose tensors get no device), a learned route (the labeler's, the neighbours' vote) is no answer to
+    that question: humans routed such reports 4 times in 48 in the training pool."""
+    if any(x.kind == "route" and x.label == CPU_ONCALL and x.origin == "rule" for x in findings):
+        return True
+    return not any(x.rule_id == "R2.4" for x in checks)
 
 
 def _crash(findings: list[Finding]) -> Finding | None:
