@@ -12,13 +12,14 @@ from django.core.management import CommandError, call_command
 
 from rubric_app.rubric.evaluation import (
     Counts, answer, g4_ceiling, issue_from_record, preselect_threshold, review_truth, score, truth, wilson_lower,
+    without_title_heading,
 )
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
 
 ISSUES = [
     {"number": 1, "title": "[dynamo] graph break on zip", "body": "torch._dynamo.exc.Unsupported: zip",
-     "comments": ["aot_eager works fine too."], "labels": ["oncall: pt2"]},
+     "comments": ["Same with backend='eager' fails too."], "labels": ["oncall: pt2"]},
     {"number": 2, "title": "torch.export.export fails on an unflattened module", "body": "ep = torch.export.export(m, args)",
      "comments": [], "labels": []},
     {"number": 3, "title": "Compiled resnet segfaults", "body": "Segmentation fault (core dumped)", "comments": [],
@@ -38,12 +39,25 @@ def test_it_writes_one_suggestion_line_per_issue(tmp_path):
     assert [l["number"] for l in lines] == [1, 2, 3]
     first, export, skipped = lines
     assert "module: dynamo" in first["labels"] and "triaged" in first["labels"]
-    assert first["evidence"]["module: dynamo"]["evidence"] in ISSUES[0]["title"] + ISSUES[0]["body"]
+    # The backend result is the evidence shown (R2.3), however sure the learned labeler is of the label.
+    dynamo = first["evidence"]["module: dynamo"]
+    assert dynamo["rule_id"] == "R2.3" and dynamo["evidence"] in ISSUES[0]["comments"][0]
     assert export["labels"][0] == "oncall: export" and not any(l.startswith("module:") for l in export["labels"])
     # G0: already distributed's. Nothing to add; the output still names the queue it belongs in.
     assert skipped["route"] == "skip" and skipped["labels"] == ["oncall: distributed"]
     assert first["labels"][-1] == "oncall: pt2"  # the file's labels say it is there already: named, not duplicated
     assert first["labels"].count("oncall: pt2") == 1
+
+
+def test_it_reads_a_harvested_body_without_its_title_heading_as_github_serves_it():
+    body = "# [inductor] Wrong strides\n\nalice · description · 2025-01-02\nThe strides are wrong.\n\nbob · comment · 2025-01-03\nInductor."
+    issue = issue_from_record({"number": 5, "title": "[inductor] Wrong strides", "body": body, "labels": []})
+    assert issue.body.strip() == "The strides are wrong." and issue.author == "alice"
+    assert [c.body.strip() for c in issue.comments] == ["Inductor."]
+    # Only the title's own heading goes: another heading, or a body that merely starts alike, stays.
+    assert without_title_heading("# Steps\nrun it", "Wrong strides") == "# Steps\nrun it"
+    assert without_title_heading("# Wrong strides here\nrun it", "Wrong strides") == "# Wrong strides here\nrun it"
+    assert without_title_heading("plain body", "") == "plain body"
 
 
 def test_it_names_the_cpu_lane_of_an_issue_already_in_it(tmp_path):

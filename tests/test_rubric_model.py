@@ -40,10 +40,37 @@ def test_it_reads_tags_module_paths_and_word_pairs_but_not_mentions_or_build_tag
     feats = features(sources, [])
     assert {"tag:inductor", "tag:cpu", "t2:wrong_strides", "b:_inductor", "b:lowering"} <= set(feats)
     # The bot writes "cc @..." from the labels already applied, and "+cpu" names the build, not the bug (R2.4).
-    assert not {"b:ezyang", "b:voznesenskym", "b:cpu"} & set(feats)
+    assert not {"b:ezyang", "b:voznesenskym"} & set(feats)
+    assert feats["b:cpu"] == ("CPU", "title")  # the title's [CPU] (its words count as text too), never the build's
     for evidence, source in feats.values():  # evidence is quoted verbatim from its source
         assert evidence in next(s.text for s in sources if s.name == source)
     assert feature_name("tag:inductor") == "[inductor]" and feature_name("rule:R1.2:add:module: dynamo") == "rule R1.2"
+
+
+def test_it_reads_the_words_inside_compound_names_apart_from_the_words_themselves():
+    sources = [Source("title", "TorchInGraphFunctionVariable fails"),
+               Source("body", "aot_eager_decomp_partition raised GuardOnDataDependentSymNode at torch._dynamo.exc; cc @FooBar")]
+    feats = features(sources, [])
+    assert {"t:~graph", "t:~function", "t:~variable", "b:~aot", "b:~eager", "b:~decomp", "b:~partition",
+            "b:~guard", "b:~dependent", "b:~sym", "b:~node", "b:~dynamo", "b:~exc"} <= set(feats)
+    assert feats["t:~variable"] == ("TorchInGraphFunctionVariable", "title")  # the whole name is the evidence
+    # A plain word has no pieces, a mention none either, and STOP words stay out (`torch`).
+    assert not {"t:~fails", "b:~raised", "b:~foo", "b:~bar", "t:~torch", "b:~torch"} & set(feats)
+    assert feature_name("t:~variable") == "variable (in a name)"
+
+
+def test_it_learns_a_kind_of_name_and_knows_one_it_never_saw():
+    # Every issue names a different class, so no whole name is seen twice (min_df): only its pieces can teach.
+    dynamo_like = [{"number": i, "title": f"crash in {w}Variable", "body": "it breaks", "comments": [],
+                    "labels": ["module: dynamo", "oncall: pt2"]} for i, w in enumerate(
+                        ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet"), 1)]
+    inductor_like = [{"number": 100 + i, "title": f"crash in {w}Kernel", "body": "it breaks", "comments": [],
+                      "labels": ["module: inductor", "oncall: pt2"]} for i, w in enumerate(
+                          ("Kilo", "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo", "Sierra", "Tango"), 1)]
+    model = train(training_examples(dynamo_like + inductor_like))
+    seen_never = model.predict(features([Source("title", "crash in ZuluVariable"), Source("body", "it breaks")], []))
+    assert seen_never["module: dynamo"][0] > seen_never["module: inductor"][0]
+    assert "t:~variable" in seen_never["module: dynamo"][1]
 
 
 def test_it_keeps_the_invariants_with_a_model():

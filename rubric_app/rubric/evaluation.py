@@ -81,19 +81,30 @@ def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueT
 
     use_labels=False hides the record's labels: they are the answers when scoring.
     """
-    description, reporter, thread_comments = split_thread_authored(record.get("body") or "")
+    title = record.get("title") or ""
+    description, reporter, thread_comments = split_thread_authored(without_title_heading(record.get("body") or "", title))
     comments = [
         (str(c.get("author", "")), str(c.get("body", ""))) if isinstance(c, dict) else ("", str(c))
         for c in record.get("comments", [])
     ]
     return IssueText(
         number=int(record["number"]),
-        title=record.get("title") or "",
+        title=title,
         body=description,
         comments=tuple(CommentText(body=body, author=author) for author, body in [*thread_comments, *comments]),
         labels=tuple(str(l) for l in record.get("labels", [])) if use_labels else (),
         author=str(record.get("author") or reporter),
     )
+
+
+def without_title_heading(body: str, title: str) -> str:
+    """The body without the "# <title>" line a harvested thread starts with. GitHub's own body has no such
+    line, so the engine must not learn from it: read twice, the title's words counted as body words too,
+    for a model (and rules reading the text) that then meets bodies without them once synced."""
+    heading = f"# {title}"
+    if title and body.startswith(heading) and body[len(heading):len(heading) + 1] in ("", "\n"):
+        return body[len(heading):].lstrip("\n")
+    return body
 
 
 def output_line(number: int, assessment: Assessment) -> dict[str, Any]:

@@ -62,7 +62,7 @@ TITLE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{1,30}")
 def features(sources: list[Source], findings: Iterable[Finding], thread: Iterable = ()) -> dict[str, tuple[str, str]]:
     """Binary features of one issue, each mapped to (evidence text as written, source name) for display.
 
-    Words of the title (`t:`) and of the body and comments (`b:`); a dotted name also gives its parts
+    Words of the title (`t:`) and of the title, body and comments (`b:`); a dotted name also gives its parts
     (`torch._inductor.lowering` -> `_inductor`, `lowering`), so a module path in a traceback counts
     however deep the frame; the title's tags (`tag:`) and word pairs (`t2:`); every rule finding, by
     rule (`rule:<id>:<kind>:<label>`) and by label alone (`rl:<kind>:<label>`, so rules that find the
@@ -72,17 +72,19 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
     """
     found: dict[str, tuple[str, str]] = {}
     for source in sources:
-        prefix = "t:" if source.name == "title" else "b:"
+        # The title's words are the text's words too: what the issue is about, said twice.
+        prefixes = ("t:", "b:") if source.name == "title" else ("b:",)
         text = source.text[:MAX_TEXT]
         for token in set(TOKEN.findall(text)):
             word = token.lower()
             if word in STOP:
                 continue
-            found.setdefault(prefix + word, (token, source.name))
-            if "." in word:
-                for part in word.split("."):
-                    if len(part) > 2 and part not in STOP:
-                        found.setdefault(prefix + part, (token, source.name))
+            parts = [part for part in word.split(".") if len(part) > 2 and part not in STOP] if "." in word else []
+            for prefix in prefixes:
+                for name in (word, *parts):
+                    found.setdefault(prefix + name, (token, source.name))
+                for piece in name_pieces(token):
+                    found.setdefault(f"{prefix}~{piece}", (token, source.name))
         if source.name == "title":
             for tag in TITLE_TAG.finditer(text):
                 found.setdefault("tag:" + tag.group(1).strip().lower(), (tag.group(0), "title"))
@@ -99,6 +101,24 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
         if x.kind != "transfer":
             found.setdefault(f"thread:{x.kind}:{x.label}", (x.evidence, x.source))
     return found
+
+
+# The words inside an identifier: `TorchInGraphFunctionVariable` -> torch, graph, function, variable;
+# `aot_eager_decomp_partition` -> aot, eager, decomp, partition. PT2's names are made of a few words, and an
+# issue about a class nobody reported before still names its parts (a Dynamo `...Variable`, a
+# `...SymNode`). Kept apart from the words themselves (`~` features): pooled with them, they blurred both.
+CAMEL_PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+NAME_SEPARATORS = re.compile(r"[._]")
+
+
+def name_pieces(token: str) -> set[str]:
+    """The lower-cased words of a compound identifier (snake_case, CamelCase, dotted); none for a plain word."""
+    pieces = set()
+    for part in NAME_SEPARATORS.split(token):
+        words = CAMEL_PIECE.findall(part)
+        if len(words) > 1 or "_" in token:
+            pieces.update(w.lower() for w in words)
+    return {w for w in pieces if len(w) > 2 and w not in STOP}
 
 
 # A long body (a traceback, an environment dump) has hundreds of words, each a small vote: left at full
@@ -132,6 +152,8 @@ def feature_name(feature: str) -> str:
     if kind == "thread":
         what, _, label = rest.partition(":")
         return f"thread: {what} {label}"
+    if rest.startswith("~"):
+        return f"{rest[1:]} (in a name)"
     return rest
 
 
