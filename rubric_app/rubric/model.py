@@ -80,10 +80,11 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
             if word in STOP:
                 continue
             parts = [part for part in word.split(".") if len(part) > 2 and part not in STOP] if "." in word else []
+            pieces = name_pieces(token)
             for prefix in prefixes:
                 for name in (word, *parts):
                     found.setdefault(prefix + name, (token, source.name))
-                for piece in name_pieces(token):
+                for piece in pieces:
                     found.setdefault(f"{prefix}~{piece}", (token, source.name))
         if source.name == "title":
             for tag in TITLE_TAG.finditer(text):
@@ -111,8 +112,14 @@ CAMEL_PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 NAME_SEPARATORS = re.compile(r"[._]")
 
 
+# Past its first letter, a plain word has no capital or digit (nor any "_"): most tokens, answered without splitting.
+COMPOUND_MARK = re.compile(r"[A-Z0-9]")
+
+
 def name_pieces(token: str) -> set[str]:
     """The lower-cased words of a compound identifier (snake_case, CamelCase, dotted); none for a plain word."""
+    if "_" not in token and not COMPOUND_MARK.search(token, 1):
+        return set()
     pieces = set()
     for part in NAME_SEPARATORS.split(token):
         words = CAMEL_PIECE.findall(part)
