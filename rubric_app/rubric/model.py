@@ -110,8 +110,6 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
 # `...SymNode`). Kept apart from the words themselves (`~` features): pooled with them, they blurred both.
 CAMEL_PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 NAME_SEPARATORS = re.compile(r"[._]")
-
-
 # Past its first letter, a plain word has no capital or digit (nor any "_"): most tokens, answered without splitting.
 COMPOUND_MARK = re.compile(r"[A-Z0-9]")
 
