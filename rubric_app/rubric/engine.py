@@ -318,7 +318,9 @@ def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
 
 def strongest(findings: list[Finding], kind: str, first: Callable[[Finding], bool] | None = None) -> dict[str, Finding]:
     """The strongest finding per label of one kind; with `first`, one it holds for outranks any it does not."""
-    rank = (lambda x: (first(x), x.weight)) if first else (lambda x: (False, x.weight))
+    def rank(x: Finding) -> tuple[bool, float]:
+        return (first is not None and first(x), x.weight)
+
     best: dict[str, Finding] = {}
     for x in findings:
         if x.kind == kind and (x.label not in best or rank(x) > rank(best[x.label])):
