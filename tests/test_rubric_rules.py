@@ -294,6 +294,19 @@ def test_it_routes_cpu_only_inductor_bugs_to_the_cpu_queue_r10():
     assert "oncall: cpu inductor" in a.labels() and "module: inductor" in a.labels()
 
 
+@pytest.mark.parametrize("title", [
+    "[inductor] Fused reduction + argmax mis-indexes channels_last inputs, CPU and CUDA",
+    "torch.compile skips device mismatch error for index_add with CPU index and CUDA tensors",
+    "[Inductor] foreach_add_ silent wrong results on CPU and GPU",
+])
+def test_it_does_not_read_a_title_naming_both_devices_as_cpu_only_r10(title):
+    # R2.4: "fails only on device cpu". A title that names the GPU too says the bug is on both, or is a
+    # device mix-up; the CPU lane is not where it goes.
+    assert not matches(findings("R10", issue(title, "x = torch.randn(4, device='cuda')")), "route", "oncall: cpu inductor")
+    tagged = issue("[Inductor][CPU] argmax mis-indexes channels_last inputs", "torch.compile(f)(x)")
+    assert matches(findings("R10", tagged), "route", "oncall: cpu inductor")
+
+
 def test_it_flags_review_and_avoids_high_priority_r11():
     a = evaluate(issue("Compiled model silently returns wrong results", "No error, but values differ from eager.",
                        labels=("oncall: pt2", "triaged")))

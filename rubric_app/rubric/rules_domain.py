@@ -259,13 +259,16 @@ def r9_2_functorch_dispatcher(f: Facts) -> list[Finding]:
 # --- R10. CPU Inductor routing ----------------------------------------------------------------------
 
 CPU_HALF = re.compile(r"(?:float16|fp16|bfloat16|bf16)[^\n]{0,30}?\bon cpu\b|\bcpu\b[^\n]{0,30}?(?:float16|fp16)", I)
+# A title that names a GPU beside the CPU ("... (CUDA and CPU)", "a CPU index and CUDA tensors") reports a
+# bug on both devices or a device mix-up, not one only the CPU shows (R2.4).
+OTHER_DEVICE_TITLE = re.compile(r"\bcuda\b|\bgpus?\b|\bxpu\b|\bmps\b|\brocm\b", I)
 
 
 @rule("R10")
 def r10_cpu_inductor(f: Facts) -> list[Finding]:
     """Clearly Inductor's CPU backend ([CPU] tag, MKLDNN, float16 on CPU, C++ codegen): oncall: cpu inductor."""
     title = f.find(CPU_TITLE, "title")
-    if title and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title")):
+    if title and not f.has(OTHER_DEVICE_TITLE, "title") and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title")):
         return [Finding("R10", "route", CPU_ONCALL, 0.9, title[0], title[1], "tagged CPU in the title")]
     hit = f.find(CPU_HALF)
     if hit:
