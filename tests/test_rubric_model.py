@@ -8,8 +8,10 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.models import Issue
+from rubric_app.management.commands.train_label_model import decision_examples
+from rubric_app.models import Issue, TriageDecision
 from rubric_app.rubric import IssueText, evaluate
+from rubric_app.rubric.engine import read
 from rubric_app.rubric.evaluation import cross_validate, training_examples
 from rubric_app.rubric.model import LabelModel, feature_name, features, train
 from rubric_app.rubric.text import Source
@@ -119,3 +121,56 @@ def test_it_trains_from_the_synced_triaged_issues(tmp_path):
     call_command("train_label_model", from_db=True, output=str(tmp_path / "m.json"), stdout=out)
     assert "Trained on 40 issues" in out.getvalue()
     assert Issue.objects.count() == 41
+
+
+def _decided(number: int, user, *, seen=("oncall: pt2",), added=(), removed=(), shown=(), status="applied", **fields):
+    issue = Issue.objects.filter(number=number).first() or make_issue(number, title=f"kiwi heron case {number}",
+                                                                       body="the kiwi heron misbehaves")
+    return TriageDecision.objects.create(
+        issue=issue, user=user, labels_seen=list(seen), labels_added=list(added), labels_removed=list(removed),
+        suggestions_shown=None if shown is None else [{"label": l, "rule_id": "R1.2"} for l in shown], status=status, **fields)
+
+
+def test_it_reads_what_triagers_added_removed_and_left_unticked_from_what_the_page_showed(triager):
+    # #1: a first decision added Inductor; the newest took it back, added Dynamo and left two shown labels unticked.
+    _decided(1, triager, added=["module: inductor"])
+    _decided(1, triager, seen=["oncall: pt2", "module: inductor"], added=["module: dynamo", "triaged"],
+             removed=["module: inductor"], shown=["module: dynamo", "module: dynamic shapes", "triage review", "triaged"])
+    # #2: handed off to export: the module label it was shown is no verdict on the components (no component, G5).
+    _decided(2, triager, added=["oncall: export"], shown=["module: dynamo", "oncall: export"])
+    # #3: from before the page's suggestions were kept, under the old name of the dispatcher label.
+    _decided(3, triager, added=["module: aotdispatch"], shown=None)
+    # Not the triager's labelling: a refused decision, a meeting's, and one that names no learned label.
+    _decided(4, triager, added=["module: dynamo"], status="refused")
+    _decided(5, triager, added=["high priority"], meeting_decision="high priority")
+    _decided(6, triager, added=["needs reproduction"], shown=["needs reproduction"])
+
+    answers = {number: {l: a for l, a in answers.items() if a is not None}
+               for number, (_feats, answers) in zip((1, 2, 3), decision_examples())}
+    assert answers == {
+        1: {"module: dynamo": True, "module: inductor": False, "module: dynamic shapes": False, "triage review": False},
+        2: {"oncall: export": True},
+        3: {"module: pt2-dispatcher": True},
+    }
+    assert len(decision_examples()) == 3
+    feats, _answers = decision_examples()[0]
+    assert {"t:kiwi", "b:heron"} <= feats  # the issue's own words, read as for any training record
+
+
+def test_it_learns_from_triagers_decisions_on_issues_not_yet_triaged(tmp_path, triager):
+    for r in RECORDS:
+        make_issue(number=r["number"], title=r["title"], body=r["body"], labels=r["labels"])
+    # Flagged for the meeting, so not `triaged` and no training record of their own: only the decisions teach "kiwi".
+    for number in range(500, 512):
+        _decided(number, triager, added=["module: dynamic shapes", "triage review"],
+                 shown=["module: dynamo", "module: dynamic shapes", "triage review"])
+    kiwi = read(IssueText(1, "kiwi heron again", "the kiwi heron misbehaves")).features()
+
+    out = StringIO()
+    call_command("train_label_model", from_db=True, output=str(tmp_path / "with.json"), stdout=out)
+    assert "Learning from 12 triagers' decisions too" in out.getvalue() and "Trained on 40 issues" in out.getvalue()
+    learned = LabelModel.load(tmp_path / "with.json")
+    without = train(training_examples(RECORDS))
+    dynamic, dynamo = (learned.predict(kiwi)[l][0] for l in ("module: dynamic shapes", "module: dynamo"))
+    assert dynamic > 0.5 > dynamo
+    assert dynamic > without.predict(kiwi)["module: dynamic shapes"][0] + 0.2

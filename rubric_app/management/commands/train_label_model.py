@@ -6,7 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.evaluation import InputError, fit_model, read_jsonl, split_held_out, training_examples
+from rubric_app.rubric.evaluation import (ALIASES, COMPONENTS, InputError, fit_model, read_jsonl, split_held_out,
+                                         training_examples)
 from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
 
 
@@ -70,32 +71,33 @@ def issue_record(issue) -> dict:
 def decision_examples() -> list:
     """Triagers' applied decisions as extra training examples, on top of the issues' labels.
 
-    A learned label the triager added is a positive; one they removed, or one the engine suggested that
-    they left unticked (suggested now, yet neither added nor on the issue), is an explicit negative.
-    Labels the decision does not speak to stay unknown (None) for that example.
+    A learned label the triager added is a positive; one they removed, or one the page showed them that they
+    left unticked (shown, neither added nor already on the issue), is an explicit negative. "Shown" is what
+    the decision recorded (suggestions_shown), not what the engine suggests now: suggestions are recomputed
+    once a decision's labels land, so today's would misread what the triager saw. An issue's newest decision
+    speaks for a label first; meeting decisions settle the review, not the labels, and are left out (as on
+    the rubric health page). Labels no decision speaks to stay unknown (None) for that example.
     """
-    from rubric_app.models import Issue, Suggestion, TriageDecision
+    from rubric_app.models import Issue, TriageDecision
 
-    decided = (TriageDecision.objects.filter(status=TriageDecision.Status.APPLIED)
-               .exclude(labels_added=[], labels_removed=[]).values_list("issue_id", "labels_added", "labels_removed"))
-    by_issue: dict[int, tuple[set[str], set[str]]] = {}
-    for issue_id, added, removed in decided:
-        pos, neg = by_issue.setdefault(issue_id, (set(), set()))
-        pos.update(added or [])
-        neg.update(removed or [])
-    if not by_issue:
-        return []
-    issues = Issue.objects.filter(pk__in=by_issue).prefetch_related("labels", "comments")
-    suggested: dict[int, set[str]] = {}
-    for issue_id, label in Suggestion.objects.filter(issue_id__in=by_issue, kind=Suggestion.Kind.ADD).values_list("issue_id", "label"):
-        suggested.setdefault(issue_id, set()).add(label)
+    decided = (TriageDecision.objects.filter(status=TriageDecision.Status.APPLIED, meeting_decision="")
+               .order_by("-created_at", "-pk")
+               .values_list("issue_id", "labels_seen", "labels_added", "labels_removed", "suggestions_shown"))
+    by_issue: dict[int, dict[str, bool]] = {}
+    for issue_id, seen, added, removed, shown in decided.iterator(chunk_size=2000):
+        seen, added, removed = set(seen or []), set(added or []), set(removed or [])
+        unticked = {item.get("label", "") for item in shown or []} - added - seen
+        # As for the training files (evaluation.answer): an issue left without a component (a hand-off, a
+        # question closed) was not labelled "none of these", so its components stay unknown.
+        with_component = any(ALIASES.get(l, l) in COMPONENTS for l in (seen - removed) | added)
+        answers = by_issue.setdefault(issue_id, {})
+        for labels, answer in ((added, True), (removed, False), (unticked, False)):
+            for label in (ALIASES.get(l, l) for l in labels):
+                if label in MODEL_LABELS and (answer or with_component or label not in COMPONENTS):
+                    answers.setdefault(label, answer)
+    by_issue = {issue_id: answers for issue_id, answers in by_issue.items() if answers}
     examples = []
-    for issue in issues:
-        added, removed = by_issue[issue.pk]
-        current = set(issue.label_names())
-        unticked = suggested.get(issue.pk, set()) - added - current
+    for issue in Issue.objects.filter(pk__in=by_issue).prefetch_related("labels", "comments").order_by("pk"):
         (feats, _answers), = training_examples([issue_record(issue)])
-        answers = {label: True if label in added else False if label in removed | unticked else None for label in MODEL_LABELS}
-        if any(v is not None for v in answers.values()):
-            examples.append((feats, answers))
+        examples.append((feats, {label: by_issue[issue.pk].get(label) for label in MODEL_LABELS}))
     return examples
