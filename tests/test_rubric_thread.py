@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
-from rubric_app.rubric.text import Source, split_thread_authored
+from rubric_app.rubric.text import Source, split_environment, split_thread_authored
 from rubric_app.rubric.thread import backend_results, conclusion, ladder, read_thread
 
 
@@ -260,6 +260,74 @@ def test_it_does_not_route_to_cpu_from_a_cpu_build_string_r2_4(assess):
     assert any(c.rule_id == "R2.4" and "+cpu" in c.evidence for c in a.checklist)
     cpu = assess("[inductor] wrong output of compiled layer norm", "It happens only on CPU; on CUDA it matches.")
     assert cpu.route == "cpu inductor"
+
+
+# collect_env's report as the bug template's "### Versions" section has it: every synced issue carries one.
+ENVIRONMENT = """### Versions
+
+Collecting environment information...
+PyTorch version: 2.5.1+cu124
+Is debug build: False
+CUDA used to build PyTorch: 12.4
+ROCM used to build PyTorch: N/A
+OS: Ubuntu 22.04.4 LTS (x86_64)
+Python version: 3.11.9 (main, Apr 19 2024, 16:48:06) [GCC 11.2.0] (64-bit runtime)
+Is CUDA available: True
+GPU models and configuration: GPU 0: NVIDIA A100-SXM4-80GB
+cuDNN version: Probably one of the following:
+/usr/lib/x86_64-linux-gnu/libcudnn.so.9.1.0
+CPU:
+Architecture:                         x86_64
+Model name:                           Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz
+Flags:                                fpu vme sse sse2 avx avx2 avx512f avx512_bf16 amx_tile
+Vulnerability Spectre v2:             Mitigation; Enhanced / Automatic IBRS
+
+Versions of relevant libraries:
+[pip3] numpy==1.26.4
+[pip3] helion==0.2.1
+[pip3] torch==2.5.1
+[pip3] triton==3.1.0
+[conda] mkl 2023.1.0 h213fc3f_46344
+
+cc @chauhang @penguinwu"""
+
+
+@pytest.mark.parametrize("title, body", [
+    ("Graph break on zip in a compiled loop", "```python\nfor a, b in zip(xs, ys):\n    out += a * b\n```\n"
+     "torch._dynamo.exc.Unsupported: call_function BuiltinVariable(zip)"),
+    ("torch.compile gives wrong results for my model", "The outputs differ from eager by 1e-2."),
+    ("Recompiles on every batch size", "Guard failed: L['x'].size()[0] == 8, dynamic=False fixes it."),
+])
+def test_it_reads_the_environment_report_as_what_was_installed_not_as_evidence(use_model, title, body):
+    # Its "CUDA", "triton==3.1.0", "[pip3] helion", CPU flags and MKL are the reporter's machine: with the report
+    # appended, the suggestions are the report's own (the labeled issues the labeler learned from rarely had one).
+    bare = evaluate(IssueText(1, title, body, labels=("oncall: pt2",)), use_model=use_model)
+    full = evaluate(IssueText(1, title, f"### 🐛 Describe the bug\n\n{body}\n\n{ENVIRONMENT}", labels=("oncall: pt2",)),
+                    use_model=use_model)
+    assert (full.labels(), full.preselected(), full.route) == (bare.labels(), bare.preselected(), bare.route)
+    assert not {"module: helion", "oncall: cpu inductor"} & set(full.labels())
+    assert all(s.evidence not in ENVIRONMENT for s in full.add if s.evidence_source == "body" and len(s.evidence) > 3)
+
+
+def test_it_keeps_what_the_reporter_writes_under_the_versions_heading():
+    kept, report = split_environment("### Versions\n\nfailing since 6/22, was working on 6/19\n" + ENVIRONMENT.split("\n", 1)[1])
+    assert "failing since 6/22, was working on 6/19" in kept and "### Versions" in report  # the template's heading
+    assert "Is CUDA available: True" in report and "[pip3] triton==3.1.0" in report and "Flags:" in report
+    assert not any(word in kept for word in ("triton", "A100", "avx512", "Ubuntu", "mkl", "libcudnn"))
+    for line in ("eager:    363.32 ms", "Model outputs differ: see below", "def fn(t0, ta):          # ta is a view",
+                 "max diff:     tensor(0.0010)", "OS-level threads: 8"):
+        assert split_environment(line) == (line, "")
+
+
+def test_it_asks_about_cuda_from_the_environment_report_r2_4(assess):
+    # A machine without CUDA ran it: R2.4's question, quoting the report's line (the body it was cut from).
+    body = "The compiled output differs.\n\n" + ENVIRONMENT.replace("Is CUDA available: True", "Is CUDA available: False")
+    a = assess("[inductor] wrong output of compiled layer norm", body)
+    question = next(c for c in a.checklist if c.rule_id == "R2.4")
+    assert question.evidence == "Is CUDA available: False" and question.evidence in body
+    assert a.route == "pt2" and "oncall: cpu inductor" not in a.preselected()
+    assert not any(c.rule_id == "R2.4" for c in assess("[inductor] wrong output of compiled layer norm",
+                                                         "The compiled output differs.\n\n" + ENVIRONMENT).checklist)
 
 
 def test_it_does_not_preselect_the_cpu_route_a_bisection_did_not_show_r2_4(use_model):

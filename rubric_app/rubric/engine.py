@@ -39,7 +39,7 @@ from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, 
 from .rules import CONCLUDED_BY_OTHERS, DEFAULT_BACKEND_GUESS, thread_facts
 from .rules_domain import CRASH
 from .similarity import similar_findings
-from .text import code_blocks, read_code, sources_of
+from .text import code_blocks, read_code, read_sources
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
 
 # Holistic labels name a symptom: they yield to a core component (a UX complaint only to one shown
@@ -295,8 +295,8 @@ def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list
 
 def facts_of(issue: IssueText) -> Facts:
     """What the rules read: capped sources, repro-code facts, current labels."""
-    sources = sources_of(issue)
-    return Facts(issue, sources, read_code(code_blocks(sources)), frozenset(issue.labels))
+    sources, environment = read_sources(issue)
+    return Facts(issue, sources, read_code(code_blocks(sources)), frozenset(issue.labels), environment=environment)
 
 
 def _bisection(issue: IssueText) -> list[Finding]:

@@ -152,6 +152,9 @@ class Facts:
     thread: list | None = field(default=None, repr=False)
     # The backend results the thread reports (thread.backend_results), read once per issue by backend_reports() in rules.py.
     backends: list | None = field(default=None, repr=False)
+    # The environment reports cut out of the body and comments (text.split_environment): only rules that ask
+    # about the reporter's setup read them (find_environment).
+    environment: list[Source] = field(default_factory=list, repr=False)
 
     def find(self, pattern: re.Pattern[str], where: str = "all") -> tuple[str, str] | None:
         """First match as (exact matched text, source name), looking in title, body, then comments.
@@ -191,6 +194,14 @@ class Facts:
 
     def has(self, pattern: re.Pattern[str], where: str = "all") -> bool:
         return self.find(pattern, where) is not None
+
+    def find_environment(self, pattern: re.Pattern[str]) -> tuple[str, str] | None:
+        """First match in the environment reports, as (matched text, the source it was cut from)."""
+        for source in self.environment:
+            match = pattern.search(source.text)
+            if match and match.group(0):
+                return match.group(0), source.name
+        return None
 
 
 RuleFn = Callable[[Facts], Iterable[Finding]]

@@ -364,6 +364,8 @@ CPU_ONLY = re.compile(
 # A CPU-only torch build in a pasted version string says what the reporter installed, not that the bug
 # is CPU-only (R2.4): nobody checked CUDA. A question, never a route.
 CPU_BUILD = re.compile(r"\b[12]\.\d{1,2}\.\d{1,2}(?:\.dev\d{8})?\+cpu\b", I)
+# collect_env's line on a machine without a usable GPU: the same question.
+NO_CUDA = re.compile(r"Is CUDA available:[ \t]{0,8}False", I)
 
 
 # Tensors made without a device live on the CPU: a repro that never names another device runs
@@ -378,10 +380,16 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
     hit = f.find(CPU_ONLY)
     if hit:
         return [Finding("R2.4", "route", CPU_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
-    build = f.find(CPU_BUILD)
+    # The environment report says what was installed: read for this question only (text.split_environment).
+    build = f.find(CPU_BUILD) or f.find_environment(CPU_BUILD)
     if build:
         return [Finding("R2.4", "check", evidence=build[0], source=build[1], state="needs_human",
                         reason="A CPU-only torch build (+cpu) was used, so CUDA was never tried: does it pass on CUDA? "
+                               "Only then route to oncall: cpu inductor.")]
+    no_cuda = f.find_environment(NO_CUDA)
+    if no_cuda:
+        return [Finding("R2.4", "check", evidence=no_cuda[0], source=no_cuda[1], state="needs_human",
+                        reason="CUDA was not available where it ran, so it was never tried there: does it pass on CUDA? "
                                "Only then route to oncall: cpu inductor.")]
     made = f.find(TENSOR_FACTORY, "text")
     if made and not f.has(OTHER_DEVICE):

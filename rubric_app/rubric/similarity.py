@@ -54,15 +54,9 @@ _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{1,40}")
 _DIGITS = re.compile(r"\d+")
 _DTYPE = re.compile(r"(?:b?float|u?int|complex)(?:8|16|32|64|128)$")
 _URL = re.compile(r"https?://\S{1,500}")
-# Lines that say nothing about the failure: the bot's cc list (it is derived from the labels, so it
-# would only echo them) and collect_env's output.
-_NOISE_LINE = re.compile(r"\s{0,8}(?:cc @|\[pip3?\]|\[conda\]|Collecting environment information|PyTorch version:|"
-                         r"Is debug build:|CUDA used to build|OS:|GCC version:|Clang version:|CMake version:|Libc version:|"
-                         r"Python version:|Python platform:|Is CUDA available:|CUDA runtime version:|GPU models|"
-                         r"Nvidia driver version:|cuDNN version:|HIP runtime|MIOpen runtime|Is XNNPACK|CPU:|Architecture:|"
-                         r"Versions of relevant libraries)")
-_VERSIONS_HEADING = re.compile(r"#{1,6}\s{0,4}(?:Versions?|Environment)\b", re.I)
-_HEADING = re.compile(r"#{1,6}\s")
+# The bot's cc list says nothing about the failure: it is derived from the labels, so it would only echo
+# them. (collect_env's lines never get here: text.sources_of cuts them out.)
+_NOISE_LINE = re.compile(r"\s{0,8}cc @")
 STOP = frozenset("""
 the and for with this that when are not but from have has was were you your can use using used will would should
 could into than then there their they them what which while where who why how all any also just only some more most
@@ -85,18 +79,8 @@ def _token(raw: str) -> str:
 
 
 def _clean(text: str) -> str:
-    """The text without URLs, the cc list and the environment report (a "### Versions" section)."""
-    kept: list[str] = []
-    skipping = False
-    for line in _URL.sub(" ", text).split("\n"):
-        if _VERSIONS_HEADING.match(line):
-            skipping = True
-            continue
-        if skipping and _HEADING.match(line):
-            skipping = False
-        if not skipping and not _NOISE_LINE.match(line):
-            kept.append(line)
-    return "\n".join(kept)
+    """The text without URLs and the cc list (collect_env's report is already cut: text.sources_of)."""
+    return "\n".join(line for line in _URL.sub(" ", text).split("\n") if not _NOISE_LINE.match(line))
 
 
 def words_of(issue: IssueText, title_counts: int = TITLE_COUNTS) -> Counter[str]:

@@ -78,16 +78,52 @@ def split_thread_authored(body: str) -> tuple[str, str, tuple[tuple[str, str], .
 
 
 def sources_of(issue: IssueText) -> list[Source]:
-    """The title, body and comments, each capped, in the order evidence is looked for."""
-    sources = [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", (issue.body or "")[:MAX_BODY])]
-    budget = MAX_THREAD - len(sources[1].text)
+    """The title, body and comments, each capped and without its environment report, in the order evidence
+    is looked for."""
+    return read_sources(issue)[0]
+
+
+def read_sources(issue: IssueText) -> tuple[list[Source], list[Source]]:
+    """(sources_of(issue), the environment reports cut out of them, each under the name of its source)."""
+    body, report = split_environment((issue.body or "")[:MAX_BODY])
+    sources, environment = [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", body)], [Source("body", report)]
+    budget = MAX_THREAD - len(body)
     for i, comment in enumerate(issue.comments[:MAX_COMMENTS]):
         if budget <= 0:
             break
-        text = (comment.body or "")[: min(MAX_COMMENT, budget)]
+        text, report = split_environment((comment.body or "")[: min(MAX_COMMENT, budget)])
         budget -= len(text)
         sources.append(Source(f"comment:{i}", text))
-    return sources
+        environment.append(Source(f"comment:{i}", report))
+    return sources, [s for s in environment if s.text]
+
+
+# collect_env's report (the bug template asks for it under "### Versions"): what was installed on the
+# reporter's machine, not what fails. Read as evidence, its "CUDA", "triton==3.1.0", "[pip3] helion", CPU
+# flags and ROCm lines outvoted the report itself, and every synced issue has one, while the triaged issues
+# the labeler learned from (excerpts) almost never do. Only its machine-written lines go: what a reporter
+# writes under that heading ("failing since 6/22", "both fail on CPU and CUDA") is kept.
+ENVIRONMENT_LINE = re.compile(
+    r"[ \t]{0,8}(?:\[pip3?\] |\[conda\] |Collecting environment information|(?:PyTorch|Clang|GCC|CMake|Libc|Python|CUDA runtime"
+    r"|cuDNN|Nvidia driver|HIP runtime|MIOpen runtime) version:|(?:CUDA|ROCM|XPU) used to build PyTorch:"
+    r"|Is (?:debug build|CUDA available|XNNPACK available|XPU available):|OS:|Python platform:"
+    r"|CUDA_MODULE_LOADING set to:|GPU models and configuration:|GPU \d{1,2}: |Caching allocator config:|CPU:[ \t]*$"
+    r"|Versions of relevant libraries:|/\S{0,200}/libcudnn|#{1,6}[ \t]{0,4}(?:Versions?|Environment)[ \t]*$"
+    # lscpu, which collect_env runs: "Architecture:        x86_64", "Flags: ...", "Vulnerability Spectre v1: ..."
+    r"|(?:Architecture|CPU op-mode\(s\)|Address sizes|Byte Order|CPU\(s\)|On-line CPU\(s\) list|Off-line CPU\(s\) list"
+    r"|Vendor ID|Model name|CPU family|Model|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|Stepping|BogoMIPS|Flags"
+    r"|Virtualization(?: type)?|Hypervisor vendor|L[123][di]? cache|NUMA node\d{0,3}(?: CPU)?\(s\)|Vulnerability [\w ]{1,40}"
+    r"|CPU (?:max|min) MHz|CPU\(s\) scaling MHz|Frequency boost|Caches \(sum of all\)):)"
+)
+
+
+def split_environment(text: str) -> tuple[str, str]:
+    """(text without collect_env's lines, those lines), line by line: linear in the text."""
+    kept: list[str] = []
+    report: list[str] = []
+    for line in text.split("\n"):
+        (report if ENVIRONMENT_LINE.match(line) else kept).append(line)
+    return "\n".join(kept), "\n".join(report)
 
 
 def code_blocks(sources: list[Source]) -> list[str]:
