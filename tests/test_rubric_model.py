@@ -10,10 +10,10 @@ from django.core.management import CommandError, call_command
 
 from rubric_app.management.commands.train_label_model import decision_examples
 from rubric_app.models import Issue, TriageDecision
-from rubric_app.rubric import IssueText, evaluate
+from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import read
 from rubric_app.rubric.evaluation import cross_validate, training_examples
-from rubric_app.rubric.model import LabelModel, feature_name, features, train
+from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
 from rubric_app.rubric.text import Source
 from tests.conftest import make_issue
 
@@ -47,6 +47,20 @@ def test_it_reads_tags_module_paths_and_word_pairs_but_not_mentions_or_build_tag
     for evidence, source in feats.values():  # evidence is quoted verbatim from its source
         assert evidence in next(s.text for s in sources if s.name == source)
     assert feature_name("tag:inductor") == "[inductor]" and feature_name("rule:R1.2:add:module: dynamo") == "rule R1.2"
+
+
+def test_it_reads_as_much_of_the_thread_as_the_issues_it_learned_from():
+    # The labeler learned from excerpts of about LEARNED_TEXT characters: a synced issue's long traceback, read in
+    # full, would be another distribution. The rules read everything, and their findings are its features too.
+    late = "Setting dynamic=False makes it pass."
+    body = "The walrus frobnicator fails.\n" + "  File \"torch/_dynamo/convert_frame.py\", line 1, in f\n" * 40
+    assert len(body) > LEARNED_TEXT
+    feats = read(IssueText(1, "Recompiles on every call", body + late, comments=(CommentText("quokka zephyr"),))).features()
+    assert {"t:recompiles", "b:walrus", "b:frobnicator"} <= set(feats)
+    assert not {"b:setting", "b:quokka", "b:zephyr"} & set(feats)  # past the window, however they are split up
+    assert "rule:R1.1:add:module: dynamic shapes" in feats  # R1.1 read the late sentence all the same
+    short = read(IssueText(1, "Recompiles on every call", "The walrus frobnicator fails.", comments=(CommentText("quokka"),)))
+    assert "b:quokka" in short.features()
 
 
 def test_it_reads_the_words_inside_compound_names_apart_from_the_words_themselves():

@@ -53,7 +53,14 @@ STOP = frozenset(
     "the and for with this that when are not but from have has was were you can use using torch compile "
     "compiled import print def return self none true false error issue bug code run model".split()
 )
-MAX_TEXT = 8_000
+MAX_TITLE = 500
+# The words the labeler reads of the description and thread together, in order: the issues it learned from
+# are excerpts of at most about this much (the harvested files: 99% under 1,400 characters, long tracebacks
+# cut), and a synced issue's full text would be another distribution. Its long traceback's frames, read in
+# full, outvoted the words it was trained on, and every body word counted less (BODY_SCALE) than it did in
+# training, so its confidence would no longer mean what the calibration measured. The rules, the thread
+# reader and the similar issues read everything; their findings are features too.
+LEARNED_TEXT = 1_500
 # A title's bracketed tags ("[inductor]", "[dynamo][guards]", "[CPU]") are the reporter's own triage.
 TITLE_TAG = re.compile(r"\[([A-Za-z][\w .+/-]{0,30})\]")
 TITLE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{1,30}")
@@ -71,10 +78,14 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
     `thread:<kind>:<label>` features.
     """
     found: dict[str, tuple[str, str]] = {}
+    budget = LEARNED_TEXT
     for source in sources:
         # The title's words are the text's words too: what the issue is about, said twice.
         prefixes = ("t:", "b:") if source.name == "title" else ("b:",)
-        text = source.text[:MAX_TEXT]
+        if source.name == "title":
+            text = source.text[:MAX_TITLE]
+        else:
+            text, budget = source.text[:budget], budget - len(source.text[:budget])
         for token in set(TOKEN.findall(text)):
             word = token.lower()
             if word in STOP:
