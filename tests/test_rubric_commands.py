@@ -49,11 +49,14 @@ def test_it_writes_one_suggestion_line_per_issue(tmp_path):
     assert first["labels"].count("oncall: pt2") == 1
 
 
-def test_it_reads_a_harvested_body_without_its_title_heading_as_github_serves_it():
-    body = "# [inductor] Wrong strides\n\nalice · description · 2025-01-02\nThe strides are wrong.\n\nbob · comment · 2025-01-03\nInductor."
-    issue = issue_from_record({"number": 5, "title": "[inductor] Wrong strides", "body": body, "labels": []})
+def test_it_reads_a_harvested_body_without_its_title_heading_and_cut_marks_as_github_serves_it():
+    body = ("# [inductor] Wrong strides\n\nalice · description · 2025-01-02\nThe strides are wrong.\n\nbob · comment · "
+            "2025-01-03\nInductor.\n```\nTraceback (most recent call last):\n⟨…truncated by harvester⟩")
+    issue = issue_from_record({"number": 5, "title": "[inductor] Wrong strides", "body": body, "labels": [],
+                               "comments": [{"author": "carol", "body": "Same here ⟨…truncated by harvester⟩"}]})
     assert issue.body.strip() == "The strides are wrong." and issue.author == "alice"
-    assert [c.body.strip() for c in issue.comments] == ["Inductor."]
+    # Nor the harvester's mark where it cut a text: no synced issue has one.
+    assert [c.body.strip() for c in issue.comments] == ["Inductor.\n```\nTraceback (most recent call last):", "Same here"]
     # Only the title's own heading goes: another heading, or a body that merely starts alike, stays.
     assert without_title_heading("# Steps\nrun it", "Wrong strides") == "# Steps\nrun it"
     assert without_title_heading("# Wrong strides here\nrun it", "Wrong strides") == "# Wrong strides here\nrun it"

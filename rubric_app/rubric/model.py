@@ -11,6 +11,7 @@ probability as one more weighed finding, never to break an invariant.
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 import math
 import random
@@ -231,7 +232,7 @@ class LabelModel:
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     # The out-of-fold figures the thresholds were chosen on (evaluation.fit_model): the training pool's honest figures.
     cross_validated: dict[str, float] = field(default_factory=dict)
-    _by_feature: dict[str, list[tuple[str, float]]] | None = field(default=None, repr=False, compare=False)
+    _by_feature: dict[str, list[tuple[int, float]]] | None = field(default=None, repr=False, compare=False)
 
     def calibrated(self, key: str, score: float) -> float:
         """P(the label is right) for a raw score, or the score itself where nothing was fitted for `key`."""
@@ -240,21 +241,27 @@ class LabelModel:
 
     def predict(self, feats: dict[str, tuple[str, str]], top: int = 3) -> dict[str, tuple[float, list[str]]]:
         """{label: (raw probability, the features that pushed it up most)}: one pass over the issue's features."""
+        labels = list(self.weights)
         if self._by_feature is None:
-            by_feature: dict[str, list[tuple[str, float]]] = {}
-            for label, w in self.weights.items():
-                for f, v in w.items():
-                    by_feature.setdefault(f, []).append((label, v))
+            by_feature: dict[str, list[tuple[int, float]]] = {}
+            for i, label in enumerate(labels):
+                for f, v in self.weights[label].items():
+                    by_feature.setdefault(f, []).append((i, v))
             self._by_feature = by_feature
-        contributions: dict[str, list[tuple[float, str]]] = {label: [] for label in self.weights}
+        # The engine's hot path: each label's sum, and only its positive contributions kept for the evidence.
+        sums = [0.0] * len(labels)
+        pushed: list[list[tuple[float, str]]] = [[] for _ in labels]
         for f, value in feature_values(feats).items():
-            for label, v in self._by_feature.get(f, ()):
-                contributions[label].append((v * value, f))
+            for i, v in self._by_feature.get(f, ()):
+                c = v * value
+                sums[i] += c
+                if c > 0:
+                    pushed[i].append((c, f))
         out = {}
-        for label, found in contributions.items():
-            z = self.bias[label] + sum(c for c, _ in found)
+        for i, label in enumerate(labels):
+            z = self.bias[label] + sums[i]
             p = 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
-            out[label] = (p, [f for c, f in sorted(found, reverse=True)[:top] if c > 0])
+            out[label] = (p, [f for _c, f in heapq.nlargest(top, pushed[i])])
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
