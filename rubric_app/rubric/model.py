@@ -87,7 +87,9 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
             text = source.text[:MAX_TITLE]
         else:
             text, budget = source.text[:budget], budget - len(source.text[:budget])
-        for token in set(TOKEN.findall(text)):
+        # In order of appearance: a feature's evidence is where the text first says it (a set's order changes with
+        # the process's hash seed, so the web and a worker showed different words for one issue).
+        for token in dict.fromkeys(TOKEN.findall(text)):
             word = token.lower()
             if word in STOP:
                 continue
