@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +17,8 @@ from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Phrases the rules react to, so that generated issues exercise them and not only random noise.
 PHRASES = [
@@ -169,3 +175,19 @@ def test_it_locates_without_losing_a_match(text):
             required, loose = needles(pattern), locator(pattern)
             assert required is None or any(n in folded for n in required), name
             assert loose is None or loose.search(folded), name
+
+
+def test_it_says_the_same_in_every_process_whatever_its_hash_seed():
+    # The web process and each worker are interpreters with their own string hash seed: an issue's suggestions,
+    # confidences and evidence must not depend on it (a set's order once picked which word a feature cited).
+    code = (
+        "import json\n"
+        "from rubric_app.rubric import evaluate\n"
+        "from rubric_app.rubric.evaluation import issue_from_record, output_line, read_jsonl\n"
+        "records = list(read_jsonl(open('tests/data/pt2_dev.jsonl')))[:80]\n"
+        "print(json.dumps([output_line(int(r['number']), evaluate(issue_from_record(r, use_labels=False)))"
+        " for r in records], sort_keys=True))\n"
+    )
+    outputs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": seed},
+                              capture_output=True, text=True, check=True, timeout=300).stdout for seed in ("1", "2", "3")}
+    assert len(outputs) == 1 and '"evidence"' in outputs.pop()
