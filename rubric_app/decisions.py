@@ -218,7 +218,8 @@ def request_decision(*, issue: Issue, user, plan: Plan, labels_seen, redirect: s
 
     plan = replace(plan, add=sorted(set(plan.add)), remove=sorted(set(plan.remove)))
     # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
-    shown = [{"label": s.label, "rule_id": s.rule_id} for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
+    shown = [{"label": s.label, "rule_id": s.rule_id, "preselected": s.preselected}
+             for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
     why = f"Apply is disabled: {off}" if off else refusal(issue=issue, user=user, plan=plan, meeting_decision=meeting_decision,
                                                           catalog=catalog, original=original)

@@ -578,7 +578,8 @@ class TriageDecisionQuerySet(models.QuerySet):
                 label, rule_id = item.get("label", ""), item.get("rule_id", "")
                 shown_labels.add(label)
                 applied = label in added
-                yield Outcome(pk, issue_id, number, label, rule_id, True, applied, not applied and label not in seen, False)
+                yield Outcome(pk, issue_id, number, label, rule_id, True, applied, not applied and label not in seen, False,
+                              item.get("preselected"))
             for label in added:
                 if label not in shown_labels:
                     yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
@@ -596,6 +597,9 @@ class Outcome(NamedTuple):
     applied: bool
     unticked: bool
     added: bool
+    # Ticked for `a` when the triager decided; None where unknown (a label no rule suggested, or a decision
+    # recorded before the page's ticks were kept).
+    preselected: bool | None = None
 
 
 class TriageDecision(models.Model):
@@ -633,7 +637,7 @@ class TriageDecision(models.Model):
     # The issue this one was closed as a duplicate of (close_reason "duplicate", with the standard comment).
     duplicate_of = models.PositiveIntegerField(null=True, blank=True)
     note = models.TextField(blank=True)
-    # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id"}, ...].
+    # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id", "preselected"}, ...].
     # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
     suggestions_shown = models.JSONField(null=True, blank=True, default=None)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)

@@ -115,7 +115,8 @@ def on_github(db, fake_github, settings):
 def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(on_github, triager):
     refused = request_decision(issue=on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"])
     first = request_decision(issue=on_github, user=triager, plan=Plan(["module: dynamo"]), labels_seen=["oncall: pt2"])
-    assert refused.status == "refused" and first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2"}]
+    assert refused.status == "refused"
+    assert first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2", "preselected": True}]
     assert apply_decision(first.pk).status == "applied"
     on_github.refresh_from_db()
     assert on_github.first_decided_at == first.created_at

@@ -59,6 +59,27 @@ def test_it_computes_precision_per_rule_and_the_labels_no_rule_suggested(decided
     assert [(a.label, a.count, a.issues) for a in added] == [("module: inductor", 1, [1]), ("triage review", 1, [1])]
 
 
+def test_it_tells_how_often_triagers_kept_what_a_would_apply(client, viewer, triager):
+    # The live check of the pre-selection: of the labels ticked for `a` (and not on the issue already), how many
+    # the triager kept. A possible (unticked) label left alone, and decisions from before the ticks were kept, do not count.
+    ticked = [{"label": "module: dynamo", "rule_id": "R1.2", "preselected": True},
+              {"label": "triaged", "rule_id": "G6", "preselected": True},
+              {"label": "module: compile ux", "rule_id": "G4", "preselected": False},
+              {"label": "oncall: pt2", "rule_id": "G0", "preselected": True}]  # already on the issue: no verdict
+    _decision(1, triager, added=["module: dynamo", "triaged"], shown=ticked)
+    _decision(2, triager, added=["triaged"], shown=ticked)  # unticked Dynamo: `a` would have been wrong once
+    _decision(3, triager, added=["module: dynamo"])  # recorded before the ticks were kept
+    rules, _added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    table = {r.rule_id: (r.ticked, r.ticked_kept, r.kept) for r in rules}
+    assert table == {"R1.2": (2, 1, 0.5), "G6": (2, 2, 1.0), "G4": (0, 0, None), "G0": (0, 0, None)}
+    assert (metrics.preselection(rules).ticked, metrics.preselection(rules).ticked_kept) == (4, 3)
+    client.force_login(viewer)
+    html = client.get(URL).content.decode()
+    assert "triagers kept 3 of 4 (0.75)" in html and '<td data-col="kept">1 of 2</td>' in html
+    rows = list(csv.DictReader(io.StringIO(client.get(CSV_URL).content.decode())))
+    assert {r["rule_id"]: (r["preselected"], r["preselected_kept"]) for r in rows if r["rule_id"]}["R1.2"] == ("2", "1")
+
+
 def test_it_shows_the_table_with_links_in_constant_queries(client, viewer, decided, django_assert_num_queries):
     client.force_login(viewer)
     # session, user, the viewer's permissions (own and groups'), the outcomes.
