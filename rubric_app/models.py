@@ -567,7 +567,9 @@ class TriageDecisionQuerySet(models.QuerySet):
         meeting decisions settle the review, not the labels. A shown suggestion was applied (the
         decision added it), unticked (neither added nor already there) or already on the issue
         (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
-        one query. Used by the rubric health page (/rubric) and by train_label_model --from-db.
+        one query. Used by the rubric health page (/rubric). train_label_model --from-db reads the decisions
+        itself (decision_examples): it also learns from labels removed, and from decisions recorded before
+        suggestions_shown was kept.
         """
         rows = self.filter(status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False)
         rows = rows.order_by("-created_at", "-pk").values_list(

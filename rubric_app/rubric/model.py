@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DIST_ONCALL, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
-from .text import Source
+from .text import MAX_TITLE, Source
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 # A model trained locally (train_label_model; git-ignored) wins over the one shipped in the repo.
@@ -54,7 +54,6 @@ STOP = frozenset(
     "the and for with this that when are not but from have has was were you can use using torch compile "
     "compiled import print def return self none true false error issue bug code run model".split()
 )
-MAX_TITLE = 500
 # The words the labeler reads of the description and thread together, in order: the issues it learned from
 # are excerpts of at most about this much (the harvested files: 99% under 1,400 characters, long tracebacks
 # cut), and a synced issue's full text would be another distribution. Its long traceback's frames, read in
@@ -86,7 +85,8 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
         if source.name == "title":
             text = source.text[:MAX_TITLE]
         else:
-            text, budget = source.text[:budget], budget - len(source.text[:budget])
+            text = source.text[:budget]
+            budget -= len(text)
         # In order of appearance: a feature's evidence is where the text first says it (a set's order changes with
         # the process's hash seed, so the web and a worker showed different words for one issue).
         for token in dict.fromkeys(TOKEN.findall(text)):
