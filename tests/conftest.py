@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from rubric_app.models import Issue, Label
+from rubric_app.models import Issue, Label, WorkerHeartbeat
 from rubric_app.roles import ensure_roles
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
@@ -76,6 +76,17 @@ def issue(db) -> Issue:
     return make_issue()
 
 
+def only_this_tests_workers() -> None:
+    """No worker heartbeats but the ones this test writes, until it ends: the session's Celery worker (and
+    any a test started) beats into the same database every few seconds, and a row of theirs changes what
+    "N workers are online" says. On PostgreSQL the table is locked for the test's transaction, so a beat
+    waits for it to end instead of landing between the statements under test."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {WorkerHeartbeat._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+    WorkerHeartbeat.objects.all().delete()
+
+
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server):
     """A real `celery worker` process consuming the test broker, writing to the test database.
@@ -95,7 +106,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         "GITHUB_WRITE_INTERVAL": "1.0",
     }
     name = f"test-{os.getpid()}@{socket.gethostname()}"
-    log = open(ROOT / "var" / "test-worker.log", "w") if (ROOT / "var").is_dir() else subprocess.DEVNULL
+    log = open(ROOT / "var" / f"test-worker{os.environ.get('PYTEST_XDIST_WORKER', '')}.log", "w") if (ROOT / "var").is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", "default,github,cpu",
          "--concurrency", "1", "--pool", "solo", "--loglevel", "INFO", "-n", name],
@@ -159,7 +170,7 @@ def passes_on_sqlite(test_file: str, tmp_path) -> None:
     its output unless every test passed. Skipped when this run is on SQLite already."""
     if connection.vendor == "sqlite":
         pytest.skip("already running on SQLite")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN", "PYTEST_XDIST_"))}
     env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="memory://",
                TRIAGE_VAR_DIR=str(tmp_path))
     result = subprocess.run(

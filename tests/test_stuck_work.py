@@ -28,7 +28,7 @@ from rubric_app import bisect_runs
 from rubric_app.decisions import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
-from tests.conftest import ROOT, make_issue, make_label, wait_until, wait_until_finished
+from tests.conftest import ROOT, make_issue, make_label, only_this_tests_workers, wait_until, wait_until_finished
 from tests.fakegithub import TOKEN, FakeGitHub
 from triage_site.celery import app
 
@@ -127,6 +127,7 @@ def test_it_sweeps_up_only_decisions_whose_worker_went_silent(synced, triager):
 def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, settings):
     settings.QUEUE_WAIT_TIMEOUT_MINUTES = 30
     waited = timezone.now() - timedelta(minutes=31)
+    only_this_tests_workers()
     WorkerHeartbeat.objects.create(name="cpu@box", queues=["cpu", "default"], device="cpu")
     gpu_run = BisectionRun.objects.create(issue=synced, device="both", repro_code="x", created_at=waited)
     cpu_run = BisectionRun.objects.create(issue=synced, device="cpu", repro_code="x", created_at=waited)

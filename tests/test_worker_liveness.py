@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app.models import BisectionRun, TriageDecision, WorkerHeartbeat
-from tests.conftest import make_issue
+from tests.conftest import make_issue, only_this_tests_workers
 
 HTMX = {"HX-Request": "true"}
 CODE = "import torch\n\ndef fn(x):\n    return x.sin()\n\ndef make_inputs():\n    return (torch.ones(2),)\n"
@@ -21,8 +21,7 @@ CODE = "import torch\n\ndef fn(x):\n    return x.sin()\n\ndef make_inputs():\n  
 
 @pytest.fixture
 def issue(db):
-    # Only this test's heartbeats: a worker process of another test may have written its own.
-    WorkerHeartbeat.objects.all().delete()
+    only_this_tests_workers()
     return make_issue(2101)
 
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 # Playwright's sync API keeps an asyncio loop running in this thread; the tests' own ORM
 # calls are still plain synchronous code, so Django's async-safety guard does not apply.
@@ -27,6 +28,11 @@ def browser():
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield chromium
         chromium.close()
+        # While Playwright's loop runs in this thread, Django keeps this thread's connections apart from
+        # the ones it had before (asgiref's Local sees an async context), and every later test in the
+        # session uses that second set. Closed here, before the loop stops hiding them: left open, one
+        # kept the test database busy when pytest-django dropped it.
+        connections.close_all()
 
 
 @pytest.fixture
