@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app.models import BisectionRun, Issue, Label, Suggestion
+from rubric_app.models import BisectionRun, Comment, Issue, Label, Suggestion
 from tests.conftest import make_issue, make_label
 
 URL = reverse("rubric_app:queue")
@@ -125,6 +125,27 @@ def test_it_shows_labels_in_their_colours_suggestions_and_the_latest_verdict(cli
     assert "background:#e99695" in html
     assert 'title="R2.2">module: inductor' in html
     assert "fails only on inductor" in html and "old verdict" not in html
+
+
+def test_it_says_why_an_issue_to_transfer_has_no_label_to_accept_g2(client, viewer):
+    # The engine's own reading (G2), not a stored stand-in: a maintainer places the fix in another repository.
+    issue = make_issue(1, title="torchvision.ops.roi_align under torch.compile: fake impl returns the wrong shape",
+                       body="The output shape differs from eager when compiled.")
+    Comment.objects.create(issue=issue, github_id=1, author="maintainer",
+                           body="The fake kernel is torchvision's own; the fix belongs in pytorch/vision, not in PT2.")
+    make_issue(2, title="Dynamo graph break on a generator expression", body="torch._dynamo explain shows a graph break")
+    for name in ("module: dynamo", "module: compile ux", "triaged"):
+        make_label(name)
+    Issue.objects.refresh_suggestions()
+    client.force_login(viewer)
+
+    html = client.get(URL).content.decode()
+
+    transfer_row = html.split('data-issue-row="1"')[1].split("</tr>")[0]
+    assert 'data-route="transfer"><span class="rule">G2</span> Transfer to pytorch/vision, then stop' in transfer_row
+    assert "data-accept" not in transfer_row  # nothing to accept from the queue: the issue page transfers it
+    other_row = html.split('data-issue-row="2"')[1].split("</tr>")[0]
+    assert "data-route" not in other_row and "module: dynamo" in other_row
 
 
 def test_it_paginates_and_keeps_the_filters_in_the_links(client, viewer):

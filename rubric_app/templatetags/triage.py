@@ -142,7 +142,7 @@ def queue_row(context, issue) -> SafeString:
               '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">Accept…</button></form>'
               if can_apply and issue.add_suggestions else "")
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
-    suggested = "".join(f"{_chip(s.label, suggested=True, title=s.rule_id)} " for s in issue.add_suggestions[:3])
+    suggested = "".join(f"{_chip(s.label, suggested=True, title=s.rule_id)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
     return mark_safe(  # noqa: S308 - every interpolated value is escaped above
         f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}"><td><a href="{url}">#{issue.number}</a></td>'
@@ -152,6 +152,22 @@ def queue_row(context, issue) -> SafeString:
         f'{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>'
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
     )
+
+
+# The routes that end with no label to add: the rule that says so and what it says (engine: G2's transfer,
+# G0's issue already in another oncall's queue).
+ROUTES_WITHOUT_LABELS = {"transfer": "G2", "skip": "G0"}
+
+
+def _no_labels_why(issue) -> str:
+    """The queue's Suggested cell for an issue whose route adds no label: the rule's own line, so that an empty
+    cell never reads as "the engine found nothing" when it concluded "transfer it"."""
+    rule_id = ROUTES_WITHOUT_LABELS.get(issue.suggested_route)
+    item = next((i for i in issue.checklist or () if isinstance(i, dict) and i.get("rule_id") == rule_id), None) if rule_id else None
+    if item is None:
+        return ""
+    return (f'<span class="route-note" data-route="{escape_html(issue.suggested_route)}"><span class="rule">{escape_html(rule_id)}</span> '
+            f'{escape_html(str(item.get("text", "")))}</span>')
 
 
 @register.filter
