@@ -107,3 +107,14 @@ def test_it_refuses_an_empty_allowed_hosts_at_start_up(tmp_path):
     result = _manage({"ALLOWED_HOSTS": " , ", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
     assert result.returncode != 0
     assert "ALLOWED_HOSTS is empty" in result.stderr
+
+
+def test_it_gives_each_test_process_a_broker_database_of_its_own():
+    # Two pytest processes on one broker: each one's Celery worker would take the other's tasks.
+    from tests.xdist_broker import broker_for
+
+    assert broker_for("redis://127.0.0.1:6379/15", "gw0") == "redis://127.0.0.1:6379/15"
+    assert broker_for("redis://127.0.0.1:6379/15", "gw1") == "redis://127.0.0.1:6379/14"
+    assert broker_for("redis://127.0.0.1:6379/0", "gw1") == "redis://127.0.0.1:6379/15"  # Redis has 16
+    assert broker_for("redis://:secret@cache:6379?ssl_cert_reqs=none", "gw2") == "redis://:secret@cache:6379/14?ssl_cert_reqs=none"
+    assert broker_for("memory://", "gw1") == "memory://" and broker_for("redis://h/15", "") == "redis://h/15"
