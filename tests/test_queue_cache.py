@@ -59,7 +59,7 @@ def _label_chips(html: str, number: int) -> list[str]:
 
 
 def _suggested(html: str, number: int) -> list[str]:
-    return re.findall(r'<span class="chip suggested" title="[^"]*">([^<]*)</span>', _row(html, number))
+    return re.findall(r'<span class="chip suggested[^"]*" title="[^"]*">([^<]*)</span>', _row(html, number))
 
 
 @pytest.fixture

@@ -123,8 +123,20 @@ def test_it_shows_labels_in_their_colours_suggestions_and_the_latest_verdict(cli
     client.force_login(viewer)
     html = client.get(URL).content.decode()
     assert "background:#e99695" in html
-    assert 'title="R2.2">module: inductor' in html
+    assert 'title="R2.2 · 90% · pre-selected">module: inductor' in html
     assert "fails only on inductor" in html and "old verdict" not in html
+
+
+def test_it_tells_pre_selected_suggestions_from_possible_ones(client, viewer):
+    # What Accept (`a`) applies is what the issue page ticks: the queue shows the same difference.
+    issue = make_issue(1)
+    _suggest(issue, "module: inductor", rule_id="R2.2", confidence=0.93)
+    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R3.1", confidence=0.41, preselected=False)
+    client.force_login(viewer)
+    html = client.get(URL).content.decode()
+    assert '<span class="chip suggested" title="R2.2 · 93% · pre-selected">module: inductor</span>' in html
+    assert ('<span class="chip suggested possible" title="R3.1 · 41% · possible: not pre-selected">module: dynamic shapes</span>'
+            in html)
 
 
 def test_it_says_why_an_issue_to_transfer_has_no_label_to_accept_g2(client, viewer):

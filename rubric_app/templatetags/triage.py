@@ -93,9 +93,10 @@ def chip(name: str, color: str = "", suggested: bool = False, title: str = "") -
     return mark_safe(_chip(name, color, suggested, title))  # noqa: S308 - escaped in _chip
 
 
-def _chip(name: str, color: str = "", suggested: bool = False, title: str = "") -> str:
+def _chip(name: str, color: str = "", suggested: bool = False, title: str = "", possible: bool = False) -> str:
     if suggested:
-        return f'<span class="chip suggested" title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
+        kind = "chip suggested possible" if possible else "chip suggested"
+        return f'<span class="{kind}" title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
     color = hexcolor(color)
     return (f'<span class="chip" style="background:#{color};color:#{readable_text_color(color)}" '
             f'title="{escape_html(str(title))}">{escape_html(str(name))}</span>')
@@ -142,7 +143,7 @@ def queue_row(context, issue) -> SafeString:
               '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">Accept…</button></form>'
               if can_apply and issue.add_suggestions else "")
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
-    suggested = "".join(f"{_chip(s.label, suggested=True, title=s.rule_id)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
+    suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
     return mark_safe(  # noqa: S308 - every interpolated value is escaped above
         f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}"><td><a href="{url}">#{issue.number}</a></td>'
@@ -152,6 +153,13 @@ def queue_row(context, issue) -> SafeString:
         f'{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>'
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
     )
+
+
+def _suggested_chip(s) -> str:
+    """A suggestion in the queue as the issue page shows it: pre-selected (what Accept, `a`, applies) or only
+    possible (dotted), with its rule and calibrated confidence on hover."""
+    state = "pre-selected" if s.preselected else "possible: not pre-selected"
+    return _chip(s.label, suggested=True, title=f"{s.rule_id} · {s.confidence:.0%} · {state}", possible=not s.preselected)
 
 
 # The routes that end with no label to add: the rule that says so and what it says (engine: G2's transfer,
