@@ -85,15 +85,15 @@ def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueT
     body = without_title_heading(record.get("body") or "", title).replace(HARVEST_CUT, "")
     description, reporter, thread_comments = split_thread_authored(body)
     comments = [
-        (str(c.get("author", "")), str(c.get("body", ""))) if isinstance(c, dict) else ("", str(c))
+        (str(c.get("author", "")), str(c.get("body", "")).replace(HARVEST_CUT, "")) if isinstance(c, dict)
+        else ("", str(c).replace(HARVEST_CUT, ""))
         for c in record.get("comments", [])
     ]
     return IssueText(
         number=int(record["number"]),
         title=title,
         body=description,
-        comments=tuple(CommentText(body=body.replace(HARVEST_CUT, ""), author=author)
-                       for author, body in [*thread_comments, *comments]),
+        comments=tuple(CommentText(body=body, author=author) for author, body in [*thread_comments, *comments]),
         labels=tuple(str(l) for l in record.get("labels", [])) if use_labels else (),
         author=str(record.get("author") or reporter),
     )
