@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test
+.PHONY: run test lint
 
 # pip prints a line per package and a download bar (torch alone is minutes): progress, not silence.
 $(VENV)/.installed: requirements.txt
@@ -20,3 +20,8 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	scripts/test.sh
+
+# ruff.toml: the lint rules and the format (line length 120) the code keeps.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .

@@ -44,9 +44,17 @@ SECRET = "bench-load-secret-key-not-used-anywhere-else-0123456789abcdef"
 def server_env(database_url: str, tmp: Path) -> dict:
     """The production settings as the README's real setup runs them, on plain http for 127.0.0.1."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "DJANGO_ALLOW_ASYNC"))}
-    env.update(DATABASE_URL=database_url, SECRET_KEY=SECRET, DEBUG="false", HTTPS="false",
-               ALLOWED_HOSTS="127.0.0.1", CELERY_BROKER_URL="memory://", TRIAGE_VAR_DIR=str(tmp),
-               LOG_LEVEL="WARNING", DJANGO_SETTINGS_MODULE="triage_site.settings")
+    env.update(
+        DATABASE_URL=database_url,
+        SECRET_KEY=SECRET,
+        DEBUG="false",
+        HTTPS="false",
+        ALLOWED_HOSTS="127.0.0.1",
+        CELERY_BROKER_URL="memory://",
+        TRIAGE_VAR_DIR=str(tmp),
+        LOG_LEVEL="WARNING",
+        DJANGO_SETTINGS_MODULE="triage_site.settings",
+    )
     return env
 
 
@@ -69,7 +77,6 @@ def populate(issues: int) -> str:
     from django.core.management import call_command
 
     from bench.bench_queue import make_rows
-
     from rubric_app.roles import ensure_roles
 
     call_command("migrate", verbosity=0)
@@ -149,9 +156,15 @@ def drive(port: int, cookie: str, clients: int, duration: float, max_requests: i
     wall = time.monotonic() - started
     latencies.sort()
     pick = lambda q: latencies[min(int(len(latencies) * q), len(latencies) - 1)] if latencies else float("nan")  # noqa: E731
-    return {"requests": len(latencies), "errors": len(errors), "error_kinds": sorted(set(errors)),
-            "rps": len(latencies) / wall, "p50": pick(0.50), "p99": pick(0.99),
-            "mean": statistics.fmean(latencies) if latencies else float("nan")}
+    return {
+        "requests": len(latencies),
+        "errors": len(errors),
+        "error_kinds": sorted(set(errors)),
+        "rps": len(latencies) / wall,
+        "p50": pick(0.50),
+        "p99": pick(0.99),
+        "mean": statistics.fmean(latencies) if latencies else float("nan"),
+    }
 
 
 def group_cpu_s(pgid: int) -> float:
@@ -184,8 +197,12 @@ def backends(database_url: str) -> list[int]:
 
     base, name = database_url.rsplit("/", 1)
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        return [pid for (pid,) in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'", [name])]
+        return [
+            pid
+            for (pid,) in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'", [name]
+            )
+        ]
 
 
 def write_now_and_then(database_url: str, per_s: float, stop: threading.Event) -> list[int]:
@@ -195,7 +212,10 @@ def write_now_and_then(database_url: str, per_s: float, stop: threading.Event) -
     done = [0]
     with psycopg.connect(database_url.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
         while not stop.wait(1 / per_s):
-            conn.execute("UPDATE rubric_app_label SET color = %s WHERE name = 'oncall: pt2'", ["e99695" if done[0] % 2 else "d93f0b"])
+            conn.execute(
+                "UPDATE rubric_app_label SET color = %s WHERE name = 'oncall: pt2'",
+                ["e99695" if done[0] % 2 else "d93f0b"],
+            )
             done[0] += 1
     return done
 
@@ -210,7 +230,9 @@ def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args,
         before, db_before = group_cpu_s(proc.pid), sum(cpu_s(pid) for pid in pids)
         client_before = time.process_time()
         stop, writes = threading.Event(), []
-        writer = threading.Thread(target=lambda: writes.extend(write_now_and_then(args.database_url, args.writes, stop)))
+        writer = threading.Thread(
+            target=lambda: writes.extend(write_now_and_then(args.database_url, args.writes, stop))
+        )
         if args.writes:
             writer.start()
         result = drive(port, cookie, args.clients, args.duration, args.max_requests)
@@ -221,8 +243,13 @@ def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args,
         web = group_cpu_s(proc.pid) - before
         db = sum(cpu_s(pid) for pid in set(pids) | set(backends(args.database_url))) - db_before
         served = max(result["requests"], 1)
-        return {**result, "server_ms": (web + db) * 1000 / served, "db_ms": db * 1000 / served, "client_ms": client * 1000 / served,
-                "writes": writes[0] if writes else 0}
+        return {
+            **result,
+            "server_ms": (web + db) * 1000 / served,
+            "db_ms": db * 1000 / served,
+            "client_ms": client * 1000 / served,
+            "writes": writes[0] if writes else 0,
+        }
     finally:
         os.killpg(proc.pid, 15)
         try:
@@ -235,16 +262,27 @@ def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--issues", type=int, default=5000)
-    parser.add_argument("--workers", type=int, default=max(2 * (os.cpu_count() or 1), 2),
-                        help="gunicorn worker processes (default: 2 per core)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=max(2 * (os.cpu_count() or 1), 2),
+        help="gunicorn worker processes (default: 2 per core)",
+    )
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per server")
     parser.add_argument("--max-requests", type=int, default=50_000, help="a bound on requests per server")
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/bench_load",
-                        help="a database this benchmark may drop and recreate")
+    parser.add_argument(
+        "--database-url",
+        default="postgres://postgres@127.0.0.1:5432/bench_load",
+        help="a database this benchmark may drop and recreate",
+    )
     parser.add_argument("--only", choices=["gunicorn", "runserver"], help="measure one server only")
-    parser.add_argument("--writes", type=float, default=0.0,
-                        help="label colour changes per second while the clients run (each makes every cached table old)")
+    parser.add_argument(
+        "--writes",
+        type=float,
+        default=0.0,
+        help="label colour changes per second while the clients run (each makes every cached table old)",
+    )
     args = parser.parse_args()
     if args.database_url.split("@")[-1].split(":")[0].split("/")[0] not in ("127.0.0.1", "localhost"):
         sys.exit("bench_load only runs against a PostgreSQL on 127.0.0.1")
@@ -262,34 +300,58 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        print(f"data: {args.issues} issues in PostgreSQL ({args.database_url}), made in {time.perf_counter() - started:.1f} s; "
-              f"{args.clients} clients x {args.duration:.0f} s per server, {os.cpu_count()} CPUs")
+        print(
+            f"data: {args.issues} issues in PostgreSQL ({args.database_url}), "
+            f"made in {time.perf_counter() - started:.1f} s; "
+            f"{args.clients} clients x {args.duration:.0f} s per server, {os.cpu_count()} CPUs"
+        )
         servers = {}
         port = free_port()
         if args.only != "runserver":
             servers["gunicorn"] = (
-                [gunicorn, "triage_site.wsgi", "--workers", str(args.workers), "--bind", f"127.0.0.1:{port}",
-                 "--log-level", "warning"], port)
+                [
+                    gunicorn,
+                    "triage_site.wsgi",
+                    "--workers",
+                    str(args.workers),
+                    "--bind",
+                    f"127.0.0.1:{port}",
+                    "--log-level",
+                    "warning",
+                ],
+                port,
+            )
         port = free_port()
         if args.only != "gunicorn":
             servers["runserver"] = ([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], port)
         results = {}
-        print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-              + (f"; {args.writes:g} label changes a second while measuring" if args.writes else ""))
-        print(f"{'server':32} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'CPU ms/req: server':>19} {'(PostgreSQL)':>12} {'client':>7}")
+        print(
+            f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+            + (f"; {args.writes:g} label changes a second while measuring" if args.writes else "")
+        )
+        print(
+            f"{'server':32} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'CPU ms/req: server':>19} {'(PostgreSQL)':>12} {'client':>7}"
+        )
         for name, (argv, port) in servers.items():
             label = f"{name} ({args.workers} workers)" if name == "gunicorn" else f"{name} (threaded, 1 process)"
             r = results[name] = measure(name, argv, env, port, cookie, args, tmp)
-            print(f"{label:32} {r['requests']:9d} {r['errors']:7d} {r['rps']:7.1f} {r['p50'] * 1000:8.1f} {r['p99'] * 1000:8.1f} "
-                  f"{r['server_ms']:19.2f} {r['db_ms']:12.2f} {r['client_ms']:7.2f}" + (f"  ({r['writes']} writes)" if args.writes else "")
-                  + (f"  errors: {', '.join(r['error_kinds'])}" if r["errors"] else ""))
+            print(
+                f"{label:32} {r['requests']:9d} {r['errors']:7d} {r['rps']:7.1f} "
+                f"{r['p50'] * 1000:8.1f} {r['p99'] * 1000:8.1f} "
+                f"{r['server_ms']:19.2f} {r['db_ms']:12.2f} {r['client_ms']:7.2f}"
+                + (f"  ({r['writes']} writes)" if args.writes else "")
+                + (f"  errors: {', '.join(r['error_kinds'])}" if r["errors"] else "")
+            )
         if len(results) == 2:
             g, b = results["gunicorn"], results["runserver"]
             print(f"ratio gunicorn / runserver: p50 {g['p50'] / b['p50']:.2f}, throughput {g['rps'] / b['rps']:.2f}x")
         if "gunicorn" in results:
             p50 = results["gunicorn"]["p50"] * 1000
-            print(f"gunicorn p50 {p50:.0f} ms with {args.clients} clients: {'meets' if p50 < 200 else 'MISSES'} the 200 ms target")
+            print(
+                f"gunicorn p50 {p50:.0f} ms with {args.clients} clients: "
+                f"{'meets' if p50 < 200 else 'MISSES'} the 200 ms target"
+            )
         print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         recreate_database(args.database_url)  # leave an empty database, not 5,000 rows
 

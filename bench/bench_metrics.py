@@ -70,20 +70,30 @@ def make_rows(issues: int, decisions: int) -> None:
 
     rng = random.Random(14)
     names = ["oncall: pt2", "triaged", "module: dynamo", "module: inductor", "triage review", "oncall: export"]
-    labels = {name: label for name, label in zip(names, Label.objects.bulk_create(
-        Label(name=name, allowed_for_triage=True) for name in names))}
+    labels = {
+        name: label
+        for name, label in zip(
+            names, Label.objects.bulk_create(Label(name=name, allowed_for_triage=True) for name in names)
+        )
+    }
     now = timezone.now()
     rows = []
     for i in range(issues):
         created = now - timedelta(days=rng.uniform(0, 730))
         closed = rng.random() < 0.2
         handed_off = not closed and rng.random() < 0.1
-        rows.append(Issue(
-            number=200_000 + i, title=f"torch.compile issue {i}", html_url=f"https://github.com/pytorch/pytorch/issues/{i}",
-            created_at=created, updated_at=created + timedelta(days=rng.uniform(0, 30)),
-            state="closed" if closed else "open", in_queue=not (closed or handed_off),
-            closed_at=created + timedelta(days=rng.uniform(0, 60)) if closed else None,
-        ))
+        rows.append(
+            Issue(
+                number=200_000 + i,
+                title=f"torch.compile issue {i}",
+                html_url=f"https://github.com/pytorch/pytorch/issues/{i}",
+                created_at=created,
+                updated_at=created + timedelta(days=rng.uniform(0, 30)),
+                state="closed" if closed else "open",
+                in_queue=not (closed or handed_off),
+                closed_at=created + timedelta(days=rng.uniform(0, 60)) if closed else None,
+            )
+        )
     users = get_user_model().objects.bulk_create(get_user_model()(username=f"triager{n}") for n in range(12))
     statuses = ["applied"] * 8 + ["refused", "conflict"]
     plan = []  # (issue index, user, status, created_at): decided first, so first_decided_at is set at insert
@@ -98,15 +108,30 @@ def make_rows(issues: int, decisions: int) -> None:
     through = Issue.labels.through
     links = []
     for i, issue in enumerate(made):
-        links.append(through(issue=issue, label=labels["oncall: export" if not issue.in_queue and issue.state == "open" else "oncall: pt2"]))
+        links.append(
+            through(
+                issue=issue,
+                label=labels["oncall: export" if not issue.in_queue and issue.state == "open" else "oncall: pt2"],
+            )
+        )
         if i % 2:
             links.append(through(issue=issue, label=labels["triaged"]))
             links.append(through(issue=issue, label=labels["module: dynamo" if i % 4 == 1 else "module: inductor"]))
     through.objects.bulk_create(links, batch_size=10_000)
     shown = [{"label": "module: dynamo", "rule_id": "R1.2"}, {"label": "triaged", "rule_id": "G6"}]
     TriageDecision.objects.bulk_create(
-        (TriageDecision(issue=made[i], user=user, labels_seen=["oncall: pt2"], labels_added=["module: dynamo", "triaged"],
-                        status=status, suggestions_shown=shown, created_at=at) for i, user, status, at in plan),
+        (
+            TriageDecision(
+                issue=made[i],
+                user=user,
+                labels_seen=["oncall: pt2"],
+                labels_added=["module: dynamo", "triaged"],
+                status=status,
+                suggestions_shown=shown,
+                created_at=at,
+            )
+            for i, user, status, at in plan
+        ),
         batch_size=5000,
     )
     from django.db import connection
@@ -131,24 +156,28 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL))
-    parser.add_argument("--reuse", action="store_true", help="keep the scratch database of the previous run (same sizes)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the scratch database of the previous run (same sizes)"
+    )
     args = parser.parse_args()
     if not args.reuse:
         recreate_database(args.database_url)
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         setup_django(args.database_url, Path(tmp))
         from django.contrib.auth import get_user_model
-        from django.test import Client
-
         from django.db import connection
+        from django.test import Client
 
         started = time.perf_counter()
         if not args.reuse:
             make_rows(args.issues, args.decisions)
-        print(f"data: {args.issues} issues, {args.decisions} decisions made in {time.perf_counter() - started:.1f} s "
-              f"(PostgreSQL {args.database_url.rsplit('/', 1)[1]})")
+        print(
+            f"data: {args.issues} issues, {args.decisions} decisions made in {time.perf_counter() - started:.1f} s "
+            f"(PostgreSQL {args.database_url.rsplit('/', 1)[1]})"
+        )
         user = get_user_model().objects.filter(username="bench").first() or get_user_model().objects.create_superuser(
-            "bench", password="bench-password-1")
+            "bench", password="bench-password-1"
+        )
         # How busy the machine is: one bare scan of the issues, the floor of any page that counts them
         # (of a column no index holds: after VACUUM, count(*) would read an index instead).
         with connection.cursor() as cursor:
@@ -157,8 +186,11 @@ def main() -> None:
                 start = time.perf_counter()
                 cursor.execute("SELECT count(created_at) FROM rubric_app_issue")
                 scans.append(time.perf_counter() - start)
-        print(f"calibration: a scan of the issues (count(created_at)) {statistics.median(scans) * 1000:.1f} ms (median of 5); "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(
+            "calibration: a scan of the issues (count(created_at)) "
+            f"{statistics.median(scans) * 1000:.1f} ms (median of 5); "
+            f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        )
         client = Client()
         client.force_login(user)
         from bench.bench_queue import label_changed
@@ -176,8 +208,10 @@ def main() -> None:
             times, queries = timed(client, url, args.repeat, before)
             results[url] = statistics.median(times)
             print(f"{name:46} {results[url] * 1000:10.1f} {times[int(len(times) * 0.9) - 1] * 1000:8.1f} {queries:8d}")
-        print(f"ratio metrics / queue (median): {results['/metrics'] / results['/']:.2f}; "
-              f"metrics median {results['/metrics'] * 1000:.0f} ms (target < 200 ms)")
+        print(
+            f"ratio metrics / queue (median): {results['/metrics'] / results['/']:.2f}; "
+            f"metrics median {results['/metrics'] * 1000:.0f} ms (target < 200 ms)"
+        )
 
 
 if __name__ == "__main__":

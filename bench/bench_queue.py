@@ -48,8 +48,14 @@ def setup_django(tmp: Path, database_url: str = "") -> None:
     call_command("migrate", verbosity=0)
 
 
-SYMPTOMS = ["Segmentation fault (core dumped)", "a graph break in the loop", "a recompilation per step",
-            "NaN in the output", "CUDA out of memory", "a wrong stride"]
+SYMPTOMS = [
+    "Segmentation fault (core dumped)",
+    "a graph break in the loop",
+    "a recompilation per step",
+    "NaN in the output",
+    "CUDA out of memory",
+    "a wrong stride",
+]
 
 
 def make_rows(count: int) -> None:
@@ -60,15 +66,26 @@ def make_rows(count: int) -> None:
 
     labels = Label.objects.bulk_create(
         Label(name=name, color=color, allowed_for_triage=True)
-        for name, color in [("oncall: pt2", "e99695"), ("module: dynamo", "c5def5"), ("module: inductor", "c5def5"),
-                            ("triage review", "fbca04"), ("needs reproduction", "d4c5f9")]
+        for name, color in [
+            ("oncall: pt2", "e99695"),
+            ("module: dynamo", "c5def5"),
+            ("module: inductor", "c5def5"),
+            ("triage review", "fbca04"),
+            ("needs reproduction", "d4c5f9"),
+        ]
     )
     now = timezone.now()
     issues = Issue.objects.bulk_create(
-        Issue(number=100_000 + i, title=f"torch.compile graph break in model {i}", author=f"user{i % 97}",
-              body="```python\nimport torch\n```\n" * 20 + f"It fails with {SYMPTOMS[i % len(SYMPTOMS)]}.", html_url=f"https://github.com/pytorch/pytorch/issues/{100_000 + i}",
-              updated_at=now - timedelta(minutes=i), created_at=now - timedelta(days=i % 400),
-              checklist=[{"rule_id": "G4", "text": "a module label", "state": "violated", "evidence": ""}])
+        Issue(
+            number=100_000 + i,
+            title=f"torch.compile graph break in model {i}",
+            author=f"user{i % 97}",
+            body="```python\nimport torch\n```\n" * 20 + f"It fails with {SYMPTOMS[i % len(SYMPTOMS)]}.",
+            html_url=f"https://github.com/pytorch/pytorch/issues/{100_000 + i}",
+            updated_at=now - timedelta(minutes=i),
+            created_at=now - timedelta(days=i % 400),
+            checklist=[{"rule_id": "G4", "text": "a module label", "state": "violated", "evidence": ""}],
+        )
         for i in range(count)
     )
     through = Issue.labels.through
@@ -76,9 +93,17 @@ def make_rows(count: int) -> None:
     rows += [through(issue=issue, label=labels[1 + i % 4]) for i, issue in enumerate(issues) if i % 3]
     through.objects.bulk_create(rows, batch_size=2000)
     Suggestion.objects.bulk_create(
-        [Suggestion(issue=issue, label=name, rule_id=rule, confidence=conf, evidence="graph break", evidence_source="title")
-         for issue in issues
-         for name, rule, conf in [("module: dynamo", "R1.2", 0.9), ("triaged", "G6", 0.7), ("module: compile ux", "G4", 0.2)]],
+        [
+            Suggestion(
+                issue=issue, label=name, rule_id=rule, confidence=conf, evidence="graph break", evidence_source="title"
+            )
+            for issue in issues
+            for name, rule, conf in [
+                ("module: dynamo", "R1.2", 0.9),
+                ("triaged", "G6", 0.7),
+                ("module: compile ux", "G4", 0.2),
+            ]
+        ],
         batch_size=2000,
     )
     BisectionRun.objects.bulk_create(
@@ -120,8 +145,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--issues", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--database-url", default="",
-                        help="an empty, throwaway database to fill (e.g. PostgreSQL); default: a temporary SQLite file")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="an empty, throwaway database to fill (e.g. PostgreSQL); default: a temporary SQLite file",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
         setup_django(Path(tmp), args.database_url)
@@ -151,7 +179,10 @@ def main() -> None:
             results[name] = statistics.median(times)
             print(f"{name:52} {results[name] * 1000:10.1f} {times[int(len(times) * 0.9) - 1] * 1000:8.1f} {queries:8d}")
         queue, cached, admin = (results[pages[i][0]] for i in (0, 1, 3))
-        print(f"ratio queue / admin changelist (median): {queue / admin:.2f}  (target <= 1); from the cache: {cached / admin:.2f}")
+        print(
+            f"ratio queue / admin changelist (median): {queue / admin:.2f}  (target <= 1); "
+            f"from the cache: {cached / admin:.2f}"
+        )
         bench_search(args.repeat)
 
 

@@ -37,23 +37,56 @@ from bench_metrics import recreate_database, setup_django  # the same scratch da
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = 200
 
-EXCEPTIONS = ["AssertionError", "RuntimeError", "torch._dynamo.exc.Unsupported", "IndexError", "KeyError",
-              "torch._inductor.exc.InductorError: LoweringException: AssertionError", "TypeError",
-              "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"]
-FRAMES = ["torch/_inductor/lowering.py", "torch/_inductor/ir.py", "torch/_inductor/scheduler.py",
-          "torch/_inductor/codegen/triton.py", "torch/_dynamo/symbolic_convert.py", "torch/_dynamo/variables/builtin.py",
-          "torch/_functorch/_aot_autograd/runtime_wrappers.py", "torch/_subclasses/fake_tensor.py",
-          "torch/fx/experimental/symbolic_shapes.py", "torch/_decomp/decompositions.py"]
+EXCEPTIONS = [
+    "AssertionError",
+    "RuntimeError",
+    "torch._dynamo.exc.Unsupported",
+    "IndexError",
+    "KeyError",
+    "torch._inductor.exc.InductorError: LoweringException: AssertionError",
+    "TypeError",
+    "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode",
+]
+FRAMES = [
+    "torch/_inductor/lowering.py",
+    "torch/_inductor/ir.py",
+    "torch/_inductor/scheduler.py",
+    "torch/_inductor/codegen/triton.py",
+    "torch/_dynamo/symbolic_convert.py",
+    "torch/_dynamo/variables/builtin.py",
+    "torch/_functorch/_aot_autograd/runtime_wrappers.py",
+    "torch/_subclasses/fake_tensor.py",
+    "torch/fx/experimental/symbolic_shapes.py",
+    "torch/_decomp/decompositions.py",
+]
 VERBS = ["expected", "could not", "cannot", "failed to", "unsupported"]
-NOUNS = ["static pad amount", "contiguous input", "stride", "guard on size", "layout", "symbolic size", "dtype", "kernel"]
+NOUNS = [
+    "static pad amount",
+    "contiguous input",
+    "stride",
+    "guard on size",
+    "layout",
+    "symbolic size",
+    "dtype",
+    "kernel",
+]
 
 
 def failures(rng: random.Random, count: int = 300) -> list[tuple[str, str, str]]:
     """(exception, message template, innermost frame) of `count` distinct failures."""
     out = set()
     while len(out) < count:
-        frame = f"{rng.choice(FRAMES)}\", line {{line}}, in {rng.choice(['lower', 'create', 'codegen', 'call_function', 'run', 'wrap'])}_{rng.randrange(40)}"
-        out.add((rng.choice(EXCEPTIONS), f"{rng.choice(VERBS)} a {rng.choice(NOUNS)} for {rng.choice(NOUNS)}, got {{shape}}", frame))
+        frame = (
+            f'{rng.choice(FRAMES)}", line {{line}}, '
+            f"in {rng.choice(['lower', 'create', 'codegen', 'call_function', 'run', 'wrap'])}_{rng.randrange(40)}"
+        )
+        out.add(
+            (
+                rng.choice(EXCEPTIONS),
+                f"{rng.choice(VERBS)} a {rng.choice(NOUNS)} for {rng.choice(NOUNS)}, got {{shape}}",
+                frame,
+            )
+        )
     return sorted(out)
 
 
@@ -61,9 +94,14 @@ def traceback(rng: random.Random, failure: tuple[str, str, str]) -> str:
     exception, message, frame = failure
     site = rng.choice(["/opt/conda/lib/python3.11/site-packages", "/usr/lib/python3/dist-packages", "/home/u/pytorch"])
     shape = "[" + ", ".join(str(rng.randrange(1, 4096)) for _ in range(rng.randint(1, 4))) + "]"
-    return (f"```\nTraceback (most recent call last):\n  File \"/home/u{rng.randrange(999)}/train.py\", line {rng.randrange(900)}, in <module>\n"
-            f"    model(x)\n  File \"{site}/torch/_dynamo/eval_frame.py\", line {rng.randrange(2000)}, in _fn\n    return fn(*args)\n"
-            f"  File \"{site}/{frame.format(line=rng.randrange(9000))}\n    raise\n{exception}: {message.format(shape=shape)}\n```\n")
+    return (
+        "```\nTraceback (most recent call last):\n"
+        f'  File "/home/u{rng.randrange(999)}/train.py", line {rng.randrange(900)}, in <module>\n'
+        "    model(x)\n"
+        f'  File "{site}/torch/_dynamo/eval_frame.py", line {rng.randrange(2000)}, in _fn\n    return fn(*args)\n'
+        f'  File "{site}/{frame.format(line=rng.randrange(9000))}\n    raise\n'
+        f"{exception}: {message.format(shape=shape)}\n```\n"
+    )
 
 
 def make_issues(count: int) -> None:
@@ -74,32 +112,60 @@ def make_issues(count: int) -> None:
     from rubric_app.rubric.evaluation import read_jsonl
 
     rng = random.Random(13)
-    records = [r for name in ("pt2_dev.jsonl", "pt2_train.jsonl") for r in read_jsonl(open(ROOT / "tests" / "data" / name))]
-    made_up = ["".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 4))) for _ in range(30_000)]
+    records = [
+        r for name in ("pt2_dev.jsonl", "pt2_train.jsonl") for r in read_jsonl(open(ROOT / "tests" / "data" / name))
+    ]
+    made_up = [
+        "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 4)))
+        for _ in range(30_000)
+    ]
     zipf = [1 / (i + 1) for i in range(len(made_up))]
     pool = failures(rng)
     words = [re.findall(r"\w+", r["body"]) for r in records]
     names = sorted({l for r in records for l in r["labels"]} | {"oncall: pt2"})
-    labels = {label.name: label for label in Label.objects.bulk_create(Label(name=n, allowed_for_triage=True) for n in names)}
+    labels = {
+        label.name: label for label in Label.objects.bulk_create(Label(name=n, allowed_for_triage=True) for n in names)
+    }
     now = timezone.now()
     rows, label_rows = [], []
     for i in range(count):
         base = records[i % len(records)]
         other = words[rng.randrange(len(words))]
         mixed = " ".join(rng.sample(other, k=min(30, len(other) // 3)))
-        body = re.sub(r"\d+", lambda m: str(rng.randrange(10_000)), base["body"]) + "\n\n" + mixed + " " + " ".join(
-            rng.choices(made_up, zipf, k=20))
+        body = (
+            re.sub(r"\d+", lambda m: str(rng.randrange(10_000)), base["body"])
+            + "\n\n"
+            + mixed
+            + " "
+            + " ".join(rng.choices(made_up, zipf, k=20))
+        )
         if i % 4 == 0:
             body += "\n" + traceback(rng, pool[rng.randrange(len(pool))])
         state = "open" if i % 3 == 0 else "closed"
-        rows.append(Issue(number=1_000_000 + i, title=f"{base['title']} {rng.choice(made_up)}", body=body, state=state,
-                          in_queue=state == "open", html_url=f"https://github.com/pytorch/pytorch/issues/{1_000_000 + i}",
-                          updated_at=now - timedelta(minutes=i)))
-        label_rows.append(["oncall: pt2"] + ([l for l in base["labels"] if l != "triaged"] if state == "closed" else []))
+        rows.append(
+            Issue(
+                number=1_000_000 + i,
+                title=f"{base['title']} {rng.choice(made_up)}",
+                body=body,
+                state=state,
+                in_queue=state == "open",
+                html_url=f"https://github.com/pytorch/pytorch/issues/{1_000_000 + i}",
+                updated_at=now - timedelta(minutes=i),
+            )
+        )
+        label_rows.append(
+            ["oncall: pt2"] + ([l for l in base["labels"] if l != "triaged"] if state == "closed" else [])
+        )
     made = Issue.objects.bulk_create(rows, batch_size=2000)
     through = Issue.labels.through
-    through.objects.bulk_create([through(issue=issue, label=labels[name]) for issue, names in zip(made, label_rows)
-                                 for name in dict.fromkeys(names)], batch_size=10_000)
+    through.objects.bulk_create(
+        [
+            through(issue=issue, label=labels[name])
+            for issue, names in zip(made, label_rows)
+            for name in dict.fromkeys(names)
+        ],
+        batch_size=10_000,
+    )
 
 
 def per_issue_ms(seconds: float, issues: int) -> float:
@@ -151,8 +217,10 @@ def run(count: int) -> None:
         t = time.perf_counter()
         similar.index([issue], [text])
         single.append(time.perf_counter() - t)
-    print(f"index update, one issue at a time (a webhook): median {statistics.median(single) * 1000:.2f} ms, "
-          f"p90 {sorted(single)[int(0.9 * len(single))] * 1000:.2f} ms per issue")
+    print(
+        f"index update, one issue at a time (a webhook): median {statistics.median(single) * 1000:.2f} ms, "
+        f"p90 {sorted(single)[int(0.9 * len(single))] * 1000:.2f} ms per issue"
+    )
 
     open_ids = list(Issue.objects.in_queue().values_list("pk", flat=True)[:500])
     catalog = frozenset(Label.objects.values_list("name", flat=True))
@@ -166,13 +234,19 @@ def run(count: int) -> None:
     batch.refresh_suggestions(catalog)
     without = time.perf_counter() - start
     similar.index, similar.neighbours_for_votes = index, votes
-    print(f"sync refresh of {len(open_ids)} open issues: {per_issue_ms(with_similar, len(open_ids)):.2f} ms per issue with the "
-          f"index and the vote, {per_issue_ms(without, len(open_ids)):.2f} without (the engine alone): "
-          f"+{per_issue_ms(with_similar - without, len(open_ids)):.2f} ms, ratio {with_similar / without:.2f}")
+    print(
+        f"sync refresh of {len(open_ids)} open issues: "
+        f"{per_issue_ms(with_similar, len(open_ids)):.2f} ms per issue with the "
+        f"index and the vote, {per_issue_ms(without, len(open_ids)):.2f} without (the engine alone): "
+        f"+{per_issue_ms(with_similar - without, len(open_ids)):.2f} ms, ratio {with_similar / without:.2f}"
+    )
 
     table = IssueTerm._meta.db_table
-    exact_sql = (f"SELECT t.issue_id, SUM(q.weight * t.weight) AS s FROM {table} q JOIN {table} t ON t.term = q.term "
-                 f"WHERE q.issue_id = %s AND t.issue_id <> %s GROUP BY t.issue_id ORDER BY s DESC, t.issue_id LIMIT {similar.SHOWN}")
+    exact_sql = (
+        f"SELECT t.issue_id, SUM(q.weight * t.weight) AS s FROM {table} q JOIN {table} t ON t.term = q.term "
+        "WHERE q.issue_id = %s AND t.issue_id <> %s GROUP BY t.issue_id "
+        f"ORDER BY s DESC, t.issue_id LIMIT {similar.SHOWN}"
+    )
     ours, exact, overlap, ratios = [], [], [], []
     for issue in sample:
         t = time.perf_counter()
@@ -185,21 +259,36 @@ def run(count: int) -> None:
         exact.append(time.perf_counter() - t)
         if best:
             overlap.append(len({n.issue.pk for n in found} & {pk for pk, _ in best}) / len(best))
-            ratios.append(sum(sorted((n.similarity for n in found), reverse=True)[:len(best)]) / sum(s for _, s in best))
+            ratios.append(
+                sum(sorted((n.similarity for n in found), reverse=True)[: len(best)]) / sum(s for _, s in best)
+            )
 
     def line(name: str, times: list[float]) -> str:
         ordered = sorted(times)
-        return (f"{name}: median {statistics.median(times) * 1000:.1f} ms, p90 {ordered[int(0.9 * len(ordered))] * 1000:.1f} ms, "
-                f"max {ordered[-1] * 1000:.1f} ms")
+        return (
+            f"{name}: median {statistics.median(times) * 1000:.1f} ms, "
+            f"p90 {ordered[int(0.9 * len(ordered))] * 1000:.1f} ms, "
+            f"max {ordered[-1] * 1000:.1f} ms"
+        )
 
     print(line(f"neighbours() of {SAMPLES} issues (the issue page)", ours))
     print(line("baseline: exact scoring over every posting (one join)", exact))
     print(f"ratio neighbours / baseline (median): {statistics.median(ours) / statistics.median(exact):.2f}")
-    print(f"agreement with the exact top {similar.SHOWN}: {statistics.mean(overlap):.2f} of the same issues, "
-          f"{statistics.mean(ratios):.3f} of their summed cosine")
-    print(json.dumps({"vendor": connection.vendor, "issues": count, "neighbours_median_ms": round(statistics.median(ours) * 1000, 1),
-                      "index_batch_ms": round(per_issue_ms(bulk, count), 2),
-                      "index_single_median_ms": round(statistics.median(single) * 1000, 2)}))
+    print(
+        f"agreement with the exact top {similar.SHOWN}: {statistics.mean(overlap):.2f} of the same issues, "
+        f"{statistics.mean(ratios):.3f} of their summed cosine"
+    )
+    print(
+        json.dumps(
+            {
+                "vendor": connection.vendor,
+                "issues": count,
+                "neighbours_median_ms": round(statistics.median(ours) * 1000, 1),
+                "index_batch_ms": round(per_issue_ms(bulk, count), 2),
+                "index_single_median_ms": round(statistics.median(single) * 1000, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

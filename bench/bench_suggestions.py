@@ -21,6 +21,8 @@ from rubric_app.rubric import evaluate  # noqa: E402  (pure Python: no Django se
 from rubric_app.rubric.evaluation import issue_from_record, keyword_baseline, read_jsonl  # noqa: E402
 
 TARGET_S = 10.0
+
+
 def timed(fn, issues) -> tuple[float, float]:
     """(wall seconds, CPU seconds of this process): on a loaded machine the CPU time is the fair figure."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -52,8 +54,11 @@ def main() -> None:
     print(f"baseline regex:    {base_cpu:7.3f} s CPU ({base_wall:.3f} s wall)  {n / base_cpu:8.0f} issues/s")
     print(f"rubric engine:     {cpu:7.3f} s CPU ({wall:.3f} s wall)  {n / cpu:8.0f} issues/s")
     print(f"engine / baseline: {cpu / base_cpu:7.1f}x the CPU time of the regex labeler")
-    print(f"target:            {cpu:7.3f} s CPU of {TARGET_S:.0f} s -> {'met' if cpu < TARGET_S else 'MISSED'}"
-          f" ({cpu / TARGET_S:.0%} of the budget; wall {wall:.1f} s, load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"target:            {cpu:7.3f} s CPU of {TARGET_S:.0f} s -> {'met' if cpu < TARGET_S else 'MISSED'}"
+        f" ({cpu / TARGET_S:.0%} of the budget; wall {wall:.1f} s, load average {os.getloadavg()[0]:.1f})"
+    )
+
 
 if __name__ == "__main__":
     main()

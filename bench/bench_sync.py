@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 BODY = (
     "### Describe the bug\nUsing torch.compile on this model fails with a graph break in dynamo.\n\n"
-    "```python\nimport torch\n\n@torch.compile\ndef f(x):\n    return torch.sin(x) + x.item()\n\nf(torch.randn(3))\n```\n"
+    "```python\nimport torch\n\n@torch.compile\ndef f(x):\n    return torch.sin(x) + x.item()\n\n"
+    "f(torch.randn(3))\n```\n"
     "### Versions\nPyTorch 2.6.0, CUDA 12.4, Python 3.11\n"
 )
 COMMENTS_CYCLE = (0, 2, 4, 6, 8)  # mean 4: 5,000 issues -> 20,000 comments, 1 in 5 without comments
@@ -49,10 +50,18 @@ def serve(conn, issues: int) -> None:
     for number in range(1, issues + 1):
         label = "oncall: cpu inductor" if number % 10 == 0 else "oncall: pt2"
         count = COMMENTS_CYCLE[number % len(COMMENTS_CYCLE)]
-        comments = [{"body": f"I can reproduce this on nightly ({number}/{i}); fails on aot_eager too.", "user": "someone"}
-                    for i in range(count)]
-        fake.add_issue(number, title=f"[dynamo] graph break #{number}", body=BODY, labels=[label],
-                       comments=comments, updated_at=start + timedelta(seconds=number))
+        comments = [
+            {"body": f"I can reproduce this on nightly ({number}/{i}); fails on aot_eager too.", "user": "someone"}
+            for i in range(count)
+        ]
+        fake.add_issue(
+            number,
+            title=f"[dynamo] graph break #{number}",
+            body=BODY,
+            labels=[label],
+            comments=comments,
+            updated_at=start + timedelta(seconds=number),
+        )
     conn.send(fake.url)
     while True:
         command = conn.recv()
@@ -103,8 +112,10 @@ def bare_fetch(base_url: str, token: str, repo: str, issue_numbers_with_comments
 
     walk(f"{base_url}/repos/{repo}/labels", {"per_page": 100})
     for label in ("oncall: pt2", "oncall: cpu inductor"):
-        walk(f"{base_url}/repos/{repo}/issues",
-             {"state": "open", "sort": "created", "direction": "asc", "per_page": 100, "labels": label})
+        walk(
+            f"{base_url}/repos/{repo}/issues",
+            {"state": "open", "sort": "created", "direction": "asc", "per_page": 100, "labels": label},
+        )
     for number in issue_numbers_with_comments:
         walk(f"{base_url}/repos/{repo}/issues/{number}/comments", {"per_page": 100})
     return time.perf_counter() - started, count
@@ -136,8 +147,11 @@ def main() -> None:
     pt2 = sum(1 for n in range(1, args.issues + 1) if n % 10)
     list_floor = math.ceil(pt2 / 100) + math.ceil((args.issues - pt2) / 100)
     comment_floor = sum(math.ceil(c / 100) for c in counts if c)
-    print(f"data: {args.issues} issues ({pt2} oncall: pt2, {args.issues - pt2} oncall: cpu inductor), "
-          f"{sum(counts)} comments on {len(with_comments)} issues; database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
+    print(
+        f"data: {args.issues} issues ({pt2} oncall: pt2, {args.issues - pt2} oncall: cpu inductor), "
+        f"{sum(counts)} comments on {len(with_comments)} issues; "
+        f"database {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
+    )
 
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.perf_counter()
@@ -150,10 +164,16 @@ def main() -> None:
     assert Issue.objects.count() == args.issues and Comment.objects.count() == sum(counts), "the sync lost data"
 
     print(f"full sync: {report.summary()}")
-    print(f"  requests: {report.requests} made (server saw {server_requests}); floor {list_floor + comment_floor} "
-          f"= {list_floor} list pages + {comment_floor} comment pages; the other {label_pages} are the label catalog's pages")
+    print(
+        f"  requests: {report.requests} made (server saw {server_requests}); floor {list_floor + comment_floor} "
+        f"= {list_floor} list pages + {comment_floor} comment pages; "
+        f"the other {label_pages} are the label catalog's pages"
+    )
     print(f"  wall time: {sync_s:.2f} s (fetch + store, rubric suggestions excluded)")
-    print(f"  peak memory: {rss_after / 1024:.0f} MiB RSS (grew {(rss_after - rss_before) / 1024:.0f} MiB during the sync)")
+    print(
+        f"  peak memory: {rss_after / 1024:.0f} MiB RSS "
+        f"(grew {(rss_after - rss_before) / 1024:.0f} MiB during the sync)"
+    )
 
     baseline_s, baseline_requests = bare_fetch(url, TOKEN, "pytorch/pytorch", with_comments)
     print(f"baseline: bare requests for the same {baseline_requests} pages: {baseline_s:.2f} s")
@@ -163,8 +183,10 @@ def main() -> None:
     started = time.perf_counter()
     sync.refresh(ids)
     refresh_s = time.perf_counter() - started
-    print(f"rubric suggestions for the {len(ids)} changed issues (run by the sync after each page): "
-          f"{refresh_s:.2f} s, {1000 * refresh_s / len(ids):.1f} ms/issue")
+    print(
+        f"rubric suggestions for the {len(ids)} changed issues (run by the sync after each page): "
+        f"{refresh_s:.2f} s, {1000 * refresh_s / len(ids):.1f} ms/issue"
+    )
     # Baseline: the same refresh one issue at a time (its own queries and transaction each), against
     # the batched one on the same 1,000 issues, both replacing the suggestions stored above.
     sample = ids[:1000]
@@ -176,8 +198,11 @@ def main() -> None:
     started = time.perf_counter()
     Issue.objects.filter(pk__in=sample).refresh_suggestions(catalog)
     batched_s = time.perf_counter() - started
-    print(f"  re-refresh of {len(sample)} issues: batched {batched_s:.2f} s, baseline one issue at a time {one_by_one_s:.2f} s; "
-          f"ratio {batched_s / one_by_one_s:.2f}x")
+    print(
+        f"  re-refresh of {len(sample)} issues: batched {batched_s:.2f} s, "
+        f"baseline one issue at a time {one_by_one_s:.2f} s; "
+        f"ratio {batched_s / one_by_one_s:.2f}x"
+    )
 
     for label in ("first incremental (primes the ETag)", "no-op incremental"):
         parent.send("clear")
@@ -187,8 +212,10 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         parent.send("stats")
         seen, not_modified = parent.recv()
-        print(f"{label}: {report.requests} request(s), {not_modified} answered 304 (server saw {seen}), "
-              f"{report.issues_changed} changed, {elapsed * 1000:.0f} ms")
+        print(
+            f"{label}: {report.requests} request(s), {not_modified} answered 304 (server saw {seen}), "
+            f"{report.issues_changed} changed, {elapsed * 1000:.0f} ms"
+        )
     print("target: no-op incremental <= 2 requests, answered 304")
     parent.send("stop")
     parent.recv()

@@ -77,9 +77,11 @@ def fail_stale_runs(now=None) -> int:
     now = now or timezone.now()
     minutes = round(longest_run().total_seconds() / 60)
     return BisectionRun.objects.overdue(now - longest_run()).update(
-        status=BisectionRun.Status.FAILED, finished_at=now, current_mode="",
+        status=BisectionRun.Status.FAILED,
+        finished_at=now,
+        current_mode="",
         error=f"The worker running this bisection stopped (killed or lost) without finishing: no result after "
-              f"{minutes} min, the longest a run can take. Start it again.",
+        f"{minutes} min, the longest a run can take. Start it again.",
     )
 
 
@@ -94,10 +96,15 @@ def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
     for queue in sorted(set(QUEUES.values())):
         devices = [device for device, name in QUEUES.items() if name == queue]
         state = queue_state(live, queue)
-        ended += BisectionRun.objects.stuck(now - timedelta(minutes=minutes)).filter(device__in=devices).update(
-            status=BisectionRun.Status.FAILED, finished_at=now,
-            error=f"No worker of the {queue} queue took this run within {minutes:g} min ({state}). "
-                  f"Nothing ran; start it again once a {queue} worker is up, or pick another device.",
+        ended += (
+            BisectionRun.objects.stuck(now - timedelta(minutes=minutes))
+            .filter(device__in=devices)
+            .update(
+                status=BisectionRun.Status.FAILED,
+                finished_at=now,
+                error=f"No worker of the {queue} queue took this run within {minutes:g} min ({state}). "
+                f"Nothing ran; start it again once a {queue} worker is up, or pick another device.",
+            )
         )
     return ended
 
@@ -119,13 +126,19 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     run = BisectionRun.objects.select_related("issue").get(pk=run_id)
     if not claimed:
         if task_id and run.task_id == task_id and run.status == BisectionRun.Status.RUNNING:
-            _finish(run, BisectionRun.Status.FAILED,
-                    error=f"The worker running this bisection ({run.worker}) died mid-run (killed, or out of memory); "
-                          "start it again.")
+            _finish(
+                run,
+                BisectionRun.Status.FAILED,
+                error=f"The worker running this bisection ({run.worker}) died mid-run (killed, or out of memory); "
+                "start it again.",
+            )
         return run
     if run.device not in SERVES.get(settings.BISECTION_DEVICE, ()):
-        return _finish(run, BisectionRun.Status.FAILED,
-                       error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}")
+        return _finish(
+            run,
+            BisectionRun.Status.FAILED,
+            error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}",
+        )
 
     def progress(mode: str, results: list[dict]) -> None:
         run.current_mode, run.results = mode, capped_results(results)
@@ -134,8 +147,9 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     try:
         # "both" bisects on CPU; on this GPU worker the harness re-runs an Inductor failure on cuda (R2.4).
         device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
-        report = bisection.bisect(run.repro_code, device=device, style=run.repro_style, limits=limits(),
-                                  on_progress=progress)
+        report = bisection.bisect(
+            run.repro_code, device=device, style=run.repro_style, limits=limits(), on_progress=progress
+        )
     except bisection.SandboxRefused as exc:
         # No isolation, no run: say why, and what isolation there was, on the run's page.
         run.sandbox_report = exc.report
@@ -168,8 +182,18 @@ def capped_results(results: list[dict]) -> list[dict]:
     return results
 
 
-FINISH_FIELDS = ["status", "error", "current_mode", "finished_at", "results", "verdict_labels", "verdict_summary",
-                 "torch_version", "sandbox_report", "log"]
+FINISH_FIELDS = [
+    "status",
+    "error",
+    "current_mode",
+    "finished_at",
+    "results",
+    "verdict_labels",
+    "verdict_summary",
+    "torch_version",
+    "sandbox_report",
+    "log",
+]
 
 
 def _finish(run: BisectionRun, status: str, error: str = "") -> BisectionRun:

@@ -51,13 +51,16 @@ def bar_chart(categories: list[str], series: list[Series], *, title: str, slug: 
     slot = plot_w / max(len(categories), 1)
     bar_w = min(max(slot * 0.8 / max(len(series), 1), 1), 36)  # few categories: bars, not walls
     parts = [
-        f'<svg class="chart" data-chart="{escape(slug)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+        f'<svg class="chart" data-chart="{escape(slug)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" '
         f'role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
     ]
     for tick in (0, top / 2, top):
         y = TOP + plot_h - plot_h * tick / top
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(tick)}</text>')
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt(tick)}</text>'
+        )
     every = max(1, -(-len(categories) // 12))  # at most ~12 category names under the axis
     for i, category in enumerate(categories):
         x0 = LEFT + slot * i + (slot - bar_w * len(series)) / 2
@@ -68,17 +71,24 @@ def bar_chart(categories: list[str], series: list[Series], *, title: str, slug: 
             parts.append(
                 f'<rect class="bar {escape(s.css)}" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
                 f'data-category="{escape(category)}" data-series="{escape(s.name)}" data-value="{_fmt(value)}">'
-                f'<title>{escape(category)}: {escape(s.name)} {_fmt(value)}</title></rect>'
+                f"<title>{escape(category)}: {escape(s.name)} {_fmt(value)}</title></rect>"
             )
             if len(categories) * len(series) <= 16 and value:
-                parts.append(f'<text class="value" x="{x + bar_w / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle">{_fmt(value)}</text>')
+                parts.append(
+                    f'<text class="value" x="{x + bar_w / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle">'
+                    f"{_fmt(value)}</text>"
+                )
         if i % every == 0:
-            parts.append(f'<text class="cat" x="{LEFT + slot * (i + 0.5):.1f}" y="{TOP + plot_h + 14}" '
-                         f'text-anchor="middle">{escape(category)}</text>')
+            parts.append(
+                f'<text class="cat" x="{LEFT + slot * (i + 0.5):.1f}" y="{TOP + plot_h + 14}" '
+                f'text-anchor="middle">{escape(category)}</text>'
+            )
     if len(series) > 1:
         for j, s in enumerate(series):
             x = LEFT + j * 120
-            parts.append(f'<rect class="{escape(s.css)}" x="{x}" y="{HEIGHT - 16}" width="10" height="10"/>'
-                         f'<text class="legend" x="{x + 14}" y="{HEIGHT - 7}">{escape(s.name)}</text>')
+            parts.append(
+                f'<rect class="{escape(s.css)}" x="{x}" y="{HEIGHT - 16}" width="10" height="10"/>'
+                f'<text class="legend" x="{x + 14}" y="{HEIGHT - 7}">{escape(s.name)}</text>'
+            )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated name is escaped above

@@ -14,5 +14,8 @@ def github_mode(request: HttpRequest) -> dict:
     The API URL is shown only for the demo (it is this machine's); never the token.
     """
     current = github.mode()
-    return {"github_mode": current, "github_off": github.off_reason(),
-            "demo_github_url": settings.GITHUB_API_URL if current == "demo" else ""}
+    return {
+        "github_mode": current,
+        "github_off": github.off_reason(),
+        "demo_github_url": settings.GITHUB_API_URL if current == "demo" else "",
+    }

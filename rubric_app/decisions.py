@@ -4,9 +4,10 @@ plan_changes turns the triage form's choices into a Plan: label additions and re
 (RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
 transfer (G1, G2), or a close as a duplicate of another issue with the standard comment.
 request_decision validates (G4, G7, R11, the queue, the duplicate's original) and records a
-TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one is applied by apply_decision in the
-single-concurrency `github` Celery queue, one change at a time, after checking that nobody
-changed the labels since the triager looked. Each HTTP call is recorded as a GitHubWrite.
+TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one
+is applied by apply_decision in the single-concurrency `github` Celery queue, one change at a time,
+after checking that nobody changed the labels since the triager looked. Each HTTP call is recorded
+as a GitHubWrite.
 """
 
 from __future__ import annotations
@@ -20,8 +21,18 @@ from django.utils import timezone
 
 from rubric_app import github
 from rubric_app.models import (
-    CPU_INDUCTOR_ONCALL, HIGH_PRIORITY, NEEDS_REPRODUCTION, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED, GitHubWrite, Issue, Label,
-    Suggestion, TriageDecision, queue_state,
+    CPU_INDUCTOR_ONCALL,
+    HIGH_PRIORITY,
+    NEEDS_REPRODUCTION,
+    PT2_ONCALL,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    GitHubWrite,
+    Issue,
+    Label,
+    Suggestion,
+    TriageDecision,
+    queue_state,
 )
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
 
@@ -65,16 +76,17 @@ def plan_duplicate(original: int) -> Plan:
     return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
 
 
-def plan_changes(issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "",
-                 duplicate_of: int | None = None) -> Plan:
+def plan_changes(
+    issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "", duplicate_of: int | None = None
+) -> Plan:
     """Return the Plan for the triager's choices: exactly what GitHub will see.
 
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
     (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
-    (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review flags `triage review`
-    (R11) instead of `triaged`; otherwise `triaged` is added unless handed off (G6), and a `triage review`
-    the issue carries is removed (the two never go together). Labels currently on the issue are only
-    removed by these rules, never because they were not ticked.
+    (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review
+    flags `triage review` (R11) instead of `triaged`; otherwise `triaged` is added unless handed off
+    (G6), and a `triage review` the issue carries is removed (the two never go together). Labels
+    currently on the issue are only removed by these rules, never because they were not ticked.
     Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
     logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2), "duplicate" closes it as a
@@ -120,30 +132,44 @@ def leaves_triaged_without_component(issue: Issue, add: list[str], remove: list[
     """
     after = (set(issue.label_names()) | set(add)) - set(remove)
     makes_it = TRIAGED in add or any(name.startswith("module:") for name in remove)
-    return makes_it and PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
+    return (
+        makes_it and PT2_ONCALL in after and TRIAGED in after and not any(name.startswith("module:") for name in after)
+    )
 
 
 def duplicate_refusal(issue: Issue, number: int | None, original: Issue | None) -> str:
-    """Why #issue may not be closed as a duplicate of #number (original: its row in the mirror, or None); "" when it may."""
+    """Why #issue may not be closed as a duplicate of #number (original: its row in the mirror, or None);
+    "" when it may."""
     if not number:
         return "Name the issue this one duplicates (its number)."
     if number == issue.number:
         return f"#{number} cannot be a duplicate of itself."
     if original is None:
-        return (f"#{number} is not in the mirror: only an issue the dashboard has synced can be the original "
-                "(check the number, or sync).")
+        return (
+            f"#{number} is not in the mirror: only an issue the dashboard has synced can be the original "
+            "(check the number, or sync)."
+        )
     if original.is_pull_request:
         return f"#{number} is a pull request: an issue duplicates an issue."
     if original.repo != issue.repo:
         return f"#{number} belongs to {original.repo}, not to {issue.repo}."
-    looped = TriageDecision.objects.filter(issue=original, duplicate_of=issue.number, status=TriageDecision.Status.APPLIED)
+    looped = TriageDecision.objects.filter(
+        issue=original, duplicate_of=issue.number, status=TriageDecision.Status.APPLIED
+    )
     if original.state == Issue.State.CLOSED and looped.exists():
         return f"#{number} was closed as a duplicate of #{issue.number}: closing this one would leave neither open."
     return ""
 
 
-def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catalog: frozenset[str] | None = None,
-            original: Issue | None = None) -> str:
+def refusal(
+    *,
+    issue: Issue,
+    user,
+    plan: Plan,
+    meeting_decision: str = "",
+    catalog: frozenset[str] | None = None,
+    original: Issue | None = None,
+) -> str:
     """Why this decision may not go to GitHub, in plain words; "" when it may.
 
     catalog (Label.objects.triage_catalog()) and original (the row of plan.duplicate_of) are looked up
@@ -169,8 +195,10 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catal
     if plan.close_reason and plan.close_reason not in CLOSE_REASONS:
         return f"Unknown close reason {plan.close_reason!r}; expected one of {', '.join(CLOSE_REASONS)}."
     if plan.transfer_to and plan.transfer_to not in TRANSFER_REPOS:
-        return (f"G2: {plan.transfer_to!r} is not a repository the dashboard transfers to "
-                f"({', '.join(TRANSFER_REPOS)}); transfer it on GitHub by hand.")
+        return (
+            f"G2: {plan.transfer_to!r} is not a repository the dashboard transfers to "
+            f"({', '.join(TRANSFER_REPOS)}); transfer it on GitHub by hand."
+        )
     if plan.reply == "duplicate" or plan.duplicate_of is not None:
         if plan.reply != "duplicate" or plan.close_reason != "duplicate":
             return "A duplicate is closed as a duplicate, with the duplicate reply naming the original."
@@ -190,8 +218,10 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catal
         return HANDOFF_REVIEW_MESSAGE
     if not close and leaves_triaged_without_component(issue, add, remove):
         if meeting_decision:
-            return (f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
-                    "and no suggested component was taken. Add one on the issue page, then decide again.")
+            return (
+                f"G4: {meeting_decision!r} would leave #{issue.number} triaged in oncall: pt2 without a module: label, "
+                "and no suggested component was taken. Add one on the issue page, then decide again."
+            )
         return G4_MESSAGE
     wants_high = HIGH_PRIORITY in add or meeting_decision == HIGH_PRIORITY
     if wants_high and not user.has_perm("rubric_app.record_meeting_decision"):
@@ -200,15 +230,29 @@ def refusal(*, issue: Issue, user, plan: Plan, meeting_decision: str = "", catal
 
 
 # for_meeting lists the PT2 queue only: a flag on an issue handed off would go to GitHub, and the meeting never see it.
-HANDOFF_REVIEW_MESSAGE = ("A hand-off leaves the PT2 queue, so the meeting would never see a triage review flag "
-                          "(R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged.")
-G4_MESSAGE = ("G4: this would mark the issue triaged with no module: label. Tick a module label (the possible ones "
-              "are listed with their evidence), flag triage review for the meeting (R11), or pick a route that stops "
-              "labelling (a usage question, ask for more info, transfer).")
+HANDOFF_REVIEW_MESSAGE = (
+    "A hand-off leaves the PT2 queue, so the meeting would never see a triage review flag "
+    "(R11, G5): keep it in oncall: pt2 flagged, or hand it off unflagged."
+)
+G4_MESSAGE = (
+    "G4: this would mark the issue triaged with no module: label. Tick a module label (the possible ones "
+    "are listed with their evidence), flag triage review for the meeting (R11), or pick a route that stops "
+    "labelling (a usage question, ask for more info, transfer)."
+)
 
 
-def request_decision(*, issue: Issue, user, plan: Plan, labels_seen, redirect: str = "", meeting_decision: str = "",
-                     meeting=None, catalog: frozenset[str] | None = None, original: Issue | None = None) -> TriageDecision:
+def request_decision(
+    *,
+    issue: Issue,
+    user,
+    plan: Plan,
+    labels_seen,
+    redirect: str = "",
+    meeting_decision: str = "",
+    meeting=None,
+    catalog: frozenset[str] | None = None,
+    original: Issue | None = None,
+) -> TriageDecision:
     """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
 
     A refused decision is kept for the audit log and nothing is sent to GitHub. catalog and original:
@@ -218,42 +262,85 @@ def request_decision(*, issue: Issue, user, plan: Plan, labels_seen, redirect: s
 
     plan = replace(plan, add=sorted(set(plan.add)), remove=sorted(set(plan.remove)))
     # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
-    shown = [{"label": s.label, "rule_id": s.rule_id, "preselected": s.preselected}
-             for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
+    shown = [
+        {"label": s.label, "rule_id": s.rule_id, "preselected": s.preselected}
+        for s in issue.suggestions.all()
+        if s.kind == Suggestion.Kind.ADD
+    ]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
-    why = f"Apply is disabled: {off}" if off else refusal(issue=issue, user=user, plan=plan, meeting_decision=meeting_decision,
-                                                          catalog=catalog, original=original)
+    why = (
+        f"Apply is disabled: {off}"
+        if off
+        else refusal(
+            issue=issue, user=user, plan=plan, meeting_decision=meeting_decision, catalog=catalog, original=original
+        )
+    )
     with transaction.atomic():
         decision = TriageDecision.objects.create(
-            issue=issue, user=user, labels_seen=sorted(labels_seen), labels_added=plan.add, labels_removed=plan.remove,
-            redirect=redirect, meeting_decision=meeting_decision, meeting=meeting,
-            close_issue=plan.close, close_reason=plan.close_reason, comment=plan.comment, transfer_to=plan.transfer_to,
+            issue=issue,
+            user=user,
+            labels_seen=sorted(labels_seen),
+            labels_added=plan.add,
+            labels_removed=plan.remove,
+            redirect=redirect,
+            meeting_decision=meeting_decision,
+            meeting=meeting,
+            close_issue=plan.close,
+            close_reason=plan.close_reason,
+            comment=plan.comment,
+            transfer_to=plan.transfer_to,
             duplicate_of=plan.duplicate_of,
-            suggestions_shown=shown, status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
-            result_message=why, finished_at=timezone.now() if why else None,
+            suggestions_shown=shown,
+            status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
+            result_message=why,
+            finished_at=timezone.now() if why else None,
         )
         if not why:
             apply_decision_task.delay_on_commit(decision.pk)
     return decision
 
 
-def request_group(*, plans: list[tuple[Issue, Plan | None]], user, labels_seen: dict[int, list[str]], redirect: str = "",
-                  catalog: frozenset[str] | None = None) -> list[tuple[Issue, TriageDecision | None]]:
+def request_group(
+    *,
+    plans: list[tuple[Issue, Plan | None]],
+    user,
+    labels_seen: dict[int, list[str]],
+    redirect: str = "",
+    catalog: frozenset[str] | None = None,
+) -> list[tuple[Issue, TriageDecision | None]]:
     """One decision for several issues (a signature group): a TriageDecision per issue, each validated,
     audited and queued on its own (request_decision), with the labels its page showed; None for an
     issue the decision leaves alone (the original of duplicates). Returns them in the plans' order."""
     catalog = Label.objects.triage_catalog() if catalog is None else catalog
     known = _originals(plans)
-    return [(issue, request_decision(issue=issue, user=user, plan=plan, labels_seen=labels_seen[issue.number],
-                                     redirect=redirect, catalog=catalog, original=known.get(plan.duplicate_of))
-             if plan else None) for issue, plan in plans]
+    return [
+        (
+            issue,
+            request_decision(
+                issue=issue,
+                user=user,
+                plan=plan,
+                labels_seen=labels_seen[issue.number],
+                redirect=redirect,
+                catalog=catalog,
+                original=known.get(plan.duplicate_of),
+            )
+            if plan
+            else None,
+        )
+        for issue, plan in plans
+    ]
 
 
 def group_refusals(*, plans: list[tuple[Issue, Plan | None]], user, catalog: frozenset[str]) -> list[str]:
     """Why each plan of a group decision would be refused ("" when it would go, and for no plan): the preview's."""
     known = _originals(plans)
-    return [refusal(issue=issue, user=user, plan=plan, catalog=catalog, original=known.get(plan.duplicate_of)) if plan else ""
-            for issue, plan in plans]
+    return [
+        refusal(issue=issue, user=user, plan=plan, catalog=catalog, original=known.get(plan.duplicate_of))
+        if plan
+        else ""
+        for issue, plan in plans
+    ]
 
 
 def _originals(plans: list[tuple[Issue, Plan | None]]) -> dict[int, Issue]:
@@ -270,8 +357,12 @@ def _finish(decision: TriageDecision, status: str, message: str) -> TriageDecisi
 
 def _audit(decision: TriageDecision, result: github.WriteResult) -> None:
     GitHubWrite.objects.create(
-        decision=decision, action=result.action, target=result.target[:200], status_code=result.status,
-        ok=result.ok, response=result.response,
+        decision=decision,
+        action=result.action,
+        target=result.target[:200],
+        status_code=result.status,
+        ok=result.ok,
+        response=result.response,
     )
 
 
@@ -310,8 +401,9 @@ def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     """
     now = timezone.now()
     rows = TriageDecision.objects.filter(pk=decision_id)
-    if rows.filter(status=TriageDecision.Status.PENDING).update(status=TriageDecision.Status.APPLYING, heartbeat_at=now,
-                                                                task_id=task_id):
+    if rows.filter(status=TriageDecision.Status.PENDING).update(
+        status=TriageDecision.Status.APPLYING, heartbeat_at=now, task_id=task_id
+    ):
         return True, False
     redelivered = rows.filter(status=TriageDecision.Status.APPLYING, task_id=task_id) if task_id else rows.none()
     resumed = (redelivered | rows.abandoned(now - HEARTBEAT_STALE_AFTER)).update(heartbeat_at=now, task_id=task_id)
@@ -345,8 +437,11 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
         stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
-        return _finish(decision, TriageDecision.Status.FAILED,
-                       f"Could not re-read #{issue.number} from GitHub: {exc.message}{stopped}")
+        return _finish(
+            decision,
+            TriageDecision.Status.FAILED,
+            f"Could not re-read #{issue.number} from GitHub: {exc.message}{stopped}",
+        )
     _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", 200, True, ", ".join(remote.label_names)))
     if resumed:
         return _resume(decision, gh, remote)
@@ -355,7 +450,8 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
         diff = [f"+{n}" for n in sorted(now_labels - seen)] + [f"-{n}" for n in sorted(seen - now_labels)]
         state = "" if remote.state == "open" else f" The issue is now {remote.state}."
         return _finish(
-            decision, TriageDecision.Status.CONFLICT,
+            decision,
+            TriageDecision.Status.CONFLICT,
             f"Someone changed #{issue.number} on GitHub since you looked ({', '.join(diff) or 'same labels'}).{state} "
             "Nothing was written; review the issue again.",
         )
@@ -363,8 +459,16 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
         gone = _original_refusal(decision, gh)
         if gone:
             return _finish(decision, TriageDecision.Status.FAILED, gone)
-    return _write(decision, gh, remote, add=decision.labels_added, remove=decision.labels_removed,
-                  comment=decision.comment, close=decision.close_issue, transfer=bool(decision.transfer_to))
+    return _write(
+        decision,
+        gh,
+        remote,
+        add=decision.labels_added,
+        remove=decision.labels_removed,
+        comment=decision.comment,
+        close=decision.close_issue,
+        transfer=bool(decision.transfer_to),
+    )
 
 
 def _original_refusal(decision: TriageDecision, gh: github.Client) -> str:
@@ -382,8 +486,18 @@ def _original_refusal(decision: TriageDecision, gh: github.Client) -> str:
     return ""
 
 
-def _write(decision: TriageDecision, gh: github.Client, remote: github.IssueData, *, add, remove, comment: str,
-           close: bool, transfer: bool, before: list[str] = ()) -> TriageDecision:
+def _write(
+    decision: TriageDecision,
+    gh: github.Client,
+    remote: github.IssueData,
+    *,
+    add,
+    remove,
+    comment: str,
+    close: bool,
+    transfer: bool,
+    before: list[str] = (),
+) -> TriageDecision:
     """Write the reply, `add`, `remove`, the close and the transfer, one call at a time, auditing each;
     returns the finished decision.
 
@@ -392,7 +506,11 @@ def _write(decision: TriageDecision, gh: github.Client, remote: github.IssueData
     """
     issue = decision.issue
     labels = set(remote.label_names)
-    steps = ([(gh.comment, comment)] if comment else []) + [(gh.add_label, n) for n in add] + [(gh.remove_label, n) for n in remove]
+    steps = (
+        ([(gh.comment, comment)] if comment else [])
+        + [(gh.add_label, n) for n in add]
+        + [(gh.remove_label, n) for n in remove]
+    )
     if close:
         steps.append((gh.close_issue, decision.close_reason or "completed"))
     done: list[str] = list(before)
@@ -415,11 +533,14 @@ def _write(decision: TriageDecision, gh: github.Client, remote: github.IssueData
         moved = f" It is {result.response} and has left this queue."
     _update_local(issue, after, decision)
     issue.refresh_suggestions()
-    written = ", ".join(done[len(before):]) or "nothing more"
+    written = ", ".join(done[len(before) :]) or "nothing more"
     if before:
-        return _finish(decision, TriageDecision.Status.APPLIED,
-                       f"Its first worker stopped mid-way; GitHub already had: {', '.join(before)}. "
-                       f"Finished on GitHub: {written}.{moved}")
+        return _finish(
+            decision,
+            TriageDecision.Status.APPLIED,
+            f"Its first worker stopped mid-way; GitHub already had: {', '.join(before)}. "
+            f"Finished on GitHub: {written}.{moved}",
+        )
     return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.{moved}")
 
 
@@ -461,8 +582,11 @@ def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueDat
     added, removed = set(decision.labels_added), set(decision.labels_removed)
     reply = _reply_on_github(decision, gh) if decision.comment else ""
     commented = bool(reply)
-    landed = ([reply] if reply else []) + [f"add label {n}" for n in sorted(added & labels)] + [
-        f"remove label {n}" for n in sorted(removed - labels)]
+    landed = (
+        ([reply] if reply else [])
+        + [f"add label {n}" for n in sorted(added & labels)]
+        + [f"remove label {n}" for n in sorted(removed - labels)]
+    )
     if decision.close_issue and remote.state == "closed":
         landed.append("close")
     others = [f"+{n}" for n in sorted(labels - seen - added)] + [f"-{n}" for n in sorted(seen - labels - removed)]
@@ -470,14 +594,24 @@ def _resume(decision: TriageDecision, gh: github.Client, remote: github.IssueDat
         others.append(f"the issue is now {remote.state}")
     if others:
         return _finish(
-            decision, TriageDecision.Status.CONFLICT,
-            f"Its worker stopped mid-way, and someone else changed #{decision.issue.number} since ({', '.join(others)}). "
+            decision,
+            TriageDecision.Status.CONFLICT,
+            f"Its worker stopped mid-way, and someone else changed #{decision.issue.number} since "
+            f"({', '.join(others)}). "
             f"Of this decision GitHub has: {', '.join(landed) or 'nothing'}. Nothing more was written; "
             "review the issue again (the next sync shows GitHub's labels).",
         )
-    return _write(decision, gh, remote, add=sorted(added - labels), remove=sorted(removed & labels),
-                  comment="" if commented else decision.comment, close=decision.close_issue and remote.state != "closed",
-                  transfer=bool(decision.transfer_to), before=landed)
+    return _write(
+        decision,
+        gh,
+        remote,
+        add=sorted(added - labels),
+        remove=sorted(removed & labels),
+        comment="" if commented else decision.comment,
+        close=decision.close_issue and remote.state != "closed",
+        transfer=bool(decision.transfer_to),
+        before=landed,
+    )
 
 
 def _reply_on_github(decision: TriageDecision, gh: github.Client) -> str:
@@ -489,9 +623,14 @@ def _reply_on_github(decision: TriageDecision, gh: github.Client) -> str:
     try:
         comments = gh.comments(decision.issue.number)
     except github.GitHubError as exc:
-        _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", exc.status, False, exc.message))
+        _audit(
+            decision, github.WriteResult("read_comments", f"#{decision.issue.number}", exc.status, False, exc.message)
+        )
         return "comment (standard reply: not posted again, GitHub's comments could not be read to check)"
-    _audit(decision, github.WriteResult("read_comments", f"#{decision.issue.number}", 200, True, f"{len(comments)} comments"))
+    _audit(
+        decision,
+        github.WriteResult("read_comments", f"#{decision.issue.number}", 200, True, f"{len(comments)} comments"),
+    )
     since = decision.created_at - timedelta(minutes=1)  # GitHub's clock, to the second
     posted = any(c.body.strip() == decision.comment.strip() and c.created_at >= since for c in comments)
     return "comment (standard reply)" if posted else ""
@@ -508,9 +647,10 @@ def fail_unclaimed(live: dict[str, list[str]], now=None) -> int:
     minutes = settings.QUEUE_WAIT_TIMEOUT_MINUTES
     state = queue_state(live, "github")
     return TriageDecision.objects.unclaimed(now - timedelta(minutes=minutes)).update(
-        status=TriageDecision.Status.FAILED, finished_at=now,
+        status=TriageDecision.Status.FAILED,
+        finished_at=now,
         result_message=f"No worker of the github queue took this decision within {minutes:g} min ({state}). "
-                       "Nothing was written to GitHub; apply it again once the github worker runs.",
+        "Nothing was written to GitHub; apply it again once the github worker runs.",
     )
 
 

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
@@ -35,11 +35,11 @@ DASHBOARD_LOGIN = "pt2-triage-dashboard"
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse_iso(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 @dataclass
@@ -75,9 +75,27 @@ class Fault:
 
 
 # Repositories of the organisation the fake knows, besides its own (GET /repos/{name}, transfers).
-OTHER_REPOS = ("pytorch/vision", "pytorch/audio", "pytorch/text", "pytorch/executorch", "pytorch/ao", "pytorch/torchrec",
-               "pytorch/torchtune", "pytorch/xla", "pytorch/TensorRT", "pytorch/tutorials")
-FAULT_KINDS = ("race", "error", "timeout", "secondary_rate_limit", "rate_limit_exhausted", "malformed_json", "vanish_page")
+OTHER_REPOS = (
+    "pytorch/vision",
+    "pytorch/audio",
+    "pytorch/text",
+    "pytorch/executorch",
+    "pytorch/ao",
+    "pytorch/torchrec",
+    "pytorch/torchtune",
+    "pytorch/xla",
+    "pytorch/TensorRT",
+    "pytorch/tutorials",
+)
+FAULT_KINDS = (
+    "race",
+    "error",
+    "timeout",
+    "secondary_rate_limit",
+    "rate_limit_exhausted",
+    "malformed_json",
+    "vanish_page",
+)
 
 
 class FakeGitHub:
@@ -100,7 +118,7 @@ class FakeGitHub:
             self.faults: list[Fault] = []
             self.rate_limit_remaining = 5000
             self.rate_limit_reset = int(time.time()) + 3600
-            self._clock = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=30)
+            self._clock = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
             self._next_comment_id = 900_000_001
             # Issues moved to another repository (transferIssue): number -> (repository, url there).
             self.transferred: dict[int, tuple[str, str]] = {}
@@ -110,7 +128,7 @@ class FakeGitHub:
     def tick(self) -> datetime:
         """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
         with self.lock:
-            now = datetime.now(timezone.utc).replace(microsecond=0)
+            now = datetime.now(UTC).replace(microsecond=0)
             self._clock = max(now, self._clock + timedelta(seconds=1))
             return self._clock
 
@@ -153,12 +171,25 @@ class FakeGitHub:
             self.issues[number] = issue
             for item in comments:
                 item = {"body": item} if isinstance(item, str) else item
-                self._append_comment(issue, item.get("body", ""), item.get("user", "commenter"),
-                                     item.get("created_at", stamp), item.get("id"))
+                self._append_comment(
+                    issue,
+                    item.get("body", ""),
+                    item.get("user", "commenter"),
+                    item.get("created_at", stamp),
+                    item.get("id"),
+                )
             return issue
 
-    def _append_comment(self, issue: dict, body: str, user: str, stamp: datetime, comment_id: int | None = None) -> dict:
-        comment = {"id": comment_id or self._next_comment_id, "body": body, "user": user, "created_at": stamp, "updated_at": stamp}
+    def _append_comment(
+        self, issue: dict, body: str, user: str, stamp: datetime, comment_id: int | None = None
+    ) -> dict:
+        comment = {
+            "id": comment_id or self._next_comment_id,
+            "body": body,
+            "user": user,
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
         self._next_comment_id = max(self._next_comment_id, comment["id"]) + 1
         issue["comments"].append(comment)
         return comment
@@ -209,7 +240,9 @@ class FakeGitHub:
             issue.update(fields)
             issue["updated_at"] = self.tick()
 
-    def inject(self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options) -> None:
+    def inject(
+        self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options
+    ) -> None:
         """Answer the next `times` matching requests with a fault.
 
         kind: "race" (run=callable, called before the request is answered normally: someone
@@ -328,7 +361,7 @@ def paginate(rows: list, query: dict[str, str], base_path: str) -> tuple[list, s
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: "FakeServer"
+    server: FakeServer
 
     def setup(self) -> None:
         super().setup()
@@ -358,8 +391,14 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        record = Recorded(method, path, query, {k.lower(): v for k, v in self.headers.items()}, time.time(),
-                          sent=raw.decode("utf-8", "replace"))
+        record = Recorded(
+            method,
+            path,
+            query,
+            {k.lower(): v for k, v in self.headers.items()},
+            time.time(),
+            sent=raw.decode("utf-8", "replace"),
+        )
         with fake.lock:
             fake.requests.append(record)
         fault = fake.take_fault(method, path, query)
@@ -374,16 +413,29 @@ class Handler(BaseHTTPRequestHandler):
             self._vanish(query)
             fault = None
         if fault and fault.kind == "error":
-            return self._send(record, fault.options.get("status", 502), {"message": fault.options.get("message", "Server Error")})
+            return self._send(
+                record, fault.options.get("status", 502), {"message": fault.options.get("message", "Server Error")}
+            )
         if fault and fault.kind == "secondary_rate_limit":
             return self._send(
-                record, 403,
-                {"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."},
+                record,
+                403,
+                {
+                    "message": (
+                        "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+                    )
+                },
                 {"Retry-After": str(fault.options.get("retry_after", 1))},
             )
         if fault and fault.kind == "rate_limit_exhausted":
-            extra = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(time.time() + fault.options.get("reset_in", 1)))}
-        if fake.token is not None and self.headers.get("Authorization") not in (f"token {fake.token}", f"Bearer {fake.token}"):
+            extra = {
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset": str(int(time.time() + fault.options.get("reset_in", 1))),
+            }
+        if fake.token is not None and self.headers.get("Authorization") not in (
+            f"token {fake.token}",
+            f"Bearer {fake.token}",
+        ):
             return self._send(record, 401, {"message": "Bad credentials"})
         try:
             status, payload, headers = self._route(method, path, query, raw)
@@ -408,10 +460,18 @@ class Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         base = f"/repos/{fake.repo}"
         if path == base and method == "GET":
-            return 200, {"full_name": fake.repo, "url": fake._base(), "name": fake.repo.split("/")[1],
-                         "node_id": f"R_{fake.repo}"}, {}
+            return (
+                200,
+                {
+                    "full_name": fake.repo,
+                    "url": fake._base(),
+                    "name": fake.repo.split("/")[1],
+                    "node_id": f"R_{fake.repo}",
+                },
+                {},
+            )
         if re.fullmatch(r"/repos/[\w.-]+/[\w.-]+", path) and method == "GET":
-            name = path[len("/repos/"):]
+            name = path[len("/repos/") :]
             if name not in fake.other_repos:
                 raise KeyError(path)
             return 200, {"full_name": name, "name": name.split("/")[1], "node_id": f"R_{name}"}, {}
@@ -438,12 +498,18 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, fake.issue_json(issue), {}
             if rest == "" and method == "PATCH":
                 fields = json.loads(raw or b"{}")
-                fake.update_issue(number, **{k: v for k, v in fields.items() if k in ("state", "state_reason", "title", "body")})
+                fake.update_issue(
+                    number, **{k: v for k, v in fields.items() if k in ("state", "state_reason", "title", "body")}
+                )
                 return 200, fake.issue_json(issue), {}
             if rest == "/comments" and method == "POST":
                 body = json.loads(raw or b"{}").get("body")
                 if not isinstance(body, str) or not body.strip():
-                    return 422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]}, {}
+                    return (
+                        422,
+                        {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]},
+                        {},
+                    )
                 return 201, fake.comment_json(number, fake.add_comment(number, body, user=DASHBOARD_LOGIN)), {}
             if rest == "/comments" and method == "GET":
                 since = _parse_iso(query["since"]) if query.get("since") else None
@@ -548,11 +614,22 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
             if name not in fake.labels:
                 fake.add_label(name, colour_for(name))
         issue = fake.add_issue(
-            data["number"], title=data["title"], body=data["body"], labels=data["labels"],
-            state=data.get("state", "open"), user=data.get("author", ""),
+            data["number"],
+            title=data["title"],
+            body=data["body"],
+            labels=data["labels"],
+            state=data.get("state", "open"),
+            user=data.get("author", ""),
             updated_at=_parse_iso(data["updated_at"]),
-            comments=[{"id": c["id"], "body": c["body"], "user": c.get("author", ""),
-                       "created_at": _parse_iso(c["created_at"])} for c in data.get("comments", [])],
+            comments=[
+                {
+                    "id": c["id"],
+                    "body": c["body"],
+                    "user": c.get("author", ""),
+                    "created_at": _parse_iso(c["created_at"]),
+                }
+                for c in data.get("comments", [])
+            ],
         )
         issue["created_at"] = _parse_iso(data["created_at"])
     return len(issues)

@@ -11,17 +11,21 @@ from django.db.models import Exists, OuterRef, QuerySet
 from . import decisions
 from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
-from .models import CPU_INDUCTOR_ONCALL, BisectionRun, Issue, Label, Suggestion, TRIAGE_REVIEW, TRIAGED
+from .models import CPU_INDUCTOR_ONCALL, TRIAGE_REVIEW, TRIAGED, BisectionRun, Issue, Label, Suggestion
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
 from .rubric.facts import CORE
 from .search import issue_number
 
-ROUTES = [("pt2", "Keep in oncall: pt2"), ("cpu inductor", "Route to oncall: cpu inductor"), ("handoff", "Hand off to another oncall"),
-          # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
-          (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
-          (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
-          (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
-          (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment")]
+ROUTES = [
+    ("pt2", "Keep in oncall: pt2"),
+    ("cpu inductor", "Route to oncall: cpu inductor"),
+    ("handoff", "Hand off to another oncall"),
+    # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
+    (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
+    (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
+    (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
+    (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment"),
+]
 STOPS_LABELLING = frozenset({decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER, decisions.DUPLICATE})
 # The status flags have their own controls (the review checkbox, and `triaged`, which
 # plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
@@ -58,14 +62,24 @@ def handoff_oncalls() -> list[str]:
 class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
 
-    LANES = [("pt2", "oncall: pt2"), ("cpu", "oncall: cpu inductor"), ("review", "triage review"),
-             ("repro", "needs reproduction"), ("all", "all"), ("mine", "mine")]
+    LANES = [
+        ("pt2", "oncall: pt2"),
+        ("cpu", "oncall: cpu inductor"),
+        ("review", "triage review"),
+        ("repro", "needs reproduction"),
+        ("all", "all"),
+        ("mine", "mine"),
+    ]
 
     lane = forms.ChoiceField(choices=LANES, required=False)
     module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
     author = forms.CharField(required=False, max_length=100)
-    q = forms.CharField(required=False, max_length=200, label="Search",
-                        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL')
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL',
+    )
 
     def clean_module(self) -> str:
         """A module label the queue knows (catalog or applied); "dynamo" means "module: dynamo"."""
@@ -109,8 +123,12 @@ class QueueFilterForm(forms.Form):
             return None
         issue = Issue.objects.prefetch_related("labels").filter(number=number).first()
         lanes = issue.queue_lanes() if issue else []
-        return {"number": number, "issue": issue, "lanes": [(code, name) for code, name in self.LANES if code in lanes],
-                "github_url": f"https://github.com/{settings.GITHUB_REPO}/issues/{number}"}
+        return {
+            "number": number,
+            "issue": issue,
+            "lanes": [(code, name) for code, name in self.LANES if code in lanes],
+            "github_url": f"https://github.com/{settings.GITHUB_REPO}/issues/{number}",
+        }
 
 
 class TriageForm(forms.Form):
@@ -123,8 +141,9 @@ class TriageForm(forms.Form):
     labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     route = forms.ChoiceField(choices=ROUTES, initial="pt2", widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
-    transfer_to = forms.ChoiceField(required=False, label="Transfer to",
-                                    choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS])
+    transfer_to = forms.ChoiceField(
+        required=False, label="Transfer to", choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS]
+    )
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Duplicate of #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
@@ -132,8 +151,11 @@ class TriageForm(forms.Form):
     def __init__(self, *args, issue: Issue, suggestions: list[Suggestion], allowed: frozenset[str], **kwargs):
         super().__init__(*args, **kwargs)
         self.issue = issue
-        checkable = [s for s in suggestions if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS
-                     and not s.label.startswith("oncall:")]
+        checkable = [
+            s
+            for s in suggestions
+            if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS and not s.label.startswith("oncall:")
+        ]
         names = list(dict.fromkeys(s.label for s in checkable))
         # A label outside the triage catalog is shown but never offered for applying (R7.4, G7).
         self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
@@ -216,20 +238,32 @@ class TriageForm(forms.Form):
         a hand-off (G5), a transfer (G2), or a usage question (G1)."""
         route, suggested = self.issue.suggested_route, self.suggested
         if route == "handoff" and suggested["handoff_to"] and self.cleaned_data.get("route") != "handoff":
-            return f"G5: the rubric suggests handing it off to {suggested['handoff_to']}: pick that route. " + decisions.G4_MESSAGE
+            return (
+                f"G5: the rubric suggests handing it off to {suggested['handoff_to']}: pick that route. "
+                + decisions.G4_MESSAGE
+            )
         if suggested["transfer_to"] and self.cleaned_data.get("route") != decisions.TRANSFER:
-            return (f"G2: the thread says it belongs in {suggested['transfer_to']}: pick the transfer route. "
-                    + decisions.G4_MESSAGE)
+            return (
+                f"G2: the thread says it belongs in {suggested['transfer_to']}: pick the transfer route. "
+                + decisions.G4_MESSAGE
+            )
         if any(item.get("rule_id") == "G1" and "question" in item.get("text", "") for item in self.issue.checklist):
-            return ("G1: the rubric reads this as a usage question, not a bug: choose \"A usage question\" to close it "
-                    "with the forum reply. " + decisions.G4_MESSAGE)
+            return (
+                'G1: the rubric reads this as a usage question, not a bug: choose "A usage question" to close it '
+                "with the forum reply. " + decisions.G4_MESSAGE
+            )
         return decisions.G4_MESSAGE
 
     def plan(self) -> decisions.Plan:
         """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""
-        return decisions.plan_changes(self.issue, chosen=self.chosen(), route=self.route_value(),
-                                      review=self.cleaned_data["review"], transfer_to=self.cleaned_data["transfer_to"],
-                                      duplicate_of=self.cleaned_data["duplicate_of"])
+        return decisions.plan_changes(
+            self.issue,
+            chosen=self.chosen(),
+            route=self.route_value(),
+            review=self.cleaned_data["review"],
+            transfer_to=self.cleaned_data["transfer_to"],
+            duplicate_of=self.cleaned_data["duplicate_of"],
+        )
 
     def stops_labelling(self) -> bool:
         """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
@@ -262,8 +296,12 @@ def redirect_of(route: str, handoff_to: str) -> str:
 
 class BisectForm(forms.Form):
     # strip=False: leading indentation is part of Python code.
-    code = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}), max_length=100_000, strip=False,
-                           label="Repro (runs sandboxed; edit freely)")
+    code = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}),
+        max_length=100_000,
+        strip=False,
+        label="Repro (runs sandboxed; edit freely)",
+    )
     device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
 
     def __init__(self, *args, live: dict[str, list[str]] | None = None, **kwargs) -> None:
@@ -272,7 +310,12 @@ class BisectForm(forms.Form):
         self.live = live
         if live is not None:
             self.fields["device"].choices = [
-                (value, label if live.get(BisectionRun.QUEUES[value]) else f"{label}: no {BisectionRun.QUEUES[value]} worker online")
+                (
+                    value,
+                    label
+                    if live.get(BisectionRun.QUEUES[value])
+                    else f"{label}: no {BisectionRun.QUEUES[value]} worker online",
+                )
                 for value, label in BisectionRun.Device.choices
             ]
 
@@ -291,7 +334,9 @@ class BisectForm(forms.Form):
         """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
         since on a CPU worker it would only fail for want of one."""
         cuda = names_cuda(code)
-        form = cls(initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU}, live=live)
+        form = cls(
+            initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU}, live=live
+        )
         form.names_cuda = cuda
         return form
 
@@ -361,8 +406,14 @@ class DutyForm(forms.Form):
 
 # What one decision may do to every issue of a signature group: label them alike, hand them off, ask
 # for more information, or close all but the original as its duplicates.
-GROUP_ROUTES = [(value, name) for value, name in ROUTES if value in ("pt2", "cpu inductor", "handoff", decisions.MORE_INFO)] + [
-    (decisions.DUPLICATE, "Duplicates: close every ticked issue but the original as a duplicate of it, with the standard comment")]
+GROUP_ROUTES = [
+    (value, name) for value, name in ROUTES if value in ("pt2", "cpu inductor", "handoff", decisions.MORE_INFO)
+] + [
+    (
+        decisions.DUPLICATE,
+        "Duplicates: close every ticked issue but the original as a duplicate of it, with the standard comment",
+    )
+]
 
 
 class GroupDecisionForm(forms.Form):
@@ -392,17 +443,25 @@ class GroupDecisionForm(forms.Form):
         for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
             if name.startswith("module:"):
                 counts[name] = counts.get(name, 0) + 1
-        self.fields["labels"].choices = [(name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed]
+        self.fields["labels"].choices = [
+            (name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed
+        ]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
         if not self.is_bound:
             # Ticked: every issue, and the module labels the rubric pre-selects on all of them.
-            everywhere = set.intersection(*[{s.label for s in issue.suggestions.all() if s.preselected}
-                                             for issue in members]) if members else set()
-            self.initial.update({
-                "issues": list(self.members), "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
-                "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
-                "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
-            })
+            everywhere = (
+                set.intersection(*[{s.label for s in issue.suggestions.all() if s.preselected} for issue in members])
+                if members
+                else set()
+            )
+            self.initial.update(
+                {
+                    "issues": list(self.members),
+                    "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
+                    "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
+                    "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
+                }
+            )
 
     def clean_labels_seen(self) -> dict[int, list[str]]:
         try:
@@ -417,7 +476,11 @@ class GroupDecisionForm(forms.Form):
         data = super().clean()
         if data.get("route") == "handoff" and not data.get("handoff_to"):
             self.add_error("handoff_to", "Choose the oncall to hand the issues off to (G5).")
-        if data.get("route") == decisions.DUPLICATE and not data.get("duplicate_of") and "duplicate_of" not in self.errors:
+        if (
+            data.get("route") == decisions.DUPLICATE
+            and not data.get("duplicate_of")
+            and "duplicate_of" not in self.errors
+        ):
             self.add_error("duplicate_of", "Name the original: the issue the others duplicate.")
         missing = [n for n in data.get("issues", []) if n not in data.get("labels_seen", {})]
         if missing and "labels_seen" in data:
@@ -432,10 +495,18 @@ class GroupDecisionForm(forms.Form):
         for number in sorted(set(data["issues"])):
             issue = self.members[number]
             if route == decisions.DUPLICATE:
-                out.append((issue, None if number == data["duplicate_of"] else decisions.plan_duplicate(data["duplicate_of"])))
+                out.append(
+                    (issue, None if number == data["duplicate_of"] else decisions.plan_duplicate(data["duplicate_of"]))
+                )
             else:
-                out.append((issue, decisions.plan_changes(issue, chosen=list(dict.fromkeys(data["labels"])), route=route,
-                                                          review=data["review"])))
+                out.append(
+                    (
+                        issue,
+                        decisions.plan_changes(
+                            issue, chosen=list(dict.fromkeys(data["labels"])), route=route, review=data["review"]
+                        ),
+                    )
+                )
         return out
 
     def redirect_to(self) -> str:

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import quote, urlencode, urlsplit
 
 import requests
@@ -132,11 +132,13 @@ class _Answer:
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def parse_label(raw: dict) -> LabelData:
-    return LabelData(name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or "")
+    return LabelData(
+        name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or ""
+    )
 
 
 def parse_issue(raw: dict) -> IssueData:
@@ -187,7 +189,9 @@ _last_write_at = 0.0
 class Client:
     """A connection to one repo. Counts what it asked: `requests_made`, `not_modified` (304s)."""
 
-    def __init__(self, *, base_url: str, token: str, repo: str, timeout: float = 15.0, write_interval: float = 1.0) -> None:
+    def __init__(
+        self, *, base_url: str, token: str, repo: str, timeout: float = 15.0, write_interval: float = 1.0
+    ) -> None:
         self.repo = repo
         self.write_interval = write_interval
         self.requests_made = 0
@@ -196,18 +200,27 @@ class Client:
         self._spent_until = 0  # epoch of the rate limit's reset while the budget is spent
         auth = Auth.Token(token) if token else None
         common = dict(
-            base_url=base_url, auth=auth, per_page=100, timeout=max(int(round(timeout)), 1),
+            base_url=base_url,
+            auth=auth,
+            per_page=100,
+            timeout=max(int(round(timeout)), 1),
             # PyGithub's own throttle would add 0.25 s per read; writes are paced below, per process.
-            seconds_between_requests=None, seconds_between_writes=None,
+            seconds_between_requests=None,
+            seconds_between_writes=None,
         )
         self._reader = Github(
-            retry=GithubRetry(total=5, backoff_factor=0.25, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S), **common
+            retry=GithubRetry(total=5, backoff_factor=0.25, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S),
+            **common,
         )
         # Writes: retry only a 403 that says "rate limited" (GitHub did nothing); a 5xx or a
         # timeout may have been applied, so it is reported, not repeated.
         self._writer = Github(
             retry=GithubRetry(
-                total=3, status_forcelist=[], read=0, backoff_factor=0.25, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S,
+                total=3,
+                status_forcelist=[],
+                read=0,
+                backoff_factor=0.25,
+                max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S,
                 allowed_methods=frozenset({"GET", "POST", "DELETE", "PATCH"}),
             ),
             **common,
@@ -220,12 +233,16 @@ class Client:
         self._before_request()
         self.requests_made += 1
         try:
-            status, resp_headers, text = gh.requester.requestJson(verb, url, parameters=params, headers=headers, input=input)
+            status, resp_headers, text = gh.requester.requestJson(
+                verb, url, parameters=params, headers=headers, input=input
+            )
         except GithubException as exc:  # raised by the retry layer (403s it gave up on)
             message = (exc.data or {}).get("message", "") if isinstance(exc.data, dict) else str(exc.data)
             if exc.status == 403 and "rate limit" in message.lower():
                 raise RateLimited(f"GitHub rate limit: {message}") from None
-            return _Answer(exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data))
+            return _Answer(
+                exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data)
+            )
         except (requests.exceptions.RetryError, urllib3.exceptions.MaxRetryError) as exc:
             raise GitHubUnavailable(f"GitHub kept failing for {verb} {url}: {exc.__class__.__name__}") from None
         except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
@@ -250,7 +267,7 @@ class Client:
         if not self._spent_until:
             return
         wait = self._spent_until - time.time() + 1
-        reset_at = datetime.fromtimestamp(self._spent_until, timezone.utc)
+        reset_at = datetime.fromtimestamp(self._spent_until, UTC)
         if wait > MAX_RATE_LIMIT_WAIT_S:
             raise RateLimited(f"GitHub's rate limit is spent until {reset_at:%H:%M:%S} UTC", reset_at)
         log.info("rate limit spent; waiting %.1f s for the reset", wait)
@@ -290,17 +307,21 @@ class Client:
             items = [parse(raw) for raw in data]
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
-        return Page(items=items, next_url=_next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", ""))
+        return Page(
+            items=items, next_url=_next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", "")
+        )
 
     # --- reads ----------------------------------------------------------------------------
 
-    def issues_url(self, *, label: str = "", state: str = "open", since: datetime | None = None, sort: str = "created") -> str:
+    def issues_url(
+        self, *, label: str = "", state: str = "open", since: datetime | None = None, sort: str = "created"
+    ) -> str:
         """The first page's URL of the repo's issues, oldest first by `sort`, 100 a page."""
         params = {"state": state, "sort": sort, "direction": "asc", "per_page": 100}
         if label:
             params["labels"] = label
         if since is not None:
-            params["since"] = since.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            params["since"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return f"/repos/{self.repo}/issues?{urlencode(params)}"
 
     def issues_page(self, url: str, *, etag: str = "") -> Page:
@@ -372,17 +393,26 @@ class Client:
 
     def remove_label(self, number: int, name: str) -> WriteResult:
         """Remove one label: DELETE /issues/{n}/labels/{name}."""
-        return self._write("remove_label", name, "DELETE", f"/repos/{self.repo}/issues/{number}/labels/{quote(name, safe='')}")
+        return self._write(
+            "remove_label", name, "DELETE", f"/repos/{self.repo}/issues/{number}/labels/{quote(name, safe='')}"
+        )
 
     def comment(self, number: int, body: str) -> WriteResult:
         """Post a comment (a standard reply): POST /issues/{n}/comments. The audit keeps its first line."""
         first_line = body.strip().splitlines()[0] if body.strip() else ""
-        return self._write("comment", first_line[:200], "POST", f"/repos/{self.repo}/issues/{number}/comments", {"body": body})
+        return self._write(
+            "comment", first_line[:200], "POST", f"/repos/{self.repo}/issues/{number}/comments", {"body": body}
+        )
 
     def close_issue(self, number: int, reason: str = "completed") -> WriteResult:
         """Close the issue with GitHub's state_reason: completed, not_planned (a question) or duplicate."""
-        return self._write("close", f"#{number} ({reason.replace('_', ' ')})", "PATCH",
-                           f"/repos/{self.repo}/issues/{number}", {"state": "closed", "state_reason": reason})
+        return self._write(
+            "close",
+            f"#{number} ({reason.replace('_', ' ')})",
+            "PATCH",
+            f"/repos/{self.repo}/issues/{number}",
+            {"state": "closed", "state_reason": reason},
+        )
 
     def repository_id(self, full_name: str) -> str:
         """The GraphQL node id of a repository ("pytorch/vision"); PageGone when there is none."""
@@ -397,19 +427,31 @@ class Client:
 
         GitHub answers 200 even when it refuses; the refusal is in `errors`, and counts as a failure.
         """
-        mutation = ("mutation($issue: ID!, $repo: ID!) { transferIssue(input: {issueId: $issue, repositoryId: $repo}) "
-                    "{ issue { number url } } }")
-        result = self._write("transfer", f"#{number} to {to}", "POST", "/graphql",
-                             {"query": mutation, "variables": {"issue": issue_node_id, "repo": repository_node_id}})
+        mutation = (
+            "mutation($issue: ID!, $repo: ID!) { transferIssue(input: {issueId: $issue, repositoryId: $repo}) "
+            "{ issue { number url } } }"
+        )
+        result = self._write(
+            "transfer",
+            f"#{number} to {to}",
+            "POST",
+            "/graphql",
+            {"query": mutation, "variables": {"issue": issue_node_id, "repo": repository_node_id}},
+        )
         if not result.ok:
             return result
         data = result.data if isinstance(result.data, dict) else {}
         errors = data.get("errors")
         moved = ((data.get("data") or {}).get("transferIssue") or {}).get("issue")
         if errors or not isinstance(moved, dict):
-            why = ("; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors)
-                   if isinstance(errors, list) and errors else "no issue in GitHub's answer")
-            return WriteResult(result.action, result.target, 422, False, f"GitHub refused the transfer: {_excerpt(why)}")
+            why = (
+                "; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors)
+                if isinstance(errors, list) and errors
+                else "no issue in GitHub's answer"
+            )
+            return WriteResult(
+                result.action, result.target, 422, False, f"GitHub refused the transfer: {_excerpt(why)}"
+            )
         return WriteResult(result.action, result.target, result.status, True, f"now {moved.get('url', '')}")
 
 
@@ -423,7 +465,7 @@ def is_local_url(url: str) -> bool:
 
 
 def mode() -> str:
-    """"github" with a token; "demo" without one, against a GitHub on this machine (the demo
+    """ "github" with a token; "demo" without one, against a GitHub on this machine (the demo
     GitHub `make run` starts); "off" without a token elsewhere: nothing may be sent there."""
     if settings.GITHUB_TOKEN:
         return "github"
@@ -434,9 +476,11 @@ def off_reason() -> str:
     """Why GitHub cannot be reached in this setup, or "" when it can."""
     if mode() != "off":
         return ""
-    return (f"no GITHUB_TOKEN, and GITHUB_API_URL ({settings.GITHUB_API_URL}) is not the local demo GitHub: "
-            "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
-            "which serves the demo GitHub on 127.0.0.1.")
+    return (
+        f"no GITHUB_TOKEN, and GITHUB_API_URL ({settings.GITHUB_API_URL}) is not the local demo GitHub: "
+        "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
+        "which serves the demo GitHub on 127.0.0.1."
+    )
 
 
 def client() -> Client:

@@ -23,9 +23,36 @@ from pygments.lexers import PythonLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
 ALLOWED_TAGS = {
-    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "ul", "ol", "li",
-    "strong", "em", "del", "s", "code", "pre", "span", "a", "table", "thead", "tbody", "tr", "th", "td",
-    "mark", "details", "summary",
+    "p",
+    "br",
+    "hr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "strong",
+    "em",
+    "del",
+    "s",
+    "code",
+    "pre",
+    "span",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "mark",
+    "details",
+    "summary",
 }
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
@@ -116,8 +143,10 @@ def _plain_costly_inline(state) -> None:
             budget.work -= work
 
 
-_md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight}).enable("table").enable(
-    "strikethrough"
+_md = (
+    MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight})
+    .enable("table")
+    .enable("strikethrough")
 )
 _md.core.ruler.before("inline", "plain_costly_inline", _plain_costly_inline)
 
@@ -143,8 +172,11 @@ def _mark_evidence(rendered: str, evidence: Iterable[str]) -> str:
     the text still quotes it, so a miss costs a highlight, not information.
     """
     # Escaped as markdown-it escapes text (&, <, >, and " but not ').
-    needles = sorted({html.escape(e, quote=False).replace('"', "&quot;") for e in evidence if e and len(e.strip()) >= 3},
-                     key=len, reverse=True)
+    needles = sorted(
+        {html.escape(e, quote=False).replace('"', "&quot;") for e in evidence if e and len(e.strip()) >= 3},
+        key=len,
+        reverse=True,
+    )
     if not needles:
         return rendered
     pattern = re.compile("|".join(re.escape(n) for n in needles))
@@ -170,8 +202,10 @@ def render_markdown(text: str, evidence: Iterable[str] = (), budget: MarkdownBud
     finally:
         _budget.reset(token)
     if len(text) > limit:
-        rendered += (f"<p><em>Shown as plain text past {limit:,} characters.</em></p>"
-                     f"<pre>{html.escape(text[limit:], quote=False)}</pre>")
+        rendered += (
+            f"<p><em>Shown as plain text past {limit:,} characters.</em></p>"
+            f"<pre>{html.escape(text[limit:], quote=False)}</pre>"
+        )
     return mark_safe(sanitize(_mark_evidence(rendered, evidence)))  # noqa: S308 - nh3 output
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import cached_property
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import connections
 from django.db.models import Case, Count, DateTimeField, F, FloatField, Func, IntegerField, Q, Value, When
-from django.contrib.postgres.fields import ArrayField
 from django.db.models.functions import Coalesce, Greatest, Least
 from django.db.models.lookups import IsNull, LessThan
 from django.utils import timezone
@@ -127,8 +127,12 @@ class WeekOf(Func):
             return super().as_sql(compiler, connection, **extra)
         moment = self.source_expressions[0]
         # Most rows are older than the window: one test says so; the others find their week by halves.
-        search = Case(When(IsNull(moment, True), then=Value(None)), When(LessThan(moment, self.bounds[0]), then=Value(0)),
-                      default=self._halves(moment, 1, len(self.bounds)), output_field=IntegerField())
+        search = Case(
+            When(IsNull(moment, True), then=Value(None)),
+            When(LessThan(moment, self.bounds[0]), then=Value(0)),
+            default=self._halves(moment, 1, len(self.bounds)),
+            output_field=IntegerField(),
+        )
         return compiler.compile(search.resolve_expression(compiler.query))
 
     def _halves(self, moment, low: int, high: int):
@@ -136,8 +140,11 @@ class WeekOf(Func):
         if low == high:
             return Value(low)
         middle = (low + high) // 2  # below bounds[middle]: at most middle
-        return Case(When(LessThan(moment, self.bounds[middle]), then=self._halves(moment, low, middle)),
-                    default=self._halves(moment, middle + 1, high), output_field=IntegerField())
+        return Case(
+            When(LessThan(moment, self.bounds[middle]), then=self._halves(moment, low, middle)),
+            default=self._halves(moment, middle + 1, high),
+            output_field=IntegerField(),
+        )
 
 
 def queue_health(*, weeks: int = DEFAULT_WEEKS, now: datetime | None = None) -> QueueHealth:
@@ -145,8 +152,10 @@ def queue_health(*, weeks: int = DEFAULT_WEEKS, now: datetime | None = None) -> 
     now = now or timezone.now()
     weeks = max(1, min(weeks, MAX_WEEKS))
     first = week_start(now) - timedelta(days=7 * (weeks - 1))
-    bounds = [timezone.make_aware(datetime.combine(first + timedelta(days=7 * i), datetime.min.time()))
-              for i in range(weeks + 1)]
+    bounds = [
+        timezone.make_aware(datetime.combine(first + timedelta(days=7 * i), datetime.min.time()))
+        for i in range(weeks + 1)
+    ]
     health = QueueHealth(weeks=_weekly_flow(bounds), age_buckets=_age_buckets(now), bounds=bounds)
     _time_to_triage(health)
     health.per_triager = _per_triager(bounds[0])
@@ -157,9 +166,11 @@ def _weekly_flow(bounds: list[datetime]) -> list[Week]:
     """Opened and left per week, and the open count at each week's end: one grouped query, one pass
     over the issues whatever the number of weeks (what came before the window is one group)."""
     rows = (
-        Issue.objects.filter(is_pull_request=False).order_by()
+        Issue.objects.filter(is_pull_request=False)
+        .order_by()
         .annotate(opened_week=WeekOf("created_at", bounds), left_week=_left_week(bounds))
-        .values("opened_week", "left_week").annotate(n=Count("*"))
+        .values("opened_week", "left_week")
+        .annotate(n=Count("*"))
     )
     opened, left = [0] * (len(bounds) + 1), [0] * (len(bounds) + 1)
     for row in rows:
@@ -194,21 +205,34 @@ class SecondsBetween(Func):
     arity = 2
 
     def as_postgresql(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, arg_joiner=" - ",
-                           template="CAST(EXTRACT(EPOCH FROM (%(expressions)s)) AS double precision)", **extra)
+        return self.as_sql(
+            compiler,
+            connection,
+            arg_joiner=" - ",
+            template="CAST(EXTRACT(EPOCH FROM (%(expressions)s)) AS double precision)",
+            **extra,
+        )
 
     def as_sqlite(self, compiler, connection, **extra):
-        return self.as_sql(compiler, connection, arg_joiner=") - julianday(",
-                           template="((julianday(%(expressions)s)) * 86400.0)", **extra)
+        return self.as_sql(
+            compiler,
+            connection,
+            arg_joiner=") - julianday(",
+            template="((julianday(%(expressions)s)) * 86400.0)",
+            **extra,
+        )
 
 
 def _triaged_in_window(bounds: list[datetime]):
     """(hours to triage, week) of each issue first decided in the window; the week counted from the
     window's weeks (0-based; a decision stamped after the window's end counts in its last week)."""
     return (
-        Issue.objects.filter(first_decided_at__gte=bounds[0]).order_by()
-        .annotate(hours=Greatest(SecondsBetween("first_decided_at", "created_at") / Value(3600.0), Value(0.0)),
-                  week=Least(WeekOf("first_decided_at", bounds), Value(len(bounds) - 1)) - Value(1))
+        Issue.objects.filter(first_decided_at__gte=bounds[0])
+        .order_by()
+        .annotate(
+            hours=Greatest(SecondsBetween("first_decided_at", "created_at") / Value(3600.0), Value(0.0)),
+            week=Least(WeekOf("first_decided_at", bounds), Value(len(bounds) - 1)) - Value(1),
+        )
         .values_list("hours", "week")
     )
 
@@ -241,8 +265,10 @@ def _time_to_triage(health: QueueHealth) -> None:
         for hours, week in _triage_rows(health.bounds):
             hours_of[None].append(hours)
             hours_of.setdefault(week, []).append(hours)
-        figures = {week: (len(hours), statistics.median(hours) if hours else None, percentile(hours, 0.9))
-                   for week, hours in hours_of.items()}
+        figures = {
+            week: (len(hours), statistics.median(hours) if hours else None, percentile(hours, 0.9))
+            for week, hours in hours_of.items()
+        }
         health.triage_hours = hours_of[None]  # fetched anyway
     health.triaged, health.triage_median_h, health.triage_p90_h = figures.get(None, (0, None, None))
     for i, week in enumerate(health.weeks):
@@ -274,7 +300,7 @@ class RuleHealth:
     shown: int = 0
     applied: int = 0
     unticked: int = 0
-    applied_issues: list[int] = field(default_factory=list)   # newest first, at most ISSUE_LINKS
+    applied_issues: list[int] = field(default_factory=list)  # newest first, at most ISSUE_LINKS
     unticked_issues: list[int] = field(default_factory=list)
     # Of its suggestions ticked for `a` (pre-selected) and not already on the issue: how many the triager kept.
     ticked: int = 0
@@ -321,8 +347,10 @@ def rubric_health(outcomes) -> tuple[list[RuleHealth], list[AddedLabel]]:
         elif o.unticked:
             row.unticked += 1
             _link(row.unticked_issues, o.issue_number)
-    return (sorted(rules.values(), key=lambda r: (-r.shown, r.rule_id)),
-            sorted(added.values(), key=lambda a: (-a.count, a.label)))
+    return (
+        sorted(rules.values(), key=lambda r: (-r.shown, r.rule_id)),
+        sorted(added.values(), key=lambda a: (-a.count, a.label)),
+    )
 
 
 def preselection(rules: list[RuleHealth]) -> RuleHealth:
@@ -344,11 +372,35 @@ def write_rubric_csv(out, outcomes, *, per_outcome: bool = False) -> None:
         writer.writerows(outcomes)
         return
     rules, added = rubric_health(outcomes)
-    writer.writerow(["rule_id", "label", "shown", "applied", "unticked", "added", "precision", "issues", "preselected",
-                     "preselected_kept"])
+    writer.writerow(
+        [
+            "rule_id",
+            "label",
+            "shown",
+            "applied",
+            "unticked",
+            "added",
+            "precision",
+            "issues",
+            "preselected",
+            "preselected_kept",
+        ]
+    )
     for r in rules:
         precision = "" if r.precision is None else f"{r.precision:.3f}"
-        writer.writerow([r.rule_id, "", r.shown, r.applied, r.unticked, "", precision,
-                         " ".join(f"#{n}" for n in r.applied_issues + r.unticked_issues), r.ticked, r.ticked_kept])
+        writer.writerow(
+            [
+                r.rule_id,
+                "",
+                r.shown,
+                r.applied,
+                r.unticked,
+                "",
+                precision,
+                " ".join(f"#{n}" for n in r.applied_issues + r.unticked_issues),
+                r.ticked,
+                r.ticked_kept,
+            ]
+        )
     for a in added:
         writer.writerow(["", a.label, "", "", "", a.count, "", " ".join(f"#{n}" for n in a.issues), "", ""])

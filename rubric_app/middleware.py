@@ -23,5 +23,10 @@ class NotFoundPageMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, Http404):
             return None
-        number = (request.resolver_match.kwargs.get("number") if request.resolver_match else None)
-        return render(request, "404.html", {"number": number, "request_path": request.path, "repo": settings.GITHUB_REPO}, status=404)
+        number = request.resolver_match.kwargs.get("number") if request.resolver_match else None
+        return render(
+            request,
+            "404.html",
+            {"number": number, "request_path": request.path, "repo": settings.GITHUB_REPO},
+            status=404,
+        )

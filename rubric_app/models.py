@@ -9,9 +9,10 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from datetime import date, datetime, timedelta
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connections, models, transaction
@@ -126,9 +127,9 @@ class IssueQuerySet(models.QuerySet):
         else:  # SQLite's FTS5 indexes the number too: the join finds the issue itself
             qs, rank = search_index.sqlite_search(self, search.fts5_match(clauses), number is not None)
         exact = Case(When(number=number, then=Value(1000.0)), default=Value(0.0)) if number is not None else Value(0.0)
-        return qs.annotate(
-            search_rank=Coalesce(rank, Value(0.0), output_field=FloatField()) + exact
-        ).order_by(F("search_rank").desc(), "-updated_at")
+        return qs.annotate(search_rank=Coalesce(rank, Value(0.0), output_field=FloatField()) + exact).order_by(
+            F("search_rank").desc(), "-updated_at"
+        )
 
     def refresh_suggestions(self, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
         """Recompute and store the rubric engine's suggestions of these issues; returns how many.
@@ -140,8 +141,12 @@ class IssueQuerySet(models.QuerySet):
         finished = BisectionRun.objects.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
         ids = list(self.order_by("pk").values_list("pk", flat=True))
         for start in range(0, len(ids), batch):
-            issues = Issue.objects.filter(pk__in=ids[start : start + batch]).order_by("pk").prefetch_related(
-                "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
+            issues = (
+                Issue.objects.filter(pk__in=ids[start : start + batch])
+                .order_by("pk")
+                .prefetch_related(
+                    "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
+                )
             )
             _store_suggestions(list(issues), catalog)
         return len(ids)
@@ -158,11 +163,16 @@ class IssueQuerySet(models.QuerySet):
         in_flight = tries.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
         latest = tries.order_by("-created_at", "-pk")
         return (
-            self.in_queue().filter(labels__name=TRIAGE_REVIEW).exclude(Exists(in_flight))
-            .annotate(last_try_status=Subquery(latest.values("status")[:1]),
-                      last_try_decision=Subquery(latest.values("meeting_decision")[:1]),
-                      last_try_message=Subquery(latest.values("result_message")[:1]))
-            .prefetch_related("labels", "suggestions").order_by("review_flagged_at", "number")
+            self.in_queue()
+            .filter(labels__name=TRIAGE_REVIEW)
+            .exclude(Exists(in_flight))
+            .annotate(
+                last_try_status=Subquery(latest.values("status")[:1]),
+                last_try_decision=Subquery(latest.values("meeting_decision")[:1]),
+                last_try_message=Subquery(latest.values("result_message")[:1]),
+            )
+            .prefetch_related("labels", "suggestions")
+            .order_by("review_flagged_at", "number")
         )
 
 
@@ -282,8 +292,16 @@ class Issue(models.Model):
         if not self.in_queue or self.state != self.State.OPEN:
             return []
         names = set(self.label_names())
-        lanes = [lane for lane, label in (("pt2", PT2_ONCALL), ("cpu", CPU_INDUCTOR_ONCALL), ("review", TRIAGE_REVIEW),
-                                         ("repro", NEEDS_REPRODUCTION)) if label in names]
+        lanes = [
+            lane
+            for lane, label in (
+                ("pt2", PT2_ONCALL),
+                ("cpu", CPU_INDUCTOR_ONCALL),
+                ("review", TRIAGE_REVIEW),
+                ("repro", NEEDS_REPRODUCTION),
+            )
+            if label in names
+        ]
         if "pt2" in lanes and TRIAGED in names:
             lanes.remove("pt2")
         return lanes + ["all"]
@@ -308,21 +326,38 @@ def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rub
     texts = [issue.as_issue_text() for issue in issues]
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
-    assessments = [rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
-                   for issue, text in zip(issues, texts)]
+    assessments = [
+        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+        for issue, text in zip(issues, texts)
+    ]
     rows = []
     for issue, assessment in zip(issues, assessments):
         rows += [
             Suggestion(
-                issue=issue, label=s.label, kind=Suggestion.Kind.ADD, rule_id=s.rule_id, evidence=s.evidence,
-                evidence_source=s.evidence_source, reason=s.reason, confidence=s.confidence, source=s.source,
-                preselected=s.preselected, created_at=now,
+                issue=issue,
+                label=s.label,
+                kind=Suggestion.Kind.ADD,
+                rule_id=s.rule_id,
+                evidence=s.evidence,
+                evidence_source=s.evidence_source,
+                reason=s.reason,
+                confidence=s.confidence,
+                source=s.source,
+                preselected=s.preselected,
+                created_at=now,
             )
             for s in assessment.add
         ] + [
             Suggestion(
-                issue=issue, label=a.label, kind=Suggestion.Kind.AVOID, rule_id=a.rule_id, evidence=a.evidence,
-                evidence_source=a.evidence_source, reason=a.reason, confidence=1.0, created_at=now,
+                issue=issue,
+                label=a.label,
+                kind=Suggestion.Kind.AVOID,
+                rule_id=a.rule_id,
+                evidence=a.evidence,
+                evidence_source=a.evidence_source,
+                reason=a.reason,
+                confidence=1.0,
+                created_at=now,
             )
             for a in assessment.avoid
         ]
@@ -356,9 +391,12 @@ class IssueTerm(models.Model):
         constraints = [models.UniqueConstraint(fields=["issue", "term"], name="issueterm_issue_term_unique")]
         # The issues where a term weighs most come first: a lookup reads the head of each term's list
         # (the second index: of the labelled issues only, for the vote).
-        indexes = [models.Index(fields=["term", "-weight", "issue"], name="issueterm_champion_idx"),
-                   models.Index(fields=["term", "-weight", "issue"], condition=models.Q(labelled=True),
-                                name="issueterm_labelled_idx")]
+        indexes = [
+            models.Index(fields=["term", "-weight", "issue"], name="issueterm_champion_idx"),
+            models.Index(
+                fields=["term", "-weight", "issue"], condition=models.Q(labelled=True), name="issueterm_labelled_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.term} {self.weight:.3f} of #{self.issue_id}"
@@ -505,8 +543,15 @@ class BisectionRun(models.Model):
             return f"refused, the repro did not run: {report['refused']}"
         if not report:
             return ""
-        parts = [name for name, key in (("no network", "netns"), ("own pid namespace", "pidns"),
-                                        ("read-only allow-list root", "root")) if report.get(key)]
+        parts = [
+            name
+            for name, key in (
+                ("no network", "netns"),
+                ("own pid namespace", "pidns"),
+                ("read-only allow-list root", "root"),
+            )
+            if report.get(key)
+        ]
         if report.get("uid", -1) > 0:
             parts.append(f"uid {report['uid']}")
         cgroup = report.get("cgroup") or {}
@@ -573,15 +618,26 @@ class TriageDecisionQuerySet(models.QuerySet):
         """
         rows = self.filter(status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False)
         rows = rows.order_by("-created_at", "-pk").values_list(
-            "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown")
+            "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown"
+        )
         for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
             shown_labels = set()
             for item in shown:
                 label, rule_id = item.get("label", ""), item.get("rule_id", "")
                 shown_labels.add(label)
                 applied = label in added
-                yield Outcome(pk, issue_id, number, label, rule_id, True, applied, not applied and label not in seen, False,
-                              item.get("preselected"))
+                yield Outcome(
+                    pk,
+                    issue_id,
+                    number,
+                    label,
+                    rule_id,
+                    True,
+                    applied,
+                    not applied and label not in seen,
+                    False,
+                    item.get("preselected"),
+                )
             for label in added:
                 if label not in shown_labels:
                     yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
@@ -779,7 +835,9 @@ WORKER_QUEUES = ("cpu", "gpu", "github")
 def queue_state(live: dict[str, list[str]], queue: str) -> str:
     """Why work on `queue` was not taken, from WorkerHeartbeat.objects.queues(): no worker, or only busy ones."""
     workers = live.get(queue, [])
-    return f"{len(workers)} {queue} worker(s) are online but none took it" if workers else f"no {queue} worker is online"
+    return (
+        f"{len(workers)} {queue} worker(s) are online but none took it" if workers else f"no {queue} worker is online"
+    )
 
 
 class WorkerHeartbeat(models.Model):

@@ -37,8 +37,8 @@ import re
 import secrets
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from django.contrib.auth import get_user_model
 from django.core.cache import caches
@@ -128,10 +128,12 @@ def _fill(pieces: list, request: HttpRequest) -> SafeString:
     from .templatetags.triage import age
 
     csrf = get_token(request)
-    return mark_safe("".join(  # noqa: S308 - rendered by the template, plus escaped ages and the CSRF token
-        piece if i % 2 == 0 else csrf if piece == "csrf" else str(conditional_escape(age(piece)))
-        for i, piece in enumerate(pieces)
-    ))
+    return mark_safe(
+        "".join(  # noqa: S308 - rendered by the template, plus escaped ages and the CSRF token
+            piece if i % 2 == 0 else csrf if piece == "csrf" else str(conditional_escape(age(piece)))
+            for i, piece in enumerate(pieces)
+        )
+    )
 
 
 # --- the triggers ------------------------------------------------------------------------------
@@ -141,6 +143,7 @@ def _watched(connection) -> list[tuple[str, list[str] | None]]:
     """(table, the columns whose UPDATE changes the token, or None for any UPDATE), from the database's
     own columns: a column added later is watched unless it is named in IGNORED_COLUMNS."""
     with connection.cursor() as cursor:
+
         def columns_but(model) -> list[str]:
             names = [c.name for c in connection.introspection.get_table_description(cursor, model._meta.db_table)]
             ignored = {model._meta.get_field(name).column for name in IGNORED_COLUMNS[model]}
@@ -164,8 +167,10 @@ def _postgres_triggers(watched) -> dict[str, tuple[str, str]]:
     triggers = {}
     for table_name, columns in watched:
         update = f"UPDATE OF {', '.join(columns)}" if columns else "UPDATE"
-        body = (f"AFTER INSERT OR DELETE OR {update} ON {table_name} DEFERRABLE INITIALLY DEFERRED "
-                f"FOR EACH ROW EXECUTE FUNCTION {FUNCTION}()")
+        body = (
+            f"AFTER INSERT OR DELETE OR {update} ON {table_name} DEFERRABLE INITIALLY DEFERRED "
+            f"FOR EACH ROW EXECUTE FUNCTION {FUNCTION}()"
+        )
         name = _name(table_name, body)
         triggers[name] = (table_name, f"CREATE CONSTRAINT TRIGGER {name} {body}")
     return triggers
@@ -178,9 +183,11 @@ def _sqlite_triggers(watched) -> dict[str, tuple[str, str]]:
     statement's conflict policy (bulk_create's INSERT OR IGNORE) to the trigger's own statements.
     """
     version = QueueVersion._meta.db_table
-    change = (f"UPDATE {version} SET token = lower(hex(randomblob(16))); "
-              f"INSERT INTO {version} (id, token) SELECT 1, lower(hex(randomblob(16))) "
-              f"WHERE NOT EXISTS (SELECT 1 FROM {version});")
+    change = (
+        f"UPDATE {version} SET token = lower(hex(randomblob(16))); "
+        f"INSERT INTO {version} (id, token) SELECT 1, lower(hex(randomblob(16))) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {version});"
+    )
     triggers = {}
     for table_name, columns in watched:
         update = f"UPDATE OF {', '.join(columns)}" if columns else "UPDATE"
@@ -236,8 +243,11 @@ def ensure_triggers(using: str = "default", **kwargs) -> bool:
             cursor.execute(_postgres_function())
         for name, table_name in present.items():
             if name not in wanted:
-                cursor.execute(f"DROP TRIGGER {name} ON {table_name}" if connection.vendor == "postgresql"
-                               else f"DROP TRIGGER {name}")
+                cursor.execute(
+                    f"DROP TRIGGER {name} ON {table_name}"
+                    if connection.vendor == "postgresql"
+                    else f"DROP TRIGGER {name}"
+                )
         for name, (_, create) in wanted.items():
             if name not in present:
                 cursor.execute(create)

@@ -21,8 +21,15 @@ from dataclasses import dataclass
 # would shrink to "memory" there and match every memory-usage report.
 SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("segfault", "segmentation fault", "sigsegv", "seg fault"),
-    ("oom", "outofmemoryerror", "cuda out of memory", "error out of memory", "ran out of memory",
-     "runs out of memory", "cannot allocate memory"),
+    (
+        "oom",
+        "outofmemoryerror",
+        "cuda out of memory",
+        "error out of memory",
+        "ran out of memory",
+        "runs out of memory",
+        "cannot allocate memory",
+    ),
     ("nan", "nans", "isnan"),
     ("recompile", "recompilation", "recompiling", "re compile", "re compilation"),
     ("ima", "illegal memory access", "cudaerrorillegaladdress"),
@@ -93,6 +100,7 @@ def fts5_match(clauses: list[Clause]) -> str:
 
     Every phrase is double-quoted and made of \\w characters only, so no input becomes FTS5 syntax.
     """
+
     def any_of(clause: Clause) -> str:
         return "(" + " OR ".join(f'"{phrase}"' for phrase in clause.phrases) + ")"
 

@@ -38,7 +38,8 @@ POSTGRES_FORWARD = [
           SELECT setweight(to_tsvector('english'::regconfig, coalesce(p_title, '')), 'A')
               || setweight(to_tsvector('english'::regconfig, coalesce(p_body, '')), 'B')
               || setweight(to_tsvector('english'::regconfig, coalesce(
-                   (SELECT string_agg(c.body, E'\\n' ORDER BY c.id) FROM {COMMENT} c WHERE c.issue_id = p_id), '')), 'C')
+                   (SELECT string_agg(c.body, E'\\n' ORDER BY c.id) FROM {COMMENT} c"""
+    f""" WHERE c.issue_id = p_id), '')), 'C')
         $$""",
     # Row-level on the issue: recompute only when the title or the body changed.
     f"""CREATE FUNCTION {ISSUE}_search_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -68,7 +69,8 @@ POSTGRES_FORWARD = [
     # PostgreSQL allows transition tables only on single-event triggers: one trigger per event.
     f"""CREATE TRIGGER {COMMENT}_search_ins AFTER INSERT ON {COMMENT} REFERENCING NEW TABLE AS new_rows
         FOR EACH STATEMENT EXECUTE FUNCTION {COMMENT}_search_trigger()""",
-    f"""CREATE TRIGGER {COMMENT}_search_upd AFTER UPDATE ON {COMMENT} REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    f"CREATE TRIGGER {COMMENT}_search_upd AFTER UPDATE ON {COMMENT} "
+    f"""REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
         FOR EACH STATEMENT EXECUTE FUNCTION {COMMENT}_search_trigger()""",
     f"""CREATE TRIGGER {COMMENT}_search_del AFTER DELETE ON {COMMENT} REFERENCING OLD TABLE AS old_rows
         FOR EACH STATEMENT EXECUTE FUNCTION {COMMENT}_search_trigger()""",
@@ -104,26 +106,28 @@ def _comments_of(issue_id: str) -> str:
 # names the one just dropped, so an issue trigger naming the comment table would break migrate.
 SQLITE_TRIGGERS = {
     f"{ISSUE}_fts_ai": f"AFTER INSERT ON {ISSUE} BEGIN "
-                       f"INSERT INTO {FTS}(rowid, number, title, body, comments) "
-                       f"VALUES (new.id, new.number, new.title, new.body, ''); END",
+    f"INSERT INTO {FTS}(rowid, number, title, body, comments) "
+    f"VALUES (new.id, new.number, new.title, new.body, ''); END",
     f"{ISSUE}_fts_au": f"AFTER UPDATE OF title, body ON {ISSUE} BEGIN "
-                       f"UPDATE {FTS} SET title = new.title, body = new.body WHERE rowid = new.id; END",
+    f"UPDATE {FTS} SET title = new.title, body = new.body WHERE rowid = new.id; END",
     f"{ISSUE}_fts_ad": f"AFTER DELETE ON {ISSUE} BEGIN DELETE FROM {FTS} WHERE rowid = old.id; END",
     f"{COMMENT}_fts_ai": f"AFTER INSERT ON {COMMENT} BEGIN {_comments_of('new.issue_id')} END",
     f"{COMMENT}_fts_au": f"AFTER UPDATE OF body, issue_id ON {COMMENT} BEGIN "
-                         f"{_comments_of('old.issue_id')} {_comments_of('new.issue_id')} END",
+    f"{_comments_of('old.issue_id')} {_comments_of('new.issue_id')} END",
     f"{COMMENT}_fts_ad": f"AFTER DELETE ON {COMMENT} BEGIN {_comments_of('old.issue_id')} END",
 }
 
 SQLITE_REBUILD = [
     f"DELETE FROM {FTS}",
     f"INSERT INTO {FTS}(rowid, number, title, body, comments) "
-    f"SELECT i.id, i.number, i.title, i.body, (SELECT group_concat(c.body, char(10)) FROM {COMMENT} c WHERE c.issue_id = i.id) "
+    "SELECT i.id, i.number, i.title, i.body, "
+    f"(SELECT group_concat(c.body, char(10)) FROM {COMMENT} c WHERE c.issue_id = i.id) "
     f"FROM {ISSUE} i",
 ]
 
 SQLITE_FORWARD = [
-    f"CREATE VIRTUAL TABLE {FTS} USING fts5(number, title, body, comments, tokenize = 'porter unicode61 remove_diacritics 2')",
+    f"CREATE VIRTUAL TABLE {FTS} USING fts5(number, title, body, comments, "
+    "tokenize = 'porter unicode61 remove_diacritics 2')",
     *(f"CREATE TRIGGER {name} {body}" for name, body in SQLITE_TRIGGERS.items()),
     *SQLITE_REBUILD,
 ]

@@ -37,8 +37,11 @@ def share_out(*, by, now=None) -> int:
     load = Counter(dict.fromkeys((d.user_id for d in duties), 0))
     load.update(Assignment.objects.filter(issue__in=untriaged(), user_id__in=load).values_list("user_id", flat=True))
     module_suggestions = Suggestion.objects.filter(kind=Suggestion.Kind.ADD, label__startswith="module:")
-    issues = unassigned().order_by("created_at", "number").prefetch_related(
-        "labels", Prefetch("suggestions", queryset=module_suggestions, to_attr="module_suggestions"))
+    issues = (
+        unassigned()
+        .order_by("created_at", "number")
+        .prefetch_related("labels", Prefetch("suggestions", queryset=module_suggestions, to_attr="module_suggestions"))
+    )
     rows = []
     for issue in issues:
         modules = set(issue.module_labels) | {s.label for s in issue.module_suggestions}
@@ -54,7 +57,8 @@ def share_out(*, by, now=None) -> int:
 def assign(*, issue: Issue, user, by) -> Assignment:
     """Give the issue to user (take it when user is by); replaces any earlier assignment."""
     assignment, _ = Assignment.objects.update_or_create(
-        issue=issue, defaults={"user": user, "assigned_by": by, "assigned_at": timezone.now()})
+        issue=issue, defaults={"user": user, "assigned_by": by, "assigned_at": timezone.now()}
+    )
     return assignment
 
 
@@ -69,6 +73,7 @@ def set_duty(*, username: str, modules: list[str], now=None) -> Duty:
     user = find_triager(username)
     if user is None:
         raise ValueError(f"{username!r} is not a triager (the triager role is needed to be on duty).")
-    duty, _ = Duty.objects.update_or_create(user=user, week=week_start(now or timezone.now()),
-                                            defaults={"modules": sorted(set(modules))})
+    duty, _ = Duty.objects.update_or_create(
+        user=user, week=week_start(now or timezone.now()), defaults={"modules": sorted(set(modules))}
+    )
     return duty

@@ -45,17 +45,22 @@ def signature_fields(signature: Signature | None) -> dict:
     return {
         "signature": signature.key if signature.specific else "",
         "signature_text": signature.describe()[:400],
-        "signature_parts": {"exception": signature.exception, "message": signature.message,
-                            "frames": list(signature.frames), "source": signature.source, "key": signature.key},
+        "signature_parts": {
+            "exception": signature.exception,
+            "message": signature.message,
+            "frames": list(signature.frames),
+            "source": signature.source,
+            "key": signature.key,
+        },
     }
 
 
 def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
     """Recompute and store the signatures and term vectors of these issues (texts: their IssueText).
 
-    Four queries for the batch (lock, delete, insert, update), under the issues' row locks (as the suggestions are replaced), so two
-    refreshes of one issue never leave both vectors behind. Leaves each vector on its issue
-    (`similarity_vector`) for neighbours_for_votes.
+    Four queries for the batch (lock, delete, insert, update), under the issues' row locks (as the
+    suggestions are replaced), so two refreshes of one issue never leave both vectors behind. Leaves
+    each vector on its issue (`similarity_vector`) for neighbours_for_votes.
     """
     rows = []
     for issue, text in zip(issues, texts):
@@ -81,8 +86,10 @@ def _insert_terms(rows: list[tuple[int, str, float, bool]]) -> None:
     sql = f"INSERT INTO {IssueTerm._meta.db_table} (issue_id, term, weight, labelled) "
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(sql + "SELECT * FROM unnest(%s::bigint[], %s::varchar[], %s::float8[], %s::boolean[])",
-                           [list(column) for column in zip(*rows)])
+            cursor.execute(
+                sql + "SELECT * FROM unnest(%s::bigint[], %s::varchar[], %s::float8[], %s::boolean[])",
+                [list(column) for column in zip(*rows)],
+            )
         else:
             cursor.executemany(sql + "VALUES (%s, %s, %s, %s)", rows)
 
@@ -94,8 +101,15 @@ def reindex(issues: QuerySet[Issue], batch: int = 500) -> int:
     """
     ids = list(issues.order_by("pk").values_list("pk", flat=True))
     for start in range(0, len(ids), batch):
-        rows = list(Issue.objects.filter(pk__in=ids[start:start + batch]).order_by("pk").prefetch_related(
-            "labels", "comments", Prefetch("bisection_runs", queryset=BisectionRun.objects.none(), to_attr="finished_runs")))
+        rows = list(
+            Issue.objects.filter(pk__in=ids[start : start + batch])
+            .order_by("pk")
+            .prefetch_related(
+                "labels",
+                "comments",
+                Prefetch("bisection_runs", queryset=BisectionRun.objects.none(), to_attr="finished_runs"),
+            )
+        )
         index(rows, [issue.as_issue_text() for issue in rows])
     return len(ids)
 
@@ -108,7 +122,9 @@ def vector_of(issue: Issue) -> dict[str, float]:
     return vector
 
 
-def _candidates(queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool) -> dict[int, list[int]]:
+def _candidates(
+    queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool
+) -> dict[int, list[int]]:
     """{issue id: the `limit` other issues with the highest partial dot product} for each query ([(term, weight)]).
 
     Partial: over the head of each term's list only, the `per_term` issues where the term weighs most
@@ -122,14 +138,17 @@ def _candidates(queries: dict[int, list[tuple[str, float]]], per_term: int, limi
     rows = [(pk, term, weight) for pk, query in queries.items() for term, weight in query]
     values = ", ".join(["(%s, %s, %s)"] * len(rows))
     last = f"FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC, t.issue_id LIMIT 1 OFFSET %s"
-    sql = (f"WITH q(src, term, w) AS (VALUES {values}), "
-           f"floors AS MATERIALIZED (SELECT q.src, q.term, q.w, COALESCE((SELECT t.weight {last}), -1.0) AS weight, "
-           f"COALESCE((SELECT t.issue_id {last}), {2**62}) AS issue_id FROM q), "
-           f"scores AS (SELECT f.src, t.issue_id AS dst, SUM(f.w * t.weight) AS s FROM floors f "
-           f"JOIN {table} t ON t.term = f.term{only} AND t.weight >= f.weight AND (t.weight > f.weight OR t.issue_id <= f.issue_id) "
-           f"WHERE t.issue_id <> f.src GROUP BY f.src, t.issue_id), "
-           f"ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n FROM scores) "
-           f"SELECT src, dst FROM ranked WHERE n <= %s ORDER BY src, n")
+    sql = (
+        f"WITH q(src, term, w) AS (VALUES {values}), "
+        f"floors AS MATERIALIZED (SELECT q.src, q.term, q.w, COALESCE((SELECT t.weight {last}), -1.0) AS weight, "
+        f"COALESCE((SELECT t.issue_id {last}), {2**62}) AS issue_id FROM q), "
+        f"scores AS (SELECT f.src, t.issue_id AS dst, SUM(f.w * t.weight) AS s FROM floors f "
+        f"JOIN {table} t ON t.term = f.term{only} AND t.weight >= f.weight "
+        "AND (t.weight > f.weight OR t.issue_id <= f.issue_id) "
+        f"WHERE t.issue_id <> f.src GROUP BY f.src, t.issue_id), "
+        f"ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n FROM scores) "
+        f"SELECT src, dst FROM ranked WHERE n <= %s ORDER BY src, n"
+    )
     found: dict[int, list[int]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(sql, [value for row in rows for value in row] + [per_term - 1, per_term - 1, limit])
@@ -139,15 +158,22 @@ def _candidates(queries: dict[int, list[tuple[str, float]]], per_term: int, limi
 
 
 def _vectors(ids: set[int]) -> dict[int, dict[str, float]]:
-    """The stored vectors of these issues: one query on the (issue, term) index, whatever the database's planner thinks."""
+    """The stored vectors of these issues: one query on the (issue, term) index, whatever the database's
+    planner thinks."""
     found: dict[int, dict[str, float]] = defaultdict(dict)
     for issue_id, term, weight in IssueTerm.objects.filter(issue_id__in=ids).values_list("issue_id", "term", "weight"):
         found[issue_id][term] = weight
     return found
 
 
-def rank(vectors: dict[int, dict[str, float]], *, per_term: int = CHAMPIONS, candidates: int = CANDIDATES,
-         labelled: bool = False, query_terms: int | None = None) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
+def rank(
+    vectors: dict[int, dict[str, float]],
+    *,
+    per_term: int = CHAMPIONS,
+    candidates: int = CANDIDATES,
+    labelled: bool = False,
+    query_terms: int | None = None,
+) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
     """{issue id: [(other id, cosine, shared words, shared terms)] best first} for each stored vector in `vectors`.
 
     Candidates come from the heads of the lists of each vector's heaviest `query_terms` terms (all by
@@ -155,7 +181,9 @@ def rank(vectors: dict[int, dict[str, float]], *, per_term: int = CHAMPIONS, can
     the terms both issues have, from their stored vectors. labelled: only issues carrying a module: label
     (the suggestion vote). Two statements for the whole batch, whatever its size.
     """
-    queries = {pk: sorted(v.items(), key=lambda item: (-item[1], item[0]))[:query_terms] for pk, v in vectors.items() if v}
+    queries = {
+        pk: sorted(v.items(), key=lambda item: (-item[1], item[0]))[:query_terms] for pk, v in vectors.items() if v
+    }
     if not queries:
         return {}
     chosen = _candidates(queries, per_term, candidates, labelled)
@@ -191,13 +219,20 @@ def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
     """The issue's most similar issues (open and closed, in the queue or not): same failure signature
     first, then by cosine. Five queries, whatever the size of the mirror."""
     twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
-    found = [(twin in terms, score, pk, words) for pk, score, words, terms in rank({issue.pk: vector_of(issue)}).get(issue.pk, ())
-             if score >= MIN_SHOWN]
+    found = [
+        (twin in terms, score, pk, words)
+        for pk, score, words, terms in rank({issue.pk: vector_of(issue)}).get(issue.pk, ())
+        if score >= MIN_SHOWN
+    ]
     found = sorted(found, key=lambda item: (not item[0], -item[1], item[2]))[:limit]
     if not found:
         return []
-    rows = Issue.objects.filter(pk__in=[pk for _, _, pk, _ in found]).only(
-        "number", "title", "state", "in_queue", "is_pull_request", "signature", "html_url").prefetch_related("labels").in_bulk()
+    rows = (
+        Issue.objects.filter(pk__in=[pk for _, _, pk, _ in found])
+        .only("number", "title", "state", "in_queue", "is_pull_request", "signature", "html_url")
+        .prefetch_related("labels")
+        .in_bulk()
+    )
     return [Similar(rows[pk], score, same, words) for same, score, pk, words in found if pk in rows]
 
 
@@ -208,21 +243,30 @@ def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbou
     Three queries for the whole batch: the candidates among labelled issues and their scores (rank),
     then the module labels and numbers of them all.
     """
-    found = rank({issue.pk: vector_of(issue) for issue in issues if issue.in_queue and issue.state == Issue.State.OPEN},
-                 per_term=VOTE_CHAMPIONS, candidates=VOTE_CANDIDATES, labelled=True, query_terms=VOTE_TERMS)
+    found = rank(
+        {issue.pk: vector_of(issue) for issue in issues if issue.in_queue and issue.state == Issue.State.OPEN},
+        per_term=VOTE_CHAMPIONS,
+        candidates=VOTE_CANDIDATES,
+        labelled=True,
+        query_terms=VOTE_TERMS,
+    )
     ids = {pk for near in found.values() for pk, *_ in near}
     if not ids:
         return {}
     labels: dict[int, list[str]] = defaultdict(list)
     numbers: dict[int, int] = {}
-    for pk, number, name in Issue.labels.through.objects.filter(issue_id__in=ids, label__name__startswith="module:").values_list(
-            "issue_id", "issue__number", "label__name"):
+    for pk, number, name in Issue.labels.through.objects.filter(
+        issue_id__in=ids, label__name__startswith="module:"
+    ).values_list("issue_id", "issue__number", "label__name"):
         labels[pk].append(name)
         numbers[pk] = number
     signature = {issue.pk: f"sig:{issue.signature}" if issue.signature else "" for issue in issues}
     return {
-        pk: tuple(rubric.Neighbour(numbers[other], tuple(sorted(labels[other])), score, signature[pk] in terms)
-                  for other, score, _, terms in near if other in numbers)
+        pk: tuple(
+            rubric.Neighbour(numbers[other], tuple(sorted(labels[other])), score, signature[pk] in terms)
+            for other, score, _, terms in near
+            if other in numbers
+        )
         for pk, near in found.items()
     }
 
@@ -240,13 +284,23 @@ class Group:
 def signature_groups(rows: QuerySet[Issue], limit: int = 10) -> list[Group]:
     """The signatures two or more of `rows` share (largest group first), each with up to
     GROUP_MEMBERS_SHOWN of its numbers. Two queries, whatever the number of rows."""
-    counted = list(rows.order_by().exclude(signature="").values("signature").annotate(
-        size=Count("pk", distinct=True), text=Max("signature_text")).filter(size__gte=2).order_by("-size", "signature")[:limit])
+    counted = list(
+        rows.order_by()
+        .exclude(signature="")
+        .values("signature")
+        .annotate(size=Count("pk", distinct=True), text=Max("signature_text"))
+        .filter(size__gte=2)
+        .order_by("-size", "signature")[:limit]
+    )
     if not counted:
         return []
     members: dict[str, list[int]] = defaultdict(list)
-    for key, number in rows.order_by().filter(signature__in=[g["signature"] for g in counted]).values_list(
-            "signature", "number").distinct().order_by("signature", "-number"):
+    for key, number in (
+        rows.order_by()
+        .filter(signature__in=[g["signature"] for g in counted])
+        .values_list("signature", "number")
+        .distinct()
+        .order_by("signature", "-number")
+    ):
         members[key].append(number)
     return [Group(g["signature"], g["text"], g["size"], members[g["signature"]][:GROUP_MEMBERS_SHOWN]) for g in counted]
-

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
@@ -42,8 +41,20 @@ LOCK_KEY = "queue:lock"
 # Longer than any sync should take; a claim this old belongs to a worker that died mid-sync.
 SYNC_LEASE = timedelta(hours=1)
 ISSUE_FIELDS = [
-    "repo", "title", "body", "state", "author", "html_url", "is_pull_request", "created_at", "updated_at",
-    "comments_count", "in_queue", "last_synced_at", "review_flagged_at", "closed_at",
+    "repo",
+    "title",
+    "body",
+    "state",
+    "author",
+    "html_url",
+    "is_pull_request",
+    "created_at",
+    "updated_at",
+    "comments_count",
+    "in_queue",
+    "last_synced_at",
+    "review_flagged_at",
+    "closed_at",
 ]
 
 
@@ -96,13 +107,24 @@ def sync_labels(gh: github.Client) -> int:
             ok = data.name in allowed and not is_forbidden(data.name)
             label = existing.get(data.name)
             if label is None:
-                Label.objects.create(name=data.name, color=data.color, description=data.description,
-                                     allowed_for_triage=ok, in_catalog=True)
+                Label.objects.create(
+                    name=data.name,
+                    color=data.color,
+                    description=data.description,
+                    allowed_for_triage=ok,
+                    in_catalog=True,
+                )
             elif (label.color, label.description, label.allowed_for_triage, label.in_catalog) != (
-                data.color, data.description, ok, True
+                data.color,
+                data.description,
+                ok,
+                True,
             ):
                 label.color, label.description, label.allowed_for_triage, label.in_catalog = (
-                    data.color, data.description, ok, True
+                    data.color,
+                    data.description,
+                    ok,
+                    True,
                 )
                 label.save(update_fields=["color", "description", "allowed_for_triage", "in_catalog"])
         Label.objects.exclude(name__in=[d.name for d in remote]).update(in_catalog=False)
@@ -123,8 +145,14 @@ def _label_ids(labels) -> dict[str, int]:
     return ids
 
 
-def store_issues(items: list[github.IssueData], *, gh: github.Client | None, report: SyncReport,
-                 only_known_or_queued: bool = True, authoritative: bool = True) -> list[int]:
+def store_issues(
+    items: list[github.IssueData],
+    *,
+    gh: github.Client | None,
+    report: SyncReport,
+    only_known_or_queued: bool = True,
+    authoritative: bool = True,
+) -> list[int]:
     """Upsert issues (skipping PRs and older data) and their comments; returns the ids that changed.
 
     Issues not in the queue and unknown locally are ignored. Comments are fetched
@@ -137,11 +165,22 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
     existing = {
         row["number"]: row
         for row in Issue.objects.filter(number__in=[i.number for i in items]).values(
-            "pk", "number", "updated_at", "comments_count", "in_queue", "review_flagged_at", "comments_synced_at",
-            "title", "state",
+            "pk",
+            "number",
+            "updated_at",
+            "comments_count",
+            "in_queue",
+            "review_flagged_at",
+            "comments_synced_at",
+            "title",
+            "state",
         )
     }
-    ties = [existing[i.number]["pk"] for i in items if i.number in existing and i.updated_at == existing[i.number]["updated_at"]]
+    ties = [
+        existing[i.number]["pk"]
+        for i in items
+        if i.number in existing and i.updated_at == existing[i.number]["updated_at"]
+    ]
     tie_labels: dict[int, set[str]] = {pk: set() for pk in ties}
     if authoritative and ties:
         for pk, name in Issue.labels.through.objects.filter(issue_id__in=ties).values_list("issue_id", "label__name"):
@@ -153,13 +192,21 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
         queued = in_queue(data)
         if row is None and not queued and only_known_or_queued:
             continue
-        if row is not None and (data.updated_at < row["updated_at"] or (
-            data.updated_at == row["updated_at"] and row["in_queue"] == queued and row["comments_synced_at"]
-            and (not authoritative or (
-                (row["title"], row["state"], row["comments_count"], tie_labels[row["pk"]])
-                == (data.title[:1024], data.state, data.comments_count, set(data.label_names))
-            ))
-        )):
+        if row is not None and (
+            data.updated_at < row["updated_at"]
+            or (
+                data.updated_at == row["updated_at"]
+                and row["in_queue"] == queued
+                and row["comments_synced_at"]
+                and (
+                    not authoritative
+                    or (
+                        (row["title"], row["state"], row["comments_count"], tie_labels[row["pk"]])
+                        == (data.title[:1024], data.state, data.comments_count, set(data.label_names))
+                    )
+                )
+            )
+        ):
             touched.append(row["pk"])  # older or the same: never overwrite newer data with older
             continue
         changed.append(data)
@@ -172,13 +219,25 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
     for data in changed:
         row = existing.get(data.number) or {}
         flagged = TRIAGE_REVIEW in data.label_names
-        rows.append(Issue(
-            number=data.number, repo=settings.GITHUB_REPO, title=data.title[:1024], body=data.body, state=data.state,
-            author=data.author[:100], html_url=data.html_url[:500], is_pull_request=False,
-            created_at=data.created_at, updated_at=data.updated_at, comments_count=data.comments_count,
-            in_queue=in_queue(data), last_synced_at=now, closed_at=data.closed_at,
-            review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
-        ))
+        rows.append(
+            Issue(
+                number=data.number,
+                repo=settings.GITHUB_REPO,
+                title=data.title[:1024],
+                body=data.body,
+                state=data.state,
+                author=data.author[:100],
+                html_url=data.html_url[:500],
+                is_pull_request=False,
+                created_at=data.created_at,
+                updated_at=data.updated_at,
+                comments_count=data.comments_count,
+                in_queue=in_queue(data),
+                last_synced_at=now,
+                closed_at=data.closed_at,
+                review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
+            )
+        )
     Issue.objects.bulk_create(rows, update_conflicts=True, unique_fields=["number"], update_fields=ISSUE_FIELDS)
     ids = dict(Issue.objects.filter(number__in=[d.number for d in changed]).values_list("number", "pk"))
     label_ids = _label_ids([label for d in changed for label in d.labels])
@@ -191,8 +250,12 @@ def store_issues(items: list[github.IssueData], *, gh: github.Client | None, rep
     fetched: dict[int, list[github.CommentData]] = {}
     for data in changed:
         row = existing.get(data.number)
-        needs_comments = row is None or row["comments_count"] != data.comments_count or (
-            row["updated_at"] != data.updated_at) or not row["comments_synced_at"]
+        needs_comments = (
+            row is None
+            or row["comments_count"] != data.comments_count
+            or (row["updated_at"] != data.updated_at)
+            or not row["comments_synced_at"]
+        )
         if gh is not None and needs_comments:
             fetched[ids[data.number]] = gh.comments(data.number) if data.comments_count else []
             report.comments_fetched += len(fetched[ids[data.number]])
@@ -209,10 +272,21 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
     if not fetched:
         return
     Comment.objects.bulk_create(
-        [Comment(issue_id=issue_id, github_id=c.github_id, author=c.author[:100], body=c.body,
-                 created_at=c.created_at, updated_at=c.updated_at)
-         for issue_id, comments in fetched.items() for c in comments],
-        update_conflicts=True, unique_fields=["github_id"], update_fields=["issue", "author", "body", "updated_at"],
+        [
+            Comment(
+                issue_id=issue_id,
+                github_id=c.github_id,
+                author=c.author[:100],
+                body=c.body,
+                created_at=c.created_at,
+                updated_at=c.updated_at,
+            )
+            for issue_id, comments in fetched.items()
+            for c in comments
+        ],
+        update_conflicts=True,
+        unique_fields=["github_id"],
+        update_fields=["issue", "author", "body", "updated_at"],
         batch_size=500,
     )
     keep = [c.github_id for comments in fetched.values() for c in comments]
@@ -356,8 +430,16 @@ def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -
     if state.high_water_mark is None:
         # Nothing to be incremental from: a full sync sets the mark.
         full = _sync(full=True, gh=gh, report=SyncReport(mode="full", refresh_suggestions=report.refresh_suggestions))
-        report.mode, report.issues_fetched, report.issues_changed = "full (first)", full.issues_fetched, full.issues_changed
-        report.comments_fetched, report.left_queue, report.labels_synced = full.comments_fetched, full.left_queue, full.labels_synced
+        report.mode, report.issues_fetched, report.issues_changed = (
+            "full (first)",
+            full.issues_fetched,
+            full.issues_changed,
+        )
+        report.comments_fetched, report.left_queue, report.labels_synced = (
+            full.comments_fetched,
+            full.left_queue,
+            full.labels_synced,
+        )
         return
     state.last_started_at = timezone.now()
     state.save(update_fields=["last_started_at"])
@@ -458,8 +540,13 @@ def _store_comment(issue: Issue, data: github.CommentData) -> bool:
         return False
     Comment.objects.update_or_create(
         github_id=data.github_id,
-        defaults={"issue": issue, "author": data.author[:100], "body": data.body,
-                  "created_at": data.created_at, "updated_at": data.updated_at},
+        defaults={
+            "issue": issue,
+            "author": data.author[:100],
+            "body": data.body,
+            "created_at": data.created_at,
+            "updated_at": data.updated_at,
+        },
     )
     return True
 
@@ -479,7 +566,7 @@ def label_event_stamp(payload: dict) -> datetime | None:
     for key in ("pushed_at", "updated_at"):
         value = repository.get(key)
         if isinstance(value, int):  # push events give pushed_at as a Unix time
-            stamps.append(datetime.fromtimestamp(value, tz=dt_timezone.utc))
+            stamps.append(datetime.fromtimestamp(value, tz=UTC))
         elif isinstance(value, str) and value:
             stamps.append(github.parse_time(value))
     return max(stamps) if stamps else None

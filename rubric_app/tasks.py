@@ -4,11 +4,10 @@ Enqueue with `some_task.delay_on_commit(...)` so a worker never looks for a
 row whose transaction has not committed yet.
 """
 
-from celery import shared_task
-from django.db import DatabaseError
-
 from datetime import timedelta
 
+from celery import shared_task
+from django.db import DatabaseError
 from django.utils import timezone
 
 from . import bisect_runs, decisions, sync

@@ -18,16 +18,23 @@ from django.db.models import JSONField, OuterRef, Prefetch, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
 from . import bisect_runs, decisions, metrics, queue_cache, sharing, similar
 from .bisection import extract_repro
 from .forms import (
-    MEETING_DECISIONS, BisectForm, DutyForm, GroupDecisionForm, MeetingDecisionForm, MetricsForm, QueueFilterForm,
-    TriageForm, module_label_names,
+    MEETING_DECISIONS,
+    BisectForm,
+    DutyForm,
+    GroupDecisionForm,
+    MeetingDecisionForm,
+    MetricsForm,
+    QueueFilterForm,
+    TriageForm,
+    module_label_names,
 )
 from .models import BisectionRun, Comment, Duty, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
 from .rubric.rules_domain import FLAKY, REGRESSION
@@ -71,8 +78,12 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
         Prefetch("comments", queryset=Comment.objects.order_by("created_at", "github_id")),
         Prefetch("suggestions", queryset=Suggestion.objects.order_by("kind", "-confidence", "label")),
         # The page shows a run's results and sandbox, never its log nor its code.
-        Prefetch("bisection_runs", queryset=BisectionRun.objects.select_related("requested_by")
-                 .defer("log", "repro_code").order_by("-created_at")),
+        Prefetch(
+            "bisection_runs",
+            queryset=BisectionRun.objects.select_related("requested_by")
+            .defer("log", "repro_code")
+            .order_by("-created_at"),
+        ),
     )
     return get_object_or_404(qs, number=number)
 
@@ -96,8 +107,9 @@ def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
     return prev, nxt
 
 
-def _waiting(live: dict[str, list[str]], *, run: BisectionRun | None = None,
-             decision: TriageDecision | None = None) -> dict:
+def _waiting(
+    live: dict[str, list[str]], *, run: BisectionRun | None = None, decision: TriageDecision | None = None
+) -> dict:
     """What the run and decision fragments need to say whether a worker will take them (RUBRIC-free liveness)."""
     return {
         "workers": live,
@@ -155,9 +167,17 @@ def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> 
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=_latest_verdict())
     rows = _with_assignee(rows, request.user, mine=lane == "mine")
     page, page_note = _page_or_last(rows, request.GET.get("page"))
-    context = {"page": page, "page_note": page_note, "lane": lane, "form": form, "module_labels": module_label_names(),
-               "query": _query_without_page(request), "reference": form.reference(),
-               "groups": similar.signature_groups(Issue.objects.for_queue(lane)), **markers}
+    context = {
+        "page": page,
+        "page_note": page_note,
+        "lane": lane,
+        "form": form,
+        "module_labels": module_label_names(),
+        "query": _query_without_page(request),
+        "reference": form.reference(),
+        "groups": similar.signature_groups(Issue.objects.for_queue(lane)),
+        **markers,
+    }
     return render_to_string("rubric_app/queue.html#queue-table", context, request)
 
 
@@ -215,8 +235,13 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
             return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
         return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
     # Re-plan on the server: the posted form says what the triager chose, never what to send.
-    decision = decisions.request_decision(issue=issue, user=request.user, plan=form.plan(),
-                                          labels_seen=form.cleaned_data["labels_seen"], redirect=form.redirect_to())
+    decision = decisions.request_decision(
+        issue=issue,
+        user=request.user,
+        plan=form.plan(),
+        labels_seen=form.cleaned_data["labels_seen"],
+        redirect=form.redirect_to(),
+    )
     if request.htmx:
         context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/issue.html#decision", context)
@@ -246,8 +271,9 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
     run = None
     if form.is_valid():
         try:
-            run = bisect_runs.start_bisection(issue=issue, user=request.user, code=form.cleaned_data["code"],
-                                              device=form.cleaned_data["device"])
+            run = bisect_runs.start_bisection(
+                issue=issue, user=request.user, code=form.cleaned_data["code"], device=form.cleaned_data["device"]
+            )
         except ValueError as exc:  # the harness's own checks: say why, keep the code in the form
             form.add_error(None, str(exc))
     if run is None:
@@ -257,7 +283,9 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
             return reswap(retarget(response, "#bisect-form"), "outerHTML")
         return render(request, "rubric_app/issue.html", _issue_context(issue, bisect_form=form), status=400)
     if request.htmx:
-        return render(request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue, **_waiting(live, run=run)})
+        return render(
+            request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue, **_waiting(live, run=run)}
+        )
     return redirect(f"{issue.get_absolute_url()}#bisection")
 
 
@@ -266,7 +294,9 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
 def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     """One run's progress fragment; polled every second, answered with 286 once the run ended."""
     _require(request, "view_issue")
-    run = get_object_or_404(BisectionRun.objects.select_related("issue", "requested_by").defer("log", "repro_code"), pk=pk)
+    run = get_object_or_404(
+        BisectionRun.objects.select_related("issue", "requested_by").defer("log", "repro_code"), pk=pk
+    )
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
@@ -281,7 +311,9 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def bisections(request: HttpRequest) -> HttpResponse:
     _require(request, "view_bisectionrun")
-    page = Paginator(BisectionRun.objects.recent().defer("log", "repro_code", "results", "sandbox_report"), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(
+        BisectionRun.objects.recent().defer("log", "repro_code", "results", "sandbox_report"), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
     return render(request, _partial(request, "rubric_app/bisections.html", "runs-table"), {"page": page})
 
 
@@ -297,7 +329,10 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 AGENDA_GROUPS = [
     ("crash", ("segfault", "sigsegv", "illegal memory access", "device-side assert", "crash", "core dumped", "abort")),
-    ("silent correctness", ("silent", "wrong result", "incorrect", "differs from eager", "mismatch", "accuracy", "nan")),
+    (
+        "silent correctness",
+        ("silent", "wrong result", "incorrect", "differs from eager", "mismatch", "accuracy", "nan"),
+    ),
     ("regression", ("regression", "regressed", "worked in", "used to work")),
     ("performance", ("slow", "performance", "perf", "speedup", "latency", "throughput", "memory usage")),
 ]
@@ -344,7 +379,9 @@ def _latest_verdict_labels() -> Subquery:
 def _agenda() -> list[tuple[str, list[Issue]]]:
     """The agenda grouped in AGENDA_ORDER: every flagged issue no decision has settled (Issue.objects.for_meeting),
     each with its latest bisection verdict and labels; one query for the issues, whatever their number."""
-    qs = Issue.objects.for_meeting().annotate(latest_verdict=_latest_verdict(), latest_verdict_labels=_latest_verdict_labels())
+    qs = Issue.objects.for_meeting().annotate(
+        latest_verdict=_latest_verdict(), latest_verdict_labels=_latest_verdict_labels()
+    )
     groups: dict[str, list[Issue]] = {name: [] for name in AGENDA_ORDER}
     for issue in qs:
         issue.unsettled = issue.last_try_status in UNSETTLED  # a refused or failed try stays on, marked
@@ -357,9 +394,13 @@ def _agenda() -> list[tuple[str, list[Issue]]]:
 def meeting(request: HttpRequest) -> HttpResponse:
     _require(request, "view_meeting")
     current = Meeting.objects.filter(ended_at__isnull=True).select_related("chair").first()
-    context = {"meeting": current, "agenda": _agenda(), "decisions": MEETING_DECISIONS,
-               "recorded": current.decisions.select_related("issue", "user").order_by("created_at") if current else [],
-               "last": Meeting.objects.last_held()}
+    context = {
+        "meeting": current,
+        "agenda": _agenda(),
+        "decisions": MEETING_DECISIONS,
+        "recorded": current.decisions.select_related("issue", "user").order_by("created_at") if current else [],
+        "last": Meeting.objects.last_held(),
+    }
     return render(request, _partial(request, "rubric_app/meeting.html", "agenda"), context)
 
 
@@ -390,8 +431,13 @@ def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
         return HttpResponse(f"Invalid decision: {form.errors.as_text()}", status=400, content_type="text/plain")
     current = Meeting.objects.filter(ended_at__isnull=True).first()
     decision = decisions.request_decision(
-        issue=issue, user=request.user, plan=form.plan(issue), labels_seen=form.cleaned_data["labels_seen"],
-        meeting_decision=form.cleaned_data["decision"], meeting=current)
+        issue=issue,
+        user=request.user,
+        plan=form.plan(issue),
+        labels_seen=form.cleaned_data["labels_seen"],
+        meeting_decision=form.cleaned_data["decision"],
+        meeting=current,
+    )
     if request.htmx:
         return render(request, "rubric_app/issue.html#decision", {"decision": decision, "issue": issue})
     return redirect("rubric_app:meeting")
@@ -429,7 +475,9 @@ def rubric_health(request: HttpRequest) -> HttpResponse:
     """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
     _require(request, "view_triagedecision")
     rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
-    return render(request, "rubric_app/rubric.html", {"rules": rules, "added": added, "ticked": metrics.preselection(rules)})
+    return render(
+        request, "rubric_app/rubric.html", {"rules": rules, "added": added, "ticked": metrics.preselection(rules)}
+    )
 
 
 @login_required
@@ -439,7 +487,9 @@ def rubric_health_csv(request: HttpRequest) -> HttpResponse:
     _require(request, "view_triagedecision")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="rubric-health.csv"'
-    metrics.write_rubric_csv(response, TriageDecision.objects.outcomes(), per_outcome=request.GET.get("rows") == "outcomes")
+    metrics.write_rubric_csv(
+        response, TriageDecision.objects.outcomes(), per_outcome=request.GET.get("rows") == "outcomes"
+    )
     return response
 
 
@@ -515,9 +565,17 @@ def _group_for_user(request: HttpRequest, key: str, perm: str = "view_issue") ->
     the other issues of the mirror sharing it), or 403/404."""
     _require(request, perm)
     sharing_it = Issue.objects.filter(signature=key).order_by("number")
-    members = list(sharing_it.in_queue().prefetch_related(
-        "labels", Prefetch("suggestions", queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence")),
-        Prefetch("decisions", queryset=TriageDecision.objects.order_by("-created_at", "-pk"), to_attr="recent_decisions")))
+    members = list(
+        sharing_it.in_queue().prefetch_related(
+            "labels",
+            Prefetch(
+                "suggestions", queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence")
+            ),
+            Prefetch(
+                "decisions", queryset=TriageDecision.objects.order_by("-created_at", "-pk"), to_attr="recent_decisions"
+            ),
+        )
+    )
     others = list(sharing_it.exclude(pk__in=[i.pk for i in members]).prefetch_related("labels"))
     if not members and not others:
         raise Http404(f"No issue has the failure signature {key}.")
@@ -533,8 +591,13 @@ def _group_form(members: list[Issue], data=None) -> GroupDecisionForm:
 def signature_group(request: HttpRequest, key: str) -> HttpResponse:
     """The issues sharing one failure signature, and one decision for the open ones."""
     members, others = _group_for_user(request, key)
-    context = {"key": key, "members": members, "others": others, "form": _group_form(members),
-               "text": (members or others)[0].signature_text}
+    context = {
+        "key": key,
+        "members": members,
+        "others": others,
+        "form": _group_form(members),
+        "text": (members or others)[0].signature_text,
+    }
     return render(request, "rubric_app/group.html", context)
 
 
@@ -549,8 +612,14 @@ def group_preview(request: HttpRequest, key: str) -> HttpResponse:
         plans = form.plans()
         refusals = decisions.group_refusals(plans=plans, user=request.user, catalog=form.allowed)
         rows = [(issue, plan, why) for (issue, plan), why in zip(plans, refusals)]
-    context = {"key": key, "members": members, "others": others, "form": form, "rows": rows,
-               "text": (members or others)[0].signature_text}
+    context = {
+        "key": key,
+        "members": members,
+        "others": others,
+        "form": form,
+        "rows": rows,
+        "text": (members or others)[0].signature_text,
+    }
     return render(request, _partial(request, "rubric_app/group.html", "group-outcome"), context)
 
 
@@ -562,13 +631,21 @@ def group_apply(request: HttpRequest, key: str) -> HttpResponse:
     form = _group_form(members, request.POST)
     if not form.is_valid():
         return HttpResponse(f"Invalid decision: {form.errors.as_text()}", status=400, content_type="text/plain")
-    made = decisions.request_group(plans=form.plans(), user=request.user, labels_seen=form.cleaned_data["labels_seen"],
-                                   redirect=form.redirect_to(), catalog=form.allowed)
+    made = decisions.request_group(
+        plans=form.plans(),
+        user=request.user,
+        labels_seen=form.cleaned_data["labels_seen"],
+        redirect=form.redirect_to(),
+        catalog=form.allowed,
+    )
     if request.htmx:
         context = {"key": key, "made": made, "form": form, **_waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/group.html#group-outcome", context)
     queued = sum(1 for _, d in made if d and d.status == TriageDecision.Status.PENDING)
     refused = sum(1 for _, d in made if d and d.status == TriageDecision.Status.REFUSED)
-    messages.success(request, f"{queued} decision{'s' if queued != 1 else ''} queued, {refused} refused: "
-                              "each issue's row and page show its outcome.")
+    messages.success(
+        request,
+        f"{queued} decision{'s' if queued != 1 else ''} queued, {refused} refused: "
+        "each issue's row and page show its outcome.",
+    )
     return redirect("rubric_app:signature_group", key=key)

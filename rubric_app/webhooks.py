@@ -59,8 +59,12 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
     try:
         with transaction.atomic():
             delivery = WebhookDelivery.objects.create(
-                delivery_id=delivery_id[:100], body_sha256=body_sha256, event=event, payload=payload,
-                ignored=ignored, processed_at=timezone.now() if ignored else None,
+                delivery_id=delivery_id[:100],
+                body_sha256=body_sha256,
+                event=event,
+                payload=payload,
+                ignored=ignored,
+                processed_at=timezone.now() if ignored else None,
             )
             if not ignored:
                 process_webhook_task.delay_on_commit(delivery.pk)
@@ -73,12 +77,15 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
 
 def _seen_before(delivery_id: str, body_sha256: str) -> HttpResponse:
     """The answer to a delivery whose id or body is already stored: never applied twice."""
-    seen = (WebhookDelivery.objects.filter(delivery_id=delivery_id).first()
-            or WebhookDelivery.objects.filter(body_sha256=body_sha256).first())
+    seen = (
+        WebhookDelivery.objects.filter(delivery_id=delivery_id).first()
+        or WebhookDelivery.objects.filter(body_sha256=body_sha256).first()
+    )
     if seen is None or seen.processed_at is not None:
         if seen is not None and seen.delivery_id != delivery_id:
-            log.warning("webhook delivery %s repeats the body of delivery %s: not applied again", delivery_id,
-                        seen.delivery_id)
+            log.warning(
+                "webhook delivery %s repeats the body of delivery %s: not applied again", delivery_id, seen.delivery_id
+            )
         return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
     # Stored but never processed (say the broker was down when it came): GitHub's redelivery
     # queues it again rather than being dropped; the task's claim makes a double run a no-op.

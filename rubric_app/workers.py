@@ -33,8 +33,9 @@ def beat(name: str, queues: list[str]) -> None:
     writer must never hold a lock while it asks for another (the test suite truncates tables).
     """
     row = WorkerHeartbeat(name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, seen_at=timezone.now())
-    WorkerHeartbeat.objects.bulk_create([row], update_conflicts=True, unique_fields=["name"],
-                                        update_fields=["queues", "device", "seen_at"])
+    WorkerHeartbeat.objects.bulk_create(
+        [row], update_conflicts=True, unique_fields=["name"], update_fields=["queues", "device", "seen_at"]
+    )
 
 
 def _loop(name: str, queues: list[str]) -> None:

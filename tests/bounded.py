@@ -19,10 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_bounded(code: str, timeout: float = 90, env: dict | None = None) -> str:
     """Run code (Django set up first) under `timeout` seconds; return its stdout. Fails the test past the limit."""
-    prelude = "import django, os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'triage_site.settings')\ndjango.setup()\n"
+    prelude = (
+        "import django, os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'triage_site.settings')\ndjango.setup()\n"
+    )
     try:
-        done = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], cwd=ROOT, env={**os.environ, **(env or {})},
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-c", prelude + textwrap.dedent(code)],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise AssertionError(f"still running after {timeout} s: not linear in its input") from None
     assert done.returncode == 0, done.stderr[-3000:]

@@ -58,7 +58,9 @@ def make_label(name: str, color: str = "ededed", allowed: bool = True) -> Label:
     return Label.objects.get_or_create(name=name, defaults={"color": color, "allowed_for_triage": allowed})[0]
 
 
-def make_issue(number: int = 1001, title: str = "torch.compile fails", body: str = "", labels=("oncall: pt2",), **fields) -> Issue:
+def make_issue(
+    number: int = 1001, title: str = "torch.compile fails", body: str = "", labels=("oncall: pt2",), **fields
+) -> Issue:
     issue = Issue.objects.create(
         number=number,
         title=title,
@@ -101,16 +103,43 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         db_name = connection.settings_dict["NAME"]
     url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name
     env = {
-        **os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1",
-        "GITHUB_API_URL": fake_github_server.url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPO": fake_github_server.repo,
+        **os.environ,
+        "DATABASE_URL": url,
+        "PYTHONUNBUFFERED": "1",
+        "GITHUB_API_URL": fake_github_server.url,
+        "GITHUB_TOKEN": TOKEN,
+        "GITHUB_REPO": fake_github_server.repo,
         "GITHUB_WRITE_INTERVAL": "1.0",
     }
     name = f"test-{os.getpid()}@{socket.gethostname()}"
-    log = open(ROOT / "var" / f"test-worker{os.environ.get('PYTEST_XDIST_WORKER', '')}.log", "w") if (ROOT / "var").is_dir() else subprocess.DEVNULL
+    log = (
+        open(ROOT / "var" / f"test-worker{os.environ.get('PYTEST_XDIST_WORKER', '')}.log", "w")
+        if (ROOT / "var").is_dir()
+        else subprocess.DEVNULL
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", "default,github,cpu",
-         "--concurrency", "1", "--pool", "solo", "--loglevel", "INFO", "-n", name],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "triage_site",
+            "worker",
+            "-Q",
+            "default,github,cpu",
+            "--concurrency",
+            "1",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "-n",
+            name,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     _wait_for_worker(name)
     yield proc
@@ -144,6 +173,7 @@ def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
 
 def wait_until_finished(row, timeout: float = 90.0):
     """Poll a decision or bisection run (anything with is_finished) until a worker has ended it; return it."""
+
     def finished():
         row.refresh_from_db()
         return row.is_finished
@@ -170,12 +200,21 @@ def passes_on_sqlite(test_file: str, tmp_path) -> None:
     its output unless every test passed. Skipped when this run is on SQLite already."""
     if connection.vendor == "sqlite":
         pytest.skip("already running on SQLite")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN", "PYTEST_XDIST_"))}
-    env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="memory://",
-               TRIAGE_VAR_DIR=str(tmp_path))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_TOKEN", "PYTEST_XDIST_"))
+    }
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="memory://", TRIAGE_VAR_DIR=str(tmp_path)
+    )
     result = subprocess.run(
         [sys.executable, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-k", "not on_sqlite"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]

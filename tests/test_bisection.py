@@ -15,8 +15,8 @@ import pytest
 from rubric_app.bisection import Limits, bisect, detect_style, extract_repro, names_cuda
 from rubric_app.bisection.extract import fenced_blocks
 from rubric_app.bisection.sandbox import UID_BASE
-from tests.bounded import run_bounded
 from rubric_app.bisection.verdict import decide
+from tests.bounded import run_bounded
 from tests.conftest import processes_with_cmdline
 
 pytestmark = pytest.mark.torch
@@ -27,7 +27,12 @@ def run(name: str, device: str = "cpu", timeout_s: float = 60):
     """Bisect tests/repros/<name>.py; return (results by mode, results, [(label, rule_id)], the Report)."""
     report = bisect((REPROS / f"{name}.py").read_text(), device=device, limits=Limits(timeout_s=timeout_s))
     assert report.sandbox["netns"] and report.sandbox["uid"] >= UID_BASE and report.sandbox["root"], report.sandbox
-    return {r["mode"]: r for r in report.results}, report.results, [(x["label"], x["rule_id"]) for x in report.labels], report
+    return (
+        {r["mode"]: r for r in report.results},
+        report.results,
+        [(x["label"], x["rule_id"]) for x in report.labels],
+        report,
+    )
 
 
 def statuses(results: list[dict]) -> list[str]:
@@ -128,13 +133,22 @@ def test_it_says_a_cuda_repro_run_on_cpu_needs_a_gpu_and_suggests_nothing():
     assert "not a compile bug" not in report.summary and "Fix the repro" not in report.summary
 
 
-@pytest.mark.parametrize("message", [
-    "AssertionError: Torch not compiled with CUDA enabled",  # a CPU-only torch build
-    "RuntimeError: No CUDA GPUs are available",  # a CUDA build on a machine without a GPU
-    "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "AssertionError: Torch not compiled with CUDA enabled",  # a CPU-only torch build
+        "RuntimeError: No CUDA GPUs are available",  # a CUDA build on a machine without a GPU
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU",
+    ],
+)
 def test_it_tells_a_missing_gpu_from_a_broken_repro_in_any_mode(message):
-    eager = {"mode": "eager", "status": "raised", "phase": "runtime", "exception": message.split(":")[0], "message": message}
+    eager = {
+        "mode": "eager",
+        "status": "raised",
+        "phase": "runtime",
+        "exception": message.split(":")[0],
+        "message": message,
+    }
     verdict = decide([eager], "cpu")
     assert verdict.labels == [] and verdict.summary.startswith("needs a GPU: re-run on cuda")
     # A mode after eager that needs CUDA (a compile option, a cuda-only kernel) is no component either.
@@ -142,7 +156,11 @@ def test_it_tells_a_missing_gpu_from_a_broken_repro_in_any_mode(message):
     inductor = {**eager, "mode": "inductor", "phase": "backend_compile", "probes": {}}
     verdict = decide([passed, {**passed, "mode": "dynamo_eager"}, inductor], "cpu")
     assert verdict.labels == [] and verdict.summary.startswith("needs a GPU")
-    broken = {**eager, "exception": "RuntimeError", "message": "RuntimeError: mat1 and mat2 shapes cannot be multiplied"}
+    broken = {
+        **eager,
+        "exception": "RuntimeError",
+        "message": "RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+    }
     assert "not a compile bug" in decide([broken], "cpu").summary
 
 
@@ -173,7 +191,7 @@ def test_it_routes_an_inductor_bug_that_passes_on_cuda_to_cpu_inductor():
 
 def test_it_extracts_the_best_repro_from_body_and_comments():
     body = (
-        "It crashes:\n```\nTraceback (most recent call last):\n  File \"x.py\", line 1\n```\n"
+        'It crashes:\n```\nTraceback (most recent call last):\n  File "x.py", line 1\n```\n'
         "```bash\npip install torch\n```\n"
     )
     comment_a = "Smaller:\n```python\nimport numpy as np\nprint(np.ones(3))\n```"
@@ -187,7 +205,9 @@ def test_it_extracts_the_best_repro_from_body_and_comments():
     # Simple enough to convert to the convention, which gets a float64 reference.
     assert found.style == "module" and detect_style(found.code) == "module"
     assert "fn = f\n" in found.code and "return [(torch.randn(3),)]" in found.code
-    module = "```python\nimport torch\ndef fn(x):\n    return x + 1\ndef make_inputs():\n    return (torch.ones(2),)\n```"
+    module = (
+        "```python\nimport torch\ndef fn(x):\n    return x + 1\ndef make_inputs():\n    return (torch.ones(2),)\n```"
+    )
     assert extract_repro([module]).style == "module" and extract_repro([module]).original == ""
     assert extract_repro(["no code here", "```python\nprint('hi')\n```"]) is None
 
@@ -204,7 +224,9 @@ def test_it_keeps_a_script_it_cannot_convert_as_a_script():
 TOO_DEEP = {
     "unary minus": "import torch\nx = " + "-" * 12_000 + "1\n",
     "not": "import torch\nx = " + "not " * 3_000 + "1\n",
-    "converted call argument": "import torch\ndef f(x):\n    return x\nopt = torch.compile(f)\nopt(" + "-" * 900 + "torch.randn(3))\n",
+    "converted call argument": "import torch\ndef f(x):\n    return x\nopt = torch.compile(f)\nopt("
+    + "-" * 900
+    + "torch.randn(3))\n",
 }
 
 

@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from rubric_app import bisect_runs
-from rubric_app.models import BisectionRun
 from rubric_app.bisection.sandbox import UID_BASE
+from rubric_app.models import BisectionRun
 from tests.conftest import make_issue, make_label, wait_until
 from triage_site.celery import app
 
@@ -25,8 +25,9 @@ GRAPH_BREAK = (REPROS / "dynamo_graph_break.py").read_text()
 
 
 def _queued(issue, user, device="cpu") -> BisectionRun:
-    return BisectionRun.objects.create(issue=issue, requested_by=user, device=device, repro_code=GRAPH_BREAK,
-                                       repro_style="module")
+    return BisectionRun.objects.create(
+        issue=issue, requested_by=user, device=device, repro_code=GRAPH_BREAK, repro_style="module"
+    )
 
 
 @pytest.mark.parametrize("persona", ["viewer", "outsider"])
@@ -92,8 +93,13 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
 @pytest.mark.torch
 @pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="on a GPU machine the cuda repro runs")
 def test_it_says_a_cuda_repro_on_a_cpu_worker_needs_a_gpu_and_feeds_no_suggestion(issue, triager):
-    run = BisectionRun.objects.create(issue=issue, requested_by=triager, device="cpu",
-                                      repro_code=(REPROS / "needs_cuda.py").read_text(), repro_style="script")
+    run = BisectionRun.objects.create(
+        issue=issue,
+        requested_by=triager,
+        device="cpu",
+        repro_code=(REPROS / "needs_cuda.py").read_text(),
+        repro_style="script",
+    )
     bisect_runs.run_bisection(run.pk)
     run.refresh_from_db()
     assert run.status == "done" and run.verdict_labels == []
@@ -232,9 +238,12 @@ def test_it_keeps_run_blobs_out_of_the_pages_that_do_not_show_them(client, issue
     from django.urls import reverse
 
     run = _queued(issue, triager)
-    BisectionRun.objects.filter(pk=run.pk).update(status="done", log="x" * 2_000_000, verdict_summary="done",
-                                                  results=[{"mode": "eager", "status": "passed", "phase": "",
-                                                            "exception": "", "message": "", "wall_s": 1.0}])
+    BisectionRun.objects.filter(pk=run.pk).update(
+        status="done",
+        log="x" * 2_000_000,
+        verdict_summary="done",
+        results=[{"mode": "eager", "status": "passed", "phase": "", "exception": "", "message": "", "wall_s": 1.0}],
+    )
     client.force_login(triager)
     pages = {
         "list": (reverse("rubric_app:bisections"), {}, ('."log"', '."results"', '."repro_code"', '."sandbox_report"')),

@@ -47,8 +47,11 @@ def server():
 
 def attack(server: ForkServer, body: str, **limits) -> tuple[dict, str, dict]:
     """Run `fn` (whose body is `body`) in eager mode; return (result, captured output, sandbox report)."""
-    code = "import os, socket, subprocess, sys, time\nimport torch\n\n\ndef fn(x):\n" + textwrap.indent(
-        textwrap.dedent(body), "    ") + "\n    return x\n\n\ndef make_inputs():\n    return (torch.ones(2),)\n"
+    code = (
+        "import os, socket, subprocess, sys, time\nimport torch\n\n\ndef fn(x):\n"
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + "\n    return x\n\n\ndef make_inputs():\n    return (torch.ones(2),)\n"
+    )
     reply = server.run_mode(uuid.uuid4().hex, "eager", code, "module", "cpu", Limits(**{"timeout_s": 20, **limits}))
     return reply["result"], reply["log"], reply["sandbox"]
 
@@ -57,7 +60,8 @@ def fill(path: str) -> str:
     """Repro lines that write 1 MiB chunks to `path` until refused, then say how many got in.
 
     Indented as the attack bodies below are, so that attack() can dedent the two together."""
-    return textwrap.indent(textwrap.dedent(f"""
+    return textwrap.indent(
+        textwrap.dedent(f"""
         written = 0
         try:
             with open("{path}", "wb") as fh:
@@ -67,11 +71,15 @@ def fill(path: str) -> str:
                     written += 1
         except OSError as exc:
             print("full after", written, "MiB:", exc.strerror)
-    """), " " * 8)
+    """),
+        " " * 8,
+    )
 
 
 def test_it_keeps_the_parents_secrets_out_of_reach(server):
-    result, log, sandbox = attack(server, f"""
+    result, log, sandbox = attack(
+        server,
+        f"""
         found = [k for k, v in os.environ.items() if "{SECRET[:8]}" in v]
         for pid in os.listdir("/proc"):
             for name in ("environ", "cmdline"):
@@ -81,12 +89,13 @@ def test_it_keeps_the_parents_secrets_out_of_reach(server):
                 except OSError:
                     pass
         try:
-            open("{PROJECT / 'triage_site' / 'settings.py'}").read()
+            open("{PROJECT / "triage_site" / "settings.py"}").read()
             found.append("settings.py readable")
         except OSError as exc:
             print("project hidden:", type(exc).__name__)
         print("found:", found, "pids:", sorted(os.listdir("/proc"))[:3], "env:", sorted(os.environ))
-    """)
+    """,
+    )
     assert result["status"] == "passed"
     assert "found: []" in log and "project hidden: FileNotFoundError" in log
     assert SECRET not in log and SECRET not in str(result)
@@ -100,12 +109,15 @@ def test_it_gives_the_repro_no_network(server):
     listener.listen()
     listener.setblocking(False)
     port = listener.getsockname()[1]
-    result, log, sandbox = attack(server, f"""
+    result, log, sandbox = attack(
+        server,
+        f"""
         for host, port in (("127.0.0.1", {port}), ("1.1.1.1", 443)):
             s = socket.socket()
             s.settimeout(2)
             print(host, "connect:", os.strerror(s.connect_ex((host, port))))
-    """)
+    """,
+    )
     assert result["status"] == "passed"
     assert "127.0.0.1 connect: Network is unreachable" in log
     assert "1.1.1.1 connect: Network is unreachable" in log
@@ -116,7 +128,9 @@ def test_it_gives_the_repro_no_network(server):
 
 
 def test_it_stops_a_fork_bomb(server):
-    result, log, sandbox = attack(server, """
+    result, log, sandbox = attack(
+        server,
+        """
         children = 0
         try:
             while True:
@@ -126,7 +140,9 @@ def test_it_stops_a_fork_bomb(server):
                 children += 1
         except OSError as exc:
             print("fork refused after", children, "children:", type(exc).__name__)
-    """, nproc=64)
+    """,
+        nproc=64,
+    )
     assert result["status"] == "passed"
     assert "fork refused after" in log
     assert sandbox["rlimits"]["RLIMIT_NPROC"] == 64 and sandbox["uid"] == server.uid >= UID_BASE
@@ -141,14 +157,19 @@ def test_it_turns_a_50_gb_allocation_into_an_oom_result(server):
 
 def test_it_confines_writes_to_a_small_private_tmp(server):
     marker = f"bisect-attack-{uuid.uuid4().hex}"
-    result, log, sandbox = attack(server, f"""
+    result, log, sandbox = attack(
+        server,
+        f"""
         for path in ("/tmp/{marker}", "/var/tmp/{marker}", "{PROJECT}/{marker}", "/etc/{marker}", "/root/{marker}"):
             try:
                 open(path, "w").write("pwned")
                 print("wrote", path)
             except OSError as exc:
                 print("refused", path, exc.strerror)
-    """ + fill("fill"), disk_mb=32)
+    """
+        + fill("fill"),
+        disk_mb=32,
+    )
     assert result["status"] == "passed"
     assert "full after" in log and "No space left on device" in log
     for path in (Path("/tmp"), Path("/var/tmp"), PROJECT, Path("/etc"), Path("/root")):
@@ -158,10 +179,15 @@ def test_it_confines_writes_to_a_small_private_tmp(server):
 
 def test_it_gives_shared_memory_room_for_torch_but_caps_it(server):
     # DataLoader workers and torch.multiprocessing share tensors through /dev/shm.
-    result, log, _ = attack(server, """
+    result, log, _ = attack(
+        server,
+        """
         shared = torch.ones(2**20).share_memory_()  # 4 MiB
         print("shared", shared.is_shared(), int(shared.sum()))
-    """ + fill("/dev/shm/fill"), shm_mb=16)
+    """
+        + fill("/dev/shm/fill"),
+        shm_mb=16,
+    )
     assert result["status"] == "passed"
     assert f"shared True {2**20}" in log
     written = int(log.split("full after ")[1].split(" MiB")[0])
@@ -169,21 +195,27 @@ def test_it_gives_shared_memory_room_for_torch_but_caps_it(server):
 
 
 def test_it_kills_a_repro_that_never_exits_with_its_escapees(server):
-    result, log, _ = attack(server, """
+    result, log, _ = attack(
+        server,
+        """
         subprocess.Popen(["setsid", "sleep", "987654"])
         if os.fork() == 0:
             os.setsid()
             time.sleep(987654)
         while True:
             pass
-    """, timeout_s=4)
+    """,
+        timeout_s=4,
+    )
     assert result["status"] == "timeout"
     assert not processes_with_cmdline(b"sleep\x00987654\x00")
     assert not _processes_of_uid(server.uid)
 
 
 def test_it_survives_a_repro_that_kills_its_process_group(server):
-    result, log, _ = attack(server, """
+    result, log, _ = attack(
+        server,
+        """
         import signal
         for target in (os.getppid(), 1, -1):
             try:
@@ -191,7 +223,8 @@ def test_it_survives_a_repro_that_kills_its_process_group(server):
             except OSError as exc:
                 print("kill", target, exc.strerror)
         os.killpg(0, signal.SIGKILL)
-    """)
+    """,
+    )
     # As pid 1 of its own namespace the repro cannot even kill itself; nothing outside is reachable.
     assert result["status"] in ("passed", "crashed"), result
     assert server.request({"op": "ping"}, timeout=10)["ok"]
@@ -202,8 +235,6 @@ def test_it_keeps_serving_after_the_attacks(server):
     report = bisect(code, server=server, limits=Limits(timeout_s=60))
     assert [x["label"] for x in report.labels] == ["module: dynamo"]
     assert report.sandbox["netns"] and report.sandbox["pidns"] and report.sandbox["uid"] == server.uid
-
-
 
 
 def _processes_of_uid(uid: int) -> list[int]:
@@ -233,7 +264,9 @@ PG_SOCKET = "/var/run/postgresql/.s.PGSQL.5432"
 
 def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
     assert Path(PG_SOCKET).is_socket()  # the socket a repro used to reach the database through
-    result, log, sandbox = attack(server, f"""
+    result, log, sandbox = attack(
+        server,
+        f"""
         import stat
         s = socket.socket(socket.AF_UNIX)
         try:
@@ -266,7 +299,8 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
             open("/usr/pwned", "w")
         except OSError as exc:
             print("usr:", exc.strerror)
-    """)
+    """,
+    )
     assert result["status"] == "passed", result
     assert "postgres: No such file or directory" in log
     for path in ("/run", "/var/run", "/var/lib", "/home"):
@@ -275,8 +309,16 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
     assert project in ("absent", "['.venv']"), project  # at most the venv, when it lives in the checkout
     assert "sockets: []" in log and "usr: Read-only file system" in log
     # Nothing of the host but the allow-list: the toolchain, the loader's files and the Python install.
-    allowed = {"/usr", "/etc/alternatives", "/etc/ld.so.conf.d", "/etc/ld.so.cache", "/etc/ld.so.conf",
-               "/etc/localtime", "/sys/devices/system/cpu", *sandbox_python()}
+    allowed = {
+        "/usr",
+        "/etc/alternatives",
+        "/etc/ld.so.conf.d",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/localtime",
+        "/sys/devices/system/cpu",
+        *sandbox_python(),
+    }
     assert set(sandbox["visible"]) <= allowed and "/usr" in sandbox["visible"]
     assert "read-only" in sandbox["root"]
 
@@ -368,12 +410,15 @@ server.run_mode(uuid.uuid4().hex, "eager", {code!r}, "module", "cpu", Limits(tim
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_it_leaves_no_repro_alive_when_the_workers_process_group_is_killed(sig):
     marker = str(700000 + uuid.uuid4().int % 99999)
-    code = ("import os, subprocess, time\nimport torch\n\n\ndef fn(x):\n"
-            f"    subprocess.Popen(['sleep', '{marker}'])\n"
-            f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n"
-            "    time.sleep(600)\n    return x\n\n\ndef make_inputs():\n    return (torch.ones(1),)\n")
-    worker = subprocess.Popen([sys.executable, "-c", WORKER.format(project=str(PROJECT), code=code)],
-                              start_new_session=True)  # its own process group, as a Celery worker's
+    code = (
+        "import os, subprocess, time\nimport torch\n\n\ndef fn(x):\n"
+        f"    subprocess.Popen(['sleep', '{marker}'])\n"
+        f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n"
+        "    time.sleep(600)\n    return x\n\n\ndef make_inputs():\n    return (torch.ones(1),)\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER.format(project=str(PROJECT), code=code)], start_new_session=True
+    )  # its own process group, as a Celery worker's
     needle = f"sleep\x00{marker}\x00".encode()
     try:
         wait_until(lambda: len(processes_with_cmdline(needle)) == 2, timeout=240)
@@ -411,7 +456,9 @@ def test_it_keeps_a_run_holding_its_process_budget_from_starving_a_concurrent_on
 
     def hold():
         try:
-            hostile["reply"] = attack(server, f"""
+            hostile["reply"] = attack(
+                server,
+                f"""
                 held = []
                 try:
                     while True:
@@ -419,7 +466,10 @@ def test_it_keeps_a_run_holding_its_process_budget_from_starving_a_concurrent_on
                 except OSError as exc:
                     print("holding", len(held), "processes:", exc.strerror, flush=True)
                 time.sleep(600)
-            """, nproc=48, timeout_s=400)
+            """,
+                nproc=48,
+                timeout_s=400,
+            )
         except Exception as exc:  # noqa: BLE001 - ended by closing its server below
             hostile["error"] = exc
 
@@ -448,10 +498,13 @@ def test_it_keeps_a_run_holding_its_process_budget_from_starving_a_concurrent_on
 
 def test_it_never_turns_could_not_fork_into_a_verdict(server):
     with pytest.raises(SandboxRefused, match="ran out of a resource.*not a verdict") as refused:
-        attack(server, """
+        attack(
+            server,
+            """
             import errno
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        """)
+        """,
+        )
     assert refused.value.report["uid"] == server.uid  # what was in force still reaches the run's page
 
 
@@ -460,11 +513,16 @@ def test_it_never_turns_could_not_fork_into_a_verdict(server):
 
 def test_it_caps_the_memory_of_the_whole_run_not_each_process(server):
     # Three processes of 600 MB each fit their own address-space limit, not a 1.5 GB run.
-    result, log, sandbox = attack(server, """
+    result, log, sandbox = attack(
+        server,
+        """
         hogs = [subprocess.Popen([sys.executable, "-c", "import time; b = b'x' * (600 * 2**20); time.sleep(8)"])
                 for _ in range(3)]
         print("exit codes:", [h.wait() for h in hogs])
-    """, memory_mb=1536, timeout_s=60)
+    """,
+        memory_mb=1536,
+        timeout_s=60,
+    )
     assert sandbox["cgroup"]["memory_max_mb"] == 1536, sandbox["cgroup"]
     assert result["status"] == "oom", (result, log)
     assert "memory budget of 1536 MB" in result["message"]
@@ -499,8 +557,11 @@ def test_it_refuses_to_compare_shape_inflated_outputs(server):
     before = _peak_rss_mb(server.proc.pid)
     replies = []
     for mode, value in (("eager", 0.0), ("aot_eager", 1.0)):
-        code = ("import os\nimport torch\n\n\ndef fn(x):\n" + textwrap.indent(
-            textwrap.dedent(FORGED_OUTPUTS.format(value=value)), "    ") + "\n\ndef make_inputs():\n    return (torch.ones(2),)\n")
+        code = (
+            "import os\nimport torch\n\n\ndef fn(x):\n"
+            + textwrap.indent(textwrap.dedent(FORGED_OUTPUTS.format(value=value)), "    ")
+            + "\n\ndef make_inputs():\n    return (torch.ones(2),)\n"
+        )
         replies.append(server.run_mode(key, mode, code, "module", "cpu", Limits(timeout_s=30))["result"])
     for result in replies:
         assert result["status"] == "passed" and "too large to compare" in result["message"], result
@@ -512,7 +573,9 @@ def test_it_refuses_to_compare_shape_inflated_outputs(server):
 
 
 def test_it_drops_forged_result_events_and_keeps_serving(server):
-    result, log, _ = attack(server, """
+    result, log, _ = attack(
+        server,
+        """
         import json
         os.write(3, b'{"event": "phase"}\\n')
         os.write(3, b'{"event": "result", "status": "passed"}\\n')
@@ -520,7 +583,8 @@ def test_it_drops_forged_result_events_and_keeps_serving(server):
                   "message": "m" * (40 * 2**20)}
         os.write(3, (json.dumps(forged) + "\\n").encode())
         os.write(3, (json.dumps({**forged, "message": "long " * 10000, "traceback": 7}) + "\\n").encode())
-    """)
+    """,
+    )
     assert result["status"] == "passed", result  # the child's real result, after the forgeries
     # Eager calls fn twice (float32, then the float64 reference): each of the 4 forgeries twice.
     assert result["dropped_events"] == 8
@@ -530,12 +594,15 @@ def test_it_drops_forged_result_events_and_keeps_serving(server):
 
 
 def test_it_caps_every_field_of_a_result_event(server):
-    result, log, _ = attack(server, """
+    result, log, _ = attack(
+        server,
+        """
         import json
         event = {"event": "result", "status": "raised", "phase": "runtime", "exception": "E" * 10**6,
                  "message": "m" * 10**6, "traceback": "t" * 10**6, "payload_note": "n" * 10**6}
         os.write(3, (json.dumps(event) + "\\n").encode())
         os._exit(0)
-    """)
+    """,
+    )
     assert result["status"] == "raised"
     assert len(result["exception"]) <= 300 and len(result["message"]) <= 2000 and len(result["traceback"]) <= 4000

@@ -56,10 +56,12 @@ def test_it_plans_the_routes_that_stop_labelling_with_no_label_change(db):
     ticked = ["module: dynamo"]  # ticked, but these routes change no label
 
     assert plan_changes(issue, chosen=ticked, route="question", review=False) == Plan(
-        reply="redirect_to_forum", close_reason="not_planned")
+        reply="redirect_to_forum", close_reason="not_planned"
+    )
     assert plan_changes(issue, chosen=ticked, route="more info", review=True) == Plan(reply="request_more_info")
     assert plan_changes(issue, chosen=ticked, route="transfer", review=False, transfer_to="pytorch/vision") == Plan(
-        transfer_to="pytorch/vision")
+        transfer_to="pytorch/vision"
+    )
     assert plan_changes(issue, chosen=ticked, route="question", review=False).comment == FORUM
 
 
@@ -81,11 +83,14 @@ def test_it_refuses_to_mark_an_issue_triaged_with_no_module_label(synced, triage
     assert fake_github.requests == []
 
 
-@pytest.mark.parametrize("labels, plan", [
-    (("oncall: pt2",), Plan(["triage review"])),  # flagged for the meeting: not triaged (R11)
-    (("oncall: pt2",), Plan(["module: dynamo", "triaged"])),
-    (("oncall: pt2", "triaged"), Plan(["needs reproduction"])),  # triaged by hand before: other changes still go
-])
+@pytest.mark.parametrize(
+    "labels, plan",
+    [
+        (("oncall: pt2",), Plan(["triage review"])),  # flagged for the meeting: not triaged (R11)
+        (("oncall: pt2",), Plan(["module: dynamo", "triaged"])),
+        (("oncall: pt2", "triaged"), Plan(["needs reproduction"])),  # triaged by hand before: other changes still go
+    ],
+)
 def test_it_lets_changes_through_that_leave_no_new_g4_violation(fake_github, triager, labels, plan):
     for name in ("module: dynamo", "triaged", "triage review", "needs reproduction"):
         make_label(name)
@@ -140,7 +145,10 @@ def test_it_transfers_an_issue_to_another_repository(synced, triager, fake_githu
     assert "It is now https://github.com/pytorch/vision/issues/1001 and has left this queue." in decision.result_message
     assert _audit(decision) == [("read_labels", True), ("read_repository", True), ("transfer", True)]
     graphql = fake_github.requests_to(r"^/graphql$", "POST")
-    assert len(graphql) == 1 and json.loads(graphql[0].sent)["variables"] == {"issue": "I_1001", "repo": "R_pytorch/vision"}
+    assert len(graphql) == 1 and json.loads(graphql[0].sent)["variables"] == {
+        "issue": "I_1001",
+        "repo": "R_pytorch/vision",
+    }
     synced.refresh_from_db()
     assert not synced.in_queue
 
@@ -151,7 +159,10 @@ def test_it_fails_a_transfer_github_refuses_and_says_why(synced, triager, fake_g
     decision = apply_decision(_request(synced, triager, Plan(transfer_to="pytorch/vision")).pk)
 
     assert decision.status == Status.FAILED
-    assert "read repository 'pytorch/vision' failed: GitHub could not find the issue, label or repository (404)." in decision.result_message
+    assert (
+        "read repository 'pytorch/vision' failed: GitHub could not find the issue, label or repository (404)."
+        in decision.result_message
+    )
     assert fake_github.requests_to(r"^/graphql$") == [] and 1001 in fake_github.issues
     synced.refresh_from_db()
     assert synced.in_queue
@@ -160,8 +171,12 @@ def test_it_fails_a_transfer_github_refuses_and_says_why(synced, triager, fake_g
 def test_it_fails_when_graphql_answers_200_with_errors(synced, triager, fake_github):
     decision = _request(synced, triager, Plan(transfer_to="pytorch/vision"))
     # GitHub refuses inside a 200 (here: the issue's node is unknown to it).
-    fake_github.inject("race", method="POST", path=r"^/graphql$", run=lambda: fake_github.issues.__setitem__(
-        4242, fake_github.issues.pop(1001)))
+    fake_github.inject(
+        "race",
+        method="POST",
+        path=r"^/graphql$",
+        run=lambda: fake_github.issues.__setitem__(4242, fake_github.issues.pop(1001)),
+    )
 
     decision = apply_decision(decision.pk)
 
@@ -189,7 +204,9 @@ def test_it_does_not_post_a_reply_twice_when_resuming(synced, triager, fake_gith
 def test_it_resumes_at_once_when_its_own_message_comes_back(synced, triager, fake_github):
     decision = _request(synced, triager, Plan(["module: dynamo", "triaged"]))
     # Claimed by message "m1", which wrote one label; then its pool process died.
-    TriageDecision.objects.filter(pk=decision.pk).update(status=Status.APPLYING, heartbeat_at=timezone.now(), task_id="m1")
+    TriageDecision.objects.filter(pk=decision.pk).update(
+        status=Status.APPLYING, heartbeat_at=timezone.now(), task_id="m1"
+    )
     fake_github.set_labels(1001, ["module: dynamo", "oncall: pt2"])
 
     assert apply_decision(decision.pk, task_id="m2").status == Status.APPLYING  # another message: a live worker's
@@ -197,7 +214,10 @@ def test_it_resumes_at_once_when_its_own_message_comes_back(synced, triager, fak
 
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.labels_of(1001) == ["module: dynamo", "oncall: pt2", "triaged"]
-    assert "GitHub already had: add label module: dynamo. Finished on GitHub: add label triaged." in decision.result_message
+    assert (
+        "GitHub already had: add label module: dynamo. Finished on GitHub: add label triaged."
+        in decision.result_message
+    )
 
 
 @pytest.mark.worker
@@ -208,8 +228,12 @@ def test_it_finishes_a_decision_at_once_when_its_pool_process_dies(broker, fake_
     fake_github.add_issue(5401, labels=["oncall: pt2"])
     issue = make_issue(5401, labels=("oncall: pt2",))
     # Pending, as request_decision leaves it; its message is sent below, on this test's broker.
-    decision = TriageDecision.objects.create(issue=issue, user=triager, labels_seen=["oncall: pt2"],
-                                             labels_added=["module: dynamo", "module: inductor", "triaged"])
+    decision = TriageDecision.objects.create(
+        issue=issue,
+        user=triager,
+        labels_seen=["oncall: pt2"],
+        labels_added=["module: dynamo", "module: inductor", "triaged"],
+    )
     gate = threading.Event()
     fake_github.inject("race", method="POST", path=r"/labels$", after=1, run=lambda: gate.wait(120))
     queue = _private_queue()
@@ -232,15 +256,21 @@ def test_it_finishes_a_decision_at_once_when_its_pool_process_dies(broker, fake_
 
 
 def _form(issue, **data) -> TriageForm:
-    return TriageForm({"labels_seen": json.dumps(issue.label_names()), **data}, issue=issue,
-                      suggestions=list(issue.suggestions.all()), allowed=Label.objects.triage_catalog())
+    return TriageForm(
+        {"labels_seen": json.dumps(issue.label_names()), **data},
+        issue=issue,
+        suggestions=list(issue.suggestions.all()),
+        allowed=Label.objects.triage_catalog(),
+    )
 
 
 def test_it_shows_the_g4_reason_in_the_preview_instead_of_an_apply_button(synced, client, triager):
     Suggestion.objects.create(issue=synced, label="module: dynamo", rule_id="R1.2", confidence=0.55, preselected=False)
     client.force_login(triager)
 
-    response = client.post(reverse("rubric_app:issue_preview", args=[1001]), {"accept": "1"}, headers={"HX-Request": "true"})
+    response = client.post(
+        reverse("rubric_app:issue_preview", args=[1001]), {"accept": "1"}, headers={"HX-Request": "true"}
+    )
 
     page = response.content.decode()
     assert "G4: this would mark the issue triaged with no module: label" in page
@@ -250,8 +280,11 @@ def test_it_shows_the_g4_reason_in_the_preview_instead_of_an_apply_button(synced
 def test_it_previews_the_reply_and_the_close_of_a_usage_question(synced, client, triager):
     client.force_login(triager)
 
-    response = client.post(reverse("rubric_app:issue_preview", args=[1001]),
-                           {"route": "question", "labels_seen": json.dumps(["oncall: pt2"])}, headers={"HX-Request": "true"})
+    response = client.post(
+        reverse("rubric_app:issue_preview", args=[1001]),
+        {"route": "question", "labels_seen": json.dumps(["oncall: pt2"])},
+        headers={"HX-Request": "true"},
+    )
 
     page = response.content.decode()
     assert 'data-reply="redirect_to_forum"' in page and 'data-close="not_planned"' in page
@@ -260,8 +293,17 @@ def test_it_previews_the_reply_and_the_close_of_a_usage_question(synced, client,
 
 
 def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(synced):
-    Issue.objects.filter(pk=synced.pk).update(suggested_route="transfer", checklist=[
-        {"rule_id": "G2", "text": "Transfer to torchvision, then stop", "state": "satisfied", "evidence": "torchvision"}])
+    Issue.objects.filter(pk=synced.pk).update(
+        suggested_route="transfer",
+        checklist=[
+            {
+                "rule_id": "G2",
+                "text": "Transfer to torchvision, then stop",
+                "state": "satisfied",
+                "evidence": "torchvision",
+            }
+        ],
+    )
     synced.refresh_from_db()
 
     form = _form(synced)
@@ -270,7 +312,8 @@ def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(syn
     assert form.suggested["route"] == "pt2" and form.suggested["transfer_to"] == "pytorch/vision"
     accepted = _form(synced, route="pt2")
     assert not accepted.is_valid() and accepted.non_field_errors()[0].startswith(
-        "G2: the thread says it belongs in pytorch/vision: pick the transfer route.")
+        "G2: the thread says it belongs in pytorch/vision: pick the transfer route."
+    )
     assert not _form(synced, route="transfer").is_valid()  # G2 needs its repository
     chosen = _form(synced, route="transfer", transfer_to="pytorch/vision")
     assert chosen.is_valid() and chosen.plan() == Plan(transfer_to="pytorch/vision")
@@ -285,8 +328,15 @@ def test_it_refuses_a_review_flag_on_a_hand_off(synced):
 
 
 def test_it_points_a_usage_question_to_its_route_when_g4_refuses(synced):
-    Issue.objects.filter(pk=synced.pk).update(checklist=[
-        {"rule_id": "G1", "text": "Reads like a question, not a bug: close with the forum template?", "state": "needs_human"}])
+    Issue.objects.filter(pk=synced.pk).update(
+        checklist=[
+            {
+                "rule_id": "G1",
+                "text": "Reads like a question, not a bug: close with the forum template?",
+                "state": "needs_human",
+            }
+        ]
+    )
     synced.refresh_from_db()
 
     form = _form(synced, route="pt2")
@@ -301,7 +351,8 @@ def test_it_keeps_an_existing_review_flag_ticked_and_removes_it_only_when_untick
     assert _form(issue).suggested["review"] is True  # flagged on GitHub: the box starts ticked
     # Unticked: the flag goes and the issue is triaged (never both, R11), shown in the preview.
     assert plan_changes(issue, chosen=["module: inductor"], route="pt2", review=False) == Plan(
-        ["module: inductor", "triaged"], ["triage review"])
+        ["module: inductor", "triaged"], ["triage review"]
+    )
     assert plan_changes(issue, chosen=[], route="pt2", review=True).changes_nothing
 
 
@@ -309,19 +360,24 @@ def test_it_offers_no_apply_when_the_preview_changes_nothing(synced, client, tri
     synced.labels.add(make_label("triage review"))
     client.force_login(triager)
 
-    response = client.post(reverse("rubric_app:issue_preview", args=[1001]),
-                           {"route": "pt2", "review": "on", "labels_seen": json.dumps(["oncall: pt2", "triage review"])},
-                           headers={"HX-Request": "true"})
+    response = client.post(
+        reverse("rubric_app:issue_preview", args=[1001]),
+        {"route": "pt2", "review": "on", "labels_seen": json.dumps(["oncall: pt2", "triage review"])},
+        headers={"HX-Request": "true"},
+    )
 
     page = response.content.decode()
     assert "data-nothing-to-apply" in page and "data-apply" not in page
 
 
-@pytest.mark.parametrize("labels, ticked, expected", [
-    (("oncall: pt2",), False, "pt2"),  # a possible redirect is shown, not accepted by `a`
-    (("oncall: pt2",), True, "handoff"),
-    (("oncall: cpu inductor",), False, "cpu inductor"),  # the issue's own lane: `a` never moves it back to pt2
-])
+@pytest.mark.parametrize(
+    "labels, ticked, expected",
+    [
+        (("oncall: pt2",), False, "pt2"),  # a possible redirect is shown, not accepted by `a`
+        (("oncall: pt2",), True, "handoff"),
+        (("oncall: cpu inductor",), False, "cpu inductor"),  # the issue's own lane: `a` never moves it back to pt2
+    ],
+)
 def test_it_accepts_a_redirect_only_when_it_is_preselected(db, labels, ticked, expected):
     issue = make_issue(labels=labels, suggested_route="handoff" if "oncall: pt2" in labels else "cpu inductor")
     Suggestion.objects.create(issue=issue, label="oncall: export", rule_id="R6.3", confidence=0.7, preselected=ticked)
@@ -334,13 +390,18 @@ def test_it_refuses_a_hand_off_that_flags_review_on_every_path(synced, triager, 
     # What a group decision (or any caller) would send: the same refusal as the issue page's box.
     decision = _request(synced, triager, Plan(["oncall: export", "triage review"], ["oncall: pt2"]))
 
-    assert decision.status == Status.REFUSED and "the meeting would never see a triage review flag" in decision.result_message
+    assert (
+        decision.status == Status.REFUSED
+        and "the meeting would never see a triage review flag" in decision.result_message
+    )
     assert fake_github.requests == []
 
 
 def test_it_says_so_when_it_cannot_check_for_its_reply_and_does_not_post_it(synced, triager, fake_github):
     decision = _request(synced, triager, plan_changes(synced, chosen=[], route="question", review=False))
-    TriageDecision.objects.filter(pk=decision.pk).update(status=Status.APPLYING, heartbeat_at=timezone.now() - timedelta(hours=1))
+    TriageDecision.objects.filter(pk=decision.pk).update(
+        status=Status.APPLYING, heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
     fake_github.inject("error", method="GET", path=r"/comments$", status=404, times=5)
 
     decision = apply_decision(decision.pk)

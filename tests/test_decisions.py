@@ -19,8 +19,17 @@ def synced(fake_github, settings):
     """Issue #1001 on the fake GitHub and locally, with the same labels."""
     # Pacing is proven by the worker test below at the real 1 s; here it would only slow things.
     settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in ("module: dynamo", "module: dynamic shapes", "triaged", "triage review", "oncall: cpu inductor",
-                 "oncall: export", "high priority", "low priority", "needs reproduction"):
+    for name in (
+        "module: dynamo",
+        "module: dynamic shapes",
+        "triaged",
+        "triage review",
+        "oncall: cpu inductor",
+        "oncall: export",
+        "high priority",
+        "low priority",
+        "needs reproduction",
+    ):
         make_label(name)
     issue = make_issue(1001, labels=("oncall: pt2",))
     fake_github.add_issue(1001, labels=["oncall: pt2"])
@@ -42,33 +51,42 @@ def _writes(fake) -> list[tuple[str, str]]:
 def test_it_plans_module_labels_and_triaged_for_the_pt2_route(db):
     issue = make_issue(labels=("oncall: pt2", "module: dynamo"))
 
-    assert plan_changes(issue, chosen=["module: dynamo", "module: dynamic shapes"], route="pt2", review=False) == Plan(["module: dynamic shapes", "triaged"], [])
+    assert plan_changes(issue, chosen=["module: dynamo", "module: dynamic shapes"], route="pt2", review=False) == Plan(
+        ["module: dynamic shapes", "triaged"], []
+    )
 
 
 def test_it_flags_triage_review_instead_of_triaged(db):
     issue = make_issue(labels=("oncall: pt2",))
 
     assert plan_changes(issue, chosen=["module: inductor"], route="pt2", review=True) == Plan(
-        ["module: inductor", "triage review"], [],  # R11: no `triaged`
+        ["module: inductor", "triage review"],
+        [],  # R11: no `triaged`
     )
 
 
 def test_it_moves_the_issue_to_the_cpu_inductor_lane(db):
     issue = make_issue(labels=("oncall: pt2",))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="cpu inductor", review=False) == Plan(["module: inductor", "oncall: cpu inductor", "triaged"], ["oncall: pt2"])
+    assert plan_changes(issue, chosen=["module: inductor"], route="cpu inductor", review=False) == Plan(
+        ["module: inductor", "oncall: cpu inductor", "triaged"], ["oncall: pt2"]
+    )
 
 
 def test_it_keeps_the_lane_when_no_route_is_chosen(db):
     issue = make_issue(labels=("oncall: cpu inductor",))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="", review=False) == Plan(["module: inductor", "triaged"], [])
+    assert plan_changes(issue, chosen=["module: inductor"], route="", review=False) == Plan(
+        ["module: inductor", "triaged"], []
+    )
 
 
 def test_it_hands_off_with_one_oncall_label_and_no_module_labels_per_g5(db):
     issue = make_issue(labels=("oncall: pt2", "module: dynamo", "triaged", "needs reproduction"))
 
-    assert plan_changes(issue, chosen=["module: inductor"], route="oncall: export", review=False) == Plan(["oncall: export"], ["module: dynamo", "oncall: pt2", "triaged"])
+    assert plan_changes(issue, chosen=["module: inductor"], route="oncall: export", review=False) == Plan(
+        ["oncall: export"], ["module: dynamo", "oncall: pt2", "triaged"]
+    )
 
 
 # --- refusals ---------------------------------------------------------------------------------
@@ -91,7 +109,9 @@ def _assert_refused(decision: TriageDecision, fake, callbacks, words: str) -> No
         (["high priority"], "triage meeting (R11)"),
     ],
 )
-def test_it_refuses_labels_outside_the_catalog_forbidden_or_reserved(synced, triager, fake_github, add, words, django_capture_on_commit_callbacks):
+def test_it_refuses_labels_outside_the_catalog_forbidden_or_reserved(
+    synced, triager, fake_github, add, words, django_capture_on_commit_callbacks
+):
     make_label("ciflow/trunk", allowed=False)
     with django_capture_on_commit_callbacks() as callbacks:
         decision = _request(synced, triager, add=add)
@@ -115,7 +135,9 @@ def test_it_lets_the_meeting_chair_decide_high_priority(synced, chair, django_ca
         ({"is_pull_request": True}, "pull request"),
     ],
 )
-def test_it_refuses_issues_it_may_not_change(synced, triager, fake_github, change, words, django_capture_on_commit_callbacks):
+def test_it_refuses_issues_it_may_not_change(
+    synced, triager, fake_github, change, words, django_capture_on_commit_callbacks
+):
     Issue.objects.filter(pk=synced.pk).update(**change)
     synced.refresh_from_db()
     with django_capture_on_commit_callbacks() as callbacks:
@@ -124,7 +146,9 @@ def test_it_refuses_issues_it_may_not_change(synced, triager, fake_github, chang
     _assert_refused(decision, fake_github, callbacks, words)
 
 
-def test_it_refuses_a_user_without_the_apply_permission(synced, viewer, fake_github, django_capture_on_commit_callbacks):
+def test_it_refuses_a_user_without_the_apply_permission(
+    synced, viewer, fake_github, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         decision = _request(synced, viewer, add=["module: dynamo"])
 
@@ -143,7 +167,9 @@ def test_it_records_a_valid_decision_as_pending_and_enqueues_it(synced, triager,
         decision = _request(synced, triager, add=["module: dynamo", "triaged"])
 
     assert (decision.status, decision.labels_added, decision.labels_seen) == (
-        Status.PENDING, ["module: dynamo", "triaged"], ["oncall: pt2"],
+        Status.PENDING,
+        ["module: dynamo", "triaged"],
+        ["oncall: pt2"],
     )
     assert len(callbacks) == 1  # apply_decision_task.delay_on_commit
 
@@ -161,7 +187,9 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
 
     assert decision.status == Status.APPLIED, decision.result_message
     assert (decision.user, decision.labels_added, decision.labels_removed) == (
-        triager, ["module: dynamo", "triaged"], ["needs reproduction"],
+        triager,
+        ["module: dynamo", "triaged"],
+        ["needs reproduction"],
     )  # the audit entry: who asked for what
     assert fake_github.labels_of(1001) == ["module: dynamo", "oncall: pt2", "triaged"]
     assert _writes(fake_github) == [
@@ -177,7 +205,10 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
         ("remove_label", "needs reproduction", 200, True),
     ]
     # GitHub's answer is kept: the labels it says the issue has after each call.
-    assert decision.writes.get(target="triaged").response == "labels now: module: dynamo, needs reproduction, oncall: pt2, triaged"
+    assert (
+        decision.writes.get(target="triaged").response
+        == "labels now: module: dynamo, needs reproduction, oncall: pt2, triaged"
+    )
     synced.refresh_from_db()
     assert synced.label_names() == ["module: dynamo", "oncall: pt2", "triaged"]
     assert synced.suggestions_updated_at is not None
@@ -186,7 +217,9 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
 def test_it_keeps_labels_someone_else_adds_while_it_writes(synced, triager, fake_github):
     decision = _request(synced, triager, add=["module: dynamo"])
     # After the conflict check, just before our write lands, someone adds a label.
-    fake_github.inject("race", method="POST", run=lambda: fake_github.set_labels(1001, ["oncall: pt2", "module: inductor"]))
+    fake_github.inject(
+        "race", method="POST", run=lambda: fake_github.set_labels(1001, ["oncall: pt2", "module: inductor"])
+    )
 
     decision = apply_decision(decision.pk)
 
@@ -244,7 +277,14 @@ def test_it_closes_the_issue_for_a_meeting_decision(synced, chair, fake_github):
 
 @pytest.mark.parametrize(
     "status, words",
-    [(403, "403"), (404, "404"), (410, "gone"), (422, "invalid (422)"), (502, "server error (502)"), (503, "server error (503)")],
+    [
+        (403, "403"),
+        (404, "404"),
+        (410, "gone"),
+        (422, "invalid (422)"),
+        (502, "server error (502)"),
+        (503, "server error (503)"),
+    ],
 )
 def test_it_fails_clearly_and_leaves_local_labels_alone(synced, triager, fake_github, status, words):
     decision = _request(synced, triager, add=["module: dynamo", "triaged"])

@@ -37,6 +37,18 @@ def test_it_gives_every_demo_issue_suggestions_with_rule_ids():
 def test_it_covers_the_rubric_sections_in_the_demo_text():
     call_command("load_demo")
     text = " ".join(Issue.objects.values_list("body", flat=True)).lower()
-    for marker in ("dynamic=false", ".item()", "aot_eager", "float16", "mkldnn", "helion", "flex_attention",
-                   "dtensor", "fsdp", "fuzzer", "segmentation fault", "detach_()"):
+    for marker in (
+        "dynamic=false",
+        ".item()",
+        "aot_eager",
+        "float16",
+        "mkldnn",
+        "helion",
+        "flex_attention",
+        "dtensor",
+        "fsdp",
+        "fuzzer",
+        "segmentation fault",
+        "detach_()",
+    ):
         assert marker in text, marker

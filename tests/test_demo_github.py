@@ -36,8 +36,9 @@ def test_it_sends_nothing_without_a_token_unless_the_api_is_on_this_machine(sett
         github.client()
     issue = make_issue(7001)
     make_label("module: dynamo")
-    decision = decisions.request_decision(issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]),
-                                          labels_seen=["oncall: pt2"])
+    decision = decisions.request_decision(
+        issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]), labels_seen=["oncall: pt2"]
+    )
     assert decision.status == TriageDecision.Status.REFUSED
     assert "Apply is disabled: no GITHUB_TOKEN" in decision.result_message
 
@@ -45,8 +46,9 @@ def test_it_sends_nothing_without_a_token_unless_the_api_is_on_this_machine(sett
 def test_it_fails_a_queued_decision_with_the_reason_when_github_is_off(settings, triager):
     # Queued while a token was set, applied after it was removed: it ends failed with why, sending nothing.
     issue = make_issue(7002)
-    decision = TriageDecision.objects.create(issue=issue, user=triager, labels_seen=["oncall: pt2"],
-                                             labels_added=["module: dynamo"], labels_removed=[])
+    decision = TriageDecision.objects.create(
+        issue=issue, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo"], labels_removed=[]
+    )
     settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", "https://api.github.com"
     decision = decisions.apply_decision(decision.pk)
     assert decision.status == TriageDecision.Status.FAILED
@@ -59,8 +61,10 @@ def test_it_disables_apply_with_the_reason_on_every_page_when_github_is_off(clie
     client.force_login(triager)
     queue = client.get(reverse("rubric_app:queue")).content.decode()
     assert "GitHub is off, Apply is disabled" in queue
-    preview = client.post(reverse("rubric_app:issue_preview", args=[issue.number]),
-                          {"route": "pt2", "labels_seen": json.dumps(issue.label_names())}).content.decode()
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[issue.number]),
+        {"route": "pt2", "labels_seen": json.dumps(issue.label_names())},
+    ).content.decode()
     assert "Apply is disabled: no GITHUB_TOKEN" in preview and "data-apply>" not in preview
 
 
@@ -68,17 +72,25 @@ def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, 
     assert github.mode() == "demo"
     call_command("load_demo")
     assert sync_queue(full=True).issues_changed == 0  # the demo GitHub serves what load_demo loaded
-    issue = Issue.objects.get(number=next(n for n, i in demo_server.issues.items() if i["state"] == "open"
-                                          and "oncall: pt2" in i["labels"] and "module: dynamo" not in i["labels"]))
+    issue = Issue.objects.get(
+        number=next(
+            n
+            for n, i in demo_server.issues.items()
+            if i["state"] == "open" and "oncall: pt2" in i["labels"] and "module: dynamo" not in i["labels"]
+        )
+    )
     client.force_login(triager)
     page = client.get(issue.get_absolute_url()).content.decode()
     assert f"Demo: the issues are the shipped demo set and GitHub is the local demo GitHub at {demo_server.url}" in page
 
-    response = client.post(reverse("rubric_app:issue_preview", args=[issue.number]),
-                           {"route": "pt2", "review": "on", "labels_seen": json.dumps(issue.label_names())})
+    response = client.post(
+        reverse("rubric_app:issue_preview", args=[issue.number]),
+        {"route": "pt2", "review": "on", "labels_seen": json.dumps(issue.label_names())},
+    )
     assert b"data-apply>" in response.content  # offered: the demo GitHub takes it
-    decision = decisions.request_decision(issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]),
-                                          labels_seen=issue.label_names())
+    decision = decisions.request_decision(
+        issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]), labels_seen=issue.label_names()
+    )
     decision = decisions.apply_decision(decision.pk)  # what the github worker runs
     assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
     assert "module: dynamo" in demo_server.labels_of(issue.number)

@@ -34,10 +34,16 @@ def _get(url: str, session: requests.Session):
 
 def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path):
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_", "SECRET_KEY", "DEBUG"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DATABASE_URL", "CELERY_", "GITHUB_", "SECRET_KEY", "DEBUG"))
+    }
     env.update(TRIAGE_VAR_DIR=str(tmp_path), PORT=str(port), PY=sys.executable, PYTHONUNBUFFERED="1")
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen(["scripts/run.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["scripts/run.sh"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         session = requests.Session()
         login = wait_until(lambda: _get(f"http://127.0.0.1:{port}/accounts/login/", session), timeout=180, interval=1)
@@ -51,23 +57,39 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         assert "oncall: pt2" in queue.text
         assert "Demo: the issues are the shipped demo set" in queue.text  # every page says it is a demo
         db = sqlite3.connect(tmp_path / "db.sqlite3")
-        issue_id, title = db.execute("select id, title from rubric_app_issue where state='open' order by id limit 1").fetchone()
+        issue_id, title = db.execute(
+            "select id, title from rubric_app_issue where state='open' order by id limit 1"
+        ).fetchone()
         assert db.execute("select count(*) from rubric_app_issue").fetchone()[0] >= 40
         # Both of run.sh's workers say they are alive, with their queues (the issue page shows them).
         beats = lambda: dict(db.execute("select name, queues from rubric_app_workerheartbeat").fetchall())  # noqa: E731
         live = wait_until(lambda: len(beats()) == 2 and beats(), timeout=60)
-        assert sorted(q for queues in live.values() for q in re.findall(r'"(\w+)"', queues)) == ["cpu", "default", "github"]
+        assert sorted(q for queues in live.values() for q in re.findall(r'"(\w+)"', queues)) == [
+            "cpu",
+            "default",
+            "github",
+        ]
 
         # A task sent through the filesystem broker is picked up by run.sh's worker.
         db.execute("update rubric_app_issue set suggestions_updated_at = NULL where id = ?", (issue_id,))
         db.commit()
         subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c",
-             f"from rubric_app.tasks import refresh_suggestions_task; refresh_suggestions_task.delay({issue_id})"],
-            cwd=ROOT, env=env, check=True, timeout=60,
+            [
+                sys.executable,
+                "manage.py",
+                "shell",
+                "-c",
+                f"from rubric_app.tasks import refresh_suggestions_task; refresh_suggestions_task.delay({issue_id})",
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            timeout=60,
         )
         wait_until(
-            lambda: db.execute("select suggestions_updated_at from rubric_app_issue where id = ?", (issue_id,)).fetchone()[0],
+            lambda: db.execute(
+                "select suggestions_updated_at from rubric_app_issue where id = ?", (issue_id,)
+            ).fetchone()[0],
             timeout=60,
         )
 
@@ -81,17 +103,23 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         log.close()
 
 
-def _it_applies_and_resyncs_through_the_demo_github(port: int, session: requests.Session, db, env: dict, tmp_path) -> None:
+def _it_applies_and_resyncs_through_the_demo_github(
+    port: int, session: requests.Session, db, env: dict, tmp_path
+) -> None:
     """The README's demo flow: Apply writes the labels to the local demo GitHub (never api.github.com),
     and a change made on the demo GitHub comes back with the next sync."""
-    demo = re.search(r"^demo GitHub: (http://127\.0\.0\.1:\d+)", (tmp_path / "log" / "demo-github.log").read_text(), re.M)
+    demo = re.search(
+        r"^demo GitHub: (http://127\.0\.0\.1:\d+)", (tmp_path / "log" / "demo-github.log").read_text(), re.M
+    )
     assert demo, "run.sh started no demo GitHub"
     api = f"{demo.group(1)}/repos/pytorch/pytorch/issues"
     number, issue_id, label = db.execute(
         "select i.number, i.id, s.label from rubric_app_issue i join rubric_app_suggestion s on s.issue_id = i.id "
         "where i.in_queue and s.kind = 'add' and s.label like 'module:%' and s.label not in "
-        "(select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id where il.issue_id = i.id) "
-        "order by i.number limit 1").fetchone()
+        "(select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id "
+        "where il.issue_id = i.id) "
+        "order by i.number limit 1"
+    ).fetchone()
     seen = sorted(l["name"] for l in requests.get(f"{api}/{number}", timeout=5).json()["labels"])
     page = session.get(f"http://127.0.0.1:{port}/issues/{number}")
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
@@ -101,17 +129,38 @@ def _it_applies_and_resyncs_through_the_demo_github(port: int, session: requests
         headers={"Referer": page.url},
     )
     assert applied.status_code == 200, applied.text[:500]
-    status = wait_until(lambda: (row := db.execute(
-        "select status, result_message from rubric_app_triagedecision where issue_id = ? order by id desc limit 1",
-        (issue_id,)).fetchone()) and row[0] not in ("pending", "applying") and row, timeout=60)
+    status = wait_until(
+        lambda: (
+            (
+                row := db.execute(
+                    "select status, result_message from rubric_app_triagedecision "
+                    "where issue_id = ? order by id desc limit 1",
+                    (issue_id,),
+                ).fetchone()
+            )
+            and row[0] not in ("pending", "applying")
+            and row
+        ),
+        timeout=60,
+    )
     assert status[0] == "applied", status
     assert label in [l["name"] for l in requests.get(f"{api}/{number}", timeout=5).json()["labels"]]
 
     # Someone relabels the issue on the demo GitHub; the next sync (beat's, run here now) brings it back.
     requests.post(f"{api}/{number}/labels", json={"labels": ["needs reproduction"]}, timeout=5).raise_for_status()
-    subprocess.run([sys.executable, "manage.py", "sync_queue"], cwd=ROOT, check=True, timeout=120,
-                   env={**env, "GITHUB_API_URL": demo.group(1)})
-    names = {row[0] for row in db.execute(
-        "select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id where il.issue_id = ?",
-        (issue_id,))}
+    subprocess.run(
+        [sys.executable, "manage.py", "sync_queue"],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+        env={**env, "GITHUB_API_URL": demo.group(1)},
+    )
+    names = {
+        row[0]
+        for row in db.execute(
+            "select l.name from rubric_app_label l join rubric_app_issue_labels il on il.label_id = l.id "
+            "where il.issue_id = ?",
+            (issue_id,),
+        )
+    }
     assert {label, "needs reproduction"} <= names

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,17 +19,29 @@ def gh(fake_github, settings) -> github.Client:
 
 
 def test_it_returns_issues_as_plain_data(gh, fake_github):
-    fake_github.add_issue(5, title="NaN with inductor", body="repro", labels=["oncall: pt2", "module: inductor"],
-                          comments=["same here"], user="alice")
+    fake_github.add_issue(
+        5,
+        title="NaN with inductor",
+        body="repro",
+        labels=["oncall: pt2", "module: inductor"],
+        comments=["same here"],
+        user="alice",
+    )
     fake_github.add_issue(6, pull_request=True)
 
     page = gh.issues_page(gh.issues_url(label="oncall: pt2"))
 
     issue, pr = page.items
     assert isinstance(issue, github.IssueData)
-    assert (issue.number, issue.title, issue.body, issue.author, issue.comments_count) == (5, "NaN with inductor", "repro", "alice", 1)
+    assert (issue.number, issue.title, issue.body, issue.author, issue.comments_count) == (
+        5,
+        "NaN with inductor",
+        "repro",
+        "alice",
+        1,
+    )
     assert issue.label_names == ["module: inductor", "oncall: pt2"]
-    assert issue.updated_at.tzinfo is timezone.utc and not issue.is_pull_request
+    assert issue.updated_at.tzinfo is UTC and not issue.is_pull_request
     assert pr.is_pull_request
     assert page.etag.startswith('W/"') and page.next_url == ""
 
@@ -76,7 +88,7 @@ def test_it_raises_rate_limited_when_the_reset_is_far(gh, fake_github):
     with pytest.raises(github.RateLimited) as caught:
         gh.issues_page(gh.issues_url())
 
-    assert caught.value.reset_at > datetime.now(timezone.utc)
+    assert caught.value.reset_at > datetime.now(UTC)
     assert len(fake_github.requests) == 1  # it did not spend a request it knew would fail
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -15,7 +15,7 @@ from tests.conftest import make_issue, make_label, passes_on_sqlite
 
 URL = reverse("rubric_app:metrics")
 # A Wednesday noon: the current week started Monday 2026-11-02.
-NOW = datetime(2026, 11, 4, 12, 0, tzinfo=dt_timezone.utc)
+NOW = datetime(2026, 11, 4, 12, 0, tzinfo=UTC)
 
 
 def _at(days_ago: float) -> datetime:
@@ -23,15 +23,16 @@ def _at(days_ago: float) -> datetime:
 
 
 def _decide(issue: Issue, user, days_ago: float, status: str = "applied") -> TriageDecision:
-    return TriageDecision.objects.create(issue=issue, user=user, labels_added=["triaged"], status=status,
-                                         created_at=_at(days_ago))
+    return TriageDecision.objects.create(
+        issue=issue, user=user, labels_added=["triaged"], status=status, created_at=_at(days_ago)
+    )
 
 
 @pytest.mark.django_db
 def test_it_counts_opened_left_and_open_at_each_weeks_end():
-    make_issue(1, created_at=_at(30))                                              # before the window, still open
+    make_issue(1, created_at=_at(30))  # before the window, still open
     make_issue(2, created_at=_at(30), state="closed", in_queue=False, closed_at=_at(1))  # left this week
-    make_issue(3, created_at=_at(8))                                               # opened last week
+    make_issue(3, created_at=_at(8))  # opened last week
     make_issue(4, created_at=_at(1), labels=("oncall: export",), in_queue=False, updated_at=_at(0.5))  # handed off
     make_issue(5, created_at=_at(0.1))
 
@@ -48,9 +49,9 @@ def test_it_buckets_the_untriaged_pt2_issues_by_age():
     make_issue(2, created_at=_at(10))
     make_issue(3, created_at=_at(40))
     make_issue(4, created_at=_at(400))
-    make_issue(5, created_at=_at(400), labels=("oncall: pt2", "triaged"))   # triaged: not in the lane
-    make_issue(6, created_at=_at(2), state="closed", in_queue=False)         # closed
-    make_issue(7, created_at=_at(2), labels=("oncall: cpu inductor",))       # other lane
+    make_issue(5, created_at=_at(400), labels=("oncall: pt2", "triaged"))  # triaged: not in the lane
+    make_issue(6, created_at=_at(2), state="closed", in_queue=False)  # closed
+    make_issue(7, created_at=_at(2), labels=("oncall: cpu inductor",))  # other lane
 
     health = metrics.queue_health(weeks=2, now=NOW)
 
@@ -59,28 +60,32 @@ def test_it_buckets_the_untriaged_pt2_issues_by_age():
 
 @pytest.mark.django_db
 def test_it_measures_time_to_triage_from_the_first_decision(triager, chair):
-    make_issue(1, created_at=_at(3), first_decided_at=_at(3 - 2 / 24))   # 2 h after opening, last week
-    make_issue(2, created_at=_at(10), first_decided_at=_at(10 - 4))      # 96 h, last week
-    make_issue(3, created_at=_at(2), first_decided_at=_at(2 - 0.5))      # 12 h, this week
-    make_issue(4, created_at=_at(200), first_decided_at=_at(100))        # decided before the window
-    make_issue(5, created_at=_at(2))                                     # not decided yet
+    make_issue(1, created_at=_at(3), first_decided_at=_at(3 - 2 / 24))  # 2 h after opening, last week
+    make_issue(2, created_at=_at(10), first_decided_at=_at(10 - 4))  # 96 h, last week
+    make_issue(3, created_at=_at(2), first_decided_at=_at(2 - 0.5))  # 12 h, this week
+    make_issue(4, created_at=_at(200), first_decided_at=_at(100))  # decided before the window
+    make_issue(5, created_at=_at(2))  # not decided yet
 
     health = metrics.queue_health(weeks=2, now=NOW)
 
     assert sorted(health.triage_hours) == pytest.approx([2.0, 12.0, 96.0])
     assert (health.triage_median_h, health.triage_p90_h) == pytest.approx((12.0, 96.0))
     assert [(w.triaged, w.triage_median_h, w.triage_p90_h) for w in health.weeks] == [
-        (2, pytest.approx(49.0), pytest.approx(96.0)), (1, pytest.approx(12.0), pytest.approx(12.0))]
+        (2, pytest.approx(49.0), pytest.approx(96.0)),
+        (1, pytest.approx(12.0), pytest.approx(12.0)),
+    ]
 
 
 @pytest.mark.django_db
 def test_it_puts_a_moment_at_monday_midnight_in_the_week_it_starts():
-    monday = datetime(2026, 11, 2, tzinfo=dt_timezone.utc)  # the current week's first instant
+    monday = datetime(2026, 11, 2, tzinfo=UTC)  # the current week's first instant
     just_before = monday - timedelta(microseconds=1)
     make_issue(1, created_at=monday, first_decided_at=monday)
     make_issue(2, created_at=just_before, first_decided_at=just_before)
-    make_issue(3, created_at=_at(1), first_decided_at=NOW + timedelta(days=30))  # stamped after the window: its last week
-    make_issue(4, created_at=NOW + timedelta(days=30))                             # opened after it: not counted
+    make_issue(
+        3, created_at=_at(1), first_decided_at=NOW + timedelta(days=30)
+    )  # stamped after the window: its last week
+    make_issue(4, created_at=NOW + timedelta(days=30))  # opened after it: not counted
 
     health = metrics.queue_health(weeks=2, now=NOW)
 
@@ -91,8 +96,13 @@ def test_it_puts_a_moment_at_monday_midnight_in_the_week_it_starts():
 @pytest.mark.django_db
 def test_it_counts_decisions_per_triager_in_the_window(triager, chair):
     issue = make_issue(1, created_at=_at(30))
-    for days_ago, user, status in [(1, triager, "applied"), (2, triager, "refused"), (3, chair, "applied"),
-                                   (9, triager, "conflict"), (20, chair, "applied")]:
+    for days_ago, user, status in [
+        (1, triager, "applied"),
+        (2, triager, "refused"),
+        (3, chair, "applied"),
+        (9, triager, "conflict"),
+        (20, chair, "applied"),
+    ]:
         _decide(issue, user, days_ago, status)
 
     health = metrics.queue_health(weeks=2, now=NOW)
@@ -113,15 +123,18 @@ def on_github(db, fake_github, settings):
 
 
 def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(on_github, triager):
-    refused = request_decision(issue=on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"])
+    refused = request_decision(
+        issue=on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"]
+    )
     first = request_decision(issue=on_github, user=triager, plan=Plan(["module: dynamo"]), labels_seen=["oncall: pt2"])
     assert refused.status == "refused"
     assert first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2", "preselected": True}]
     assert apply_decision(first.pk).status == "applied"
     on_github.refresh_from_db()
     assert on_github.first_decided_at == first.created_at
-    second = request_decision(issue=on_github, user=triager, plan=Plan(["triaged"]),
-                              labels_seen=["module: dynamo", "oncall: pt2"])
+    second = request_decision(
+        issue=on_github, user=triager, plan=Plan(["triaged"]), labels_seen=["module: dynamo", "oncall: pt2"]
+    )
     assert apply_decision(second.pk).status == "applied"
     on_github.refresh_from_db()
     assert on_github.first_decided_at == first.created_at  # the first one stays
@@ -146,7 +159,7 @@ def test_it_keeps_closed_at_from_the_sync(fake_github):
 
 def test_it_shows_charts_with_their_numbers_beside_them(client, viewer):
     make_issue(1)
-    make_issue(2, created_at=datetime(2020, 1, 1, tzinfo=dt_timezone.utc))
+    make_issue(2, created_at=datetime(2020, 1, 1, tzinfo=UTC))
     _decide(make_issue(3), viewer, days_ago=-1000)  # in the window whatever today is
     client.force_login(viewer)
     html = client.get(URL).content.decode()

@@ -24,7 +24,16 @@ from django.utils import timezone
 
 from rubric_app import bisect_runs, queue_cache
 from rubric_app.decisions import apply_decision
-from rubric_app.models import Assignment, BisectionRun, Comment, Issue, Label, Suggestion, TriageDecision, WebhookDelivery
+from rubric_app.models import (
+    Assignment,
+    BisectionRun,
+    Comment,
+    Issue,
+    Label,
+    Suggestion,
+    TriageDecision,
+    WebhookDelivery,
+)
 from rubric_app.sync import process_webhook, sync_queue
 from tests.conftest import _user, make_issue, make_label, passes_on_sqlite
 
@@ -88,8 +97,10 @@ def test_it_makes_the_same_queries_whatever_the_queue_size(client, triager, djan
     for total in (10, 2000):
         start = Issue.objects.count()
         Issue.objects.bulk_create(Issue(number=10_000 + i, title=f"bulk {i}") for i in range(start, total))
-        Issue.labels.through.objects.bulk_create(Issue.labels.through(issue_id=pk, label=pt2) for pk in
-                                                 Issue.objects.filter(number__gte=10_000 + start).values_list("pk", flat=True))
+        Issue.labels.through.objects.bulk_create(
+            Issue.labels.through(issue_id=pk, label=pt2)
+            for pk in Issue.objects.filter(number__gte=10_000 + start).values_list("pk", flat=True)
+        )
         # Rendered: session, user, the user's permissions (own and groups'), the token, the count, the page
         # of issues (latest verdict as a subquery), labels, suggestions, the failures shared by several issues,
         # the token again (unchanged throughout?).
@@ -104,8 +115,9 @@ def test_it_shows_a_label_applied_through_a_decision_on_the_next_request(client,
     client.force_login(triager)
     assert [name for _, name in _label_chips(_cached(client), 1001)] == ["oncall: pt2"]
     # As request_decision records it (pending); the worker's step, run here: write to GitHub, then the mirror.
-    decision = TriageDecision.objects.create(issue=on_github, user=triager, labels_seen=["oncall: pt2"],
-                                             labels_added=["module: dynamo"])
+    decision = TriageDecision.objects.create(
+        issue=on_github, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo"]
+    )
     assert apply_decision(decision.pk).status == "applied"
     html, _ = _get(client)
     assert [name for _, name in _label_chips(html, 1001)] == ["module: dynamo", "oncall: pt2"]
@@ -156,8 +168,11 @@ def test_it_shows_what_a_sync_brought_on_the_next_request(client, triager, on_gi
 def test_it_shows_a_label_colour_a_webhook_changed_on_the_next_request(client, triager, on_github, settings):
     client.force_login(triager)
     assert _label_chips(_cached(client), 1001) == [("ededed", "oncall: pt2")]
-    payload = {"action": "edited", "label": {"name": "oncall: pt2", "color": "e99695"},
-               "repository": {"full_name": settings.GITHUB_REPO, "pushed_at": "2026-11-01T10:00:00Z"}}
+    payload = {
+        "action": "edited",
+        "label": {"name": "oncall: pt2", "color": "e99695"},
+        "repository": {"full_name": settings.GITHUB_REPO, "pushed_at": "2026-11-01T10:00:00Z"},
+    }
     delivery = WebhookDelivery.objects.create(delivery_id="colour-1", event="label", payload=payload)
     process_webhook(delivery.pk)
     assert Label.objects.get(name="oncall: pt2").color == "e99695"
@@ -203,8 +218,9 @@ def test_it_gives_each_session_its_own_csrf_token(triager, issue):
     assert len(tokens) == 1
     token = tokens.pop()
     assert _unmask_cipher_token(token) == second.cookies["csrftoken"].value != first.cookies["csrftoken"].value
-    response = second.post(reverse("rubric_app:issue_assign", args=[issue.number]),
-                           {"next": URL, "csrfmiddlewaretoken": token})
+    response = second.post(
+        reverse("rubric_app:issue_assign", args=[issue.number]), {"next": URL, "csrfmiddlewaretoken": token}
+    )
     assert response.status_code == 302
 
 
@@ -234,15 +250,30 @@ def test_it_keeps_nothing_rendered_while_a_write_committed(triager, issue):
 
 
 # What the table never shows: the sync's bookkeeping, a run's progress, and all of a user but the name.
-NOT_SHOWN = {"issue": {"last_synced_at", "comments_synced_at"}, "bisection run": {"results", "current_mode", "log"},
-             "user": {"password", "last_login", "is_superuser", "first_name", "last_name", "email", "is_staff",
-                      "is_active", "date_joined"}}
+NOT_SHOWN = {
+    "issue": {"last_synced_at", "comments_synced_at"},
+    "bisection run": {"results", "current_mode", "log"},
+    "user": {
+        "password",
+        "last_login",
+        "is_superuser",
+        "first_name",
+        "last_name",
+        "email",
+        "is_staff",
+        "is_active",
+        "date_joined",
+    },
+}
 
 
 @pytest.mark.parametrize("name", list(NOT_SHOWN))
 def test_it_changes_the_token_for_each_column_the_table_may_show_and_only_those(name, issue, triager):
-    model, row = {"issue": (Issue, issue), "bisection run": (BisectionRun, BisectionRun.objects.create(issue=issue, repro_code="x")),
-                  "user": (get_user_model(), triager)}[name]
+    model, row = {
+        "issue": (Issue, issue),
+        "bisection run": (BisectionRun, BisectionRun.objects.create(issue=issue, repro_code="x")),
+        "user": (get_user_model(), triager),
+    }[name]
     ignored = NOT_SHOWN[name]
     for field in sorted(f.name for f in model._meta.concrete_fields if not f.primary_key):
         token = queue_cache.current_token()
@@ -256,15 +287,23 @@ def _another_value(field, row):
     if field.is_relation:
         return row.pk if field.related_model is type(row) else getattr(row, field.attname)
     current = getattr(row, field.attname)
-    return {"BooleanField": not current, "DateTimeField": timezone.now() - timedelta(days=3), "JSONField": [{"changed": 1}],
-            "PositiveIntegerField": 987654, "BigIntegerField": 987654, "FloatField": 0.25}.get(kind, "changed")
+    return {
+        "BooleanField": not current,
+        "DateTimeField": timezone.now() - timedelta(days=3),
+        "JSONField": [{"changed": 1}],
+        "PositiveIntegerField": 987654,
+        "BigIntegerField": 987654,
+        "FloatField": 0.25,
+    }.get(kind, "changed")
 
 
 def test_it_puts_back_a_trigger_a_migration_dropped():
     token = queue_cache.current_token()
     name = next(n for n in _trigger_names() if n.startswith(queue_cache.PREFIX + "label_"))
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER {name} ON rubric_app_label" if connection.vendor == "postgresql" else f"DROP TRIGGER {name}")
+        cursor.execute(
+            f"DROP TRIGGER {name} ON rubric_app_label" if connection.vendor == "postgresql" else f"DROP TRIGGER {name}"
+        )
     assert queue_cache.ensure_triggers() is True
     assert name in _trigger_names() and queue_cache.current_token() != token
     assert queue_cache.ensure_triggers() is False

@@ -36,11 +36,17 @@ def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_git
     fake_github.add_issue(3101, labels=["oncall: pt2"])
     # As if the broker had been down when these were enqueued: rows exist, no message does.
     decision = TriageDecision.objects.create(
-        issue=issue, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo", "triaged"],
+        issue=issue,
+        user=triager,
+        labels_seen=["oncall: pt2"],
+        labels_added=["module: dynamo", "triaged"],
         created_at=LONG_AGO,
     )
-    payload = {"action": "edited", "issue": fake_github.issue_json(fake_github.add_issue(3102, labels=["oncall: pt2"])),
-               "repository": {"full_name": fake_github.repo}}
+    payload = {
+        "action": "edited",
+        "issue": fake_github.issue_json(fake_github.add_issue(3102, labels=["oncall: pt2"])),
+        "repository": {"full_name": fake_github.repo},
+    }
     delivery = WebhookDelivery.objects.create(delivery_id="lost", event="issues", payload=payload, received_at=LONG_AGO)
 
     requeue_stuck_task()

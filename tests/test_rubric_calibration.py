@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import _model_findings, decide, read, shipped_model
-from rubric_app.rubric.evaluation import COMPANY_MIN, OWN_CURVE_MIN, _rule_calibration, company_calibration, issue_from_record
+from rubric_app.rubric.evaluation import (
+    COMPANY_MIN,
+    OWN_CURVE_MIN,
+    _rule_calibration,
+    company_calibration,
+    issue_from_record,
+)
 from rubric_app.rubric.model import LabelModel, interpolate, isotonic
 
 
@@ -14,16 +20,44 @@ def record(number: int, title: str, body: str, labels: list[str]) -> dict:
 
 
 # Triagers' history, R7 by R7: a DTensor report always got `module: dtensor` (R7.1); FSDP reports are too
-# few to say; a slow compile in the title never got `module: compile-time`, a slow kernel got `module: performance` (R7.2).
-DTENSOR = [record(i, f"[DTensor] redistribute under torch.compile fails in case {i}",
-                  "torch.compile(model) on DTensor inputs fails in inductor", ["module: dtensor", "module: inductor", "oncall: pt2"])
-           for i in range(1, OWN_CURVE_MIN + 2)]
-FSDP = [record(100 + i, f"FSDP2 fully_shard + torch.compile fails in case {i}", "fully_shard(model); torch.compile(model) fails in inductor",
-               ["module: inductor", "oncall: pt2"]) for i in range(1, OWN_CURVE_MIN - 1)]
-SLOW = [record(200 + i, f"Compile time of model {i} went from 40s to 6 minutes", "torch.compile(model) with inductor",
-               ["module: inductor", "oncall: pt2"]) for i in range(1, OWN_CURVE_MIN + 2)]
-SLOWER = [record(300 + i, f"[inductor] fused softmax {i} is 3x slower than eager", "torch.compile(model) with inductor",
-                 ["module: inductor", "module: performance", "oncall: pt2"]) for i in range(1, 3)]
+# few to say; a slow compile in the title never got `module: compile-time`, a slow kernel got
+# `module: performance` (R7.2).
+DTENSOR = [
+    record(
+        i,
+        f"[DTensor] redistribute under torch.compile fails in case {i}",
+        "torch.compile(model) on DTensor inputs fails in inductor",
+        ["module: dtensor", "module: inductor", "oncall: pt2"],
+    )
+    for i in range(1, OWN_CURVE_MIN + 2)
+]
+FSDP = [
+    record(
+        100 + i,
+        f"FSDP2 fully_shard + torch.compile fails in case {i}",
+        "fully_shard(model); torch.compile(model) fails in inductor",
+        ["module: inductor", "oncall: pt2"],
+    )
+    for i in range(1, OWN_CURVE_MIN - 1)
+]
+SLOW = [
+    record(
+        200 + i,
+        f"Compile time of model {i} went from 40s to 6 minutes",
+        "torch.compile(model) with inductor",
+        ["module: inductor", "oncall: pt2"],
+    )
+    for i in range(1, OWN_CURVE_MIN + 2)
+]
+SLOWER = [
+    record(
+        300 + i,
+        f"[inductor] fused softmax {i} is 3x slower than eager",
+        "torch.compile(model) with inductor",
+        ["module: inductor", "module: performance", "oncall: pt2"],
+    )
+    for i in range(1, 3)
+]
 
 
 def curves(records):
@@ -47,13 +81,29 @@ def test_it_smooths_a_curve_towards_the_prior_it_is_given():
 
 
 def model(calibration: dict) -> LabelModel:
-    return LabelModel(calibration=calibration, thresholds={"first": 0.2, "second": 0.3, "extra": 0.5, "symptom": 0.5,
-                                                           "visibility": 0.5, "route": 0.5, "review": 0.5, "preselect": 0.7,
-                                                           "preselect_route": 1.01, "preselect_review": 1.01})
+    return LabelModel(
+        calibration=calibration,
+        thresholds={
+            "first": 0.2,
+            "second": 0.3,
+            "extra": 0.5,
+            "symptom": 0.5,
+            "visibility": 0.5,
+            "route": 0.5,
+            "review": 0.5,
+            "preselect": 0.7,
+            "preselect_route": 1.01,
+            "preselect_review": 1.01,
+        },
+    )
 
 
-FSDP_ISSUE = IssueText(1, "FSDP2 fully_shard + torch.compile: backward fails", "fully_shard(model); torch.compile(model) fails in inductor",
-                       labels=("oncall: pt2",))
+FSDP_ISSUE = IssueText(
+    1,
+    "FSDP2 fully_shard + torch.compile: backward fails",
+    "fully_shard(model); torch.compile(model) fails in inductor",
+    labels=("oncall: pt2",),
+)
 SURE = [[0.0, 1.0], [0.95, 0.95]]
 LOW = [[0.0, 1.0], [0.05, 0.05]]
 
@@ -71,8 +121,12 @@ def test_it_preselects_a_label_outside_the_core_only_on_its_own_curve_r7_1():
 
 
 def test_it_still_offers_what_a_rule_finds_outright_when_history_calibrates_it_low_r7_2():
-    slow = IssueText(2, "Compile time of a 48-layer transformer went from 40s to 6 minutes", "torch.compile(model) with inductor",
-                     labels=("oncall: pt2",))
+    slow = IssueText(
+        2,
+        "Compile time of a 48-layer transformer went from 40s to 6 minutes",
+        "torch.compile(model) with inductor",
+        labels=("oncall: pt2",),
+    )
     a = evaluate(slow, model=model({"symptom": SURE, "symptom:module: compile-time": LOW}))
     s = next(s for s in a.add if s.label == "module: compile-time")
     assert s.confidence < 0.1 and not s.preselected  # offered with its honest confidence, left for the triager
@@ -84,17 +138,24 @@ def test_it_tells_the_triager_why_a_sure_label_is_not_ticked():
     fsdp = next(s for s in a.add if s.label == "module: fsdp")
     assert "too few past triage decisions" in fsdp.reason
     # A default-backend guess for wrong results: R2 wants the bisection first, however sure the calibration.
-    wrong = IssueText(3, "Compiled model returns wrong values", "No error, the values differ from eager. torch.compile(model)",
-                      labels=("oncall: pt2",))
+    wrong = IssueText(
+        3,
+        "Compiled model returns wrong values",
+        "No error, the values differ from eager. torch.compile(model)",
+        labels=("oncall: pt2",),
+    )
     guess = next(s for s in evaluate(wrong, model=model({"core": SURE})).add if s.label == "module: inductor")
     assert guess.confidence >= 0.9 and not guess.preselected and "bisected" in guess.reason
 
 
 # R1: `module: dynamo` next to the right component. Triagers' history says a core component suggested next to
 # another one is right far less often than its own probability says; its company curve rescores it there.
-DTENSOR_BREAK = IssueText(4, "[DTensor] graph break under torch.compile on redistribute",
-                          "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute\ntorch.compile(model) with DTensor inputs",
-                          labels=("oncall: pt2",))
+DTENSOR_BREAK = IssueText(
+    4,
+    "[DTensor] graph break under torch.compile on redistribute",
+    "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute\ntorch.compile(model) with DTensor inputs",
+    labels=("oncall: pt2",),
+)
 ALONE_SURE = {"core": SURE, "extra": SURE, "extra:module: dtensor": SURE}
 
 
@@ -104,7 +165,9 @@ def test_it_scores_a_core_component_next_to_a_domain_label_on_its_company_curve_
     crowded = {s.label: s for s in evaluate(DTENSOR_BREAK, model=model({**ALONE_SURE, "company:domain": LOW})).add}
     dynamo = crowded["module: dynamo"]
     assert dynamo.confidence < 0.1 and not dynamo.preselected and "next to another component" in dynamo.reason
-    assert crowded["module: dtensor"].preselected and crowded["module: dtensor"].confidence >= 0.9  # the label it stood next to is untouched
+    assert (
+        crowded["module: dtensor"].preselected and crowded["module: dtensor"].confidence >= 0.9
+    )  # the label it stood next to is untouched
 
 
 def test_it_leaves_out_a_second_label_its_company_curve_calls_unlikely_and_asks_instead_r1():
@@ -115,20 +178,32 @@ def test_it_leaves_out_a_second_label_its_company_curve_calls_unlikely_and_asks_
     asked = [c for c in a.checklist if c.text.startswith("module: dynamo")]
     assert len(asked) == 1 and "left out next to another component" in asked[0].text and asked[0].state == "needs_human"
     # A component standing alone has no company: the same curve never touches it.
-    lone = IssueText(5, "graph break under torch.compile on a generator", "torch._dynamo.exc.Unsupported: graph break on a generator",
-                     labels=("oncall: pt2",))
+    lone = IssueText(
+        5,
+        "graph break under torch.compile on a generator",
+        "torch._dynamo.exc.Unsupported: graph break on a generator",
+        labels=("oncall: pt2",),
+    )
     assert "module: dynamo" in evaluate(lone, model=learned).preselected()
 
 
 def test_it_fits_company_curves_on_how_often_second_labels_were_right():
-    issues = [record(400 + i, f"[DTensor] graph break under torch.compile, case {i}",
-                     "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute", ["module: dtensor", "oncall: pt2"])
-              for i in range(COMPANY_MIN)]
+    issues = [
+        record(
+            400 + i,
+            f"[DTensor] graph break under torch.compile, case {i}",
+            "torch._dynamo.exc.Unsupported: graph break on DTensor.redistribute",
+            ["module: dtensor", "oncall: pt2"],
+        )
+        for i in range(COMPANY_MIN)
+    ]
     judged = [evaluate(issue_from_record(r, use_labels=False), model=model(ALONE_SURE)) for r in issues]
     fitted = company_calibration(issues, judged)
     # One curve for the kind of company, one for the label in it (no core label stood next to another core one).
     assert set(fitted) == {"company:domain", "company:domain:module: dynamo"}
-    assert interpolate(fitted["company:domain:module: dynamo"], 0.95) < 0.1  # dynamo was never right beside dtensor here
+    assert (
+        interpolate(fitted["company:domain:module: dynamo"], 0.95) < 0.1
+    )  # dynamo was never right beside dtensor here
     assert company_calibration(issues[:-1], judged[:-1]) == {}  # too few labels: no curve
     # The label's own curve wins over its company's where the engine scores it.
     learned = model({**ALONE_SURE, "company:domain": SURE, "company:domain:module: dynamo": LOW})
@@ -139,13 +214,21 @@ def test_it_fits_company_curves_on_how_often_second_labels_were_right():
 def test_it_lets_the_default_backend_guess_yield_to_a_component_the_text_shows_r2():
     # Wrong results and a `[functionalization]` tag: the guess (Inductor, the default backend) is for when the
     # text shows no component; here R5 shows one, so it ranks first whatever ties the calibration makes.
-    tagged = IssueText(6, "[functionalization] In-place mutation through an unfold view silently zeroes the base under torch.compile",
-                       "No error: the values differ from eager.\ntorch.compile(f)(x)", labels=("oncall: pt2",))
+    tagged = IssueText(
+        6,
+        "[functionalization] In-place mutation through an unfold view silently zeroes the base under torch.compile",
+        "No error: the values differ from eager.\ntorch.compile(f)(x)",
+        labels=("oncall: pt2",),
+    )
     a = evaluate(tagged, model=model({"core": SURE}))
     assert "module: pt2-dispatcher" in a.labels() and "module: inductor" not in a.labels()
     # Without other evidence the guess stands, offered and held back for the bisection.
-    untagged = IssueText(7, "In-place mutation through an unfold view silently zeroes the base under torch.compile",
-                         "No error: the values differ from eager.\ntorch.compile(f)(x)", labels=("oncall: pt2",))
+    untagged = IssueText(
+        7,
+        "In-place mutation through an unfold view silently zeroes the base under torch.compile",
+        "No error: the values differ from eager.\ntorch.compile(f)(x)",
+        labels=("oncall: pt2",),
+    )
     guess = next(s for s in evaluate(untagged, model=model({"core": SURE})).add if s.label == "module: inductor")
     assert not guess.preselected and "bisected" in guess.reason
 
@@ -154,28 +237,55 @@ def test_it_scores_a_label_the_thread_settles_two_ways_by_the_surer_of_them_r2()
     # The maintainer reports the backend results (R2.1: aot_eager fails) and concludes where the bug is (R2): each
     # finding has its own curve. Here history trusts the conclusion and not the backend reading; the weaker one
     # must not pull the label down, whichever the engine cites.
-    issue = IssueText(8, "torch.compile silently returns wrong values for add_ on a view then torch.where", "No error. torch.compile(f)(x)",
-                      (CommentText("Backends: `backend='eager'` correct, `aot_eager` wrong, inductor wrong. So it's in AOTAutograd: "
-                                   "the mutation through the view is not propagated to the base.", author="maintainer"),),
-                      labels=("oncall: pt2",), author="reporter")
-    trusted = next(s for s in evaluate(issue, model=model({"core": SURE, "decisive": LOW})).add if s.label == "module: pt2-dispatcher")
+    issue = IssueText(
+        8,
+        "torch.compile silently returns wrong values for add_ on a view then torch.where",
+        "No error. torch.compile(f)(x)",
+        (
+            CommentText(
+                "Backends: `backend='eager'` correct, `aot_eager` wrong, inductor wrong. So it's in AOTAutograd: "
+                "the mutation through the view is not propagated to the base.",
+                author="maintainer",
+            ),
+        ),
+        labels=("oncall: pt2",),
+        author="reporter",
+    )
+    trusted = next(
+        s
+        for s in evaluate(issue, model=model({"core": SURE, "decisive": LOW})).add
+        if s.label == "module: pt2-dispatcher"
+    )
     assert trusted.confidence >= 0.9 and trusted.preselected
     # Alone, the backend reading scores on its own curve.
-    alone = IssueText(9, issue.title, issue.body, (CommentText("`aot_eager` wrong, inductor wrong.", author="maintainer"),),
-                      labels=("oncall: pt2",), author="reporter")
+    alone = IssueText(
+        9,
+        issue.title,
+        issue.body,
+        (CommentText("`aot_eager` wrong, inductor wrong.", author="maintainer"),),
+        labels=("oncall: pt2",),
+        author="reporter",
+    )
     assert "module: pt2-dispatcher" not in evaluate(alone, model=model({"core": SURE, "decisive": LOW})).preselected()
     assert "module: pt2-dispatcher" in evaluate(alone, model=model({"core": LOW, "decisive": SURE})).preselected()
 
 
 def test_it_shows_the_backend_result_as_the_evidence_where_the_learned_labeler_is_surer_r2():
-    issue = IssueText(1, "Graph break on zip in a compiled loop", "torch._dynamo.exc.Unsupported: call_function zip",
-                      comments=(CommentText(body="Same with backend='eager' fails too.", author="rev"),))
+    issue = IssueText(
+        1,
+        "Graph break on zip in a compiled loop",
+        "torch._dynamo.exc.Unsupported: call_function zip",
+        comments=(CommentText(body="Same with backend='eager' fails too.", author="rev"),),
+    )
     reading = read(issue)
     model = shipped_model()
     predictions = dict(model.predict(reading.features()))
     predictions["module: dynamo"] = (0.999, ["rl:add:module: dynamo"])  # as sure as the labeler gets
-    learned = next(x for x in _model_findings(model, reading.features(), predictions, reading.findings)
-                   if x.label == "module: dynamo")
+    learned = next(
+        x
+        for x in _model_findings(model, reading.features(), predictions, reading.findings)
+        if x.label == "module: dynamo"
+    )
     result = next(x for x in reading.findings if x.rule_id == "R2.3")
     assert learned.weight > result.weight  # the learned finding weighs more...
     dynamo = next(s for s in decide(reading, model=model, predictions=predictions).add if s.label == "module: dynamo")

@@ -11,19 +11,42 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rubric_app.rubric.evaluation import (
-    Counts, answer, g4_ceiling, issue_from_record, preselect_threshold, review_truth, score, truth, wilson_lower,
+    Counts,
+    answer,
+    g4_ceiling,
+    issue_from_record,
+    preselect_threshold,
+    review_truth,
+    score,
+    truth,
+    wilson_lower,
     without_title_heading,
 )
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
 
 ISSUES = [
-    {"number": 1, "title": "[dynamo] graph break on zip", "body": "torch._dynamo.exc.Unsupported: zip",
-     "comments": ["Same with backend='eager' fails too."], "labels": ["oncall: pt2"]},
-    {"number": 2, "title": "torch.export.export fails on an unflattened module", "body": "ep = torch.export.export(m, args)",
-     "comments": [], "labels": []},
-    {"number": 3, "title": "Compiled resnet segfaults", "body": "Segmentation fault (core dumped)", "comments": [],
-     "labels": ["oncall: distributed"]},
+    {
+        "number": 1,
+        "title": "[dynamo] graph break on zip",
+        "body": "torch._dynamo.exc.Unsupported: zip",
+        "comments": ["Same with backend='eager' fails too."],
+        "labels": ["oncall: pt2"],
+    },
+    {
+        "number": 2,
+        "title": "torch.export.export fails on an unflattened module",
+        "body": "ep = torch.export.export(m, args)",
+        "comments": [],
+        "labels": [],
+    },
+    {
+        "number": 3,
+        "title": "Compiled resnet segfaults",
+        "body": "Segmentation fault (core dumped)",
+        "comments": [],
+        "labels": ["oncall: distributed"],
+    },
 ]
 
 
@@ -50,13 +73,25 @@ def test_it_writes_one_suggestion_line_per_issue(tmp_path):
 
 
 def test_it_reads_a_harvested_body_without_its_title_heading_and_cut_marks_as_github_serves_it():
-    body = ("# [inductor] Wrong strides\n\nalice · description · 2025-01-02\nThe strides are wrong.\n\nbob · comment · "
-            "2025-01-03\nInductor.\n```\nTraceback (most recent call last):\n⟨…truncated by harvester⟩")
-    issue = issue_from_record({"number": 5, "title": "[inductor] Wrong strides", "body": body, "labels": [],
-                               "comments": [{"author": "carol", "body": "Same here ⟨…truncated by harvester⟩"}]})
+    body = (
+        "# [inductor] Wrong strides\n\nalice · description · 2025-01-02\nThe strides are wrong.\n\nbob · comment · "
+        "2025-01-03\nInductor.\n```\nTraceback (most recent call last):\n⟨…truncated by harvester⟩"
+    )
+    issue = issue_from_record(
+        {
+            "number": 5,
+            "title": "[inductor] Wrong strides",
+            "body": body,
+            "labels": [],
+            "comments": [{"author": "carol", "body": "Same here ⟨…truncated by harvester⟩"}],
+        }
+    )
     assert issue.body.strip() == "The strides are wrong." and issue.author == "alice"
     # Nor the harvester's mark where it cut a text: no synced issue has one.
-    assert [c.body.strip() for c in issue.comments] == ["Inductor.\n```\nTraceback (most recent call last):", "Same here"]
+    assert [c.body.strip() for c in issue.comments] == [
+        "Inductor.\n```\nTraceback (most recent call last):",
+        "Same here",
+    ]
     # Only the title's own heading goes: another heading, or a body that merely starts alike, stays.
     assert without_title_heading("# Steps\nrun it", "Wrong strides") == "# Steps\nrun it"
     assert without_title_heading("# Wrong strides here\nrun it", "Wrong strides") == "# Wrong strides here\nrun it"
@@ -104,8 +139,16 @@ def test_it_splits_a_harvested_thread_into_comments():
 
 def test_it_treats_labels_hidden_by_truncation_as_unknown():
     # Only the first five labels in sorted order are shown: anything sorting after the fifth is unknown.
-    record = {"labels": ["bot-triaged", "high priority", "module: correctness (silent)", "module: dynamo", "module: inductor"],
-              "labels_truncated": True}
+    record = {
+        "labels": [
+            "bot-triaged",
+            "high priority",
+            "module: correctness (silent)",
+            "module: dynamo",
+            "module: inductor",
+        ],
+        "labels_truncated": True,
+    }
     assert truth(record, "module: dynamo") is True
     assert truth(record, "module: dynamic shapes") is False  # sorts before the fifth: known absent
     assert truth(record, "module: pt2-dispatcher") is None  # sorts after the fifth: unknown
@@ -117,8 +160,16 @@ def test_it_treats_labels_hidden_by_truncation_as_unknown():
 
 
 def test_it_reads_hidden_labels_as_absent_when_strict():
-    record = {"labels": ["bot-triaged", "high priority", "module: correctness (silent)", "module: dynamo", "module: inductor"],
-              "labels_truncated": True}
+    record = {
+        "labels": [
+            "bot-triaged",
+            "high priority",
+            "module: correctness (silent)",
+            "module: dynamo",
+            "module: inductor",
+        ],
+        "labels_truncated": True,
+    }
     assert truth(record, "module: pt2-dispatcher", strict=True) is False
     result = score([record], [["module: pt2-dispatcher"]], strict=True)
     assert result.per_label["module: pt2-dispatcher"].fp == 1
@@ -146,8 +197,10 @@ def test_it_preselects_only_where_the_lower_bound_of_precision_holds():
 
 
 def test_it_scores_unknown_labels_as_neither_hit_nor_miss():
-    records = [{"labels": ["a", "b", "c", "d", "module: dynamo"], "labels_truncated": True},
-               {"labels": ["module: inductor", "oncall: pt2"], "labels_truncated": False}]
+    records = [
+        {"labels": ["a", "b", "c", "d", "module: dynamo"], "labels_truncated": True},
+        {"labels": ["module: inductor", "oncall: pt2"], "labels_truncated": False},
+    ]
     result = score(records, [["module: pt2-dispatcher", "module: dynamo"], ["module: dynamo"]])
     dispatcher, dynamo = result.per_label["module: pt2-dispatcher"], result.per_label["module: dynamo"]
     assert (dispatcher.tp, dispatcher.fp, dispatcher.fn) == (0, 0, 0)
@@ -175,20 +228,31 @@ def test_it_prints_the_figures_on_the_dev_set():
     call_command("evaluate_suggestions", input=str(DEV), halves=True, stdout=out)
     text = out.getvalue()
     assert "286 issues" in text and "module: inductor" in text and "older half" in text
-    figures = dict(re.findall(r"^(component micro|routing micro|review flag)\s+precision [\d.]+\s+recall [\d.]+\s+F1 ([\d.]+)", text, re.M))
+    figures = dict(
+        re.findall(
+            r"^(component micro|routing micro|review flag)\s+precision [\d.]+\s+recall [\d.]+\s+F1 ([\d.]+)", text, re.M
+        )
+    )
     assert set(figures) == {"component micro", "routing micro", "review flag"}
     # A floor well under the measured figures: catches a rule change that breaks the engine, not noise.
     assert float(figures["component micro"]) > 0.5
     # The dev set's G4 ceiling: 59 PT2 issues carry no component label, so even the humans' own
     # labels plus G4's fallback score precision 244 / 303.
-    ceiling = re.search(r"^  G4 ceiling\s+precision ([\d.]+)\s+recall ([\d.]+).*\(tp (\d+), fp (\d+), fn (\d+)\)", text, re.M)
+    ceiling = re.search(
+        r"^  G4 ceiling\s+precision ([\d.]+)\s+recall ([\d.]+).*\(tp (\d+), fp (\d+), fn (\d+)\)", text, re.M
+    )
     assert ceiling.groups() == ("0.805", "1.000", "244", "59", "0")
 
 
 def test_it_scores_the_held_out_half_apart(tmp_path):
-    rows = [{**r, "number": n, "labels": ["oncall: pt2", "module: dynamo"]} for n, r in zip((40, 10, 30, 20), ISSUES[:2] * 2)]
+    rows = [
+        {**r, "number": n, "labels": ["oncall: pt2", "module: dynamo"]}
+        for n, r in zip((40, 10, 30, 20), ISSUES[:2] * 2)
+    ]
     out = StringIO()
-    call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), split=True, kfold=2, stdout=out)
+    call_command(
+        "evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), split=True, kfold=2, stdout=out
+    )
     text = out.getvalue()
     # The older half (#10, #20) is the development half; the newer (#30, #40) the held-out one.
     assert "development half #10-#20: 2 issues" in text and "HELD-OUT half #30-#40: 2 issues" in text
@@ -199,13 +263,26 @@ def test_it_scores_the_held_out_half_apart(tmp_path):
 
 def test_it_prints_a_learning_curve_on_the_training_pool(tmp_path):
     # Two kinds of issue the rules cannot tell apart, in words only a learned model can pick up.
-    rows = [{"number": n, "title": f"{word} case {n}", "body": f"the {word} misbehaves", "comments": [],
-             "labels": ["oncall: pt2", label]}
-            for n in range(1, 61) for word, label in [("walrus frobnicator" if n % 2 else "quokka zephyr",
-                                                      "module: dynamo" if n % 2 else "module: inductor")]]
+    rows = [
+        {
+            "number": n,
+            "title": f"{word} case {n}",
+            "body": f"the {word} misbehaves",
+            "comments": [],
+            "labels": ["oncall: pt2", label],
+        }
+        for n in range(1, 61)
+        for word, label in [
+            ("walrus frobnicator" if n % 2 else "quokka zephyr", "module: dynamo" if n % 2 else "module: inductor")
+        ]
+    ]
     out = StringIO()
-    call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), learning_curve=True, stdout=out)
-    curve = re.findall(r"^  trained on\s+(\d+)% of the other folds \(\s*(\d+) issues\): micro-F1 ([\d.]+)", out.getvalue(), re.M)
+    call_command(
+        "evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", rows)), learning_curve=True, stdout=out
+    )
+    curve = re.findall(
+        r"^  trained on\s+(\d+)% of the other folds \(\s*(\d+) issues\): micro-F1 ([\d.]+)", out.getvalue(), re.M
+    )
     assert [c[0] for c in curve] == ["25", "50", "75", "100"]
     sizes = [int(c[1]) for c in curve]
     assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
@@ -214,5 +291,9 @@ def test_it_prints_a_learning_curve_on_the_training_pool(tmp_path):
 
 def test_it_rejects_a_threshold_outside_zero_to_one(tmp_path):
     with pytest.raises(CommandError, match="--min-confidence"):
-        call_command("evaluate_suggestions", input=str(write_jsonl(tmp_path / "in.jsonl", ISSUES)), min_confidence=1.5,
-                     stdout=StringIO())
+        call_command(
+            "evaluate_suggestions",
+            input=str(write_jsonl(tmp_path / "in.jsonl", ISSUES)),
+            min_confidence=1.5,
+            stdout=StringIO(),
+        )

@@ -15,14 +15,25 @@ from tests.conftest import make_issue
 URL = reverse("rubric_app:rubric_health")
 CSV_URL = reverse("rubric_app:rubric_health_csv")
 MEETING_URL = reverse("rubric_app:meeting")
-SHOWN = [{"label": "module: dynamo", "rule_id": "R1.2"}, {"label": "triaged", "rule_id": "G6"},
-         {"label": "module: compile ux", "rule_id": "G4"}, {"label": "oncall: pt2", "rule_id": "G0"}]
+SHOWN = [
+    {"label": "module: dynamo", "rule_id": "R1.2"},
+    {"label": "triaged", "rule_id": "G6"},
+    {"label": "module: compile ux", "rule_id": "G4"},
+    {"label": "oncall: pt2", "rule_id": "G0"},
+]
 
 
 def _decision(number: int, user, *, added, shown=SHOWN, status="applied", **fields) -> TriageDecision:
     issue = make_issue(number)
-    return TriageDecision.objects.create(issue=issue, user=user, labels_seen=["oncall: pt2"], labels_added=added,
-                                         suggestions_shown=shown, status=status, **fields)
+    return TriageDecision.objects.create(
+        issue=issue,
+        user=user,
+        labels_seen=["oncall: pt2"],
+        labels_added=added,
+        suggestions_shown=shown,
+        status=status,
+        **fields,
+    )
 
 
 @pytest.fixture
@@ -37,8 +48,11 @@ def decided(triager):
 
 
 def test_it_tells_each_suggestion_outcome_of_a_decision(decided):
-    first = sorted((o.label, o.rule_id, o.shown, o.applied, o.unticked, o.added)
-                   for o in TriageDecision.objects.outcomes() if o.issue_number == 1)
+    first = sorted(
+        (o.label, o.rule_id, o.shown, o.applied, o.unticked, o.added)
+        for o in TriageDecision.objects.outcomes()
+        if o.issue_number == 1
+    )
     assert first == [
         ("module: compile ux", "G4", True, False, True, False),
         ("module: dynamo", "R1.2", True, True, False, False),
@@ -61,11 +75,14 @@ def test_it_computes_precision_per_rule_and_the_labels_no_rule_suggested(decided
 
 def test_it_tells_how_often_triagers_kept_what_a_would_apply(client, viewer, triager):
     # The live check of the pre-selection: of the labels ticked for `a` (and not on the issue already), how many
-    # the triager kept. A possible (unticked) label left alone, and decisions from before the ticks were kept, do not count.
-    ticked = [{"label": "module: dynamo", "rule_id": "R1.2", "preselected": True},
-              {"label": "triaged", "rule_id": "G6", "preselected": True},
-              {"label": "module: compile ux", "rule_id": "G4", "preselected": False},
-              {"label": "oncall: pt2", "rule_id": "G0", "preselected": True}]  # already on the issue: no verdict
+    # the triager kept. A possible (unticked) label left alone, and decisions from before the ticks were kept,
+    # do not count.
+    ticked = [
+        {"label": "module: dynamo", "rule_id": "R1.2", "preselected": True},
+        {"label": "triaged", "rule_id": "G6", "preselected": True},
+        {"label": "module: compile ux", "rule_id": "G4", "preselected": False},
+        {"label": "oncall: pt2", "rule_id": "G0", "preselected": True},
+    ]  # already on the issue: no verdict
     _decision(1, triager, added=["module: dynamo", "triaged"], shown=ticked)
     _decision(2, triager, added=["triaged"], shown=ticked)  # unticked Dynamo: `a` would have been wrong once
     _decision(3, triager, added=["module: dynamo"])  # recorded before the ticks were kept
@@ -97,7 +114,12 @@ def test_it_exports_the_table_and_every_outcome_as_csv(client, viewer, decided):
     response = client.get(CSV_URL)
     assert response["Content-Type"].startswith("text/csv") and "attachment" in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
-    assert {r["rule_id"]: r["precision"] for r in rows if r["rule_id"]} == {"R1.2": "1.000", "G6": "0.500", "G4": "0.000", "G0": ""}
+    assert {r["rule_id"]: r["precision"] for r in rows if r["rule_id"]} == {
+        "R1.2": "1.000",
+        "G6": "0.500",
+        "G4": "0.000",
+        "G0": "",
+    }
     assert {r["label"]: r["added"] for r in rows if r["label"]} == {"module: inductor": "1", "triage review": "1"}
     detail = list(csv.DictReader(io.StringIO(client.get(CSV_URL, {"rows": "outcomes"}).content.decode())))
     assert len(detail) == 6 + 4 and set(detail[0]) == set(Outcome._fields)

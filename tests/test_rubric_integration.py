@@ -18,6 +18,7 @@ def catalog(db) -> int:
     """The shipped catalog as Label rows: refresh_suggestions suggests only what the catalog allows (G7)."""
     return load_catalog_labels()
 
+
 TRACE = "```\ntorch._dynamo.exc.Unsupported: call_function BuiltinVariable(zip) [ListVariable()] {}\n```"
 
 
@@ -54,8 +55,12 @@ def test_it_recomputes_with_a_finished_bisection(catalog):
     issue.refresh_suggestions()
     assert Suggestion.objects.filter(issue=issue, label="module: dynamo", kind="add").exists()
     run = BisectionRun.objects.create(
-        issue=issue, repro_code="print(1)", status=BisectionRun.Status.DONE,
-        verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes, inductor differs"}],
+        issue=issue,
+        repro_code="print(1)",
+        status=BisectionRun.Status.DONE,
+        verdict_labels=[
+            {"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes, inductor differs"}
+        ],
     )
     issue.refresh_suggestions()
     inductor = Suggestion.objects.get(issue=issue, label="module: inductor", kind="add")
@@ -87,11 +92,22 @@ def test_it_refreshes_many_issues_in_a_constant_number_of_queries(catalog):
 
 
 def test_it_uses_each_issues_own_finished_bisection_when_refreshing_many(catalog):
-    bisected, other = make_issue(number=4250, title="Wrong values", body="No error."), make_issue(number=4251, title="Wrong values", body="No error.")
-    BisectionRun.objects.create(issue=bisected, repro_code="print(1)", status=BisectionRun.Status.DONE,
-                                verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes"}])
-    BisectionRun.objects.create(issue=other, repro_code="print(1)", status=BisectionRun.Status.FAILED,
-                                verdict_labels=[{"label": "module: dynamo", "rule_id": "R2.3", "evidence": "eager backend fails"}])
+    bisected, other = (
+        make_issue(number=4250, title="Wrong values", body="No error."),
+        make_issue(number=4251, title="Wrong values", body="No error."),
+    )
+    BisectionRun.objects.create(
+        issue=bisected,
+        repro_code="print(1)",
+        status=BisectionRun.Status.DONE,
+        verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes"}],
+    )
+    BisectionRun.objects.create(
+        issue=other,
+        repro_code="print(1)",
+        status=BisectionRun.Status.FAILED,
+        verdict_labels=[{"label": "module: dynamo", "rule_id": "R2.3", "evidence": "eager backend fails"}],
+    )
     Issue.objects.filter(pk__in=[bisected.pk, other.pk]).refresh_suggestions()
     assert Suggestion.objects.get(issue=bisected, label="module: inductor", kind="add").source == "bisection"
     assert not Suggestion.objects.filter(issue=other, source="bisection").exists()  # only finished runs count

@@ -12,29 +12,77 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, Neighbour, evaluate, rules, rules_domain
+from rubric_app.rubric.catalog import is_forbidden
+from rubric_app.rubric.engine import shipped_catalog
 from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
-from rubric_app.rubric.catalog import is_forbidden
-from rubric_app.rubric.engine import shipped_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Phrases the rules react to, so that generated issues exercise them and not only random noise.
 PHRASES = [
-    "torch.compile", "graph break", "torch._dynamo.exc.Unsupported: zip", "dynamic=False works", "dynamic=True",
-    "SymInt", ".item()", "aot_eager fails", "aot_eager works", "backend='eager' fails", "InductorError",
-    "[Inductor][CPU]", "MKLDNN", "segfault", "silently wrong results", "regression", "worked in 2.4",
-    "@triton.jit", "@helion.kernel", "hl.tile", "torch.func.vmap", "make_fx", "FakeTensor", "functionalization",
-    "DTensor", "FSDP", "DDP", "flex_attention", "torch.export.export", "use_deterministic_algorithms",
-    "FX graph cache", "OOM", "slower than eager", "[Fuzzer]", "atol=1e-9", "argmax", "fp64_ref",
-    "How do I", "?", "torchvision", "<script>alert(1)</script>",
+    "torch.compile",
+    "graph break",
+    "torch._dynamo.exc.Unsupported: zip",
+    "dynamic=False works",
+    "dynamic=True",
+    "SymInt",
+    ".item()",
+    "aot_eager fails",
+    "aot_eager works",
+    "backend='eager' fails",
+    "InductorError",
+    "[Inductor][CPU]",
+    "MKLDNN",
+    "segfault",
+    "silently wrong results",
+    "regression",
+    "worked in 2.4",
+    "@triton.jit",
+    "@helion.kernel",
+    "hl.tile",
+    "torch.func.vmap",
+    "make_fx",
+    "FakeTensor",
+    "functionalization",
+    "DTensor",
+    "FSDP",
+    "DDP",
+    "flex_attention",
+    "torch.export.export",
+    "use_deterministic_algorithms",
+    "FX graph cache",
+    "OOM",
+    "slower than eager",
+    "[Fuzzer]",
+    "atol=1e-9",
+    "argmax",
+    "fp64_ref",
+    "How do I",
+    "?",
+    "torchvision",
+    "<script>alert(1)</script>",
     # The thread reader's phrases (rubric/thread.py): negation, attribution, transfer, question, a CPU build.
-    "so it's the decomposition, not codegen", "AOTAutograd is only the caller", "the fix belongs in pytorch/vision",
-    "This is expected behavior.", "looks like an inductor bug", "PyTorch version: 2.5.1+cpu", "\u202e\u0000\ufeff", "```python\nx = 1\n```",
+    "so it's the decomposition, not codegen",
+    "AOTAutograd is only the caller",
+    "the fix belongs in pytorch/vision",
+    "This is expected behavior.",
+    "looks like an inductor bug",
+    "PyTorch version: 2.5.1+cpu",
+    "\u202e\u0000\ufeff",
+    "```python\nx = 1\n```",
 ]
-LABELS = ["oncall: pt2", "oncall: cpu inductor", "oncall: export", "oncall: distributed", "triaged", "topic: fuzzer",
-          "module: dynamo", "high priority"]
+LABELS = [
+    "oncall: pt2",
+    "oncall: cpu inductor",
+    "oncall: export",
+    "oncall: distributed",
+    "triaged",
+    "topic: fuzzer",
+    "module: dynamo",
+    "high priority",
+]
 VERDICTS = [
     BisectionEvidence("module: dynamo", "R2.3", "fails while tracing", 1),
     BisectionEvidence("module: pt2-dispatcher", "R2.1", "fails on aot_eager", 2),
@@ -44,11 +92,28 @@ VERDICTS = [
 ]
 
 # Similar issues' labels (rubric/similarity.py): forbidden, out-of-catalog and redirect labels among them.
-NEIGHBOUR_LABELS = ["module: dynamo", "module: inductor", "module: dynamic shapes", "module: helion", "module: fsdp",
-                    "module: not in catalog", "oncall: export", "high priority", "triaged", "ciflow/trunk"]
-neighbours = st.lists(st.builds(Neighbour, number=st.integers(1, 10**6),
-                                labels=st.lists(st.sampled_from(NEIGHBOUR_LABELS), max_size=3).map(tuple),
-                                similarity=st.floats(0, 1), same_signature=st.booleans()), max_size=8).map(tuple)
+NEIGHBOUR_LABELS = [
+    "module: dynamo",
+    "module: inductor",
+    "module: dynamic shapes",
+    "module: helion",
+    "module: fsdp",
+    "module: not in catalog",
+    "oncall: export",
+    "high priority",
+    "triaged",
+    "ciflow/trunk",
+]
+neighbours = st.lists(
+    st.builds(
+        Neighbour,
+        number=st.integers(1, 10**6),
+        labels=st.lists(st.sampled_from(NEIGHBOUR_LABELS), max_size=3).map(tuple),
+        similarity=st.floats(0, 1),
+        same_signature=st.booleans(),
+    ),
+    max_size=8,
+).map(tuple)
 
 text = st.lists(st.one_of(st.sampled_from(PHRASES), st.text(max_size=40)), max_size=12).map(" ".join)
 issues = st.builds(
@@ -68,12 +133,28 @@ def _oncall_labels(labels) -> set[str]:
 
 
 # A small learned labeler, so the invariants are checked with a model weighing in too.
-MODEL = train(training_examples([
-    {"number": i, "title": f"{word} case {i}", "body": f"the {word} misbehaves under torch.compile", "comments": [],
-     "labels": [label, "oncall: pt2"]}
-    for i, (word, label) in enumerate([("graph", "module: dynamo"), ("kernel", "module: inductor"),
-                                       ("symbol", "module: dynamic shapes"), ("fake", "module: pt2-dispatcher")] * 6)
-]))
+MODEL = train(
+    training_examples(
+        [
+            {
+                "number": i,
+                "title": f"{word} case {i}",
+                "body": f"the {word} misbehaves under torch.compile",
+                "comments": [],
+                "labels": [label, "oncall: pt2"],
+            }
+            for i, (word, label) in enumerate(
+                [
+                    ("graph", "module: dynamo"),
+                    ("kernel", "module: inductor"),
+                    ("symbol", "module: dynamic shapes"),
+                    ("fake", "module: pt2-dispatcher"),
+                ]
+                * 6
+            )
+        ]
+    )
+)
 
 
 # The model shipped in the repo, calibrated: the one `make run` uses.
@@ -151,8 +232,11 @@ def test_it_survives_hostile_text_quickly():
 
 
 PATTERN_TEXT = st.lists(
-    st.one_of(st.sampled_from(PHRASES), st.sampled_from(["İ", "ı", "ſ", "K", "É", "ß", "\n", " ", "`", "."]),
-              st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_ .()[]=+'\"\n", max_size=20)),
+    st.one_of(
+        st.sampled_from(PHRASES),
+        st.sampled_from(["İ", "ı", "ſ", "K", "É", "ß", "\n", " ", "`", "."]),
+        st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_ .()[]=+'\"\n", max_size=20),
+    ),
     max_size=30,
 ).map("".join)
 
@@ -163,11 +247,19 @@ def test_it_locates_without_losing_a_match(text):
     # The literal needles and the locator (facts.py) only skip searches that could not match.
     folded = text.translate(_FOLD).lower()
     patterns = [
-        (name, value) for module in (rules, rules_domain) for name, value in vars(module).items()
+        (name, value)
+        for module in (rules, rules_domain)
+        for name, value in vars(module).items()
         if isinstance(value, re.Pattern)
     ] + [
-        (row[0], item) for module in (rules, rules_domain) for value in vars(module).values() if isinstance(value, tuple)
-        for row in value if isinstance(row, tuple) for item in row if isinstance(item, re.Pattern)
+        (row[0], item)
+        for module in (rules, rules_domain)
+        for value in vars(module).values()
+        if isinstance(value, tuple)
+        for row in value
+        if isinstance(row, tuple)
+        for item in row
+        if isinstance(item, re.Pattern)
     ]
     assert len(patterns) > 50
     for name, pattern in patterns:
@@ -188,6 +280,16 @@ def test_it_says_the_same_in_every_process_whatever_its_hash_seed():
         "print(json.dumps([output_line(int(r['number']), evaluate(issue_from_record(r, use_labels=False)))"
         " for r in records], sort_keys=True))\n"
     )
-    outputs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": seed},
-                              capture_output=True, text=True, check=True, timeout=300).stdout for seed in ("1", "2", "3")}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(outputs) == 1 and '"evidence"' in outputs.pop()

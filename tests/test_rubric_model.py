@@ -18,10 +18,26 @@ from rubric_app.rubric.text import Source
 from tests.conftest import make_issue
 
 # Two recognisable kinds of issue, in words the rules do not know, so only a learned model can tell them apart.
-DYNAMO_LIKE = [{"number": i, "title": f"frobnicator walrus case {i}", "body": "the walrus frobnicator misbehaves",
-                "comments": [], "labels": ["module: dynamo", "oncall: pt2", "triaged"]} for i in range(1, 21)]
-INDUCTOR_LIKE = [{"number": 100 + i, "title": f"zephyr quokka case {i}", "body": "the quokka zephyr misbehaves",
-                  "comments": [], "labels": ["module: inductor", "oncall: pt2", "triaged"]} for i in range(1, 21)]
+DYNAMO_LIKE = [
+    {
+        "number": i,
+        "title": f"frobnicator walrus case {i}",
+        "body": "the walrus frobnicator misbehaves",
+        "comments": [],
+        "labels": ["module: dynamo", "oncall: pt2", "triaged"],
+    }
+    for i in range(1, 21)
+]
+INDUCTOR_LIKE = [
+    {
+        "number": 100 + i,
+        "title": f"zephyr quokka case {i}",
+        "body": "the quokka zephyr misbehaves",
+        "comments": [],
+        "labels": ["module: inductor", "oncall: pt2", "triaged"],
+    }
+    for i in range(1, 21)
+]
 RECORDS = DYNAMO_LIKE + INDUCTOR_LIKE
 
 
@@ -32,13 +48,17 @@ def test_it_learns_words_the_rules_do_not_know_and_shows_them():
     assert s.source == "model" and s.rule_id == "R1.2"
     assert "walrus" in s.reason or "frobnicator" in s.reason  # top features as evidence
     assert s.evidence in "walrus frobnicator again" + "the walrus frobnicator misbehaves"
-    rules_only = evaluate(IssueText(1, "walrus frobnicator again", "the walrus frobnicator misbehaves"), use_model=False)
+    rules_only = evaluate(
+        IssueText(1, "walrus frobnicator again", "the walrus frobnicator misbehaves"), use_model=False
+    )
     assert "module: dynamo" not in rules_only.labels()
 
 
 def test_it_reads_tags_module_paths_and_word_pairs_but_not_mentions_or_build_tags():
-    sources = [Source("title", "[Inductor][CPU] Wrong strides"),
-               Source("body", "torch._inductor.lowering fails\nPyTorch version: 2.5.1+cpu\ncc @ezyang @voznesenskym")]
+    sources = [
+        Source("title", "[Inductor][CPU] Wrong strides"),
+        Source("body", "torch._inductor.lowering fails\nPyTorch version: 2.5.1+cpu\ncc @ezyang @voznesenskym"),
+    ]
     feats = features(sources, [])
     assert {"tag:inductor", "tag:cpu", "t2:wrong_strides", "b:_inductor", "b:lowering"} <= set(feats)
     # The bot writes "cc @..." from the labels already applied, and "+cpu" names the build, not the bug (R2.4).
@@ -53,22 +73,43 @@ def test_it_reads_as_much_of_the_thread_as_the_issues_it_learned_from():
     # The labeler learned from excerpts of about LEARNED_TEXT characters: a synced issue's long traceback, read in
     # full, would be another distribution. The rules read everything, and their findings are its features too.
     late = "Setting dynamic=False makes it pass."
-    body = "The walrus frobnicator fails.\n" + "  File \"torch/_dynamo/convert_frame.py\", line 1, in f\n" * 40
+    body = "The walrus frobnicator fails.\n" + '  File "torch/_dynamo/convert_frame.py", line 1, in f\n' * 40
     assert len(body) > LEARNED_TEXT
-    feats = read(IssueText(1, "Recompiles on every call", body + late, comments=(CommentText("quokka zephyr"),))).features()
+    feats = read(
+        IssueText(1, "Recompiles on every call", body + late, comments=(CommentText("quokka zephyr"),))
+    ).features()
     assert {"t:recompiles", "b:walrus", "b:frobnicator"} <= set(feats)
     assert not {"b:setting", "b:quokka", "b:zephyr"} & set(feats)  # past the window, however they are split up
     assert "rule:R1.1:add:module: dynamic shapes" in feats  # R1.1 read the late sentence all the same
-    short = read(IssueText(1, "Recompiles on every call", "The walrus frobnicator fails.", comments=(CommentText("quokka"),)))
+    short = read(
+        IssueText(1, "Recompiles on every call", "The walrus frobnicator fails.", comments=(CommentText("quokka"),))
+    )
     assert "b:quokka" in short.features()
 
 
 def test_it_reads_the_words_inside_compound_names_apart_from_the_words_themselves():
-    sources = [Source("title", "TorchInGraphFunctionVariable fails"),
-               Source("body", "aot_eager_decomp_partition raised GuardOnDataDependentSymNode at torch._dynamo.exc; cc @FooBar")]
+    sources = [
+        Source("title", "TorchInGraphFunctionVariable fails"),
+        Source(
+            "body", "aot_eager_decomp_partition raised GuardOnDataDependentSymNode at torch._dynamo.exc; cc @FooBar"
+        ),
+    ]
     feats = features(sources, [])
-    assert {"t:~graph", "t:~function", "t:~variable", "b:~aot", "b:~eager", "b:~decomp", "b:~partition",
-            "b:~guard", "b:~dependent", "b:~sym", "b:~node", "b:~dynamo", "b:~exc"} <= set(feats)
+    assert {
+        "t:~graph",
+        "t:~function",
+        "t:~variable",
+        "b:~aot",
+        "b:~eager",
+        "b:~decomp",
+        "b:~partition",
+        "b:~guard",
+        "b:~dependent",
+        "b:~sym",
+        "b:~node",
+        "b:~dynamo",
+        "b:~exc",
+    } <= set(feats)
     assert feats["t:~variable"] == ("TorchInGraphFunctionVariable", "title")  # the whole name is the evidence
     # A plain word has no pieces, a mention none either, and STOP words stay out (`torch`).
     assert not {"t:~fails", "b:~raised", "b:~foo", "b:~bar", "t:~torch", "b:~torch"} & set(feats)
@@ -77,12 +118,30 @@ def test_it_reads_the_words_inside_compound_names_apart_from_the_words_themselve
 
 def test_it_learns_a_kind_of_name_and_knows_one_it_never_saw():
     # Every issue names a different class, so no whole name is seen twice (min_df): only its pieces can teach.
-    dynamo_like = [{"number": i, "title": f"crash in {w}Variable", "body": "it breaks", "comments": [],
-                    "labels": ["module: dynamo", "oncall: pt2"]} for i, w in enumerate(
-                        ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet"), 1)]
-    inductor_like = [{"number": 100 + i, "title": f"crash in {w}Kernel", "body": "it breaks", "comments": [],
-                      "labels": ["module: inductor", "oncall: pt2"]} for i, w in enumerate(
-                          ("Kilo", "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo", "Sierra", "Tango"), 1)]
+    dynamo_like = [
+        {
+            "number": i,
+            "title": f"crash in {w}Variable",
+            "body": "it breaks",
+            "comments": [],
+            "labels": ["module: dynamo", "oncall: pt2"],
+        }
+        for i, w in enumerate(
+            ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India", "Juliet"), 1
+        )
+    ]
+    inductor_like = [
+        {
+            "number": 100 + i,
+            "title": f"crash in {w}Kernel",
+            "body": "it breaks",
+            "comments": [],
+            "labels": ["module: inductor", "oncall: pt2"],
+        }
+        for i, w in enumerate(
+            ("Kilo", "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo", "Sierra", "Tango"), 1
+        )
+    ]
     model = train(training_examples(dynamo_like + inductor_like))
     seen_never = model.predict(features([Source("title", "crash in ZuluVariable"), Source("body", "it breaks")], []))
     assert seen_never["module: dynamo"][0] > seen_never["module: inductor"][0]
@@ -102,8 +161,11 @@ def test_it_saves_and_loads_the_model(tmp_path):
     assert loaded.trained_on == 40 and set(loaded.weights) == set(model.weights)
     assert LabelModel.load(tmp_path / "missing.json") is None
     # The older layout, {label: {feature: weight}}, still loads (a model trained before the compact one).
-    (tmp_path / "old.json").write_text(json.dumps({"trained_on": 2, "bias": {"module: dynamo": -1.0},
-                                                   "weights": {"module: dynamo": {"t:walrus": 2.0}}}))
+    (tmp_path / "old.json").write_text(
+        json.dumps(
+            {"trained_on": 2, "bias": {"module: dynamo": -1.0}, "weights": {"module: dynamo": {"t:walrus": 2.0}}}
+        )
+    )
     old = LabelModel.load(tmp_path / "old.json")
     assert old.predict({"t:walrus": ("walrus", "title")})["module: dynamo"][0] > 0.7
 
@@ -138,18 +200,32 @@ def test_it_trains_from_the_synced_triaged_issues(tmp_path):
 
 
 def _decided(number: int, user, *, seen=("oncall: pt2",), added=(), removed=(), shown=(), status="applied", **fields):
-    issue = Issue.objects.filter(number=number).first() or make_issue(number, title=f"kiwi heron case {number}",
-                                                                       body="the kiwi heron misbehaves")
+    issue = Issue.objects.filter(number=number).first() or make_issue(
+        number, title=f"kiwi heron case {number}", body="the kiwi heron misbehaves"
+    )
     return TriageDecision.objects.create(
-        issue=issue, user=user, labels_seen=list(seen), labels_added=list(added), labels_removed=list(removed),
-        suggestions_shown=None if shown is None else [{"label": l, "rule_id": "R1.2"} for l in shown], status=status, **fields)
+        issue=issue,
+        user=user,
+        labels_seen=list(seen),
+        labels_added=list(added),
+        labels_removed=list(removed),
+        suggestions_shown=None if shown is None else [{"label": l, "rule_id": "R1.2"} for l in shown],
+        status=status,
+        **fields,
+    )
 
 
 def test_it_reads_what_triagers_added_removed_and_left_unticked_from_what_the_page_showed(triager):
     # #1: a first decision added Inductor; the newest took it back, added Dynamo and left two shown labels unticked.
     _decided(1, triager, added=["module: inductor"])
-    _decided(1, triager, seen=["oncall: pt2", "module: inductor"], added=["module: dynamo", "triaged"],
-             removed=["module: inductor"], shown=["module: dynamo", "module: dynamic shapes", "triage review", "triaged"])
+    _decided(
+        1,
+        triager,
+        seen=["oncall: pt2", "module: inductor"],
+        added=["module: dynamo", "triaged"],
+        removed=["module: inductor"],
+        shown=["module: dynamo", "module: dynamic shapes", "triage review", "triaged"],
+    )
     # #2: handed off to export: the module label it was shown is no verdict on the components (no component, G5).
     _decided(2, triager, added=["oncall: export"], shown=["module: dynamo", "oncall: export"])
     # #3: from before the page's suggestions were kept, under the old name of the dispatcher label.
@@ -159,8 +235,10 @@ def test_it_reads_what_triagers_added_removed_and_left_unticked_from_what_the_pa
     _decided(5, triager, added=["high priority"], meeting_decision="high priority")
     _decided(6, triager, added=["needs reproduction"], shown=["needs reproduction"])
 
-    answers = {number: {l: a for l, a in answers.items() if a is not None}
-               for number, (_feats, answers) in zip((1, 2, 3), decision_examples())}
+    answers = {
+        number: {l: a for l, a in answers.items() if a is not None}
+        for number, (_feats, answers) in zip((1, 2, 3), decision_examples())
+    }
     assert answers == {
         1: {"module: dynamo": True, "module: inductor": False, "module: dynamic shapes": False, "triage review": False},
         2: {"oncall: export": True},
@@ -176,8 +254,12 @@ def test_it_learns_from_triagers_decisions_on_issues_not_yet_triaged(tmp_path, t
         make_issue(number=r["number"], title=r["title"], body=r["body"], labels=r["labels"])
     # Flagged for the meeting, so not `triaged` and no training record of their own: only the decisions teach "kiwi".
     for number in range(500, 512):
-        _decided(number, triager, added=["module: dynamic shapes", "triage review"],
-                 shown=["module: dynamo", "module: dynamic shapes", "triage review"])
+        _decided(
+            number,
+            triager,
+            added=["module: dynamic shapes", "triage review"],
+            shown=["module: dynamo", "module: dynamic shapes", "triage review"],
+        )
     kiwi = read(IssueText(1, "kiwi heron again", "the kiwi heron misbehaves")).features()
 
     out = StringIO()

@@ -30,7 +30,17 @@ def test_it_ignores_weak_neighbours_untriaged_ones_and_labels_the_rubric_does_no
     assert similar_findings(_issue(*_voters((DYNAMIC,), (DYNAMIC,), (DYNAMIC,), similarity=0.05))) == []
     untriaged = _voters((), (), ("triaged",), ("oncall: pt2",), (DYNAMIC,), (DYNAMIC,))
     assert similar_findings(_issue(*untriaged)) == []  # two of the triaged ones: not a majority of 3
-    assert similar_findings(_issue(*_voters(("module: tests",),) * 5)) == []
+    assert (
+        similar_findings(
+            _issue(
+                *_voters(
+                    ("module: tests",),
+                )
+                * 5
+            )
+        )
+        == []
+    )
 
 
 def test_it_takes_a_triaged_twin_with_the_same_failure_signature_alone():
@@ -38,7 +48,10 @@ def test_it_takes_a_triaged_twin_with_the_same_failure_signature_alone():
 
     (finding,) = similar_findings(_issue(twin))
 
-    assert finding.label == "module: inductor" and finding.reason == "#55 has the same failure signature and is module: inductor"
+    assert (
+        finding.label == "module: inductor"
+        and finding.reason == "#55 has the same failure signature and is module: inductor"
+    )
 
 
 def test_it_weighs_the_vote_like_any_finding_and_shows_it_as_a_suggestion():
@@ -56,8 +69,11 @@ def test_it_weighs_the_vote_like_any_finding_and_shows_it_as_a_suggestion():
 
 def test_it_ranks_by_the_cosine_of_the_vectors():
     index = MemoryIndex()
-    texts = {1: "Guard failure on a SymInt when the batch size changes", 2: "SymInt guard fails after a batch size change",
-             3: "Triton kernel compile error for fp8 matmul"}
+    texts = {
+        1: "Guard failure on a SymInt when the batch size changes",
+        2: "SymInt guard fails after a batch size change",
+        3: "Triton kernel compile error for fp8 matmul",
+    }
     for number, title in texts.items():
         index.add(number, terms_of(IssueText(number, title, "")))
 

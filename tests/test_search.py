@@ -37,7 +37,11 @@ def _comment(issue: Issue, github_id: int, body: str) -> Comment:
 def test_it_reads_words_phrases_exclusions_and_or():
     clauses = search.parse('graph  "Dynamic Shapes" -flaky inductor or triton')
     assert [(c.phrases, c.negated) for c in clauses] == [
-        (("graph",), False), (("dynamic shapes",), False), (("flaky",), True), (("inductor", "triton"), False)]
+        (("graph",), False),
+        (("dynamic shapes",), False),
+        (("flaky",), True),
+        (("inductor", "triton"), False),
+    ]
 
 
 def test_it_expands_the_synonym_table():
@@ -46,10 +50,17 @@ def test_it_expands_the_synonym_table():
     assert "cuda out of memory" in search.parse("OOM")[0].phrases
 
 
-@pytest.mark.parametrize(("text", "number"), [
-    ("#170029", 170029), (" 170029 ", 170029), ("https://github.com/pytorch/pytorch/issues/170029", 170029),
-    ("github.com/pytorch/pytorch/pull/170029#issuecomment-1", 170029), ("#17 segfault", None), ("v2.5", None),
-])
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("#170029", 170029),
+        (" 170029 ", 170029),
+        ("https://github.com/pytorch/pytorch/issues/170029", 170029),
+        ("github.com/pytorch/pytorch/pull/170029#issuecomment-1", 170029),
+        ("#17 segfault", None),
+        ("v2.5", None),
+    ],
+)
 def test_it_recognises_issue_references(text, number):
     assert search.issue_number(text) == number
 
@@ -87,8 +98,7 @@ def test_it_stems_english_words():
 
 def test_it_ranks_a_title_match_above_a_body_match_above_a_comment_match():
     now = timezone.now()
-    body = make_issue(1, title="Inductor fails on CPU", body="looks like a graph break in the loop",
-                      updated_at=now)
+    body = make_issue(1, title="Inductor fails on CPU", body="looks like a graph break in the loop", updated_at=now)
     title = make_issue(2, title="Graph break on a generator expression", updated_at=now - timedelta(days=3))
     commented = make_issue(3, title="Slow compile", updated_at=now - timedelta(days=1))
     _comment(commented, 901, "I see a graph break here too")
@@ -110,8 +120,12 @@ def test_it_searches_comments_and_follows_edits_and_deletions():
 
 
 def test_it_keeps_the_index_current_through_the_sync(fake_github):
-    fake_github.add_issue(7001, title="Crash in aot_autograd", labels=["oncall: pt2"],
-                          comments=["the backward graph hits a segmentation fault"])
+    fake_github.add_issue(
+        7001,
+        title="Crash in aot_autograd",
+        labels=["oncall: pt2"],
+        comments=["the backward graph hits a segmentation fault"],
+    )
     sync_queue(full=True)
     assert _found("segfault") == [7001]
     fake_github.update_issue(7001, title="Crash in the partitioner")
@@ -145,10 +159,45 @@ def test_it_matches_issue_numbers_only_for_a_search_by_number():
     assert _found("500") == [500, 1]
 
 
-HOSTILE = ['"', '"unclosed phrase', "*", "segfault*", "NEAR", "NEAR(a b)", "a NEAR/2 b", "-", "--", "- -x",
-           "a -", "OR", "AND", "NOT", "a AND NOT b", "(", ")", "((a)", "title:segfault", "{title body}: x",
-           "^start", "a:*", "!!a", "a & | b", "'; DROP TABLE rubric_app_issue; --", "\\", "%_%", "é ü 文字",
-           "x" * 200, "a " * 100, "#", "#-1", "#99999999999999999999", "<->", "a <2> b", "''", '""""']
+HOSTILE = [
+    '"',
+    '"unclosed phrase',
+    "*",
+    "segfault*",
+    "NEAR",
+    "NEAR(a b)",
+    "a NEAR/2 b",
+    "-",
+    "--",
+    "- -x",
+    "a -",
+    "OR",
+    "AND",
+    "NOT",
+    "a AND NOT b",
+    "(",
+    ")",
+    "((a)",
+    "title:segfault",
+    "{title body}: x",
+    "^start",
+    "a:*",
+    "!!a",
+    "a & | b",
+    "'; DROP TABLE rubric_app_issue; --",
+    "\\",
+    "%_%",
+    "é ü 文字",
+    "x" * 200,
+    "a " * 100,
+    "#",
+    "#-1",
+    "#99999999999999999999",
+    "<->",
+    "a <2> b",
+    "''",
+    '""""',
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -217,12 +266,15 @@ def _bulk(count: int, start: int) -> None:
     pt2 = make_label("oncall: pt2")
     issues = Issue.objects.bulk_create(
         Issue(number=start + i, title=f"graph break number {i}", body="segmentation fault" if i % 2 else "")
-        for i in range(count))
+        for i in range(count)
+    )
     Issue.labels.through.objects.bulk_create([Issue.labels.through(issue=i, label=pt2) for i in issues])
 
 
 @pytest.mark.parametrize("htmx", [False, True])
-def test_it_makes_the_same_number_of_queries_for_a_search_of_10_and_1000_issues(client, viewer, django_assert_num_queries, htmx):
+def test_it_makes_the_same_number_of_queries_for_a_search_of_10_and_1000_issues(
+    client, viewer, django_assert_num_queries, htmx
+):
     headers = {"HX-Request": "true"} if htmx else {}
     client.force_login(viewer)
     _bulk(10, 10_000)

@@ -33,11 +33,24 @@ def test_it_refuses_an_unknown_boolean(monkeypatch):
 def _manage(env: dict, *args: str) -> subprocess.CompletedProcess:
     # Start from the host's environment minus what these tests set, and minus the
     # DJANGO_ALLOW_ASYNC_UNSAFE the browser tests' process carries (a deploy error).
-    dropped = ("DATABASE_URL", "SECRET_KEY", "DEBUG", "CELERY_BROKER_URL", "DJANGO_ALLOW_ASYNC_UNSAFE", "HTTPS",
-               "ALLOWED_HOSTS", "SECURE_SSL_REDIRECT")
+    dropped = (
+        "DATABASE_URL",
+        "SECRET_KEY",
+        "DEBUG",
+        "CELERY_BROKER_URL",
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
+        "HTTPS",
+        "ALLOWED_HOSTS",
+        "SECURE_SSL_REDIRECT",
+    )
     clean = {k: v for k, v in os.environ.items() if k not in dropped}
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -77,7 +90,9 @@ _GET_LOGIN = (
 
 def test_it_keeps_debug_local_hosts_and_plain_http_when_only_the_secret_key_is_set(tmp_path):
     # SECRET_KEY alone used to turn DEBUG off: ALLOWED_HOSTS emptied (400), then a 301 to https.
-    result = _manage({"SECRET_KEY": "a-local-key-" + "k" * 50, "TRIAGE_VAR_DIR": str(tmp_path)}, "shell", "-c", _GET_LOGIN)
+    result = _manage(
+        {"SECRET_KEY": "a-local-key-" + "k" * 50, "TRIAGE_VAR_DIR": str(tmp_path)}, "shell", "-c", _GET_LOGIN
+    )
     assert result.returncode == 0, result.stderr
     assert "DEBUG True STATUS 200" in result.stdout
 
@@ -116,5 +131,8 @@ def test_it_gives_each_test_process_a_broker_database_of_its_own():
     assert broker_for("redis://127.0.0.1:6379/15", "gw0") == "redis://127.0.0.1:6379/15"
     assert broker_for("redis://127.0.0.1:6379/15", "gw1") == "redis://127.0.0.1:6379/14"
     assert broker_for("redis://127.0.0.1:6379/0", "gw1") == "redis://127.0.0.1:6379/15"  # Redis has 16
-    assert broker_for("redis://:secret@cache:6379?ssl_cert_reqs=none", "gw2") == "redis://:secret@cache:6379/14?ssl_cert_reqs=none"
+    assert (
+        broker_for("redis://:secret@cache:6379?ssl_cert_reqs=none", "gw2")
+        == "redis://:secret@cache:6379/14?ssl_cert_reqs=none"
+    )
     assert broker_for("memory://", "gw1") == "memory://" and broker_for("redis://h/15", "") == "redis://h/15"

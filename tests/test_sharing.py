@@ -36,16 +36,22 @@ def test_it_shares_out_by_preferred_modules_then_in_turn(triager, bob, chair):
     _untriaged(3, 7, "module: inductor")
     _untriaged(4, 6)
     _untriaged(5, 5)
-    make_issue(6, labels=("oncall: pt2", "triaged"))                     # triaged: not shared
+    make_issue(6, labels=("oncall: pt2", "triaged"))  # triaged: not shared
     taken = _untriaged(7, 4)
-    Assignment.objects.create(issue=taken, user=chair)                    # already taken: stays
+    Assignment.objects.create(issue=taken, user=chair)  # already taken: stays
 
     assert sharing.share_out(by=chair) == 5
 
     held = dict(Assignment.objects.values_list("issue__number", "user__username"))
     # 1 and 3 to the inductor fan; 2, 4 and 5 in turn to the least loaded (a tie goes to the first on the roster).
-    assert held == {1: "tina-triager", 3: "tina-triager", 2: "bob-triager", 4: "bob-triager", 5: "tina-triager",
-                    7: "carl-chair"}
+    assert held == {
+        1: "tina-triager",
+        3: "tina-triager",
+        2: "bob-triager",
+        4: "bob-triager",
+        5: "tina-triager",
+        7: "carl-chair",
+    }
     assert sharing.share_out(by=chair) == 0  # nothing left unassigned
 
 
@@ -56,12 +62,17 @@ def test_it_shares_nothing_without_a_roster(triager):
 
 def test_it_keeps_the_roster_to_triagers(client, chair, triager, viewer):
     client.force_login(chair)
-    client.post(reverse("rubric_app:roster_add"), {"username": triager.username, "modules": "module: dynamo, module: inductor"})
-    assert list(Duty.objects.values_list("user__username", "modules")) == [(triager.username, ["module: dynamo", "module: inductor"])]
+    client.post(
+        reverse("rubric_app:roster_add"), {"username": triager.username, "modules": "module: dynamo, module: inductor"}
+    )
+    assert list(Duty.objects.values_list("user__username", "modules")) == [
+        (triager.username, ["module: dynamo", "module: inductor"])
+    ]
     response = client.post(reverse("rubric_app:roster_add"), {"username": viewer.username}, follow=True)
     assert "is not a triager" in response.content.decode()
-    response = client.post(reverse("rubric_app:roster_add"), {"username": triager.username, "modules": "module: made up"},
-                           follow=True)
+    response = client.post(
+        reverse("rubric_app:roster_add"), {"username": triager.username, "modules": "module: made up"}, follow=True
+    )
     assert "Not module labels of the catalog: module: made up" in response.content.decode()
     assert Duty.objects.count() == 1 and Duty.objects.get().modules == ["module: dynamo", "module: inductor"]
 
@@ -123,15 +134,23 @@ def test_it_shows_the_roster_on_the_meeting_page(client, chair, triager, bob):
     _untriaged(2, 2)
     client.force_login(chair)
     html = client.get(MEETING).content.decode()
-    assert 'data-duty="tina-triager"' in html and 'data-duty="bob-triager"' in html and 'data-duty="carl-chair"' not in html
+    assert (
+        'data-duty="tina-triager"' in html
+        and 'data-duty="bob-triager"' in html
+        and 'data-duty="carl-chair"' not in html
+    )
     assert "(1 untriaged issue unassigned)" in html
     assert 'name="to" value="bob-triager"' in html and 'name="to" value="tina-triager"' not in html
     client.post(reverse("rubric_app:share_out"))
-    assert dict(Assignment.objects.values_list("issue__number", "user__username")) == {1: "tina-triager", 2: "bob-triager"}
+    assert dict(Assignment.objects.values_list("issue__number", "user__username")) == {
+        1: "tina-triager",
+        2: "bob-triager",
+    }
 
 
-def test_it_keeps_the_meeting_pages_queries_constant_with_roster_and_summary(client, chair, triager, bob,
-                                                                             django_assert_num_queries):
+def test_it_keeps_the_meeting_pages_queries_constant_with_roster_and_summary(
+    client, chair, triager, bob, django_assert_num_queries
+):
     Duty.objects.create(user=triager, week=week_start(timezone.now()))
     Assignment.objects.create(issue=_untriaged(1, 2), user=triager)
     client.force_login(chair)

@@ -9,7 +9,7 @@ from rubric_app.rubric import CommentText, IssueText
 from rubric_app.rubric.signature import normalize_message, pt2_frame, signature_of
 from tests.bounded import run_bounded
 
-LOWERING = '''Traceback (most recent call last):
+LOWERING = """Traceback (most recent call last):
   File "{user}", line {n1}, in <module>
     frontend(torch.randn({b}, 8, {length}, device="cuda"), w)
   File "{site}/torch/_dynamo/eval_frame.py", line {n2}, in compile_wrapper
@@ -19,11 +19,12 @@ LOWERING = '''Traceback (most recent call last):
 torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
 InductorError: LoweringException: AssertionError: expected a static pad amount, got PythonMod(s{s}, {mod})
   target: aten.constant_pad_nd.default
-  args[0]: TensorBox(StorageBox(InputBuffer(name='arg{s}_1', layout=FixedLayout('cuda:0', torch.float32, size=[{b}, 8, s{s}]))))
+  args[0]: TensorBox(StorageBox(InputBuffer(name='arg{s}_1', \
+layout=FixedLayout('cuda:0', torch.float32, size=[{b}, 8, s{s}]))))
 
   File "{site}/torch/_inductor/lowering.py", line {n4}, in {fn}
     assert isinstance(p, int), f"expected a static pad amount, got {{p}}"
-'''
+"""
 
 
 def _issue(body: str, comments=()) -> IssueText:
@@ -31,8 +32,19 @@ def _issue(body: str, comments=()) -> IssueText:
 
 
 def _lowering(**kwargs) -> str:
-    values = dict(user="/home/ana/repro.py", site="/opt/conda/lib/python3.11/site-packages", n1=12, n2=842, n3=1902,
-                  n4=4418, b=3, length=103, s=1, mod=4, fn="constant_pad_nd")
+    values = dict(
+        user="/home/ana/repro.py",
+        site="/opt/conda/lib/python3.11/site-packages",
+        n1=12,
+        n2=842,
+        n3=1902,
+        n4=4418,
+        b=3,
+        length=103,
+        s=1,
+        mod=4,
+        fn="constant_pad_nd",
+    )
     return "```\n" + LOWERING.format(**{**values, **kwargs}) + "```\n"
 
 
@@ -42,26 +54,36 @@ def test_it_reads_the_exception_through_its_wrappers_and_the_innermost_pt2_frame
     assert signature.exception == "AssertionError"
     assert signature.message == "expected a static pad amount, got pythonmod<shape>"
     # Inductor prints the lowering's frame under its message: it is the innermost one.
-    assert signature.frames == ("torch/_inductor/lowering.py:constant_pad_nd", "torch/_dynamo/output_graph.py:_call_user_compiler",
-                                "torch/_dynamo/eval_frame.py:compile_wrapper")
+    assert signature.frames == (
+        "torch/_inductor/lowering.py:constant_pad_nd",
+        "torch/_dynamo/output_graph.py:_call_user_compiler",
+        "torch/_dynamo/eval_frame.py:compile_wrapper",
+    )
     assert signature.specific and signature.source == "body"
-    assert signature.describe() == ("AssertionError: expected a static pad amount, got pythonmod<shape> "
-                                    "in torch/_inductor/lowering.py:constant_pad_nd")
+    assert signature.describe() == (
+        "AssertionError: expected a static pad amount, got pythonmod<shape> "
+        "in torch/_inductor/lowering.py:constant_pad_nd"
+    )
 
 
-@pytest.mark.parametrize("changes", [
-    dict(b=17, length=4099, s=7, mod=16),  # other shapes, sizes and symbols
-    dict(n1=1, n2=2, n3=3, n4=4),  # other line numbers (another PyTorch version)
-    dict(user=r"C:\Users\me\work\tts.py", site=r"C:\Python311\Lib\site-packages"),  # Windows paths
-    dict(site="/data/users/me/pytorch"),  # a source checkout instead of site-packages
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(b=17, length=4099, s=7, mod=16),  # other shapes, sizes and symbols
+        dict(n1=1, n2=2, n3=3, n4=4),  # other line numbers (another PyTorch version)
+        dict(user=r"C:\Users\me\work\tts.py", site=r"C:\Python311\Lib\site-packages"),  # Windows paths
+        dict(site="/data/users/me/pytorch"),  # a source checkout instead of site-packages
+    ],
+)
 def test_it_gives_the_same_signature_whatever_the_run_specific_details(changes):
     assert signature_of(_issue(_lowering(**changes))).key == signature_of(_issue(_lowering())).key
 
 
 def test_it_is_stable_across_cosmetic_differences_of_the_message():
     a = normalize_message('Expected size [2, 3, 4] but got torch.Size([s0, 16]) for "x" at 0x7f3a10 in /tmp/a/b.py')
-    b = normalize_message("expected  size [8, 1, 64]  but got torch.Size([s12, 32]) for 'x' at 0x55aa in /home/u/c/d.py")
+    b = normalize_message(
+        "expected  size [8, 1, 64]  but got torch.Size([s12, 32]) for 'x' at 0x55aa in /home/u/c/d.py"
+    )
     assert a == b == "expected size <shape> but got <shape> for 'x' at <addr> in <path>"
     assert normalize_message("FakeTensor(..., size=(2, s1)) vs tensor([1., 2.])") == "<tensor> vs <tensor>"
     assert normalize_message("dtype float16 vs bfloat16, 2.5e-3 apart") == "dtype float16 vs bfloat16, n apart"
@@ -78,7 +100,7 @@ def test_it_tells_different_failures_apart():
 
 
 def test_it_takes_the_root_cause_of_a_chained_traceback():
-    body = '''```
+    body = """```
 Traceback (most recent call last):
   File "/x/site-packages/torch/fx/experimental/symbolic_shapes.py", line 6000, in _evaluate_expr
     raise GuardOnDataDependentSymNode(msg)
@@ -91,12 +113,15 @@ Traceback (most recent call last):
     f(x)
   File "/x/site-packages/torch/_dynamo/convert_frame.py", line 1200, in __call__
     raise InternalTorchDynamoError(...) from e
-torch._dynamo.exc.InternalTorchDynamoError: GuardOnDataDependentSymNode: Could not guard on data-dependent expression u0 < 10
-```'''
+torch._dynamo.exc.InternalTorchDynamoError: GuardOnDataDependentSymNode: \
+Could not guard on data-dependent expression u0 < 10
+```"""
     signature = signature_of(_issue(body))
 
     assert signature.exception == "GuardOnDataDependentSymNode"
-    assert signature.frames[0] == "torch/fx/experimental/symbolic_shapes.py:_evaluate_expr"  # the root's, not the wrapper's
+    assert (
+        signature.frames[0] == "torch/fx/experimental/symbolic_shapes.py:_evaluate_expr"
+    )  # the root's, not the wrapper's
 
 
 def test_it_reads_the_comments_when_the_body_has_no_traceback_and_bare_error_lines_last():
@@ -112,7 +137,9 @@ def test_it_keeps_only_pt2_frames_and_groups_only_specific_signatures():
     assert pt2_frame("/home/me/model.py", "forward") == ""
     assert pt2_frame("/usr/lib/python3/site-packages/torch/nn/modules/module.py", "_call_impl") == ""
     assert pt2_frame("/home/torch/pytorch/torch/_inductor/ir.py", "create") == "torch/_inductor/ir.py:create"
-    vague = signature_of(_issue('Traceback (most recent call last):\n  File "main.py", line 3, in <module>\nRuntimeError: boom\n'))
+    vague = signature_of(
+        _issue('Traceback (most recent call last):\n  File "main.py", line 3, in <module>\nRuntimeError: boom\n')
+    )
     assert vague.exception == "RuntimeError" and not vague.specific  # "boom" in user code says too little to group by
 
 

@@ -108,11 +108,20 @@ def _neighbourhood() -> dict[str, Issue]:
     failure), D (a closed report of A's failure), E (unrelated)."""
     issues = {
         "A": _failing(1001),
-        "B": make_issue(1002, title="Vocoder: Inductor assertion for padded mel frames",
-                        body="Padding the mel frames breaks under compile.\n\n" + _lowering(b=16, length=999, s=3, mod=16,
-                                                                                            site=r"C:\Python311\Lib\site-packages")),
-        "C": make_issue(1003, title="Inductor fails on the second call (1003)", body=PAD + "It raises a RuntimeError in the scheduler."),
-        "D": make_issue(1004, title="old report", body=_lowering(b=1), state="closed", in_queue=False, labels=("module: inductor",)),
+        "B": make_issue(
+            1002,
+            title="Vocoder: Inductor assertion for padded mel frames",
+            body="Padding the mel frames breaks under compile.\n\n"
+            + _lowering(b=16, length=999, s=3, mod=16, site=r"C:\Python311\Lib\site-packages"),
+        ),
+        "C": make_issue(
+            1003,
+            title="Inductor fails on the second call (1003)",
+            body=PAD + "It raises a RuntimeError in the scheduler.",
+        ),
+        "D": make_issue(
+            1004, title="old report", body=_lowering(b=1), state="closed", in_queue=False, labels=("module: inductor",)
+        ),
         "E": make_issue(1005, title="FSDP2 backward hangs with NCCL timeouts", body="The all-gather never returns."),
     }
     _refreshed(*issues.values())
@@ -146,10 +155,18 @@ def test_it_makes_the_same_number_of_queries_for_a_small_and_a_large_neighbourho
 
 def test_it_suggests_the_component_of_the_most_similar_triaged_issues():
     for number in range(1100, 1105):  # triaged, closed reports of the same failure's neighbourhood
-        make_issue(number, title=f"Inductor fails on the second call ({number})", body=PAD + "It recompiles for each length.",
-                   labels=("oncall: pt2", "module: dynamic shapes", "triaged"), state="closed", in_queue=False)
+        make_issue(
+            number,
+            title=f"Inductor fails on the second call ({number})",
+            body=PAD + "It recompiles for each length.",
+            labels=("oncall: pt2", "module: dynamic shapes", "triaged"),
+            state="closed",
+            in_queue=False,
+        )
     similar.reindex(Issue.objects.all())
-    issue = make_issue(1200, title="Inductor fails on the second call (1200)", body=PAD + "It recompiles for each length.")
+    issue = make_issue(
+        1200, title="Inductor fails on the second call (1200)", body=PAD + "It recompiles for each length."
+    )
 
     issue.refresh_suggestions()
 
@@ -180,8 +197,13 @@ def group(fake_github, settings):
 
 def _group_post(key: str, **data) -> dict:
     members = Issue.objects.filter(signature=key, in_queue=True).order_by("number")
-    return {"issues": [i.number for i in members], "route": "pt2", "labels": [],
-            "labels_seen": json.dumps({str(i.number): i.label_names() for i in members}), **data}
+    return {
+        "issues": [i.number for i in members],
+        "route": "pt2",
+        "labels": [],
+        "labels_seen": json.dumps({str(i.number): i.label_names() for i in members}),
+        **data,
+    }
 
 
 def test_it_shows_the_failures_open_issues_share_above_the_queue(client, viewer, group, django_assert_num_queries):
@@ -240,8 +262,9 @@ def test_it_applies_one_audited_decision_per_issue(client, triager, group, fake_
     key = group[0].signature
     fake_github.set_labels(1003, ["oncall: pt2", "module: inductor"])  # changed on GitHub meanwhile
 
-    html = client.post(reverse("rubric_app:group_apply", args=[key]), _group_post(key, labels=["module: dynamic shapes"]),
-                       headers=HTMX).content.decode()
+    html = client.post(
+        reverse("rubric_app:group_apply", args=[key]), _group_post(key, labels=["module: dynamic shapes"]), headers=HTMX
+    ).content.decode()
 
     made = list(TriageDecision.objects.order_by("issue__number"))
     assert [d.issue.number for d in made] == [1001, 1002, 1003] and {d.status for d in made} == {Status.PENDING}
@@ -264,7 +287,10 @@ def test_it_closes_a_group_as_duplicates_of_its_oldest_report(client, triager, g
     client.post(reverse("rubric_app:group_apply", args=[key]), data)
 
     made = list(TriageDecision.objects.order_by("issue__number"))
-    assert [(d.issue.number, d.duplicate_of, d.close_reason) for d in made] == [(1002, 1001, "duplicate"), (1003, 1001, "duplicate")]
+    assert [(d.issue.number, d.duplicate_of, d.close_reason) for d in made] == [
+        (1002, 1001, "duplicate"),
+        (1003, 1001, "duplicate"),
+    ]
     decision = apply_decision(made[0].pk)
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.issues[1002]["state_reason"] == "duplicate"
@@ -303,12 +329,16 @@ def test_it_closes_a_duplicate_with_the_standard_comment_after_reading_the_origi
     plan = plan_duplicate(original.number)
     assert plan.comment == load_replies()["duplicate"]["comment"].replace("{original}", "#1001")
 
-    decision = apply_decision(request_decision(issue=duplicate, user=triager, plan=plan, labels_seen=["oncall: pt2"]).pk)
+    decision = apply_decision(
+        request_decision(issue=duplicate, user=triager, plan=plan, labels_seen=["oncall: pt2"]).pk
+    )
 
     assert decision.status == Status.APPLIED, decision.result_message
     on_github = fake_github.issues[1002]
     assert (on_github["state"], on_github["state_reason"]) == ("closed", "duplicate")
-    assert [c["body"] for c in on_github["comments"]] == [plan.comment] and plan.comment.startswith("Duplicate of #1001\n\n")
+    assert [c["body"] for c in on_github["comments"]] == [plan.comment] and plan.comment.startswith(
+        "Duplicate of #1001\n\n"
+    )
     assert _audit(decision) == ["read_labels", "read_original", "comment", "close"]
     assert "close (duplicate)" in decision.result_message
     duplicate.refresh_from_db()
@@ -319,21 +349,25 @@ def test_it_writes_nothing_when_the_original_is_gone_from_github(pair, triager, 
     original, duplicate = pair
     del fake_github.issues[1001]
 
-    decision = apply_decision(request_decision(issue=duplicate, user=triager, plan=plan_duplicate(1001),
-                                               labels_seen=["oncall: pt2"]).pk)
+    decision = apply_decision(
+        request_decision(issue=duplicate, user=triager, plan=plan_duplicate(1001), labels_seen=["oncall: pt2"]).pk
+    )
 
     assert decision.status == Status.FAILED and "Could not read the original #1001" in decision.result_message
     assert fake_github.issues[1002]["comments"] == [] and fake_github.issues[1002]["state"] == "open"
     assert _audit(decision) == ["read_labels", "read_original"]
 
 
-@pytest.mark.parametrize("original, why", [
-    (1002, "#1002 cannot be a duplicate of itself."),
-    (4242, "#4242 is not in the mirror"),
-    (1003, "#1003 is a pull request"),
-    (1004, "#1004 belongs to someone/else"),
-    (1005, "#1005 was closed as a duplicate of #1002"),
-])
+@pytest.mark.parametrize(
+    "original, why",
+    [
+        (1002, "#1002 cannot be a duplicate of itself."),
+        (4242, "#4242 is not in the mirror"),
+        (1003, "#1003 is a pull request"),
+        (1004, "#1004 belongs to someone/else"),
+        (1005, "#1005 was closed as a duplicate of #1002"),
+    ],
+)
 def test_it_refuses_nonsense_duplicates(pair, triager, fake_github, original, why):
     make_issue(1003, is_pull_request=True)
     make_issue(1004, repo="someone/else")
@@ -352,14 +386,20 @@ def test_it_marks_a_duplicate_from_the_similar_issues_of_the_page(client, triage
     page = client.get(duplicate.get_absolute_url()).content.decode()
     assert 'data-similar="1001"' in page and 'data-mark-duplicate="1001"' in page and "same signature" in page
 
-    preview = client.post(reverse("rubric_app:issue_preview", args=[1002]),
-                          {"route": "duplicate", "duplicate_of": "1001", "labels_seen": json.dumps(["oncall: pt2"])},
-                          headers=HTMX).content.decode()
-    assert 'data-reply="duplicate"' in preview and 'data-close="duplicate"' in preview and "Duplicate of #1001" in preview
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[1002]),
+        {"route": "duplicate", "duplicate_of": "1001", "labels_seen": json.dumps(["oncall: pt2"])},
+        headers=HTMX,
+    ).content.decode()
+    assert (
+        'data-reply="duplicate"' in preview and 'data-close="duplicate"' in preview and "Duplicate of #1001" in preview
+    )
     assert 'name="duplicate_of" value="1001"' in preview and "data-apply" in preview
 
-    response = client.post(reverse("rubric_app:issue_apply", args=[1002]),
-                           {"route": "duplicate", "duplicate_of": "1001", "labels_seen": json.dumps(["oncall: pt2"])})
+    response = client.post(
+        reverse("rubric_app:issue_apply", args=[1002]),
+        {"route": "duplicate", "duplicate_of": "1001", "labels_seen": json.dumps(["oncall: pt2"])},
+    )
     assert response.status_code == 302
     decision = TriageDecision.objects.get()
     assert (decision.status, decision.duplicate_of, decision.close_reason) == (Status.PENDING, 1001, "duplicate")
@@ -368,15 +408,17 @@ def test_it_marks_a_duplicate_from_the_similar_issues_of_the_page(client, triage
 def test_it_says_why_in_the_preview_instead_of_offering_apply(client, triager, pair):
     client.force_login(triager)
 
-    preview = client.post(reverse("rubric_app:issue_preview", args=[1002]),
-                          {"route": "duplicate", "duplicate_of": "4242", "labels_seen": json.dumps(["oncall: pt2"])},
-                          headers=HTMX).content.decode()
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[1002]),
+        {"route": "duplicate", "duplicate_of": "4242", "labels_seen": json.dumps(["oncall: pt2"])},
+        headers=HTMX,
+    ).content.decode()
 
     assert "#4242 is not in the mirror" in preview and "data-apply" not in preview
 
 
 def test_it_keeps_hostile_titles_of_neighbours_inert(client, viewer, pair):
-    Issue.objects.filter(number=1001).update(title='<script>alert(1)</script><img src=x onerror=alert(2)>')
+    Issue.objects.filter(number=1001).update(title="<script>alert(1)</script><img src=x onerror=alert(2)>")
     client.force_login(viewer)
 
     page = client.get(pair[1].get_absolute_url()).content.decode()

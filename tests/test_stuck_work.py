@@ -49,8 +49,9 @@ def make_inputs():
 
 
 def _applying_decision(issue, user, **fields) -> TriageDecision:
-    return TriageDecision.objects.create(issue=issue, user=user, labels_seen=SEEN, labels_added=ADD,
-                                         labels_removed=["needs reproduction"], **fields)
+    return TriageDecision.objects.create(
+        issue=issue, user=user, labels_seen=SEEN, labels_added=ADD, labels_removed=["needs reproduction"], **fields
+    )
 
 
 @pytest.fixture
@@ -63,8 +64,11 @@ def synced(fake_github, settings):
 
 
 def _writes(fake) -> list[tuple[str, str]]:
-    return [(r.method, r.path.rsplit("/", 1)[-1] if r.method == "DELETE" else r.sent) for r in fake.requests
-            if r.method != "GET"]
+    return [
+        (r.method, r.path.rsplit("/", 1)[-1] if r.method == "DELETE" else r.sent)
+        for r in fake.requests
+        if r.method != "GET"
+    ]
 
 
 # --- resuming a decision from GitHub's state (domain, in process) ---------------------------------
@@ -82,10 +86,15 @@ def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synce
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.labels_of(5101) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
     assert _writes(fake_github) == [("POST", '{"labels": ["triaged"]}'), ("DELETE", "needs reproduction")]
-    assert ("GitHub already had: add label module: dynamo, add label module: inductor. "
-            "Finished on GitHub: add label triaged, remove label needs reproduction.") in decision.result_message
+    assert (
+        "GitHub already had: add label module: dynamo, add label module: inductor. "
+        "Finished on GitHub: add label triaged, remove label needs reproduction."
+    ) in decision.result_message
     assert list(decision.writes.values_list("action", "ok")) == [
-        ("read_labels", True), ("add_label", True), ("remove_label", True)]
+        ("read_labels", True),
+        ("add_label", True),
+        ("remove_label", True),
+    ]
     assert synced.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
 
 
@@ -100,8 +109,9 @@ def test_it_leaves_a_decision_alone_while_its_worker_beats(synced, triager, fake
 @pytest.mark.django_db
 def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_meanwhile(synced, triager, fake_github):
     fake_github.set_labels(5101, SEEN + ["module: dynamo", "high priority"])
-    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=None,
-                                  created_at=timezone.now() - timedelta(hours=1))
+    decision = _applying_decision(
+        synced, triager, status=Status.APPLYING, heartbeat_at=None, created_at=timezone.now() - timedelta(hours=1)
+    )
 
     decision = apply_decision(decision.pk)
 
@@ -142,7 +152,10 @@ def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, setti
     assert cpu_run.status == "failed" and "(1 cpu worker(s) are online but none took it)" in cpu_run.error
     assert fresh.status == "queued"
     assert decision.status == Status.FAILED and decision.finished_at
-    assert "No worker of the github queue took this decision within 30 min (no github worker is online)" in decision.result_message
+    assert (
+        "No worker of the github queue took this decision within 30 min (no github worker is online)"
+        in decision.result_message
+    )
     assert "Nothing was written" in decision.result_message
 
 
@@ -182,15 +195,45 @@ class Broker:
         """Start `celery worker` on this broker and the test database; returns (process, name) once it is up."""
         name = f"stuck-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
         db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
-        full_env = {**os.environ, "DATABASE_URL": db_url, "CELERY_BROKER_URL": self.url, "PYTHONUNBUFFERED": "1",
-                    "GITHUB_API_URL": self.github.url, "GITHUB_TOKEN": TOKEN, "GITHUB_REPO": self.github.repo,
-                    "GITHUB_WRITE_INTERVAL": "0.05", "WORKER_HEARTBEAT_S": "1", **self.env, **env}
+        full_env = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "CELERY_BROKER_URL": self.url,
+            "PYTHONUNBUFFERED": "1",
+            "GITHUB_API_URL": self.github.url,
+            "GITHUB_TOKEN": TOKEN,
+            "GITHUB_REPO": self.github.repo,
+            "GITHUB_WRITE_INTERVAL": "0.05",
+            "WORKER_HEARTBEAT_S": "1",
+            **self.env,
+            **env,
+        }
         log_dir = ROOT / "var"
         log = open(log_dir / f"test-{name.split('@')[0]}.log", "w") if log_dir.is_dir() else subprocess.DEVNULL
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", ",".join(queues), "--concurrency", "1",
-             "--pool", pool, "--loglevel", "INFO", "-n", name],
-            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "triage_site",
+                "worker",
+                "-Q",
+                ",".join(queues),
+                "--concurrency",
+                "1",
+                "--pool",
+                pool,
+                "--loglevel",
+                "INFO",
+                "-n",
+                name,
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.workers.append(proc)
         # Its own heartbeat says it is consuming: the feature under test doubles as the readiness probe.
@@ -207,17 +250,26 @@ class Broker:
 @pytest.fixture(params=["redis", "filesystem"])
 def broker(request, tmp_path, fake_github_server):
     if request.param == "redis":
-        found = Broker("redis", os.environ["CELERY_BROKER_URL"], dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS),
-                       fake_github_server)
+        found = Broker(
+            "redis", os.environ["CELERY_BROKER_URL"], dict(settings.CELERY_BROKER_TRANSPORT_OPTIONS), fake_github_server
+        )
     else:
         folders = {sub: tmp_path / "broker" / sub for sub in ("out", "processed", "control")}
         for folder in folders.values():
             folder.mkdir(parents=True)
-        found = Broker("filesystem", "filesystem://", {
-            "data_folder_in": str(folders["out"]), "data_folder_out": str(folders["out"]),
-            "processed_folder": str(folders["processed"]), "control_folder": str(folders["control"]),
-            "store_processed": False,
-        }, fake_github_server, env={"TRIAGE_VAR_DIR": str(tmp_path)})
+        found = Broker(
+            "filesystem",
+            "filesystem://",
+            {
+                "data_folder_in": str(folders["out"]),
+                "data_folder_out": str(folders["out"]),
+                "processed_folder": str(folders["processed"]),
+                "control_folder": str(folders["control"]),
+                "store_processed": False,
+            },
+            fake_github_server,
+            env={"TRIAGE_VAR_DIR": str(tmp_path)},
+        )
     yield found
     for proc in found.workers:
         if proc.poll() is None:
@@ -256,7 +308,9 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_g
     decision.refresh_from_db()
     assert decision.status == Status.APPLYING  # stuck: half the labels written, no failure recorded
     # Time passes with no heartbeat; then beat's sweep runs on a worker.
-    TriageDecision.objects.filter(pk=decision.pk).update(heartbeat_at=timezone.now() - STUCK_AFTER - timedelta(minutes=1))
+    TriageDecision.objects.filter(pk=decision.pk).update(
+        heartbeat_at=timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+    )
     broker.start_worker(["default", "github"])
     broker.send(requeue_stuck_task, queue="default")
 
@@ -268,8 +322,13 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_g
     assert "GitHub already had: add label module: dynamo, add label module: inductor" in decision.result_message
     assert "Finished on GitHub: add label triaged, remove label needs reproduction" in decision.result_message
     audit = list(GitHubWrite.objects.filter(decision=decision).order_by("at", "pk").values_list("action", "target"))
-    assert audit == [("read_labels", "#5101"), ("add_label", "module: dynamo"),  # the first worker's
-                     ("read_labels", "#5101"), ("add_label", "triaged"), ("remove_label", "needs reproduction")]
+    assert audit == [
+        ("read_labels", "#5101"),
+        ("add_label", "module: dynamo"),  # the first worker's
+        ("read_labels", "#5101"),
+        ("add_label", "triaged"),
+        ("remove_label", "needs reproduction"),
+    ]
 
 
 @pytest.mark.torch
@@ -282,13 +341,16 @@ def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
     first, _ = broker.start_worker([queue])
 
     broker.send(run_bisection_task, (run.pk,), queue=queue)
-    wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(),
-               timeout=240)
+    wait_until(
+        lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
+    )
     broker.kill(first)
     run.refresh_from_db()
     assert run.status == "running"
     # Longer than any run can last, and no other run starting: the sweep alone must end it.
-    BisectionRun.objects.filter(pk=run.pk).update(started_at=timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1))
+    BisectionRun.objects.filter(pk=run.pk).update(
+        started_at=timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+    )
     broker.start_worker(["default"])
     broker.send(requeue_stuck_task, queue="default")
 
@@ -318,8 +380,9 @@ def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(brok
     worker, _ = broker.start_worker([queue], pool="prefork")
 
     broker.send(run_bisection_task, (run.pk,), queue=queue)
-    wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(),
-               timeout=240)
+    wait_until(
+        lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
+    )
     (child,) = _children(worker.pid)  # concurrency 1: one pool process, running the task
     os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 from django.core.management import call_command
+from django.utils import timezone
 
 from rubric_app import github
 from rubric_app.models import Comment, Issue, Label, SyncState
@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 def _queue(fake, count: int, start: int = 1, comments: int = 0, label: str = "oncall: pt2") -> None:
     for number in range(start, start + count):
-        fake.add_issue(number, title=f"issue {number}", labels=[label], comments=[f"c{number}-{i}" for i in range(comments)])
+        fake.add_issue(
+            number, title=f"issue {number}", labels=[label], comments=[f"c{number}-{i}" for i in range(comments)]
+        )
 
 
 def _list_requests(fake) -> list:
@@ -68,7 +70,12 @@ def test_it_syncs_the_label_catalog(fake_github):
     sync_queue(full=True)
 
     dynamo = Label.objects.get(name="module: dynamo")
-    assert (dynamo.color, dynamo.description, dynamo.allowed_for_triage, dynamo.in_catalog) == ("1d76db", "Dynamo", True, True)
+    assert (dynamo.color, dynamo.description, dynamo.allowed_for_triage, dynamo.in_catalog) == (
+        "1d76db",
+        "Dynamo",
+        True,
+        True,
+    )
     assert Label.objects.get(name="ciflow/trunk").allowed_for_triage is False  # G7
     assert Label.objects.get(name="made up label").allowed_for_triage is False  # not in the shipped catalog
     assert Label.objects.get(name="gone from github").in_catalog is False
@@ -96,7 +103,8 @@ def test_it_marks_issues_that_left_the_queue_and_keeps_them(fake_github):
 
     assert report.left_queue == 2
     assert list(Issue.objects.filter(in_queue=False).order_by("number").values_list("number", "state")) == [
-        (1, "closed"), (2, "open"),
+        (1, "closed"),
+        (2, "open"),
     ]
     assert Issue.objects.get(number=2).label_names() == ["oncall: export"]
     assert Issue.objects.get(number=3).in_queue is True
@@ -123,7 +131,8 @@ def test_it_syncs_incrementally_since_the_high_water_mark(fake_github):
     assert report.left_queue == 1
     # Comments are re-read only where count or updated_at moved: #2 (commented) and #3 (closed), not #1.
     assert sorted(r.path for r in fake_github.requests_to(r"/comments$")) == [
-        "/repos/pytorch/pytorch/issues/2/comments", "/repos/pytorch/pytorch/issues/3/comments",
+        "/repos/pytorch/pytorch/issues/2/comments",
+        "/repos/pytorch/pytorch/issues/3/comments",
     ]
     assert SyncState.objects.get(key=INCREMENTAL_KEY).high_water_mark > mark
 

@@ -42,12 +42,22 @@ def _assert_inert(html: str) -> None:
 @pytest.fixture
 def hostile_issue(db):
     label = Label.objects.create(name='<script>alert("label")</script>', color='"><i>', allowed_for_triage=True)
-    issue = make_issue(3001, title="<img src=x onerror=alert('title')> <script>alert('t')</script>", body=BODY,
-                       labels=("oncall: pt2", "triage review"))
+    issue = make_issue(
+        3001,
+        title="<img src=x onerror=alert('title')> <script>alert('t')</script>",
+        body=BODY,
+        labels=("oncall: pt2", "triage review"),
+    )
     issue.labels.add(label)
     Comment.objects.create(issue=issue, github_id=77, author="<b>mallory</b>", body=BODY)
-    Suggestion.objects.create(issue=issue, label="<script>s()</script>", rule_id="<i>R1</i>", reason="<svg onload=x>",
-                              evidence="<script>alert('x')</script>", evidence_source="body")
+    Suggestion.objects.create(
+        issue=issue,
+        label="<script>s()</script>",
+        rule_id="<i>R1</i>",
+        reason="<svg onload=x>",
+        evidence="<script>alert('x')</script>",
+        evidence_source="body",
+    )
     return issue
 
 
@@ -59,7 +69,7 @@ def test_it_renders_markdown_without_raw_html_and_with_safe_links():
 
 
 def test_it_keeps_evidence_highlighting_from_injecting_markup():
-    html = render_markdown("a <b>bold</b> claim", evidence=['<b>bold</b>', '"><script>x()</script>'])
+    html = render_markdown("a <b>bold</b> claim", evidence=["<b>bold</b>", '"><script>x()</script>'])
     _assert_inert(html)
     assert '<mark class="evidence">&lt;b&gt;bold&lt;/b&gt;</mark>' in html
 
@@ -67,12 +77,29 @@ def test_it_keeps_evidence_highlighting_from_injecting_markup():
 @pytest.mark.parametrize("page", ["queue", "issue", "meeting", "audit", "bisections"])
 def test_it_renders_hostile_text_inert_on_every_page(client, chair, hostile_issue, page):
     Meeting.objects.create(chair=chair)
-    TriageDecision.objects.create(issue=hostile_issue, user=chair, labels_added=['<script>alert("added")</script>'],
-                                  result_message="<img src=x onerror=alert(9)>", status="failed")
-    hostile_issue.bisection_runs.create(repro_code="<script>", status="done", verdict_summary="<script>v()</script>",
-                                        verdict_labels=[{"label": "<svg onload=y>", "rule_id": "R2.2", "evidence": "<img>"}],
-                                        results=[{"mode": "<b>eager</b>", "status": "raised", "exception": "<script>e</script>",
-                                                  "message": "<img src=x onerror=1>", "phase": "run", "wall_s": 1}])
+    TriageDecision.objects.create(
+        issue=hostile_issue,
+        user=chair,
+        labels_added=['<script>alert("added")</script>'],
+        result_message="<img src=x onerror=alert(9)>",
+        status="failed",
+    )
+    hostile_issue.bisection_runs.create(
+        repro_code="<script>",
+        status="done",
+        verdict_summary="<script>v()</script>",
+        verdict_labels=[{"label": "<svg onload=y>", "rule_id": "R2.2", "evidence": "<img>"}],
+        results=[
+            {
+                "mode": "<b>eager</b>",
+                "status": "raised",
+                "exception": "<script>e</script>",
+                "message": "<img src=x onerror=1>",
+                "phase": "run",
+                "wall_s": 1,
+            }
+        ],
+    )
     client.force_login(chair)
     url = reverse(f"rubric_app:{page}", args=[3001] if page == "issue" else [])
     html = client.get(url, {"lane": "review"} if page == "queue" else {}).content.decode()
@@ -84,7 +111,11 @@ def test_it_never_puts_the_github_token_in_a_page(client, triager, hostile_issue
     secret = "ghp_never-in-a-page-0123456789"
     client.force_login(triager)
     with override_settings(GITHUB_TOKEN=secret):
-        for url in (reverse("rubric_app:queue"), reverse("rubric_app:issue", args=[3001]), reverse("rubric_app:meeting")):
+        for url in (
+            reverse("rubric_app:queue"),
+            reverse("rubric_app:issue", args=[3001]),
+            reverse("rubric_app:meeting"),
+        ):
             assert secret not in client.get(url).content.decode()
 
 
@@ -152,12 +183,21 @@ def test_it_renders_an_issue_page_of_hostile_comments_in_bounded_time(viewer):
     # Two 64 KB comments of unclosed fences stalled the page (and the server process) 23 s; this
     # thread took minutes. The page is rendered in a fresh process reading this test's database.
     issue = make_issue(3004, body="[" * 65_536)
-    hostile = ["```x\n" * 13_000, "[" * 65_536, ("![" * 150 + "\n\n") * 200, "*_" * 32_000, DEEP_CODE,
-               "`" * 65_000, " " * 65_000 + "x", "\n" * 65_000]
+    hostile = [
+        "```x\n" * 13_000,
+        "[" * 65_536,
+        ("![" * 150 + "\n\n") * 200,
+        "*_" * 32_000,
+        DEEP_CODE,
+        "`" * 65_000,
+        " " * 65_000 + "x",
+        "\n" * 65_000,
+    ]
     for i, body in enumerate(hostile * 3):
         Comment.objects.create(issue=issue, github_id=1000 + i, author="mallory", body=body)
     database = connection.settings_dict["NAME"]
-    out = run_bounded(f"""
+    out = run_bounded(
+        f"""
         from django.contrib.auth import get_user_model
         from django.test import Client
         client = Client()
@@ -165,8 +205,13 @@ def test_it_renders_an_issue_page_of_hostile_comments_in_bounded_time(viewer):
         for headers in ({{}}, {{"HX-Request": "true"}}):
             response = client.get("/issues/3004", headers=headers)
             print(response.status_code, response.content.decode().count("Shown as plain text past"))
-    """, timeout=120, env={"DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + database,
-                           "ALLOWED_HOSTS": "testserver"})
+    """,
+        timeout=120,
+        env={
+            "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + database,
+            "ALLOWED_HOSTS": "testserver",
+        },
+    )
     status, plain = out.split()[:2]
     assert status == "200" and int(plain) >= 20  # past the page's 150,000 characters of Markdown: plain text
 
@@ -203,7 +248,8 @@ def test_it_runs_the_rubric_on_hostile_text_in_bounded_time():
         shapes = ["[", "*_", "```x\\n", "\\n", " ", "`", "  File \\"", "leak ", "a.", "compile ", "-" * 50 + "1\\n"]
         for unit in shapes:
             text = unit * (1_000_000 // len(unit))
-            issue = IssueText(number=1, title=text, body=text, comments=tuple(CommentText(body=text) for _ in range(30)))
+            issue = IssueText(number=1, title=text, body=text, \
+comments=tuple(CommentText(body=text) for _ in range(30)))
             evaluate(issue)
         print("evaluated", len(shapes))
     """)

@@ -27,26 +27,51 @@ def triaged_issue(db):
     for name in ("module: dynamo", "module: dynamic shapes", "triage review", "triaged", "oncall: export"):
         make_label(name)
     issue = make_issue(
-        2001, title="Graph break on tensor.item() under torch.compile",
+        2001,
+        title="Graph break on tensor.item() under torch.compile",
         body="Calling `x.item()` causes a graph break.\n\n```python\nimport torch\ntorch.compile(f)(x)\n```",
-        checklist=[{"rule_id": "G4", "text": "At least one module: label", "state": "violated", "evidence": ""},
-                   {"rule_id": "R1.4", "text": "Data-dependent op", "state": "satisfied", "evidence": ".item()"}],
+        checklist=[
+            {"rule_id": "G4", "text": "At least one module: label", "state": "violated", "evidence": ""},
+            {"rule_id": "R1.4", "text": "Data-dependent op", "state": "satisfied", "evidence": ".item()"},
+        ],
         suggested_route="pt2",
     )
     Comment.objects.create(issue=issue, github_id=1, author="bob", body="It passes with `dynamic=False`.")
-    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R1.4", confidence=0.9,
-                              evidence="causes a graph break", evidence_source="body", reason="data-dependent op")
-    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R1.1", confidence=0.8,
-                              evidence="passes with", evidence_source="comment:0")
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamic shapes",
+        rule_id="R1.4",
+        confidence=0.9,
+        evidence="causes a graph break",
+        evidence_source="body",
+        reason="data-dependent op",
+    )
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamic shapes",
+        rule_id="R1.1",
+        confidence=0.8,
+        evidence="passes with",
+        evidence_source="comment:0",
+    )
     Suggestion.objects.create(issue=issue, label="compile-cache", rule_id="R7.2", confidence=0.4)
-    Suggestion.objects.create(issue=issue, label="module: dynamo", kind="avoid", rule_id="R1.1",
-                              reason="the failure disappears with dynamic=False")
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamo",
+        kind="avoid",
+        rule_id="R1.1",
+        reason="the failure disappears with dynamic=False",
+    )
     return issue
 
 
 def _apply_data(issue, **overrides) -> dict:
-    data = {"labels": ["module: dynamic shapes"], "route": "pt2", "handoff_to": "",
-            "labels_seen": json.dumps(issue.label_names())}
+    data = {
+        "labels": ["module: dynamic shapes"],
+        "route": "pt2",
+        "handoff_to": "",
+        "labels_seen": json.dumps(issue.label_names()),
+    }
     return {**data, **overrides}
 
 
@@ -85,8 +110,8 @@ def test_it_previews_exactly_what_github_will_see(client, triager, triaged_issue
 
 def _confirmed_fields(html: str, action: str) -> dict[str, list[str]]:
     """The hidden fields of the form posting to `action`: the previewed decision as it will be posted again."""
-    form = html[html.index(f'action="{action}"'):]
-    form = form[:form.index("</form>")]
+    form = html[html.index(f'action="{action}"') :]
+    form = form[: form.index("</form>")]
     fields: dict[str, list[str]] = {}
     for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', form):
         fields.setdefault(name, []).append(unescape(value))
@@ -95,8 +120,11 @@ def _confirmed_fields(html: str, action: str) -> dict[str, list[str]]:
 
 def test_it_posts_the_previewed_decision_back_as_it_was_validated(client, triager, triaged_issue):
     client.force_login(triager)
-    preview = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="transfer", transfer_to="pytorch/vision"),
-                          headers=HTMX).content.decode()
+    preview = client.post(
+        _url("issue_preview", 2001),
+        _apply_data(triaged_issue, route="transfer", transfer_to="pytorch/vision"),
+        headers=HTMX,
+    ).content.decode()
     fields = _confirmed_fields(preview, _url("issue_apply", 2001))
     assert fields["route"] == ["transfer"] and fields["transfer_to"] == ["pytorch/vision"]
     client.post(_url("issue_apply", 2001), fields, headers=HTMX)
@@ -118,10 +146,15 @@ def test_it_renders_the_whole_page_with_the_preview_without_javascript(client, t
 
 def test_it_requires_an_oncall_to_hand_off_to(client, triager, triaged_issue):
     client.force_login(triager)
-    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="handoff"), headers=HTMX).content.decode()
+    html = client.post(
+        _url("issue_preview", 2001), _apply_data(triaged_issue, route="handoff"), headers=HTMX
+    ).content.decode()
     assert "Choose the oncall to hand the issue off to (G5)" in html and "data-apply" not in html
-    html = client.post(_url("issue_preview", 2001), _apply_data(triaged_issue, route="handoff", handoff_to="oncall: export"),
-                       headers=HTMX).content.decode()
+    html = client.post(
+        _url("issue_preview", 2001),
+        _apply_data(triaged_issue, route="handoff", handoff_to="oncall: export"),
+        headers=HTMX,
+    ).content.decode()
     assert "+ oncall: export" in html and "− oncall: pt2" in html and "+ module: dynamic shapes" not in html  # G5
 
 
@@ -181,20 +214,38 @@ def test_it_polls_a_decision_until_it_is_finished(client, viewer, triaged_issue,
 
 
 def test_it_polls_a_bisection_until_the_run_ends(client, viewer, triaged_issue, django_assert_num_queries):
-    run = BisectionRun.objects.create(issue=triaged_issue, repro_code="import torch", status="running", current_mode="aot_eager",
-                                      results=[{"mode": "eager", "status": "passed", "phase": "run", "exception": "",
-                                                "message": "", "wall_s": 0.5}])
+    run = BisectionRun.objects.create(
+        issue=triaged_issue,
+        repro_code="import torch",
+        status="running",
+        current_mode="aot_eager",
+        results=[{"mode": "eager", "status": "passed", "phase": "run", "exception": "", "message": "", "wall_s": 0.5}],
+    )
     client.force_login(viewer)
     # session, user, permissions (2), the run with its issue and requester
     with django_assert_num_queries(5):
         response = client.get(_url("bisection", run.pk), headers=HTMX)
     html = response.content.decode()
-    assert response.status_code == 200 and 'hx-trigger="every 1s"' in html and "now running <code>aot_eager</code>" in html
+    assert (
+        response.status_code == 200 and 'hx-trigger="every 1s"' in html and "now running <code>aot_eager</code>" in html
+    )
     BisectionRun.objects.filter(pk=run.pk).update(
-        status="done", current_mode="", verdict_summary="fails on inductor, passes on aot_eager (R2.2)",
+        status="done",
+        current_mode="",
+        verdict_summary="fails on inductor, passes on aot_eager (R2.2)",
         verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "inductor: raised"}],
-        results=run.results + [{"mode": "inductor", "status": "raised", "phase": "compile", "exception": "LoweringException",
-                                "message": "boom", "wall_s": 3.2}])
+        results=run.results
+        + [
+            {
+                "mode": "inductor",
+                "status": "raised",
+                "phase": "compile",
+                "exception": "LoweringException",
+                "message": "boom",
+                "wall_s": 3.2,
+            }
+        ],
+    )
     response = client.get(_url("bisection", run.pk), headers=HTMX)
     html = response.content.decode()
     assert response.status_code == 286 and "hx-trigger" not in html
@@ -230,7 +281,9 @@ def test_it_forbids_bisecting_to_viewers(client, viewer, triaged_issue):
     assert "data-bisect" not in client.get(_url("issue", 2001)).content.decode()
 
 
-def test_it_makes_the_same_number_of_queries_however_long_the_issue(client, viewer, triaged_issue, django_assert_num_queries):
+def test_it_makes_the_same_number_of_queries_however_long_the_issue(
+    client, viewer, triaged_issue, django_assert_num_queries
+):
     for number in (2002, 2003):  # similar issues, indexed as the sync indexes them
         make_issue(number, title=f"Graph break on tensor.item() again ({number})", body=triaged_issue.body)
     similar.reindex(Issue.objects.all())
@@ -271,7 +324,9 @@ def test_it_preselects_the_gpu_when_the_repro_names_cuda(client, triager, triage
     client.force_login(triager)
     html = client.get(_url("issue", 2001)).content.decode()
     assert '<option value="cpu" selected>' in html and "data-repro-cuda" not in html
-    triaged_issue.body = "Fails on GPU:\n\n```python\nimport torch\nx = torch.randn(4, device='cuda')\ntorch.compile(torch.sin)(x)\n```"
+    triaged_issue.body = (
+        "Fails on GPU:\n\n```python\nimport torch\nx = torch.randn(4, device='cuda')\ntorch.compile(torch.sin)(x)\n```"
+    )
     triaged_issue.save(update_fields=["body"])
     html = client.get(_url("issue", 2001)).content.decode()
     assert '<option value="cuda" selected>' in html and "data-repro-cuda" in html

@@ -17,8 +17,13 @@ def test_it_forbids_outsiders(client, outsider, name):
 
 def test_it_lists_recent_runs_with_status_and_verdict(client, viewer, django_assert_num_queries):
     issue = make_issue(1, title="wrong numbers on inductor")
-    BisectionRun.objects.create(issue=issue, repro_code="x", status="done", verdict_summary="inductor only (R2.2)",
-                                verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": ""}])
+    BisectionRun.objects.create(
+        issue=issue,
+        repro_code="x",
+        status="done",
+        verdict_summary="inductor only (R2.2)",
+        verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": ""}],
+    )
     BisectionRun.objects.create(issue=issue, repro_code="x", status="running", current_mode="aot_eager")
     client.force_login(viewer)
     # session, user, permissions (2), count, runs with issue and requester
@@ -34,15 +39,27 @@ def test_it_lists_recent_runs_with_status_and_verdict(client, viewer, django_ass
 
 def test_it_shows_who_changed_what_and_githubs_answer(client, viewer, triager, django_assert_num_queries):
     issue = make_issue(1)
-    decision = TriageDecision.objects.create(issue=issue, user=triager, labels_added=["module: dynamo", "triaged"],
-                                             status="failed", result_message="add label 'triaged' failed: 403")
+    decision = TriageDecision.objects.create(
+        issue=issue,
+        user=triager,
+        labels_added=["module: dynamo", "triaged"],
+        status="failed",
+        result_message="add label 'triaged' failed: 403",
+    )
     GitHubWrite.objects.create(decision=decision, action="add_label", target="module: dynamo", status_code=200, ok=True)
-    GitHubWrite.objects.create(decision=decision, action="add_label", target="triaged", status_code=403, response="Forbidden")
+    GitHubWrite.objects.create(
+        decision=decision, action="add_label", target="triaged", status_code=403, response="Forbidden"
+    )
     client.force_login(viewer)
     # session, user, permissions (2), count, decisions with issue and user, writes
     with django_assert_num_queries(7):
         html = client.get(reverse("rubric_app:audit")).content.decode()
-    assert "tina-triager" in html and "+module: dynamo" in html and "add_label triaged: 403" in html and "Forbidden" in html
+    assert (
+        "tina-triager" in html
+        and "+module: dynamo" in html
+        and "add_label triaged: 403" in html
+        and "Forbidden" in html
+    )
     for n in range(2, 30):
         TriageDecision.objects.create(issue=make_issue(n), user=triager, status="applied")
     with django_assert_num_queries(7):

@@ -17,7 +17,9 @@ URL = reverse("rubric_app:meeting")
 HTMX = {"HX-Request": "true"}
 
 
-def _flagged(number: int, title: str, why: str = "", labels=("oncall: pt2", "triage review", "module: inductor"), **fields):
+def _flagged(
+    number: int, title: str, why: str = "", labels=("oncall: pt2", "triage review", "module: inductor"), **fields
+):
     issue = make_issue(number, title=title, labels=labels, **fields)
     if why:
         Suggestion.objects.create(issue=issue, label="triage review", rule_id="R11", reason=why, confidence=0.9)
@@ -39,15 +41,20 @@ def agenda(db):
 
 def _decide(client, number: int, decision: str, headers=None):
     issue_labels = ["module: inductor", "oncall: pt2", "triage review"]
-    return client.post(reverse("rubric_app:meeting_decide", args=[number]),
-                       {"decision": decision, "labels_seen": json.dumps(issue_labels)}, headers=headers or {})
+    return client.post(
+        reverse("rubric_app:meeting_decide", args=[number]),
+        {"decision": decision, "labels_seen": json.dumps(issue_labels)},
+        headers=headers or {},
+    )
 
 
 def test_it_groups_the_agenda_by_why_it_needs_the_meeting(client, viewer, agenda):
     make_issue(9, title="not flagged")
     client.force_login(viewer)
     html = client.get(URL).content.decode()
-    order = [html.index(f"<h2>{group} ") for group in ("crash", "silent correctness", "regression", "performance", "other")]
+    order = [
+        html.index(f"<h2>{group} ") for group in ("crash", "silent correctness", "regression", "performance", "other")
+    ]
     assert order == sorted(order)
     assert "not flagged" not in html
     assert "decision-btn" not in html  # viewers see the agenda but cannot decide
@@ -78,25 +85,33 @@ def test_it_keeps_an_item_whose_decision_did_not_reach_github_marked(client, cha
     TriageDecision.objects.filter(issue__number=1).update(status=status, result_message=message)
     client.post(reverse("rubric_app:meeting_end"))  # the meeting ends with it unsettled
     html = client.get(URL).content.decode()
-    item = html[html.index('id="agenda-item-1"'):html.index('id="agenda-item-2"')]
+    item = html[html.index('id="agenda-item-1"') : html.index('id="agenda-item-2"')]
     assert "data-agenda-unsettled" in item and f"high priority: {status}" in item and "(403)" in item
-    assert "data-agenda-unsettled" not in html[html.index('id="agenda-item-2"'):]
+    assert "data-agenda-unsettled" not in html[html.index('id="agenda-item-2"') :]
 
 
 def test_it_takes_the_suggested_component_when_a_meeting_triages_an_issue_without_one(client, chair, agenda):
     """G4: `triaged` (and high / low priority) on an oncall: pt2 issue with no module: label."""
     issue = make_issue(20, title="Segfault with no component yet", labels=("oncall: pt2", "triage review"))
-    Suggestion.objects.create(issue=issue, label="module: inductor", rule_id="R2.2", confidence=0.9, evidence="cpp codegen")
+    Suggestion.objects.create(
+        issue=issue, label="module: inductor", rule_id="R2.2", confidence=0.9, evidence="cpp codegen"
+    )
     Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.5)
     make_label("module: inductor")
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     html = client.get(URL).content.decode()
-    item = html[html.index('id="agenda-item-20"'):]
-    assert "data-agenda-component" in item and "module: inductor" in item and 'name="component" value="module: inductor"' in item
+    item = html[html.index('id="agenda-item-20"') :]
+    assert (
+        "data-agenda-component" in item
+        and "module: inductor" in item
+        and 'name="component" value="module: inductor"' in item
+    )
     labels_seen = json.dumps(["oncall: pt2", "triage review"])
-    client.post(reverse("rubric_app:meeting_decide", args=[20]),
-                {"decision": "triaged", "labels_seen": labels_seen, "component": "module: inductor"})
+    client.post(
+        reverse("rubric_app:meeting_decide", args=[20]),
+        {"decision": "triaged", "labels_seen": labels_seen, "component": "module: inductor"},
+    )
     decision = TriageDecision.objects.get(issue=issue)
     assert decision.status == "pending"
     assert decision.labels_added == ["module: inductor", "triaged"] and decision.labels_removed == ["triage review"]
@@ -110,51 +125,80 @@ def test_it_refuses_to_leave_a_pt2_issue_triaged_without_a_component(client, cha
     assert "none suggested (G4)" in client.get(URL).content.decode()
     # Without a component, or with one the rubric did not suggest, or not a module: label at all.
     for component in ("", "module: dynamo", "high priority"):
-        client.post(reverse("rubric_app:meeting_decide", args=[21]),
-                    {"decision": decision, "component": component, "labels_seen": json.dumps(["oncall: pt2", "triage review"])})
+        client.post(
+            reverse("rubric_app:meeting_decide", args=[21]),
+            {"decision": decision, "component": component, "labels_seen": json.dumps(["oncall: pt2", "triage review"])},
+        )
     tries = TriageDecision.objects.filter(issue=issue)
     assert [d.status for d in tries] == ["refused"] * 3
     assert all("G4" in d.result_message and "module:" in d.result_message for d in tries)
     assert all("triaged" not in d.labels_removed for d in tries)
     html = client.get(URL).content.decode()
-    assert 'id="agenda-item-21"' in html and "G4" in html[html.index('id="agenda-item-21"'):]  # still on, marked
+    assert 'id="agenda-item-21"' in html and "G4" in html[html.index('id="agenda-item-21"') :]  # still on, marked
     # needs reproduction and close do not triage: no component needed.
-    client.post(reverse("rubric_app:meeting_decide", args=[21]),
-                {"decision": "needs reproduction", "labels_seen": json.dumps(["oncall: pt2", "triage review"])})
+    client.post(
+        reverse("rubric_app:meeting_decide", args=[21]),
+        {"decision": "needs reproduction", "labels_seen": json.dumps(["oncall: pt2", "triage review"])},
+    )
     assert TriageDecision.objects.filter(issue=issue).latest("pk").status == "pending"
 
 
 def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, agenda):
-    old = BisectionRun.objects.create(issue=agenda[0], repro_code="x", status="done", verdict_summary="an old verdict",
-                                      created_at=timezone.now() - timedelta(days=1))
-    BisectionRun.objects.create(issue=agenda[0], repro_code="x", status="done",
-                                verdict_summary="First failure: inductor (crashed). Component: module: inductor.",
-                                verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "inductor: crashed"},
-                                                {"label": "triage review", "rule_id": "R11", "evidence": "crash on inductor"}])
+    old = BisectionRun.objects.create(
+        issue=agenda[0],
+        repro_code="x",
+        status="done",
+        verdict_summary="an old verdict",
+        created_at=timezone.now() - timedelta(days=1),
+    )
+    BisectionRun.objects.create(
+        issue=agenda[0],
+        repro_code="x",
+        status="done",
+        verdict_summary="First failure: inductor (crashed). Component: module: inductor.",
+        verdict_labels=[
+            {"label": "module: inductor", "rule_id": "R2.2", "evidence": "inductor: crashed"},
+            {"label": "triage review", "rule_id": "R11", "evidence": "crash on inductor"},
+        ],
+    )
     BisectionRun.objects.create(issue=agenda[0], repro_code="x", status="running")  # not finished: not a verdict
     assert old.pk
     client.force_login(viewer)
     html = client.get(URL).content.decode()
-    item = html[html.index('id="agenda-item-1"'):html.index('id="agenda-item-2"')]
+    item = html[html.index('id="agenda-item-1"') : html.index('id="agenda-item-2"')]
     assert "Component: module: inductor." in item and "an old verdict" not in item
     assert "R2.2" in item and "inductor: crashed" in item and "crash on inductor" in item
-    assert "Bisection: not run yet." in html[html.index('id="agenda-item-2"'):]
+    assert "Bisection: not run yet." in html[html.index('id="agenda-item-2"') :]
 
 
-@pytest.mark.parametrize("title, body, group", [
-    ("DISABLED test_comprehensive_nn_functional_conv2d_cuda (__main__.TestInductorOpInfoCUDA)", "Platforms: linux", "flaky test"),
-    ("Flaky test_compile_basic in CI", "It fails one run in ten.", "flaky test"),
-    ("Flaky test_compile_basic since the upgrade", "This used to work in 2.5; a regression.", "regression"),
-    ("DISABLED test_foo (__main__.TestCompile)", "Segmentation fault (core dumped)", "crash"),
-    ("Flaky test: test_adamw_capturable fails intermittently", "Always a small numerical mismatch.", "flaky test"),
-])
+@pytest.mark.parametrize(
+    "title, body, group",
+    [
+        (
+            "DISABLED test_comprehensive_nn_functional_conv2d_cuda (__main__.TestInductorOpInfoCUDA)",
+            "Platforms: linux",
+            "flaky test",
+        ),
+        ("Flaky test_compile_basic in CI", "It fails one run in ten.", "flaky test"),
+        ("Flaky test_compile_basic since the upgrade", "This used to work in 2.5; a regression.", "regression"),
+        ("DISABLED test_foo (__main__.TestCompile)", "Segmentation fault (core dumped)", "crash"),
+        ("Flaky test: test_adamw_capturable fails intermittently", "Always a small numerical mismatch.", "flaky test"),
+    ],
+)
 def test_it_files_a_flaky_test_under_regression_only_when_it_says_so(db, title, body, group):
     issue = make_issue(30, title=title, body=body, labels=("oncall: pt2", "triage review"))
     # R11's own reason for a flaky test mentions a regression; that alone is no evidence of one.
-    Suggestion.objects.create(issue=issue, label="triage review", rule_id="R11", evidence=title[:20],
-                              reason="a flaky test, usually a regression: the weekly meeting decides priority")
+    Suggestion.objects.create(
+        issue=issue,
+        label="triage review",
+        rule_id="R11",
+        evidence=title[:20],
+        reason="a flaky test, usually a regression: the weekly meeting decides priority",
+    )
     issue = Issue.objects.prefetch_related("suggestions").get(pk=issue.pk)
     assert agenda_group(issue) == group
+
+
 def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agenda):
     client.force_login(triager)
     assert 'value="high priority"' not in client.get(URL).content.decode()
@@ -223,7 +267,9 @@ def test_it_exports_the_minutes_as_markdown(client, chair, agenda):
     assert "| #3 | Slower than 2.4 by 30% | needs reproduction | carl-chair | pending |" in text
 
 
-def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(client, chair, agenda, django_assert_num_queries):
+def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
+    client, chair, agenda, django_assert_num_queries
+):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     # session, user, permissions (2), current meeting, agenda (with each item's last meeting decision,
@@ -233,10 +279,20 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(clien
         client.get(URL, headers=HTMX)
     for n in range(10, 40):
         issue = _flagged(n, f"another crash {n}", why="crash", labels=("oncall: pt2", "triage review"))
-        BisectionRun.objects.create(issue=issue, repro_code="x", status="done", verdict_summary=f"verdict {n}",
-                                    verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": f"ev {n}"}])
-        TriageDecision.objects.create(issue=issue, meeting=Meeting.objects.get(), meeting_decision="triaged",
-                                      status="failed", result_message=f"write {n} failed")
+        BisectionRun.objects.create(
+            issue=issue,
+            repro_code="x",
+            status="done",
+            verdict_summary=f"verdict {n}",
+            verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": f"ev {n}"}],
+        )
+        TriageDecision.objects.create(
+            issue=issue,
+            meeting=Meeting.objects.get(),
+            meeting_decision="triaged",
+            status="failed",
+            result_message=f"write {n} failed",
+        )
         Suggestion.objects.create(issue=issue, label="module: inductor", rule_id="R2.2", confidence=0.9)
     with django_assert_num_queries(9):
         html = client.get(URL, headers=HTMX).content.decode()

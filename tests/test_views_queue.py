@@ -15,8 +15,9 @@ URL = reverse("rubric_app:queue")
 
 
 def _suggest(issue: Issue, label: str, rule_id: str = "R1.2", confidence: float = 0.9) -> Suggestion:
-    return Suggestion.objects.create(issue=issue, label=label, rule_id=rule_id, confidence=confidence,
-                                     evidence="graph break", evidence_source="body")
+    return Suggestion.objects.create(
+        issue=issue, label=label, rule_id=rule_id, confidence=confidence, evidence="graph break", evidence_source="body"
+    )
 
 
 def _bulk_issues(count: int, start: int = 50_000) -> None:
@@ -28,7 +29,9 @@ def _bulk_issues(count: int, start: int = 50_000) -> None:
         for i in range(count)
     )
     through = Issue.labels.through
-    through.objects.bulk_create([through(issue=i, label=pt2) for i in issues] + [through(issue=i, label=module) for i in issues[::2]])
+    through.objects.bulk_create(
+        [through(issue=i, label=pt2) for i in issues] + [through(issue=i, label=module) for i in issues[::2]]
+    )
     Suggestion.objects.bulk_create(
         [Suggestion(issue=i, label="module: inductor", rule_id="R2.2", confidence=0.8) for i in issues]
         + [Suggestion(issue=i, label="triage review", rule_id="R11", confidence=0.7) for i in issues]
@@ -58,11 +61,14 @@ def test_it_lists_untriaged_pt2_issues_newest_activity_first(client, viewer):
     assert "already triaged" not in html and "cpu lane issue" not in html
 
 
-@pytest.mark.parametrize(("lane", "shown", "hidden"), [
-    ("cpu", "cpu lane issue", "plain pt2 issue"),
-    ("review", "flagged for review", "plain pt2 issue"),
-    ("repro", "needs a repro", "plain pt2 issue"),
-])
+@pytest.mark.parametrize(
+    ("lane", "shown", "hidden"),
+    [
+        ("cpu", "cpu lane issue", "plain pt2 issue"),
+        ("review", "flagged for review", "plain pt2 issue"),
+        ("repro", "needs a repro", "plain pt2 issue"),
+    ],
+)
 def test_it_switches_lanes(client, viewer, lane, shown, hidden):
     make_issue(1, title="plain pt2 issue")
     make_issue(2, title="cpu lane issue", labels=("oncall: cpu inductor",))
@@ -117,8 +123,13 @@ def test_it_shows_labels_in_their_colours_suggestions_and_the_latest_verdict(cli
     issue = make_issue(1, labels=("oncall: pt2",))
     Label.objects.filter(name="oncall: pt2").update(color="e99695")
     _suggest(issue, "module: inductor", rule_id="R2.2")
-    BisectionRun.objects.create(issue=issue, repro_code="x", status="done", verdict_summary="old verdict",
-                                created_at=timezone.now() - timedelta(hours=1))
+    BisectionRun.objects.create(
+        issue=issue,
+        repro_code="x",
+        status="done",
+        verdict_summary="old verdict",
+        created_at=timezone.now() - timedelta(hours=1),
+    )
     BisectionRun.objects.create(issue=issue, repro_code="x", status="done", verdict_summary="fails only on inductor")
     client.force_login(viewer)
     html = client.get(URL).content.decode()
@@ -131,21 +142,34 @@ def test_it_tells_pre_selected_suggestions_from_possible_ones(client, viewer):
     # What Accept (`a`) applies is what the issue page ticks: the queue shows the same difference.
     issue = make_issue(1)
     _suggest(issue, "module: inductor", rule_id="R2.2", confidence=0.93)
-    Suggestion.objects.create(issue=issue, label="module: dynamic shapes", rule_id="R3.1", confidence=0.41, preselected=False)
+    Suggestion.objects.create(
+        issue=issue, label="module: dynamic shapes", rule_id="R3.1", confidence=0.41, preselected=False
+    )
     client.force_login(viewer)
     html = client.get(URL).content.decode()
     assert '<span class="chip suggested" title="R2.2 · 93% · pre-selected">module: inductor</span>' in html
-    assert ('<span class="chip suggested possible" title="R3.1 · 41% · possible: not pre-selected">module: dynamic shapes</span>'
-            in html)
+    assert (
+        '<span class="chip suggested possible" title="R3.1 · 41% · possible: not pre-selected">'
+        "module: dynamic shapes</span>" in html
+    )
 
 
 def test_it_says_why_an_issue_to_transfer_has_no_label_to_accept_g2(client, viewer):
     # The engine's own reading (G2), not a stored stand-in: a maintainer places the fix in another repository.
-    issue = make_issue(1, title="torchvision.ops.roi_align under torch.compile: fake impl returns the wrong shape",
-                       body="The output shape differs from eager when compiled.")
-    Comment.objects.create(issue=issue, github_id=1, author="maintainer",
-                           body="The fake kernel is torchvision's own; the fix belongs in pytorch/vision, not in PT2.")
-    make_issue(2, title="Dynamo graph break on a generator expression", body="torch._dynamo explain shows a graph break")
+    issue = make_issue(
+        1,
+        title="torchvision.ops.roi_align under torch.compile: fake impl returns the wrong shape",
+        body="The output shape differs from eager when compiled.",
+    )
+    Comment.objects.create(
+        issue=issue,
+        github_id=1,
+        author="maintainer",
+        body="The fake kernel is torchvision's own; the fix belongs in pytorch/vision, not in PT2.",
+    )
+    make_issue(
+        2, title="Dynamo graph break on a generator expression", body="torch._dynamo explain shows a graph break"
+    )
     for name in ("module: dynamo", "module: compile ux", "triaged"):
         make_label(name)
     Issue.objects.refresh_suggestions()

@@ -31,7 +31,15 @@ def _sign(body: bytes, secret: str = "new-secret") -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _post(client, event: str, payload, *, secret: str | None = "new-secret", delivery: str | None = None, body: bytes | None = None):
+def _post(
+    client,
+    event: str,
+    payload,
+    *,
+    secret: str | None = "new-secret",
+    delivery: str | None = None,
+    body: bytes | None = None,
+):
     body = body if body is not None else json.dumps(payload).encode()
     headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
     if secret is not None:
@@ -44,10 +52,21 @@ def _ours(**stamps) -> dict:
     return {"full_name": "pytorch/pytorch", **stamps}
 
 
-def _label_payload(action: str, name: str, color: str = "ededed", *, pushed_at: str = "2026-11-01T10:00:00Z",
-                   repo: str = "pytorch/pytorch", **extra) -> dict:
-    return {"action": action, "label": {"name": name, "color": color},
-            "repository": {"full_name": repo, "pushed_at": pushed_at, "updated_at": "2026-10-01T00:00:00Z"}, **extra}
+def _label_payload(
+    action: str,
+    name: str,
+    color: str = "ededed",
+    *,
+    pushed_at: str = "2026-11-01T10:00:00Z",
+    repo: str = "pytorch/pytorch",
+    **extra,
+) -> dict:
+    return {
+        "action": action,
+        "label": {"name": name, "color": color},
+        "repository": {"full_name": repo, "pushed_at": pushed_at, "updated_at": "2026-10-01T00:00:00Z"},
+        **extra,
+    }
 
 
 def _issue_payload(fake, number: int, action: str = "edited", **fields) -> dict:
@@ -59,7 +78,9 @@ def test_it_is_routed_by_name():
     assert reverse("rubric_app:github_webhook") == URL
 
 
-def test_it_accepts_a_good_signature_stores_the_delivery_and_enqueues_once(client, fake_github, django_capture_on_commit_callbacks):
+def test_it_accepts_a_good_signature_stores_the_delivery_and_enqueues_once(
+    client, fake_github, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         response = _post(client, "issues", _issue_payload(fake_github, 5), delivery="d-1")
 
@@ -81,7 +102,9 @@ def test_it_accepts_the_secret_being_rotated_out(client, fake_github):
 
 
 @pytest.mark.parametrize("secret", [None, "wrong-secret"])
-def test_it_refuses_a_missing_or_bad_signature_with_403(client, fake_github, secret, django_capture_on_commit_callbacks):
+def test_it_refuses_a_missing_or_bad_signature_with_403(
+    client, fake_github, secret, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         response = _post(client, "issues", _issue_payload(fake_github, 5), secret=secret)
 
@@ -92,7 +115,9 @@ def test_it_refuses_a_missing_or_bad_signature_with_403(client, fake_github, sec
 def test_it_refuses_a_signature_over_another_body(client, fake_github):
     body = json.dumps(_issue_payload(fake_github, 5)).encode()
     response = client.post(
-        URL, data=body + b" ", content_type="application/json",
+        URL,
+        data=body + b" ",
+        content_type="application/json",
         headers={"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-x", "X-Hub-Signature-256": _sign(body)},
     )
     assert response.status_code == 403
@@ -130,7 +155,9 @@ def test_it_ignores_a_replayed_delivery_id(client, fake_github, django_capture_o
     assert WebhookDelivery.objects.count() == 1 and not callbacks
 
 
-def test_it_queues_again_a_redelivery_of_a_delivery_never_processed(client, fake_github, django_capture_on_commit_callbacks):
+def test_it_queues_again_a_redelivery_of_a_delivery_never_processed(
+    client, fake_github, django_capture_on_commit_callbacks
+):
     # e.g. the broker was down when it first came: GitHub's redelivery must not be dropped as a replay.
     payload = _issue_payload(fake_github, 5)
     _post(client, "issues", payload, delivery="lost-id")
@@ -162,7 +189,11 @@ def test_it_never_lets_an_older_event_overwrite_a_newer_one(client, fake_github)
     fake_github.add_issue(8, title="first title")
     old = _issue_payload(fake_github, 8)
     fake_github.update_issue(8, title="second title")
-    new = {"action": "edited", "issue": fake_github.issue_json(fake_github.issues[8]), "repository": {"full_name": fake_github.repo}}
+    new = {
+        "action": "edited",
+        "issue": fake_github.issue_json(fake_github.issues[8]),
+        "repository": {"full_name": fake_github.repo},
+    }
     _post(client, "issues", new, delivery="newer")
     _post(client, "issues", old, delivery="older")  # arrives last
 
@@ -213,8 +244,14 @@ def _foreign_events(fake, repository) -> list[tuple[str, dict]]:
         ("issue_comment", {"action": "created", "issue": issue_json, "comment": fake.comment_json(31, comment)}),
         ("label", {"action": "created", "label": {"name": "module: theirs", "color": "000000"}}),
         ("label", {"action": "edited", "label": {"name": "module: dynamo", "color": "000000"}}),
-        ("label", {"action": "edited", "label": {"name": "module: renamed", "color": "000000"},
-                   "changes": {"name": {"from": "module: inductor"}}}),
+        (
+            "label",
+            {
+                "action": "edited",
+                "label": {"name": "module: renamed", "color": "000000"},
+                "changes": {"name": {"from": "module: inductor"}},
+            },
+        ),
         ("label", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}}),
         ("ping", {"zen": "Keep it logically awesome.", "hook_id": 1}),
     ]
@@ -226,7 +263,8 @@ def _foreign_events(fake, repository) -> list[tuple[str, dict]]:
 
 @pytest.mark.parametrize("repository", ["pytorch/vision", "pytorch/pytorch-canary", None])
 def test_it_ignores_every_event_kind_of_another_repo_with_the_reason_and_never_applies_it(
-        client, fake_github, repository, django_capture_on_commit_callbacks):
+    client, fake_github, repository, django_capture_on_commit_callbacks
+):
     # Signed label events from another repo of the org recoloured and removed our labels (an org-wide hook).
     dynamo = Label.objects.create(name="module: dynamo", color="1d76db", allowed_for_triage=True)
     Label.objects.create(name="module: inductor", color="aabbcc", allowed_for_triage=True)
@@ -241,7 +279,10 @@ def test_it_ignores_every_event_kind_of_another_repo_with_the_reason_and_never_a
 
     dynamo.refresh_from_db()
     assert (dynamo.color, dynamo.in_catalog) == ("1d76db", True)
-    assert sorted(Label.objects.values_list("name", "color")) == [("module: dynamo", "1d76db"), ("module: inductor", "aabbcc")]
+    assert sorted(Label.objects.values_list("name", "color")) == [
+        ("module: dynamo", "1d76db"),
+        ("module: inductor", "aabbcc"),
+    ]
     assert not Issue.objects.exists() and not Comment.objects.exists()
 
 
@@ -258,13 +299,17 @@ def test_it_never_applies_a_stored_delivery_of_another_repo(fake_github, reposit
         delivery.refresh_from_db()
         assert delivery.processed_at is not None and delivery.error == "" and delivery.ignored
     assert sorted(Label.objects.values_list("name", "color", "in_catalog")) == [
-        ("module: dynamo", "1d76db", True), ("module: inductor", "aabbcc", True)]
+        ("module: dynamo", "1d76db", True),
+        ("module: inductor", "aabbcc", True),
+    ]
     assert not Issue.objects.exists() and not Comment.objects.exists()
 
 
 def test_it_matches_its_repository_whatever_the_case(client):
     # GitHub's repository names are case-insensitive.
-    _post(client, "label", _label_payload("created", "module: dynamo", "1d76db", repo="PyTorch/PyTorch"), delivery="case")
+    _post(
+        client, "label", _label_payload("created", "module: dynamo", "1d76db", repo="PyTorch/PyTorch"), delivery="case"
+    )
 
     process_webhook(WebhookDelivery.objects.get(delivery_id="case").pk)
 
@@ -273,8 +318,12 @@ def test_it_matches_its_repository_whatever_the_case(client):
 
 def test_it_does_not_apply_a_captured_delivery_resent_under_a_new_id(client, django_capture_on_commit_callbacks):
     # The delivery id header is not signed: a captured body replayed with a fresh id passes the signature.
-    captured = json.dumps(_label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z")).encode()
-    later = _label_payload("edited", "module: dynamo", "222222", pushed_at="2026-11-01T10:00:00Z", sender={"login": "b"})
+    captured = json.dumps(
+        _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z")
+    ).encode()
+    later = _label_payload(
+        "edited", "module: dynamo", "222222", pushed_at="2026-11-01T10:00:00Z", sender={"login": "b"}
+    )
     for delivery_id, body in (("d-captured", captured), ("d-later", json.dumps(later).encode())):
         _post(client, "label", None, body=body, delivery=delivery_id)
         process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
@@ -288,7 +337,9 @@ def test_it_does_not_apply_a_captured_delivery_resent_under_a_new_id(client, dja
     assert Label.objects.get(name="module: dynamo").color == "222222"
 
 
-def test_it_queues_again_an_unprocessed_delivery_whose_body_comes_under_a_new_id(client, django_capture_on_commit_callbacks):
+def test_it_queues_again_an_unprocessed_delivery_whose_body_comes_under_a_new_id(
+    client, django_capture_on_commit_callbacks
+):
     # GitHub's "Redeliver" of a delivery we stored but never processed: queued again, stored once.
     body = json.dumps(_label_payload("created", "module: dynamo", "1d76db")).encode()
     _post(client, "label", None, body=body, delivery="first")
@@ -313,17 +364,27 @@ def test_it_never_lets_an_older_label_event_overwrite_a_newer_one(client):
     assert "older label event" in WebhookDelivery.objects.get(delivery_id="older").ignored
 
 
-@pytest.mark.parametrize("late", [
-    _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
-    _label_payload("created", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
-    _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z",
-                   changes={"name": {"from": "module: old dynamo"}}),
-])
+@pytest.mark.parametrize(
+    "late",
+    [
+        _label_payload("edited", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
+        _label_payload("created", "module: dynamo", "111111", pushed_at="2026-11-01T10:00:00Z"),
+        _label_payload(
+            "edited",
+            "module: dynamo",
+            "111111",
+            pushed_at="2026-11-01T10:00:00Z",
+            changes={"name": {"from": "module: old dynamo"}},
+        ),
+    ],
+)
 @pytest.mark.parametrize("known", [True, False])
 def test_it_keeps_a_deleted_label_deleted_when_an_older_event_arrives_after(client, late, known):
     if known:
         Label.objects.create(name="module: dynamo", color="1d76db", allowed_for_triage=True)
-    _post(client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:05:00Z"), delivery="gone")
+    _post(
+        client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:05:00Z"), delivery="gone"
+    )
     _post(client, "label", late, delivery="late")
 
     for delivery_id in ("gone", "late"):
@@ -334,9 +395,15 @@ def test_it_keeps_a_deleted_label_deleted_when_an_older_event_arrives_after(clie
 
 
 def test_it_applies_a_label_created_again_after_its_deletion(client):
-    _post(client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:00:00Z"), delivery="gone")
-    _post(client, "label", _label_payload("created", "module: dynamo", "333333", pushed_at="2026-11-01T10:05:00Z"),
-          delivery="back")
+    _post(
+        client, "label", _label_payload("deleted", "module: dynamo", pushed_at="2026-11-01T10:00:00Z"), delivery="gone"
+    )
+    _post(
+        client,
+        "label",
+        _label_payload("created", "module: dynamo", "333333", pushed_at="2026-11-01T10:05:00Z"),
+        delivery="back",
+    )
 
     for delivery_id in ("gone", "back"):
         process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
@@ -350,19 +417,35 @@ def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, f
     comment = fake_github.add_comment(11, "fails on aot_eager too")
     issue_json = fake_github.issue_json(fake_github.issues[11])
     created = fake_github.comment_json(11, comment)
-    edited = {**created, "body": "fails on aot_eager, passes in eager", "updated_at": (comment["updated_at"] + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    edited = {
+        **created,
+        "body": "fails on aot_eager, passes in eager",
+        "updated_at": (comment["updated_at"] + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     repository = {"full_name": fake_github.repo}
-    _post(client, "issue_comment", {"action": "edited", "issue": issue_json, "comment": edited, "repository": repository},
-          delivery="c-edit")
-    _post(client, "issue_comment", {"action": "created", "issue": issue_json, "comment": created, "repository": repository},
-          delivery="c-new")
+    _post(
+        client,
+        "issue_comment",
+        {"action": "edited", "issue": issue_json, "comment": edited, "repository": repository},
+        delivery="c-edit",
+    )
+    _post(
+        client,
+        "issue_comment",
+        {"action": "created", "issue": issue_json, "comment": created, "repository": repository},
+        delivery="c-new",
+    )
 
     for delivery_id in ("c-edit", "c-new"):  # the edit arrives before the creation
         process_webhook(WebhookDelivery.objects.get(delivery_id=delivery_id).pk)
 
     assert list(Comment.objects.values_list("body", flat=True)) == ["fails on aot_eager, passes in eager"]
-    _post(client, "issue_comment", {"action": "deleted", "issue": issue_json, "comment": edited, "repository": repository},
-          delivery="c-del")
+    _post(
+        client,
+        "issue_comment",
+        {"action": "deleted", "issue": issue_json, "comment": edited, "repository": repository},
+        delivery="c-del",
+    )
     process_webhook(WebhookDelivery.objects.get(delivery_id="c-del").pk)
     assert not Comment.objects.exists()
 
@@ -370,10 +453,23 @@ def test_it_applies_comment_events_created_edited_deleted_in_any_order(client, f
 def test_it_applies_label_events(client):
     Label.objects.create(name="module: old name", allowed_for_triage=False)
     events = [
-        ("l-1", {"action": "created", "label": {"name": "module: dynamo", "color": "1d76db", "description": "Dynamo"},
-                 "repository": _ours()}),
-        ("l-2", {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
-                 "changes": {"name": {"from": "module: old name"}}, "repository": _ours()}),
+        (
+            "l-1",
+            {
+                "action": "created",
+                "label": {"name": "module: dynamo", "color": "1d76db", "description": "Dynamo"},
+                "repository": _ours(),
+            },
+        ),
+        (
+            "l-2",
+            {
+                "action": "edited",
+                "label": {"name": "module: inductor", "color": "aabbcc"},
+                "changes": {"name": {"from": "module: old name"}},
+                "repository": _ours(),
+            },
+        ),
         ("l-3", {"action": "created", "label": {"name": "ciflow/trunk", "color": "ffffff"}, "repository": _ours()}),
         ("l-4", {"action": "deleted", "label": {"name": "module: dynamo", "color": "1d76db"}, "repository": _ours()}),
     ]
@@ -395,8 +491,12 @@ def test_it_merges_a_label_renamed_onto_a_name_it_already_has(client):
     both, only_old = make_issue(number=21), make_issue(number=22)
     both.labels.add(stale, old)
     only_old.labels.add(old)
-    payload = {"action": "edited", "label": {"name": "module: inductor", "color": "aabbcc"},
-               "changes": {"name": {"from": "module: codegen"}}, "repository": _ours()}
+    payload = {
+        "action": "edited",
+        "label": {"name": "module: inductor", "color": "aabbcc"},
+        "changes": {"name": {"from": "module: codegen"}},
+        "repository": _ours(),
+    }
     _post(client, "label", payload, delivery="l-merge")
 
     process_webhook(WebhookDelivery.objects.get(delivery_id="l-merge").pk)
@@ -410,7 +510,9 @@ def test_it_merges_a_label_renamed_onto_a_name_it_already_has(client):
 
 
 def test_it_records_a_payload_it_cannot_understand(client):
-    _post(client, "issues", {"action": "edited", "issue": {"title": "no number"}, "repository": _ours()}, delivery="bad")
+    _post(
+        client, "issues", {"action": "edited", "issue": {"title": "no number"}, "repository": _ours()}, delivery="bad"
+    )
 
     process_webhook(WebhookDelivery.objects.get(delivery_id="bad").pk)
 
@@ -433,7 +535,9 @@ def test_it_processes_a_delivery_only_once(client, fake_github):
 def test_it_processes_the_delivery_in_the_worker(client, fake_github, celery_worker_process):
     _post(client, "issues", _issue_payload(fake_github, 13, title="via the worker"), delivery="d-13")
 
-    wait_until(lambda: WebhookDelivery.objects.filter(delivery_id="d-13", processed_at__isnull=False).exists(), timeout=60)
+    wait_until(
+        lambda: WebhookDelivery.objects.filter(delivery_id="d-13", processed_at__isnull=False).exists(), timeout=60
+    )
     assert Issue.objects.get(number=13).title == "via the worker"
 
 

@@ -26,8 +26,9 @@ def issue(db):
 
 
 def _beat(name: str, queues: list[str], device: str = "cpu", ago: float = 0) -> None:
-    WorkerHeartbeat.objects.create(name=name, queues=queues, device=device,
-                                   seen_at=timezone.now() - timedelta(seconds=ago))
+    WorkerHeartbeat.objects.create(
+        name=name, queues=queues, device=device, seen_at=timezone.now() - timedelta(seconds=ago)
+    )
 
 
 def _text(response) -> str:

@@ -18,4 +18,6 @@ def broker_for(url: str, worker: str) -> str:
 
 
 if "CELERY_BROKER_URL" in os.environ:
-    os.environ["CELERY_BROKER_URL"] = broker_for(os.environ["CELERY_BROKER_URL"], os.environ.get("PYTEST_XDIST_WORKER", ""))
+    os.environ["CELERY_BROKER_URL"] = broker_for(
+        os.environ["CELERY_BROKER_URL"], os.environ.get("PYTEST_XDIST_WORKER", "")
+    )

@@ -135,11 +135,7 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "triage_site.wsgi.application"
 
-DATABASES = {
-    "default": parse_database_url(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-    )
-}
+DATABASES = {"default": parse_database_url(os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'db.sqlite3'}")}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The web process and the worker write to the same file; wait for the lock
     # instead of failing with "database is locked".
@@ -156,8 +152,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # holds a token the database changes with every write the table shows, so processes keeping their
 # own copies never serve an old table; MAX_ENTRIES bounds the memory (an entry is ~100 KB).
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "triage",
-                "OPTIONS": {"MAX_ENTRIES": 200}},
+    "default": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "triage",
+        "OPTIONS": {"MAX_ENTRIES": 200},
+    },
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -17,7 +17,8 @@ import random
 import sys
 import traceback
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MODES = (
     "eager",
@@ -60,8 +61,13 @@ def qualname(exc: BaseException) -> str:
 
 
 RESOURCE_ERRNOS = (errno.EAGAIN, errno.EMFILE, errno.ENFILE)
-RESOURCE_TEXTS = ("Resource temporarily unavailable", "could not fork", "fork: retry", "Too many open files",
-                  "can't start new thread")
+RESOURCE_TEXTS = (
+    "Resource temporarily unavailable",
+    "could not fork",
+    "fork: retry",
+    "Too many open files",
+    "can't start new thread",
+)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -92,14 +98,15 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """Return (status, phase) for an exception escaping the repro; status "resource" is not a result
     but an infrastructure failure (see out_of_resources)."""
     import torch
-
     from torch._dynamo.exc import BackendCompilerFailed
 
     if out_of_resources(exc):
         return "resource", _phase
     text = str(exc)
-    if isinstance(exc, MemoryError) or isinstance(exc, getattr(torch, "OutOfMemoryError", ())) or (
-        isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+    if (
+        isinstance(exc, MemoryError)
+        or isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
+        or (isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
     ):
         return "oom", _phase if _phase != "setup" else "runtime"
     if isinstance(exc, BackendCompilerFailed):
@@ -279,7 +286,9 @@ def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
     tol = float(ns["TOL"]) if isinstance(ns.get("TOL"), (int, float)) else 1e-4
     ref = {"outputs": [_detach(fn(*_to(args, device, False))) for args in calls], "fp64": None}
     try:
-        ref["fp64"] = [_detach(fn(*_to(args, device, True))) for args in calls] if not isinstance(fn, torch.nn.Module) else None
+        ref["fp64"] = (
+            [_detach(fn(*_to(args, device, True))) for args in calls] if not isinstance(fn, torch.nn.Module) else None
+        )
     except Exception:  # noqa: BLE001 - no float64 reference, allclose only
         ref["fp64"] = None
 
@@ -295,8 +304,12 @@ def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
     found = CompilerBisector.do_bisect(good)
     if found is None:
         return {}
-    return {"backend": found.backend, "subsystem": found.subsystem or "", "bisect_number": found.bisect_number,
-            "debug_info": str(found.debug_info or "")[:500]}
+    return {
+        "backend": found.backend,
+        "subsystem": found.subsystem or "",
+        "bisect_number": found.bisect_number,
+        "debug_info": str(found.debug_info or "")[:500],
+    }
 
 
 def run(spec: dict, res_fd: int, workdir: str) -> None:
@@ -311,8 +324,15 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         _install_phase_markers()
         recorder = Recorder(spec["mode"], spec.get("overrides", {}))
     except Exception as exc:  # noqa: BLE001 - our bug, not the repro's: say so, never blame the repro
-        emit({"event": "result", "status": "crashed", "phase": "setup", "exception": qualname(exc),
-              "message": "the harness failed before running the repro: " + describe(exc)})
+        emit(
+            {
+                "event": "result",
+                "status": "crashed",
+                "phase": "setup",
+                "exception": qualname(exc),
+                "message": "the harness failed before running the repro: " + describe(exc),
+            }
+        )
         return
     try:
         random.seed(0)
@@ -330,8 +350,17 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         if spec.get("narrow"):
             torch.manual_seed(0)
             narrowed = _narrow(module.__dict__, spec["device"], recorder.original)
-            emit({"event": "result", "status": "passed", "phase": "", "exception": "", "message": "",
-                  "traceback": "", "narrowed": narrowed})
+            emit(
+                {
+                    "event": "result",
+                    "status": "passed",
+                    "phase": "",
+                    "exception": "",
+                    "message": "",
+                    "traceback": "",
+                    "narrowed": narrowed,
+                }
+            )
             return
         if spec["style"] == "module":
             torch.manual_seed(0)
@@ -344,8 +373,14 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         payload = None
     else:
         tail = ""
-    event = {"event": "result", "status": status, "phase": phase, "exception": exception, "message": message,
-             "traceback": tail}
+    event = {
+        "event": "result",
+        "status": status,
+        "phase": phase,
+        "exception": exception,
+        "message": message,
+        "traceback": tail,
+    }
     if payload is not None:
         buffer = io.BytesIO()
         try:

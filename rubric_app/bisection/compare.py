@@ -26,7 +26,9 @@ def compare_outputs(ref: dict, res: dict, tol: float) -> str:
                 if a.shape != b.shape or a.dtype != b.dtype:
                     return f"call {i} output {j}: {tuple(b.shape)} {b.dtype} vs eager {tuple(a.shape)} {a.dtype}"
         ref64 = fp64[i] if fp64 and i < len(fp64) else None
-        if not same(expected, actual, fp64_ref=ref64, tol=tol, equal_nan=True, exact_dtype=True, log_error=lambda *a: None):
+        if not same(
+            expected, actual, fp64_ref=ref64, tol=tol, equal_nan=True, exact_dtype=True, log_error=lambda *a: None
+        ):
             diffs = [
                 (b.double() - a.double()).abs().nan_to_num(nan=float("inf")).max().item()
                 for a, b in zip(exp_leaves, act_leaves)

@@ -19,7 +19,9 @@ MAX_PARSED = 200_000
 
 LANG = re.compile(r"[\w+-]{0,40}")
 # `[ \t]*`, never `\s*`, after `^`: with re.M, `\s*` spans newlines and a run of blank lines costs quadratic time.
-COMPILE_CALL = re.compile(r"torch\.compile\b|torch\._dynamo\.optimize\b|\.compile\(|torch\._inductor|aot_module|make_fx")
+COMPILE_CALL = re.compile(
+    r"torch\.compile\b|torch\._dynamo\.optimize\b|\.compile\(|torch\._inductor|aot_module|make_fx"
+)
 INPUT_HINT = re.compile(r"torch\.(randn|rand|randint|ones|zeros|tensor|arange|empty|full|linspace)\b")
 NOT_CODE = re.compile(r"Traceback \(most recent call last\)|^[ \t]*File \"", re.M)
 IMPORTS_TORCH = re.compile(r"^[ \t]*(import torch|from torch)", re.M)
@@ -164,8 +166,12 @@ def _is_compile(node: ast.AST) -> bool:
     """torch.compile / torch.compile(...) as a callee or decorator."""
     if isinstance(node, ast.Call):
         node = node.func
-    return isinstance(node, ast.Attribute) and node.attr == "compile" and isinstance(node.value, ast.Name) \
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "compile"
+        and isinstance(node.value, ast.Name)
         and node.value.id == "torch"
+    )
 
 
 def _assigned(stmt: ast.stmt) -> set[str]:
@@ -211,7 +217,9 @@ def _to_module_style(code: str) -> str | None:
             body.extend(stmt.body)
         else:
             body.append(stmt)
-    sites = [n for n in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(n, ast.Attribute) and _is_compile(n)]
+    sites = [
+        n for n in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(n, ast.Attribute) and _is_compile(n)
+    ]
     if len(sites) != 1:
         return None
     target = kwargs = stripped = None
@@ -227,15 +235,28 @@ def _to_module_style(code: str) -> str | None:
             stripped, target, callees = stmt, stmt.name, {stmt.name}
             kept.append(stmt)
             continue
-        if (target is None and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and _is_compile(stmt.value)
-                and isinstance(stmt.value, ast.Call) and len(stmt.value.args) == 1
-                and isinstance(stmt.value.args[0], ast.Name)):
+        if (
+            target is None
+            and isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and _is_compile(stmt.value)
+            and isinstance(stmt.value, ast.Call)
+            and len(stmt.value.args) == 1
+            and isinstance(stmt.value.args[0], ast.Name)
+        ):
             target, kwargs = stmt.value.args[0].id, _literal_kwargs(stmt.value)
             callees = {stmt.targets[0].id}
             continue
-        found = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and (
-            (isinstance(n.func, ast.Name) and n.func.id in callees) or (_is_compile(n.func) and isinstance(n.func, ast.Call)))]
+        found = [
+            n
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Call)
+            and (
+                (isinstance(n.func, ast.Name) and n.func.id in callees)
+                or (_is_compile(n.func) and isinstance(n.func, ast.Call))
+            )
+        ]
         if found:
             for call in found:
                 if isinstance(call.func, ast.Call):  # torch.compile(f, ...)(args)
@@ -254,7 +275,9 @@ def _to_module_style(code: str) -> str | None:
     for call in calls:
         if call.keywords or any(isinstance(a, ast.Starred) for a in call.args) or _names(call) & dropped - callees:
             return None
-    if target in dropped or any(target in _assigned(s) for s in kept if not isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.Assign))):
+    if target in dropped or any(
+        target in _assigned(s) for s in kept if not isinstance(s, (ast.FunctionDef, ast.ClassDef, ast.Assign))
+    ):
         return None
     args = ", ".join(_tuple([ast.unparse(a) for a in call.args]) for call in calls)
     kept_code, previous = "", None

@@ -26,8 +26,18 @@ import time
 
 from . import child
 from .compare import compare_outputs
-from .sandbox import (Limits, RunCgroup, SandboxError, SandboxReport, become_pid1_sandbox, claim_uid,
-                      die_with_parent, enter_namespaces, kill_tree, require_root)
+from .sandbox import (
+    Limits,
+    RunCgroup,
+    SandboxError,
+    SandboxReport,
+    become_pid1_sandbox,
+    claim_uid,
+    die_with_parent,
+    enter_namespaces,
+    kill_tree,
+    require_root,
+)
 
 _refs: dict[str, dict] = {}
 _uid = -1  # this server's sandbox uid, held through _uid_lock for the server's lifetime
@@ -60,16 +70,16 @@ def _warm_imports() -> str:
     import torch
     import torch._dynamo
     import torch._dynamo.backends.debugging  # noqa: F401 - registers aot_eager* backends
-    import torch._functorch.aot_autograd  # noqa: F401
-    import torch._inductor.compile_fx  # noqa: F401
-    import torch._inductor.decomposition  # noqa: F401
-    import torch._inductor.lowering  # noqa: F401
     import torch._dynamo.utils  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
     import torch._inductor.codecache  # noqa: F401
     import torch._inductor.codegen.cpp  # noqa: F401
     import torch._inductor.codegen.cpp_wrapper_cpu  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
     import torch._inductor.cpp_builder  # noqa: F401
+    import torch._inductor.decomposition  # noqa: F401
     import torch._inductor.graph  # noqa: F401
+    import torch._inductor.lowering  # noqa: F401
     import torch._inductor.scheduler  # noqa: F401
     from torch._inductor import cpu_vec_isa
 
@@ -92,8 +102,9 @@ def _run_child(spec: dict, limits: Limits, cgroup: RunCgroup, res_w: int, out_w:
     report = SandboxReport()
     try:
         cgroup.join()
-        enter_namespaces(report, visible=_visible(), uid=_uid, disk_mb=limits.disk_mb, shm_mb=limits.shm_mb,
-                         device=spec["device"])
+        enter_namespaces(
+            report, visible=_visible(), uid=_uid, disk_mb=limits.disk_mb, shm_mb=limits.shm_mb, device=spec["device"]
+        )
         g = os.fork()
     except (SandboxError, OSError) as exc:
         os.write(ctl_w, (json.dumps({"refused": str(exc)[:500], "report": report.as_dict()}) + "\n").encode())
@@ -126,7 +137,11 @@ def _run_child(spec: dict, limits: Limits, cgroup: RunCgroup, res_w: int, out_w:
             os._exit(0)
     os.write(ctl_w, (json.dumps({"pid": g}) + "\n").encode())
     _, status, usage = os.wait4(g, 0)
-    info = {"status": status, "maxrss_mb": round(usage.ru_maxrss / 1024, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2)}
+    info = {
+        "status": status,
+        "maxrss_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+    }
     os.write(ctl_w, (json.dumps(info) + "\n").encode())
 
 
@@ -157,7 +172,9 @@ def run_mode(spec: dict, limits: Limits) -> dict:
                 os._exit(0)
         for fd in (out_w, res_w, ctl_w):
             os.close(fd)
-        out, lines, dropped, ctl, timed_out = _drain(pid, out_r, res_r, ctl_r, limits, deadline=started + limits.timeout_s)
+        out, lines, dropped, ctl, timed_out = _drain(
+            pid, out_r, res_r, ctl_r, limits, deadline=started + limits.timeout_s
+        )
         _reap(pid)
         oom = cgroup.oom_killed()
     finally:
@@ -328,13 +345,25 @@ def _known_report(report: dict) -> dict:
         elif isinstance(default, list):
             clean[key] = [str(v)[:300] for v in value[:100]] if isinstance(value, list) else []
         elif isinstance(default, dict):
-            clean[key] = {str(k)[:50]: v for k, v in list(value.items())[:20]
-                          if isinstance(v, (int, str, bool))} if isinstance(value, dict) else {}
+            clean[key] = (
+                {str(k)[:50]: v for k, v in list(value.items())[:20] if isinstance(v, (int, str, bool))}
+                if isinstance(value, dict)
+                else {}
+            )
     return clean
 
 
-def _outcome(spec: dict, limits: Limits, lines: list[bytes], dropped: int, ctl: bytes, timed_out: bool, wall: float,
-             log: str, oom: bool = False) -> dict:
+def _outcome(
+    spec: dict,
+    limits: Limits,
+    lines: list[bytes],
+    dropped: int,
+    ctl: bytes,
+    timed_out: bool,
+    wall: float,
+    log: str,
+    oom: bool = False,
+) -> dict:
     events, invalid = validated_events(lines)
     dropped += invalid
     if dropped:
@@ -351,42 +380,78 @@ def _outcome(spec: dict, limits: Limits, lines: list[bytes], dropped: int, ctl: 
         refused = {"refused": events[0]["message"], "report": events[0]["report"]}
     if refused is not None:
         report = {**refused.get("report", {}), "refused": refused["refused"]}
-        return {"infra_error": f"the sandbox could not be built, so the repro did not run: {refused['refused']}",
-                "sandbox": report, "log": log}
+        return {
+            "infra_error": f"the sandbox could not be built, so the repro did not run: {refused['refused']}",
+            "sandbox": report,
+            "log": log,
+        }
     phases = [e["phase"] for e in events if e["event"] == "phase"]
     last_phase = phases[-1] if phases else "setup"
     sandbox = next((e["report"] for e in events if e["event"] == "sandbox"), {})
     final = next((e for e in reversed(events) if e["event"] == "result"), None)
-    result = {"mode": spec["mode"], "status": "", "phase": "", "exception": "", "message": "", "wall_s": wall,
-              "maxrss_mb": info.get("maxrss_mb"), "cpu_s": info.get("cpu_s"), "probes": {}}
+    result = {
+        "mode": spec["mode"],
+        "status": "",
+        "phase": "",
+        "exception": "",
+        "message": "",
+        "wall_s": wall,
+        "maxrss_mb": info.get("maxrss_mb"),
+        "cpu_s": info.get("cpu_s"),
+        "probes": {},
+    }
     if dropped:
         result["dropped_events"] = dropped
     status = info.get("status")
     if oom and not timed_out:
-        result.update(status="oom", phase=last_phase, message=(
-            f"the run's memory budget of {limits.memory_mb} MB (every process and its tmpfs) was exhausted; "
-            "the kernel killed a process of the run"))
+        result.update(
+            status="oom",
+            phase=last_phase,
+            message=(
+                f"the run's memory budget of {limits.memory_mb} MB (every process and its tmpfs) was exhausted; "
+                "the kernel killed a process of the run"
+            ),
+        )
     elif final is not None and final["status"] == "resource":
-        return {"infra_error": f"{spec['mode']}: the sandbox ran out of a resource ({final['exception']}: "
-                f"{final['message'][:300]}); an infrastructure failure, not a verdict", "sandbox": sandbox, "log": log}
+        return {
+            "infra_error": f"{spec['mode']}: the sandbox ran out of a resource ({final['exception']}: "
+            f"{final['message'][:300]}); an infrastructure failure, not a verdict",
+            "sandbox": sandbox,
+            "log": log,
+        }
     elif final is not None and not timed_out:
-        result.update(status=final["status"], phase=final["phase"], exception=final["exception"],
-                      message=final["message"], traceback=final.get("traceback", ""))
+        result.update(
+            status=final["status"],
+            phase=final["phase"],
+            exception=final["exception"],
+            message=final["message"],
+            traceback=final.get("traceback", ""),
+        )
         if final.get("narrowed") is not None:
             result["narrowed"] = final["narrowed"]
         elif final["status"] == "passed":
             _compare(spec, final, result)
     elif timed_out:
-        result.update(status="timeout", phase=last_phase, message=f"no result within {limits.timeout_s:g} s wall clock; the whole sandbox was killed")
+        result.update(
+            status="timeout",
+            phase=last_phase,
+            message=f"no result within {limits.timeout_s:g} s wall clock; the whole sandbox was killed",
+        )
     elif isinstance(status, int) and os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig in (signal.SIGXCPU, signal.SIGKILL) and (info.get("cpu_s") or 0) >= limits.cpu_seconds() - 1:
             result.update(status="timeout", phase=last_phase, message=f"CPU limit of {limits.cpu_seconds()} s reached")
         else:
-            result.update(status="crashed", phase=last_phase, message=f"killed by {signal.Signals(sig).name} during {last_phase}")
+            result.update(
+                status="crashed", phase=last_phase, message=f"killed by {signal.Signals(sig).name} during {last_phase}"
+            )
     else:
         code = os.WEXITSTATUS(status) if isinstance(status, int) else "unknown"
-        result.update(status="crashed", phase=last_phase, message=f"exited with status {code} during {last_phase} before reporting a result")
+        result.update(
+            status="crashed",
+            phase=last_phase,
+            message=f"exited with status {code} during {last_phase} before reporting a result",
+        )
     if result["status"] == "passed":
         result["phase"] = ""
     return {"result": result, "log": log, "sandbox": sandbox}
@@ -478,6 +543,9 @@ def serve(expected_parent: int = 0) -> None:
             else:
                 reply = {"ok": True, "torch": version}
         except Exception as exc:  # noqa: BLE001 - one bad run must not take the server down
-            reply = {"infra_error": f"the fork server failed on this run: {type(exc).__name__}: {str(exc)[:300]}",
-                     "sandbox": {}, "log": ""}
+            reply = {
+                "infra_error": f"the fork server failed on this run: {type(exc).__name__}: {str(exc)[:300]}",
+                "sandbox": {},
+                "log": "",
+            }
         proto.write(json.dumps(reply) + "\n")

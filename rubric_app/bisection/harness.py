@@ -18,8 +18,8 @@ import sys
 import tempfile
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from . import verdict as verdict_rules
 from .child import MODES
@@ -69,12 +69,18 @@ class ForkServer:
             raise SandboxRefused(str(exc)) from None
         self.base = tempfile.mkdtemp(prefix="bisect-server-")
         # The server (and through it every sandbox) dies with this process: no repro outlives its worker.
-        boot = (f"import sys; sys.path.insert(0, {PROJECT_ROOT!r}); "
-                f"from rubric_app.bisection.forkserver import serve; serve(expected_parent={os.getpid()})")
+        boot = (
+            f"import sys; sys.path.insert(0, {PROJECT_ROOT!r}); "
+            f"from rubric_app.bisection.forkserver import serve; serve(expected_parent={os.getpid()})"
+        )
         # -I: no PYTHON* variables, no user site; the env is an allowlist (no secrets in its memory).
         self.proc = subprocess.Popen(
-            [self.python, "-I", "-c", boot], env=scrubbed_env(self.base), cwd=self.base,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,  # stderr: the worker's log
+            [self.python, "-I", "-c", boot],
+            env=scrubbed_env(self.base),
+            cwd=self.base,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,  # stderr: the worker's log
         )
         hello = self._read(timeout=120)
         if not hello.get("ready"):
@@ -107,16 +113,32 @@ class ForkServer:
                 raise ForkServerError("the bisection fork server died") from None
             return self._read(timeout)
 
-    def run_mode(self, key: str, mode: str, code: str, style: str, device: str, limits: Limits,
-                 overrides: dict | None = None, narrow: bool = False) -> dict:
+    def run_mode(
+        self,
+        key: str,
+        mode: str,
+        code: str,
+        style: str,
+        device: str,
+        limits: Limits,
+        overrides: dict | None = None,
+        narrow: bool = False,
+    ) -> dict:
         """Run one mode in a fresh sandboxed child; returns {"result", "log", "sandbox"}.
 
         narrow: run torch's CompilerBisector in that child instead (module style).
         Raises SandboxRefused when the sandbox could not be built or the mode ran out of
         its process budget: never a result then.
         """
-        spec = {"key": key, "mode": mode, "code": code, "style": style, "device": device,
-                "overrides": overrides or {}, "narrow": narrow}
+        spec = {
+            "key": key,
+            "mode": mode,
+            "code": code,
+            "style": style,
+            "device": device,
+            "overrides": overrides or {},
+            "narrow": narrow,
+        }
         reply = self.request({"op": "run", "spec": spec, "limits": asdict(limits)}, timeout=limits.timeout_s + 60)
         if "infra_error" in reply:
             raise SandboxRefused(reply["infra_error"], reply.get("sandbox"))
@@ -183,9 +205,18 @@ def _probe_plan(result: dict, code: str, device: str, style: str, cuda: bool) ->
     return plan
 
 
-def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: Limits | None = None,
-           server: ForkServer | None = None, on_progress: Callable[[str, list[dict]], None] | None = None,
-           repeats: int = 0, cuda_probe: bool | None = None, narrow: bool = True) -> Report:
+def bisect(
+    code: str,
+    *,
+    device: str = "cpu",
+    style: str | None = None,
+    limits: Limits | None = None,
+    server: ForkServer | None = None,
+    on_progress: Callable[[str, list[dict]], None] | None = None,
+    repeats: int = 0,
+    cuda_probe: bool | None = None,
+    narrow: bool = True,
+) -> Report:
     """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
 
     on_progress(current_mode, results) is called before each mode and after
@@ -195,8 +226,14 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
     divergence of a module-style repro (the subsystem and pass/op to blame).
     Raises ForkServerError only if the fork server itself dies.
     """
-    run = _Bisection(code, device, style or detect_style(code), limits or Limits(), server or shared_server(),
-                     on_progress or (lambda mode, results: None))
+    run = _Bisection(
+        code,
+        device,
+        style or detect_style(code),
+        limits or Limits(),
+        server or shared_server(),
+        on_progress or (lambda mode, results: None),
+    )
     try:
         failed = run.chain()
         if failed is not None:
@@ -217,8 +254,15 @@ def bisect(code: str, *, device: str = "cpu", style: str | None = None, limits: 
 class _Bisection:
     """One bisection's state: the results so far, the logs, and how to run a mode of this repro."""
 
-    def __init__(self, code: str, device: str, style: str, limits: Limits, server: ForkServer,
-                 progress: Callable[[str, list[dict]], None]):
+    def __init__(
+        self,
+        code: str,
+        device: str,
+        style: str,
+        limits: Limits,
+        server: ForkServer,
+        progress: Callable[[str, list[dict]], None],
+    ):
         self.code, self.device, self.style, self.limits, self.server = code, device, style, limits, server
         self.progress, self.key, self.logs = progress, uuid.uuid4().hex, []
         self.report = Report(device=device, style=style)
@@ -236,8 +280,17 @@ class _Bisection:
         results, failed = self.report.results, None
         for mode in MODES:
             if failed is not None:
-                results.append({"mode": mode, "status": "skipped", "phase": "", "exception": "", "wall_s": 0.0,
-                                "message": f"not run: {failed['mode']} already fails", "probes": {}})
+                results.append(
+                    {
+                        "mode": mode,
+                        "status": "skipped",
+                        "phase": "",
+                        "exception": "",
+                        "wall_s": 0.0,
+                        "message": f"not run: {failed['mode']} already fails",
+                        "probes": {},
+                    }
+                )
                 continue
             self.progress(mode, results)
             results.append(self.run(mode))
@@ -260,9 +313,14 @@ class _Bisection:
             # "probes" keeps the contract's name -> status; the details tell a graph break from the same failure.
             failed["probes"][name] = result["status"]
             failed.setdefault("probe_details", {})[name] = {
-                key: result[key] for key in ("status", "phase", "exception", "wall_s")}
-        if narrow and failed["mode"] == "inductor" and failed["status"] in ("raised", "diverged") \
-                and self.style == "module":
+                key: result[key] for key in ("status", "phase", "exception", "wall_s")
+            }
+        if (
+            narrow
+            and failed["mode"] == "inductor"
+            and failed["status"] in ("raised", "diverged")
+            and self.style == "module"
+        ):
             self.progress("inductor (CompilerBisector)", self.report.results)
             narrowed = self.run("inductor", narrow=True)
             failed["probes"]["CompilerBisector"] = narrowed["status"]

@@ -58,8 +58,18 @@ WORKDIR = "/tmp/work"
 # The filesystem the repro sees, all read-only: the toolchain (Inductor runs gcc on CPU),
 # the Python install (added by the caller), and a few /etc files the loader needs.
 # Nothing else of the host: no /run, /var, /home, /root, no host socket.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives",
-               "/etc/ld.so.conf.d", "/sys/devices/system/cpu")
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/alternatives",
+    "/etc/ld.so.conf.d",
+    "/sys/devices/system/cpu",
+)
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 # GPU runs also need the driver's device nodes and the PCI tree it walks.
@@ -76,8 +86,10 @@ class SandboxError(RuntimeError):
     """A step of the isolation could not be put in force: the repro must not run."""
 
 
-NOT_ROOT = ("the bisection sandbox needs root (namespaces, a read-only root, a per-run uid and cgroup); "
-            "this process runs as uid {uid}: refusing to run untrusted repro code without isolation")
+NOT_ROOT = (
+    "the bisection sandbox needs root (namespaces, a read-only root, a per-run uid and cgroup); "
+    "this process runs as uid {uid}: refusing to run untrusted repro code without isolation"
+)
 
 
 def require_root() -> None:
@@ -336,7 +348,7 @@ class RunCgroup:
             except OSError:
                 continue
             for name in names:
-                owner = name[len(prefix):].split("-")[0]
+                owner = name[len(prefix) :].split("-")[0]
                 if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                     group = RunCgroup(name)
                     group.dirs = [os.path.join(parent, name)]
@@ -416,8 +428,9 @@ def _bind(fd_path: str, target: str, flags: int) -> None:
     _mount(None, target, None, MS_REMOUNT | MS_BIND | flags)
 
 
-def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, disk_mb: int, shm_mb: int,
-                     device: str = "cpu") -> None:
+def enter_namespaces(
+    report: SandboxReport, *, visible: list[str], uid: int, disk_mb: int, shm_mb: int, device: str = "cpu"
+) -> None:
     """In C (a forked child, before forking G): new net/mount/pid/ipc/uts namespaces, then a new root.
 
     The root is a fresh tmpfs holding only `visible` (the Python install), SYSTEM_DIRS
@@ -480,8 +493,12 @@ def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, dis
             open(new_root + path, "w").close()
         _bind(f"/proc/self/fd/{fd}", new_root + path, MS_NOSUID | MS_NOEXEC)
         os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{new_root}/dev/{name}")
     os.makedirs(new_root + "/dev/shm")
     _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={shm_mb}m")
@@ -491,7 +508,9 @@ def enter_namespaces(report: SandboxReport, *, visible: list[str], uid: int, dis
     os.makedirs(new_root + "/etc", exist_ok=True)
     # Only who the repro is: getpass.getuser() (Inductor's default cache dir) needs an entry.
     with open(new_root + "/etc/passwd", "w") as fh:
-        fh.write(f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{WORKDIR}:/usr/sbin/nologin\n")
+        fh.write(
+            f"root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{WORKDIR}:/usr/sbin/nologin\n"
+        )
     with open(new_root + "/etc/group", "w") as fh:
         fh.write(f"root:x:0:\nsandbox:x:{uid}:\n")
 
@@ -562,4 +581,3 @@ def kill_tree(pid: int) -> None:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-

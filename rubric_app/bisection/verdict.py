@@ -22,10 +22,14 @@ COMPONENT = {
     "dynamo_eager": (DYNAMO, "R2.3", "fails while tracing on backend=eager (Dynamo only)"),
     "aot_eager": (DISPATCHER, "R2.1", "fails on aot_eager, passes on backend=eager"),
     "aot_eager_decomp_partition": (
-        DECOMPOSITIONS, "R2.5", "fails on aot_eager_decomp_partition, passes on aot_eager",
+        DECOMPOSITIONS,
+        "R2.5",
+        "fails on aot_eager_decomp_partition, passes on aot_eager",
     ),
     "aot_eager_decomp_partition_crossref": (
-        DISPATCHER, "R5", "a custom op's fake implementation disagrees with its real kernel (crossref), "
+        DISPATCHER,
+        "R5",
+        "a custom op's fake implementation disagrees with its real kernel (crossref), "
         "passes on aot_eager_decomp_partition",
     ),
     "inductor": (INDUCTOR, "R2.2", "fails on inductor, passes on aot_eager_decomp_partition"),
@@ -77,13 +81,15 @@ def decide(results: list[dict], device: str) -> Verdict:
         return Verdict(
             first_failure=first_bad["mode"],
             summary=f"needs a GPU: re-run on cuda. The repro uses CUDA, which this {device} run does not have "
-            f"({first_bad['mode']}: {(first_bad['message'] or first_bad['exception']).strip().splitlines()[-1][:160]}); "
+            f"({first_bad['mode']}: "
+            f"{(first_bad['message'] or first_bad['exception']).strip().splitlines()[-1][:160]}); "
             "nothing was learned about the compiler, so no labels.",
         )
     broken = next((r for r in ran if r["phase"] == "setup"), None)
     if broken is not None:
-        return Verdict(summary=f"The bisection harness failed on {broken['mode']} (not the repro): "
-                       f"{broken['message'][:300]}")
+        return Verdict(
+            summary=f"The bisection harness failed on {broken['mode']} (not the repro): {broken['message'][:300]}"
+        )
     eager = ran[0]
     if eager["mode"] == "eager" and eager["status"] != "passed":
         return Verdict(
@@ -94,22 +100,30 @@ def decide(results: list[dict], device: str) -> Verdict:
         )
     bad = next((r for r in ran if r["status"] != "passed"), None)
     if bad is None:
-        return Verdict(summary=f"No failure reproduced on {device}: every mode matched eager. "
-                       "Try other inputs, another device, or ask for a fuller repro.")
+        return Verdict(
+            summary=f"No failure reproduced on {device}: every mode matched eager. "
+            "Try other inputs, another device, or ask for a fuller repro."
+        )
     label, rule, prefix = COMPONENT[bad["mode"]]
     probes = bad.get("probes", {})
     labels = []
     if probes.get("dynamic=False") == "passed":
         # R1.1: dynamic=False makes it pass -> dynamic shapes only, not dynamo nor the backend.
-        labels.append({"label": DYNAMIC_SHAPES, "rule_id": "R1.1",
-                       "evidence": _evidence(prefix, bad) + "; passes with dynamic=False"})
+        labels.append(
+            {
+                "label": DYNAMIC_SHAPES,
+                "rule_id": "R1.1",
+                "evidence": _evidence(prefix, bad) + "; passes with dynamic=False",
+            }
+        )
         component = "dynamic shapes"
     else:
         labels.append({"label": label, "rule_id": rule, "evidence": _evidence(prefix, bad)})
         component = label
     if label == INDUCTOR and device == "cpu" and probes.get("device=cuda") == "passed":
-        labels.append({"label": CPU_INDUCTOR, "rule_id": "R2.4",
-                       "evidence": "inductor fails on cpu and passes on cuda"})
+        labels.append(
+            {"label": CPU_INDUCTOR, "rule_id": "R2.4", "evidence": "inductor fails on cpu and passes on cuda"}
+        )
     if bad["status"] in ("crashed", "diverged"):
         kind = "crash" if bad["status"] == "crashed" else "silently wrong result (differs from eager, no error)"
         labels.append({"label": TRIAGE_REVIEW, "rule_id": "R11", "evidence": f"{kind} on {bad['mode']}"})

@@ -4,6 +4,7 @@ No Django imports here: the engine takes plain data (IssueText) and returns an
 Assessment. The Django side (Issue.refresh_suggestions) maps rows to and from it.
 """
 
+from .engine import evaluate
 from .types import (
     Assessment,
     Avoided,
@@ -14,7 +15,6 @@ from .types import (
     Neighbour,
     Suggested,
 )
-from .engine import evaluate
 
 __all__ = [
     "Assessment",

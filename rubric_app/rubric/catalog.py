@@ -15,11 +15,7 @@ FORBIDDEN_NAMES = frozenset({"merge blocking"})
 def is_forbidden(name: str) -> bool:
     """True when G7 forbids the label: a CI/release prefix, `deprecated` in it, or `merge blocking`."""
     lowered = name.strip().lower()
-    return (
-        lowered.startswith(FORBIDDEN_PREFIXES)
-        or "deprecated" in lowered
-        or lowered in FORBIDDEN_NAMES
-    )
+    return lowered.startswith(FORBIDDEN_PREFIXES) or "deprecated" in lowered or lowered in FORBIDDEN_NAMES
 
 
 def load_catalog(path: Path = CATALOG_FILE) -> list[dict]:

@@ -16,8 +16,8 @@ from functools import lru_cache
 from . import rules, rules_domain  # noqa: F401  (importing them registers their rules)
 from .catalog import catalog_names, is_forbidden
 from .facts import (
-    CORE,
     COMPILE_UX,
+    CORE,
     CPU_ONCALL,
     DECOMP,
     DISPATCHER,
@@ -25,13 +25,13 @@ from .facts import (
     DYNAMO,
     HIGH,
     INDUCTOR,
-    PT2_ONCALL,
-    REVIEW,
-    TRIAGED,
     LOW,
     NEEDS_REPRO,
-    WEAK,
+    PT2_ONCALL,
+    REVIEW,
     RULES,
+    TRIAGED,
+    WEAK,
     Facts,
     Finding,
 )
@@ -121,8 +121,13 @@ def read(issue: IssueText) -> Reading:
     return Reading(facts, lane, rule_findings(facts) + _bisection(issue))
 
 
-def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
-             use_model: bool = True, min_confidence: float = 0.0) -> Assessment:
+def evaluate(
+    issue: IssueText,
+    catalog: frozenset[str] | None = None,
+    model: LabelModel | None = None,
+    use_model: bool = True,
+    min_confidence: float = 0.0,
+) -> Assessment:
     """Return what a careful PT2 triager would do with `issue`, each item citing its rule.
 
     catalog: the label names that may be suggested (G7); None or empty means the
@@ -135,16 +140,30 @@ def evaluate(issue: IssueText, catalog: frozenset[str] | None = None, model: Lab
     return decide(read(issue), catalog, model, use_model, min_confidence)
 
 
-def decide(reading: Reading, catalog: frozenset[str] | None = None, model: LabelModel | None = None,
-           use_model: bool = True, min_confidence: float = 0.0,
-           predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
+def decide(
+    reading: Reading,
+    catalog: frozenset[str] | None = None,
+    model: LabelModel | None = None,
+    use_model: bool = True,
+    min_confidence: float = 0.0,
+    predictions: dict[str, tuple[float, list[str]]] | None = None,
+) -> Assessment:
     """evaluate() on an issue already read. predictions: the model's, when the caller has them already."""
     allowed = catalog or shipped_catalog()
     facts, lane = reading.facts, reading.lane
     if lane and lane[0].label != CPU_ONCALL:
-        return Assessment(route="skip", queue=lane[0].label, checklist=[
-            ChecklistItem("G0", f"Already in the {lane[0].label} queue: no module labels, no triaged.", "satisfied", lane[0].label)
-        ])
+        return Assessment(
+            route="skip",
+            queue=lane[0].label,
+            checklist=[
+                ChecklistItem(
+                    "G0",
+                    f"Already in the {lane[0].label} queue: no module labels, no triaged.",
+                    "satisfied",
+                    lane[0].label,
+                )
+            ],
+        )
     findings = list(reading.findings)
     transfer = next((x for x in findings if x.kind == "route" and x.rule_id == "G2"), None)
     if transfer and not any(x.source.startswith("bisection") for x in findings):
@@ -159,16 +178,31 @@ def decide(reading: Reading, catalog: frozenset[str] | None = None, model: Label
         findings += _model_findings(learned, feats, predictions, findings)
     # After the model's features: its neighbours' labels are no feature the model learned from.
     findings += similar_findings(facts.issue)
-    return _assess(facts, findings, allowed, cpu_lane=bool(lane), min_confidence=min_confidence,
-                   learned=learned, predictions=predictions)
+    return _assess(
+        facts,
+        findings,
+        allowed,
+        cpu_lane=bool(lane),
+        min_confidence=min_confidence,
+        learned=learned,
+        predictions=predictions,
+    )
 
 
 def _transfer(x: Finding, findings: list[Finding]) -> Assessment:
     """G2: the fix belongs in another repository: transfer and stop (no labels, no triaged, no review)."""
-    out = Assessment(route="transfer", checklist=[
-        ChecklistItem("G2", f"Transfer to {x.label}, then stop: no module labels, no triaged.", "satisfied", x.evidence)])
-    out.avoid = [Avoided(l, "G2", f"the fix belongs in {x.label}: transfer instead", x.evidence, x.source)
-                 for l in dict.fromkeys(y.label for y in findings if y.kind == "add" and y.label.startswith("module:"))]
+    out = Assessment(
+        route="transfer",
+        checklist=[
+            ChecklistItem(
+                "G2", f"Transfer to {x.label}, then stop: no module labels, no triaged.", "satisfied", x.evidence
+            )
+        ],
+    )
+    out.avoid = [
+        Avoided(l, "G2", f"the fix belongs in {x.label}: transfer instead", x.evidence, x.source)
+        for l in dict.fromkeys(y.label for y in findings if y.kind == "add" and y.label.startswith("module:"))
+    ]
     return out
 
 
@@ -177,8 +211,12 @@ def rule_findings(facts: Facts) -> list[Finding]:
     return [x for rule_id, fn in RULES if rule_id != "G0" for x in fn(facts)]
 
 
-def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predictions: dict[str, tuple[float, list[str]]],
-                    findings: list[Finding]) -> list[Finding]:
+def _model_findings(
+    model: LabelModel,
+    feats: dict[str, tuple[str, str]],
+    predictions: dict[str, tuple[float, list[str]]],
+    findings: list[Finding],
+) -> list[Finding]:
     """The learned labeler's view as ADD findings, citing the rule that governs each label.
 
     Only labels whose calibrated probability reaches their kind's threshold are offered (`first` for a
@@ -202,9 +240,18 @@ def _model_findings(model: LabelModel, feats: dict[str, tuple[str, str]], predic
             continue
         evidence, source = feats[top[0]]
         names = ", ".join(feature_name(f) for f in top)
-        out.append(Finding(GOVERNING_RULE[label], kind, label, round(calibrated, 2), evidence, source,
-                           f"learned from {model.trained_on} triaged issues (p={calibrated:.2f}; top features: {names})",
-                           origin="model"))
+        out.append(
+            Finding(
+                GOVERNING_RULE[label],
+                kind,
+                label,
+                round(calibrated, 2),
+                evidence,
+                source,
+                f"learned from {model.trained_on} triaged issues (p={calibrated:.2f}; top features: {names})",
+                origin="model",
+            )
+        )
     return out
 
 
@@ -243,7 +290,8 @@ def decisive(x: Finding) -> bool:
     itself, which neither a keyword's AVOID nor the learned labeler outvotes (G8). A keyword finding is
     never decisive however strong its weight."""
     return x.source.startswith("bisection") or (
-        x.origin == "rule" and x.weight >= OVERRIDES_AVOID and x.rule_id.startswith(BACKEND_RULES))
+        x.origin == "rule" and x.weight >= OVERRIDES_AVOID and x.rule_id.startswith(BACKEND_RULES)
+    )
 
 
 def concluded(x: Finding) -> bool:
@@ -257,8 +305,9 @@ def model_key(label: str, supported: bool) -> str:
     return f"{label}|rule" if supported else label
 
 
-def _scorer(learned: LabelModel | None, predictions: dict[str, tuple[float, list[str]]],
-            findings: list[Finding] = ()) -> Callable[[Finding], float]:
+def _scorer(
+    learned: LabelModel | None, predictions: dict[str, tuple[float, list[str]]], findings: list[Finding] = ()
+) -> Callable[[Finding], float]:
     """score(finding) -> P(the label is right): the calibrated probability with a model, the rule's weight without.
 
     A bisection verdict stays decisive (R2); so does a backend comparison in the thread, whatever the words say.
@@ -311,13 +360,19 @@ def _bisection(issue: IssueText) -> list[Finding]:
 
 def _suggest(x: Finding, confidence: float | None = None) -> Suggested:
     return Suggested(
-        x.label, x.rule_id, round(confidence if confidence is not None else x.weight, 2), x.evidence, x.source,
-        source="bisection" if x.source.startswith("bisection") else x.origin, reason=x.reason,
+        x.label,
+        x.rule_id,
+        round(confidence if confidence is not None else x.weight, 2),
+        x.evidence,
+        x.source,
+        source="bisection" if x.source.startswith("bisection") else x.origin,
+        reason=x.reason,
     )
 
 
 def strongest(findings: list[Finding], kind: str, first: Callable[[Finding], bool] | None = None) -> dict[str, Finding]:
     """The strongest finding per label of one kind; with `first`, one it holds for outranks any it does not."""
+
     def rank(x: Finding) -> tuple[bool, float]:
         return (first is not None and first(x), x.weight)
 
@@ -335,8 +390,13 @@ def settles(x: Finding) -> bool:
     return decisive(x) or concluded(x)
 
 
-def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Callable[[Finding], float],
-                limits: dict[str, float], shown: dict[str, Finding] | None = None) -> list[Finding]:
+def _components(
+    adds: dict[str, Finding],
+    avoided: dict[str, Finding],
+    score: Callable[[Finding], float],
+    limits: dict[str, float],
+    shown: dict[str, Finding] | None = None,
+) -> list[Finding]:
     """Pick the core component(s) and the visibility labels.
 
     One core component normally (the likeliest); a second only when likely on its own (limits["second"])
@@ -347,7 +407,8 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
     """
     shown = adds if shown is None else shown
     candidates = {
-        label: x for label, x in adds.items()
+        label: x
+        for label, x in adds.items()
         if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or decisive(x)
     }
     core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-score(x), CORE.index(x.label)))
@@ -367,10 +428,16 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
             def guess(label: str) -> bool:
                 return label in shown and shown[label].reason == DEFAULT_BACKEND_GUESS
 
-            shown_elsewhere = any(x.label in shown and not guess(x.label) and shown[x.label].weight >= SHOWN for x in core)
+            shown_elsewhere = any(
+                x.label in shown and not guess(x.label) and shown[x.label].weight >= SHOWN for x in core
+            )
             core.sort(key=lambda x: (not concluded(x), shown_elsewhere and guess(x.label)))
-    chosen = [x for i, x in enumerate(core) if score(x) >= limits["first" if i == 0 else "second"]
-              and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))]
+    chosen = [
+        x
+        for i, x in enumerate(core)
+        if score(x) >= limits["first" if i == 0 else "second"]
+        and (i == 0 or decisive(x) or (x.label in shown and shown[x.label].weight >= SECOND_CORE))
+    ]
     # Holistic labels name a symptom; G8: only when no core component explains it. A UX complaint
     # (R7.2) is the subject itself unless a component is shown with real evidence. A label a rule finds
     # outright (OFFERED_OUTRIGHT: a slow compile in the title, R4.3's make_fx divergence, R9.1's functorch
@@ -378,8 +445,10 @@ def _components(adds: dict[str, Finding], avoided: dict[str, Finding], score: Ca
     # triager decides.
     explained = any(x.weight >= HOLISTIC_YIELDS_TO for x in chosen)
     extras = [
-        x for l, x in candidates.items()
-        if l not in CORE and (score(x) >= _extra_bar(l, limits) or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT))
+        x
+        for l, x in candidates.items()
+        if l not in CORE
+        and (score(x) >= _extra_bar(l, limits) or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT))
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras
@@ -392,7 +461,9 @@ def company(x: Finding, chosen: list[Finding]) -> str | None:
     Symptom labels keep no company: they ride along with any component."""
     if x.label not in CORE or decisive(x):
         return None
-    others = [y.label for y in chosen if y.label != x.label and y.label.startswith("module:") and y.label not in SYMPTOMS]
+    others = [
+        y.label for y in chosen if y.label != x.label and y.label.startswith("module:") and y.label not in SYMPTOMS
+    ]
     if any(label not in CORE for label in others):
         return "company:domain"
     return "company:core" if others else None
@@ -408,8 +479,9 @@ def company_curve(learned: LabelModel | None, key: str | None, label: str) -> st
     return own if own in learned.calibration else key if key in learned.calibration else None
 
 
-def _without_weak_company(chosen: list[Finding], score: Callable[[Finding], float], learned: LabelModel | None,
-                          limits: dict[str, float]) -> tuple[list[Finding], list[Finding]]:
+def _without_weak_company(
+    chosen: list[Finding], score: Callable[[Finding], float], learned: LabelModel | None, limits: dict[str, float]
+) -> tuple[list[Finding], list[Finding]]:
     """(kept, dropped): R1's over-tagging. A core component next to another component stays only when its
     company curve says it is likely there (limits["company"], fitted by evaluation.fit_model); the least
     likely goes first, and the component it stood next to always stays. A dropped one becomes a question
@@ -417,8 +489,11 @@ def _without_weak_company(chosen: list[Finding], score: Callable[[Finding], floa
     bar = limits.get("company", 0.0)
     dropped: list[Finding] = []
     while bar and learned is not None:
-        weak = [(learned.calibrated(curve, score(x)), i) for i, x in enumerate(chosen)
-                if (curve := company_curve(learned, company(x, chosen), x.label))]
+        weak = [
+            (learned.calibrated(curve, score(x)), i)
+            for i, x in enumerate(chosen)
+            if (curve := company_curve(learned, company(x, chosen), x.label))
+        ]
         if not weak or min(weak)[0] >= bar:
             break
         dropped.append(chosen.pop(min(weak)[1]))
@@ -435,8 +510,12 @@ def _in_company(learned: LabelModel | None, s: Suggested, x: Finding, chosen: li
         return s
     if curve is None:
         return replace(s, company=key)
-    return replace(s, company=key, confidence=learned.calibrated(curve, s.confidence),
-                   reason=f"{s.reason} · scored as a label next to another component")
+    return replace(
+        s,
+        company=key,
+        confidence=learned.calibrated(curve, s.confidence),
+        reason=f"{s.reason} · scored as a label next to another component",
+    )
 
 
 def _extra_bar(label: str, limits: dict[str, float]) -> float:
@@ -447,13 +526,26 @@ def _extra_bar(label: str, limits: dict[str, float]) -> float:
 
 
 # The rules' own thresholds (no model): weights, not probabilities.
-RULE_LIMITS = {"first": MIN_WEIGHT, "second": SECOND_CORE, "extra": MIN_EXTRA_WEIGHT, "preselect": 0.85,
-               "route": STRONG, "review": 0.0, "visibility": MIN_EXTRA_WEIGHT}
+RULE_LIMITS = {
+    "first": MIN_WEIGHT,
+    "second": SECOND_CORE,
+    "extra": MIN_EXTRA_WEIGHT,
+    "preselect": 0.85,
+    "route": STRONG,
+    "review": 0.0,
+    "visibility": MIN_EXTRA_WEIGHT,
+}
 
 
-def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_lane: bool,
-            min_confidence: float = 0.0, learned: LabelModel | None = None,
-            predictions: dict[str, tuple[float, list[str]]] | None = None) -> Assessment:
+def _assess(
+    facts: Facts,
+    findings: list[Finding],
+    allowed: frozenset[str],
+    cpu_lane: bool,
+    min_confidence: float = 0.0,
+    learned: LabelModel | None = None,
+    predictions: dict[str, tuple[float, list[str]]] | None = None,
+) -> Assessment:
     avoided = strongest(findings, "avoid")
     adds = strongest(findings, "add", first=settles)
     routes = strongest(findings, "route")
@@ -465,13 +557,17 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     limits = learned.thresholds if learned is not None else RULE_LIMITS
     rule_adds = strongest([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
     labelled = any(l.startswith("module:") for l in facts.labels)
-    chosen, crowded = _without_weak_company(_components(adds, avoided, score, limits, rule_adds), score, learned, limits)
+    chosen, crowded = _without_weak_company(
+        _components(adds, avoided, score, limits, rule_adds), score, learned, limits
+    )
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
     core = [x for x in chosen if x.label in CORE]
     # Without a model, weights against the rules' own bars; with one, calibrated probabilities against fitted ones.
     route_bar = limits.get("route", STRONG)
-    handoff = next((x for l, x in routes.items() if l != CPU_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None)
+    handoff = next(
+        (x for l, x in routes.items() if l != CPU_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None
+    )
     cpu = routes.get(CPU_ONCALL)
     if cpu and learned is not None and score(cpu) < route_bar:
         cpu = None
@@ -482,21 +578,38 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
         out.add.append(_suggest(handoff, score(handoff)))
         for x in chosen:
             if x.label.startswith("module:"):
-                out.avoid.append(Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source))
+                out.avoid.append(
+                    Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source)
+                )
         chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
-    elif cpu_lane or (cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))):
+    elif cpu_lane or (
+        cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))
+    ):
         out.route, out.queue = "cpu inductor", CPU_ONCALL
         if cpu:
             out.add.append(_suggest(cpu, score(cpu)))
         if INDUCTOR not in {x.label for x in chosen}:
             evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="")
-            chosen.insert(0, Finding("R2.4", "add", INDUCTOR, 0.7, evidence.evidence, evidence.source, "the CPU Inductor lane is Inductor"))
+            chosen.insert(
+                0,
+                Finding(
+                    "R2.4",
+                    "add",
+                    INDUCTOR,
+                    0.7,
+                    evidence.evidence,
+                    evidence.source,
+                    "the CPU Inductor lane is Inductor",
+                ),
+            )
         chosen = [x for x in chosen if x.label not in (DYNAMIC, DISPATCHER) or x.weight >= STRONG]
     elif PT2_ONCALL not in facts.labels:
         out.add.append(Suggested(PT2_ONCALL, "G3", 0.9, reason="a PT2 issue stays in oncall: pt2 through labelling"))
 
     out.add.extend(_in_company(learned, _suggest(x, score(x)), x, chosen) for x in chosen)
-    has_module = any(s.label.startswith("module:") for s in out.add) or any(l.startswith("module:") for l in facts.labels)
+    has_module = any(s.label.startswith("module:") for s in out.add) or any(
+        l.startswith("module:") for l in facts.labels
+    )
     if out.route != "handoff" and not has_module:
         # G4: the catalog check below drops it again if this catalog lacks the fallback label.
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
@@ -509,9 +622,13 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
     if out.route != "handoff":
         if review:
             out.add.append(_suggest(review, score(review)))
-            out.avoid.append(Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source))
+            out.avoid.append(
+                Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source)
+            )
             if TRIAGED in facts.labels:
-                out.avoid.append(Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides"))
+                out.avoid.append(
+                    Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides")
+                )
         if LOW in flags:
             out.add.append(_suggest(flags[LOW]))
         if NEEDS_REPRO in flags and NEEDS_REPRO not in facts.labels:
@@ -519,13 +636,20 @@ def _assess(facts: Facts, findings: list[Finding], allowed: frozenset[str], cpu_
         if not review and not question:
             out.add.append(Suggested(TRIAGED, "G6", 0.6, reason="labelled, not redirected, not flagged for review"))
 
-    out.avoid.extend(Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source) for x in avoided.values()
-                     if x.label not in {s.label for s in out.add})
+    out.avoid.extend(
+        Avoided(x.label, x.rule_id, x.reason, x.evidence, x.source)
+        for x in avoided.values()
+        if x.label not in {s.label for s in out.add}
+    )
     _enforce_catalog(out, allowed, labelled=labelled)
     _calibrate_status(out, learned)
     _preselect(out, limits, question, labelled, findings, rule_adds, crashed=crash is not None, learned=learned)
-    out.checklist = (_checklist(out, checks, review, question, labelled) + _component_checks(out, findings)
-                     + _crowded_checks(crowded) + _weak_checks(out, {**adds, **rule_adds}, unsure, asked=frozenset(x.label for x in crowded)))
+    out.checklist = (
+        _checklist(out, checks, review, question, labelled)
+        + _component_checks(out, findings)
+        + _crowded_checks(crowded)
+        + _weak_checks(out, {**adds, **rule_adds}, unsure, asked=frozenset(x.label for x in crowded))
+    )
     return out
 
 
@@ -545,8 +669,18 @@ def _crash(findings: list[Finding]) -> Finding | None:
     flagged for the meeting, so it is suggested and pre-selected whatever the learned review curve says
     (the humans' labels are a poor proxy for the flag: meetings remove it once they decide). A loose
     "crashes" in a title is not one of them."""
-    return next((x for x in findings if x.kind == "flag" and x.label == REVIEW and x.origin == "rule"
-                 and x.rule_id == "R11" and CRASH.search(x.evidence)), None)
+    return next(
+        (
+            x
+            for x in findings
+            if x.kind == "flag"
+            and x.label == REVIEW
+            and x.origin == "rule"
+            and x.rule_id == "R11"
+            and CRASH.search(x.evidence)
+        ),
+        None,
+    )
 
 
 def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
@@ -555,12 +689,22 @@ def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
     if learned is None:
         return
     keys = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G1": "flag"}
-    out.add = [replace(s, confidence=learned.calibrated(keys[s.rule_id], s.confidence)) if s.rule_id in keys else s
-               for s in out.add]
+    out.add = [
+        replace(s, confidence=learned.calibrated(keys[s.rule_id], s.confidence)) if s.rule_id in keys else s
+        for s in out.add
+    ]
 
 
-def _preselect(out: Assessment, limits: dict[str, float], question: bool, labelled: bool, findings: list[Finding],
-               rule_adds: dict[str, Finding], crashed: bool = False, learned: LabelModel | None = None) -> None:
+def _preselect(
+    out: Assessment,
+    limits: dict[str, float],
+    question: bool,
+    labelled: bool,
+    findings: list[Finding],
+    rule_adds: dict[str, Finding],
+    crashed: bool = False,
+    learned: LabelModel | None = None,
+) -> None:
     """Tick what "accept" applies: the labels whose calibrated confidence clears their kind's threshold.
     labelled: the issue already carries a `module:` label; rule_adds: the rules' own strongest ADD per label;
     crashed: R11 names a crash outright (_crash).
@@ -587,8 +731,12 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
         if s.label == CPU_ONCALL and bisected and not cpu_shown:
             pick = False
         # Sure enough by confidence, held back for a reason the triager is told (in the suggestion's reason).
-        unmeasured = (learned is not None and s.label.startswith("module:") and s.label not in CORE
-                      and not has_own_curve(learned, s.label))
+        unmeasured = (
+            learned is not None
+            and s.label.startswith("module:")
+            and s.label not in CORE
+            and not has_own_curve(learned, s.label)
+        )
         if pick and (unmeasured or s.label in guessed):
             pick = False
             held_back[s.label] = BISECT_FIRST if s.label in guessed else UNMEASURED
@@ -599,9 +747,14 @@ def _preselect(out: Assessment, limits: dict[str, float], question: bool, labell
         ticked.append(pick)
     modules = labelled or any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
-    out.add = [replace(s, preselected=(modules and not flagged and not question) if s.label == TRIAGED else t,
-                       reason=f"{s.reason} · {held_back[s.label]}" if s.label in held_back else s.reason)
-               for s, t in zip(out.add, ticked)]
+    out.add = [
+        replace(
+            s,
+            preselected=(modules and not flagged and not question) if s.label == TRIAGED else t,
+            reason=f"{s.reason} · {held_back[s.label]}" if s.label in held_back else s.reason,
+        )
+        for s, t in zip(out.add, ticked)
+    ]
 
 
 UNMEASURED = "held back: too few past triage decisions to measure how often it is right"
@@ -621,38 +774,81 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -
         elif is_forbidden(s.label):
             out.avoid.append(Avoided(s.label, "G7", "forbidden label (G7)", s.evidence, s.evidence_source))
         elif s.label not in allowed:
-            out.avoid.append(Avoided(s.label, "R7.4", f"{s.rule_id} names it, but it is not in the catalog: add by hand if it exists",
-                                     s.evidence, s.evidence_source))
+            out.avoid.append(
+                Avoided(
+                    s.label,
+                    "R7.4",
+                    f"{s.rule_id} names it, but it is not in the catalog: add by hand if it exists",
+                    s.evidence,
+                    s.evidence_source,
+                )
+            )
         else:
             kept.append(s)
     out.add = kept
     fallback_ok = COMPILE_UX in allowed
-    if fallback_ok and not labelled and out.route in ("pt2", "cpu inductor") and not any(s.label.startswith("module:") for s in kept):
+    if (
+        fallback_ok
+        and not labelled
+        and out.route in ("pt2", "cpu inductor")
+        and not any(s.label.startswith("module:") for s in kept)
+    ):
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
 
-def _checklist(out: Assessment, checks: list[Finding], review: Finding | None, question: bool,
-               labelled: bool = False) -> list[ChecklistItem]:
+def _checklist(
+    out: Assessment, checks: list[Finding], review: Finding | None, question: bool, labelled: bool = False
+) -> list[ChecklistItem]:
     """Every rubric item relevant to this issue, with its state. labelled: the issue already carries a module: label."""
     modules = [s.label for s in out.add if s.label.startswith("module:")]
     items = [ChecklistItem(x.rule_id, x.reason, x.state, x.evidence) for x in checks]
     if out.route == "handoff":
         oncall = next(s.label for s in out.add if s.label.startswith("oncall:"))
-        items.append(ChecklistItem("G5", f"Hand off to {oncall}: exactly one oncall label, no module labels, no triaged.", "satisfied", oncall))
+        items.append(
+            ChecklistItem(
+                "G5",
+                f"Hand off to {oncall}: exactly one oncall label, no module labels, no triaged.",
+                "satisfied",
+                oncall,
+            )
+        )
     else:
         items.append(ChecklistItem("G3", "oncall: pt2 is not a redirect: continue labelling.", "satisfied"))
         fallback = any(s.rule_id == "G4" for s in out.add)
         # What `a` applies must carry the component: a suggestion left unticked does not satisfy G4.
         ticked = [s.label for s in out.add if s.label.startswith("module:") and s.preselected]
-        note = (" (fallback: try to be precise first)" if fallback else ": none in this catalog, pick one by hand" if not modules
-                else "" if ticked or labelled else ": none sure enough to pre-select, tick one before applying")
-        items.append(ChecklistItem("G4", "At least one module: label" + note,
-                                   "satisfied" if (ticked or labelled) and modules and not fallback else "needs_human",
-                                   ", ".join(ticked or modules)))
-        items.append(ChecklistItem("R11", "Crash, silent wrong result, regression or important user: flag triage review.",
-                                   "satisfied" if review else "not_applicable", review.evidence if review else ""))
-        items.append(ChecklistItem("G6", "Not redirected and not flagged: triaged.",
-                                   "not_applicable" if (review or question) else "satisfied"))
+        note = (
+            " (fallback: try to be precise first)"
+            if fallback
+            else ": none in this catalog, pick one by hand"
+            if not modules
+            else ""
+            if ticked or labelled
+            else ": none sure enough to pre-select, tick one before applying"
+        )
+        items.append(
+            ChecklistItem(
+                "G4",
+                "At least one module: label" + note,
+                "satisfied" if (ticked or labelled) and modules and not fallback else "needs_human",
+                ", ".join(ticked or modules),
+            )
+        )
+        items.append(
+            ChecklistItem(
+                "R11",
+                "Crash, silent wrong result, regression or important user: flag triage review.",
+                "satisfied" if review else "not_applicable",
+                review.evidence if review else "",
+            )
+        )
+        items.append(
+            ChecklistItem(
+                "G6",
+                "Not redirected and not flagged: triaged.",
+                "not_applicable" if (review or question) else "satisfied",
+            )
+        )
     return items
 
 
@@ -666,33 +862,71 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
     if backend:
         items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", backend.evidence))
     elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
-        items.append(ChecklistItem("R2", "No backend results yet: run the bisection (eager, aot_eager, "
-                                   "aot_eager_decomp_partition, inductor) to find the component.", "needs_human"))
+        items.append(
+            ChecklistItem(
+                "R2",
+                "No backend results yet: run the bisection (eager, aot_eager, "
+                "aot_eager_decomp_partition, inductor) to find the component.",
+                "needs_human",
+            )
+        )
     # A bisection verdict replaces the text's backend results (_components): where they disagree, say so.
     bisected = {x.label for x in findings if x.source.startswith("bisection") and x.label in CORE}
-    told = next((x for x in findings if decisive(x) and not x.source.startswith("bisection") and x.label in CORE
-                 and x.label not in bisected), None)
+    told = next(
+        (
+            x
+            for x in findings
+            if decisive(x) and not x.source.startswith("bisection") and x.label in CORE and x.label not in bisected
+        ),
+        None,
+    )
     if bisected and told:
-        items.append(ChecklistItem("R2", f"The bisection points at {', '.join(sorted(bisected))}, but the thread reports a backend "
-                                   f"result that points at {told.label}: same device, dtype and version? Rerun with the "
-                                   "thread's setup before applying.", "needs_human", told.evidence))
+        items.append(
+            ChecklistItem(
+                "R2",
+                f"The bisection points at {', '.join(sorted(bisected))}, but the thread reports a backend "
+                f"result that points at {told.label}: same device, dtype and version? Rerun with the "
+                "thread's setup before applying.",
+                "needs_human",
+                told.evidence,
+            )
+        )
     if labels & {DYNAMO, DYNAMIC} and not any(x.rule_id == "R1.1" for x in findings):
-        items.append(ChecklistItem("R1.1", "Does it pass with dynamic=False? Then dynamic shapes only, not Dynamo.", "needs_human"))
+        items.append(
+            ChecklistItem(
+                "R1.1", "Does it pass with dynamic=False? Then dynamic shapes only, not Dynamo.", "needs_human"
+            )
+        )
     if DISPATCHER in labels:
-        items.append(ChecklistItem("R5", "Is the bug in AOTAutograd, functionalization, FakeTensor or custom-op dispatch, "
-                                   "not merely in the stack trace?", "needs_human"))
+        items.append(
+            ChecklistItem(
+                "R5",
+                "Is the bug in AOTAutograd, functionalization, FakeTensor or custom-op dispatch, "
+                "not merely in the stack trace?",
+                "needs_human",
+            )
+        )
     return items
 
 
 def _crowded_checks(crowded: list[Finding]) -> list[ChecklistItem]:
     """A core component left out next to another one (_without_weak_company), as a question: R1 says do not
     over-tag, the triager knows whether it is a second cause."""
-    return [ChecklistItem(x.rule_id, f"{x.label}: left out next to another component, where such a second label is "
-                          f"rarely right ({x.reason}): is it a cause of its own? (R1)", "needs_human", x.evidence)
-            for x in crowded]
+    return [
+        ChecklistItem(
+            x.rule_id,
+            f"{x.label}: left out next to another component, where such a second label is "
+            f"rarely right ({x.reason}): is it a cause of its own? (R1)",
+            "needs_human",
+            x.evidence,
+        )
+        for x in crowded
+    ]
 
 
-def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding], asked: frozenset[str] = frozenset()) -> list[ChecklistItem]:
+def _weak_checks(
+    out: Assessment, adds: dict[str, Finding], unsure: list[Finding], asked: frozenset[str] = frozenset()
+) -> list[ChecklistItem]:
     """Weak or below-threshold signals as questions for a human instead of suggestions (G8).
 
     One item per label that had some evidence but is not suggested, or is suggested only as a weak
@@ -711,6 +945,12 @@ def _weak_checks(out: Assessment, adds: dict[str, Finding], unsure: list[Finding
         weak = x.weight <= WEAK if x.origin == "rule" else shown is not None and shown.confidence <= WEAK
         if label in dropped or (shown is None and weak) or (shown is not None and not shown.preselected and weak):
             what = "suggested as a weak guess" if shown else "not suggested"
-            items.append(ChecklistItem(x.rule_id, f"{label}: {what} on weak evidence ({x.reason}): "
-                                       "is this why it fails, or only where? (G8)", "needs_human", x.evidence))
+            items.append(
+                ChecklistItem(
+                    x.rule_id,
+                    f"{label}: {what} on weak evidence ({x.reason}): is this why it fails, or only where? (G8)",
+                    "needs_human",
+                    x.evidence,
+                )
+            )
     return items

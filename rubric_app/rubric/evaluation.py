@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read, strongest
-from .model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
+from .model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from .text import split_thread_authored
 from .types import Assessment, CommentText, IssueText
 
@@ -26,10 +26,24 @@ from .types import Assessment, CommentText, IssueText
 # Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
 # operators`) are outside the rubric, so the engine neither predicts nor is scored on them.
 COMPONENTS = (
-    "module: dynamo", "module: inductor", "module: dynamic shapes", "module: pt2-dispatcher",
-    "module: decompositions", "module: fx", "module: functorch", "module: helion", "module: cuda graphs",
-    "module: flex attention", "module: dtensor", "module: fsdp", "module: ddp", "module: determinism",
-    "module: compile-time", "module: numerical-stability", "module: memory usage", "module: performance",
+    "module: dynamo",
+    "module: inductor",
+    "module: dynamic shapes",
+    "module: pt2-dispatcher",
+    "module: decompositions",
+    "module: fx",
+    "module: functorch",
+    "module: helion",
+    "module: cuda graphs",
+    "module: flex attention",
+    "module: dtensor",
+    "module: fsdp",
+    "module: ddp",
+    "module: determinism",
+    "module: compile-time",
+    "module: numerical-stability",
+    "module: memory usage",
+    "module: performance",
     "module: compile ux",
 )
 # Older names triagers applied for the same thing: `module: aotdispatch` is the AOTAutograd label the
@@ -67,7 +81,11 @@ def read_jsonl(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {n}: not JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("title", ""), str) or not isinstance(record.get("body", ""), str):
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("title", ""), str)
+            or not isinstance(record.get("body", ""), str)
+        ):
             raise InputError(f"line {n}: expected an object with string title and body")
         if not isinstance(record.get("comments", []), list) or not isinstance(record.get("labels", []), list):
             raise InputError(f"line {n}: comments and labels must be lists")
@@ -85,7 +103,8 @@ def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueT
     body = without_title_heading(record.get("body") or "", title).replace(HARVEST_CUT, "")
     description, reporter, thread_comments = split_thread_authored(body)
     comments = [
-        (str(c.get("author", "")), str(c.get("body", "")).replace(HARVEST_CUT, "")) if isinstance(c, dict)
+        (str(c.get("author", "")), str(c.get("body", "")).replace(HARVEST_CUT, ""))
+        if isinstance(c, dict)
         else ("", str(c).replace(HARVEST_CUT, ""))
         for c in record.get("comments", [])
     ]
@@ -109,8 +128,8 @@ def without_title_heading(body: str, title: str) -> str:
     line, so the engine must not learn from it: read twice, the title's words counted as body words too,
     for a model (and rules reading the text) that then meets bodies without them once synced."""
     heading = f"# {title}"
-    if title and body.startswith(heading) and body[len(heading):len(heading) + 1] in ("", "\n"):
-        return body[len(heading):].lstrip("\n")
+    if title and body.startswith(heading) and body[len(heading) : len(heading) + 1] in ("", "\n"):
+        return body[len(heading) :].lstrip("\n")
     return body
 
 
@@ -124,8 +143,14 @@ def output_line(number: int, assessment: Assessment) -> dict[str, Any]:
         "preselected": preselected_verdict(assessment),
         "confidence": assessment.confidence(),
         "evidence": {
-            s.label: {"rule_id": s.rule_id, "confidence": s.confidence, "evidence": s.evidence,
-                      "evidence_source": s.evidence_source, "reason": s.reason, "preselected": s.preselected}
+            s.label: {
+                "rule_id": s.rule_id,
+                "confidence": s.confidence,
+                "evidence": s.evidence,
+                "evidence_source": s.evidence_source,
+                "reason": s.reason,
+                "preselected": s.preselected,
+            }
             for s in assessment.add
         },
         "checklist": [{"rule_id": c.rule_id, "state": c.state, "text": c.text} for c in assessment.checklist],
@@ -203,9 +228,13 @@ class Score:
 
 
 def route_labels(records: list[dict[str, Any]]) -> list[str]:
-    """The redirect labels scored as routing: every non-pt2 `oncall:` label in the data, plus the ones the engine emits."""
+    """The redirect labels scored as routing: every non-pt2 `oncall:` label in the data, plus the ones the
+    engine emits."""
     seen = {ALIASES.get(l, l) for r in records for l in r.get("labels", [])}
-    return sorted({l for l in seen if l.startswith("oncall:") and l != PT2_ONCALL} | {CPU_ONCALL, "oncall: export", "oncall: distributed"})
+    return sorted(
+        {l for l in seen if l.startswith("oncall:") and l != PT2_ONCALL}
+        | {CPU_ONCALL, "oncall: export", "oncall: distributed"}
+    )
 
 
 def score(records: list[dict[str, Any]], predictions: list[list[str]], strict: bool = False) -> Score:
@@ -223,15 +252,20 @@ def score(records: list[dict[str, Any]], predictions: list[list[str]], strict: b
     return result
 
 
-def predict(records: list[dict[str, Any]], model: LabelModel | None = None, use_model: bool = True,
-            min_confidence: float = 0.0) -> list[list[str]]:
+def predict(
+    records: list[dict[str, Any]], model: LabelModel | None = None, use_model: bool = True, min_confidence: float = 0.0
+) -> list[list[str]]:
     """The engine's labels for each record, with the record's own labels hidden.
 
     model: the learned labeler to use (default: the shipped one); use_model=False: rules alone;
     min_confidence: the engine's threshold for component labels.
     """
-    return [evaluate(issue_from_record(r, use_labels=False), model=model, use_model=use_model,
-                     min_confidence=min_confidence).verdict() for r in records]
+    return [
+        evaluate(
+            issue_from_record(r, use_labels=False), model=model, use_model=use_model, min_confidence=min_confidence
+        ).verdict()
+        for r in records
+    ]
 
 
 def split_by_number(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -285,8 +319,12 @@ def without_fallback(labels: list[str]) -> list[str]:
     return [l for l in labels if l != COMPILE_UX] if modules == [COMPILE_UX] else labels
 
 
-def precision_recall_curve(records: list[dict[str, Any]], thresholds: Iterable[float] = CURVE, model: LabelModel | None = None,
-                           use_model: bool = False) -> list[tuple[float, Counts, Counts]]:
+def precision_recall_curve(
+    records: list[dict[str, Any]],
+    thresholds: Iterable[float] = CURVE,
+    model: LabelModel | None = None,
+    use_model: bool = False,
+) -> list[tuple[float, Counts, Counts]]:
     """(threshold, component micro counts, the same without G4's fallback) at each min_confidence.
 
     Rules alone unless a model is given. The fallback replaces every label the threshold drops, so
@@ -295,7 +333,13 @@ def precision_recall_curve(records: list[dict[str, Any]], thresholds: Iterable[f
     curve = []
     for t in thresholds:
         predicted = predict(records, model=model, use_model=use_model, min_confidence=t)
-        curve.append((t, score(records, predicted).components, score(records, [without_fallback(p) for p in predicted]).components))
+        curve.append(
+            (
+                t,
+                score(records, predicted).components,
+                score(records, [without_fallback(p) for p in predicted]).components,
+            )
+        )
     return curve
 
 
@@ -320,12 +364,15 @@ def answer(record: dict[str, Any], label: str) -> bool | None:
     return truth(record, label)
 
 
-def training_examples(records: list[dict[str, Any]], readings: list[Reading] | None = None
-                      ) -> list[tuple[set[str], dict[str, bool | None]]]:
+def training_examples(
+    records: list[dict[str, Any]], readings: list[Reading] | None = None
+) -> list[tuple[set[str], dict[str, bool | None]]]:
     """(features, answers) per record for model.train; answers are None where unknown (answer())."""
     readings = readings or [read(issue_from_record(r, use_labels=False)) for r in records]
-    return [(set(reading.features()), {label: answer(record, label) for label in MODEL_LABELS})
-            for record, reading in zip(records, readings)]
+    return [
+        (set(reading.features()), {label: answer(record, label) for label in MODEL_LABELS})
+        for record, reading in zip(records, readings)
+    ]
 
 
 def cross_validated(records: list[dict[str, Any]], folds: int = 5) -> list[Assessment]:
@@ -364,7 +411,9 @@ REVIEW_PRECISION = 0.62
 REVIEW_RECALL = 0.75
 
 
-def fit_model(records: list[dict[str, Any]], folds: int = 5, decisions: list[tuple[set[str], dict[str, bool | None]]] = ()) -> LabelModel:
+def fit_model(
+    records: list[dict[str, Any]], folds: int = 5, decisions: list[tuple[set[str], dict[str, bool | None]]] = ()
+) -> LabelModel:
     """Train the learned labeler on `records` and calibrate it by cross-validation on the same records.
 
     1. k models, each trained without one fold, score that fold: out-of-fold probabilities;
@@ -380,13 +429,18 @@ def fit_model(records: list[dict[str, Any]], folds: int = 5, decisions: list[tup
     readings = [read(issue_from_record(r, use_labels=False)) for r in records]
     examples = training_examples(records, readings)
     folds = max(2, min(folds, len(records)))
-    fold_models = [train([e for i, e in enumerate(examples) if i % folds != fold] + list(decisions)) for fold in range(folds)]
+    fold_models = [
+        train([e for i, e in enumerate(examples) if i % folds != fold] + list(decisions)) for fold in range(folds)
+    ]
     predictions = [fold_models[i % folds].predict(reading.features()) for i, reading in enumerate(readings)]
 
     calibration: dict[str, list[list[float]]] = {}
     for label in MODEL_LABELS:
-        known = [(predictions[i][label][0], bool(a[label]), _rule_supports(feats, label))
-                 for i, (feats, a) in enumerate(examples) if a.get(label) is not None and label in predictions[i]]
+        known = [
+            (predictions[i][label][0], bool(a[label]), _rule_supports(feats, label))
+            for i, (feats, a) in enumerate(examples)
+            if a.get(label) is not None and label in predictions[i]
+        ]
         # A prediction some rule also makes is calibrated apart from one the model makes alone.
         for supported in (False, True):
             points = [(p, y) for p, y, s in known if s == supported]
@@ -447,9 +501,13 @@ def own_curve(values: list[tuple[float, bool]], group: list[tuple[float, bool]])
     return list(isotonic(values, prior=sum(y for _, y in group) / len(group)))
 
 
-def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], fold_models: list[LabelModel],
-                       predictions: list[dict[str, tuple[float, list[str]]]], folds: int
-                       ) -> tuple[dict[str, float], dict[str, float]]:
+def _choose_thresholds(
+    records: list[dict[str, Any]],
+    readings: list[Reading],
+    fold_models: list[LabelModel],
+    predictions: list[dict[str, tuple[float, list[str]]]],
+    folds: int,
+) -> tuple[dict[str, float], dict[str, float]]:
     """The thresholds with the best out-of-fold component F1 on issues humans gave a component, then the
     pre-selection threshold from the same out-of-fold suggestions."""
     labelled = [i for i, r in enumerate(records) if has_component(r)]
@@ -483,7 +541,9 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
     # Routing: the bars with the best out-of-fold routing F1 (redirects, then visibility oncall: labels).
     for key in ("route", "visibility"):
         grid = GRID_VISIBILITY if key == "visibility" else GRID_ROUTE
-        scored = [(score(records, [a.verdict() for a in run({**limits, key: bar})]).routing.f1, -bar, bar) for bar in grid]
+        scored = [
+            (score(records, [a.verdict() for a in run({**limits, key: bar})]).routing.f1, -bar, bar) for bar in grid
+        ]
         limits[key] = max(scored)[2]
     # The review flag: the most recall at precision REVIEW_PRECISION (the target's 0.60 and a margin) when
     # that recall reaches REVIEW_RECALL; otherwise the best F1 (a flag right 62% of the time on one issue
@@ -491,15 +551,24 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
     reviewed = []
     for bar in GRID_REVIEW:
         c = score(records, [a.verdict() for a in run({**limits, "review": bar})]).review
-        reviewed.append((c.precision >= REVIEW_PRECISION and c.recall >= REVIEW_RECALL, c.recall if c.precision >= REVIEW_PRECISION else 0.0,
-                         c.f1, -bar, bar))
+        reviewed.append(
+            (
+                c.precision >= REVIEW_PRECISION and c.recall >= REVIEW_RECALL,
+                c.recall if c.precision >= REVIEW_PRECISION else 0.0,
+                c.f1,
+                -bar,
+                bar,
+            )
+        )
     meets = [r for r in reviewed if r[0]]
     limits["review"] = max(meets)[4] if meets else max(reviewed, key=lambda r: (r[2], r[3]))[4]
     # A core component next to another one (engine.company) is scored on what such labels scored here (the
     # curves join the calibration every fold model and the final one share: fit_model), and dropped below
     # the bar with the best F1 at the precision wanted.
     everything = run(limits)
-    fold_models[0].calibration.update(company_calibration([records[i] for i in labelled], [everything[i] for i in labelled]))
+    fold_models[0].calibration.update(
+        company_calibration([records[i] for i in labelled], [everything[i] for i in labelled])
+    )
     fits = [(component_fit({**limits, "company": bar}), -bar, bar) for bar in GRID_COMPANY]
     limits["company"] = max(fits)[2]
     runs = run({**limits, "preselect": 0.0, "preselect_route": 0.0, "preselect_review": 0.0})
@@ -521,9 +590,17 @@ def _choose_thresholds(records: list[dict[str, Any]], readings: list[Reading], f
     limits["preselect_route"] = preselect_threshold(routes, PRESELECT_PRECISION)
     limits["preselect_review"] = preselect_threshold(review, PRESELECT_PRECISION)
     t = trust(records, run(limits))
-    figures = {"issues": t.issues, "component_precision": t.components.precision, "component_recall": t.components.recall,
-               "component_f1": t.components.f1, "preselected_precision": t.preselected.precision, "coverage": t.coverage,
-               "routing_f1": t.routing.f1, "review_precision": t.review.precision, "review_recall": t.review.recall}
+    figures = {
+        "issues": t.issues,
+        "component_precision": t.components.precision,
+        "component_recall": t.components.recall,
+        "component_f1": t.components.f1,
+        "preselected_precision": t.preselected.precision,
+        "coverage": t.coverage,
+        "routing_f1": t.routing.f1,
+        "review_precision": t.review.precision,
+        "review_recall": t.review.recall,
+    }
     return limits, {k: round(v, 3) for k, v in figures.items()}
 
 
@@ -546,13 +623,22 @@ def company_calibration(records: list[dict[str, Any]], assessments: list[Assessm
                 labels.setdefault((s.company, s.label), []).append((s.confidence, actual))
     fitted = {kind: values for kind, values in kinds.items() if len(values) >= COMPANY_MIN}
     curves = {kind: list(isotonic(values)) for kind, values in fitted.items()}
-    curves.update({f"{kind}:{label}": own_curve(values, fitted[kind]) for (kind, label), values in labels.items()
-                   if kind in fitted and len(values) >= OWN_CURVE_MIN})
+    curves.update(
+        {
+            f"{kind}:{label}": own_curve(values, fitted[kind])
+            for (kind, label), values in labels.items()
+            if kind in fitted and len(values) >= OWN_CURVE_MIN
+        }
+    )
     return curves
 
 
-def learning_curve(records: list[dict[str, Any]], fractions: Iterable[float] = (0.25, 0.5, 0.75, 1.0),
-                   seeds: Iterable[int] = (0, 1, 2), folds: int = 5) -> list[tuple[float, int, float, float, float]]:
+def learning_curve(
+    records: list[dict[str, Any]],
+    fractions: Iterable[float] = (0.25, 0.5, 0.75, 1.0),
+    seeds: Iterable[int] = (0, 1, 2),
+    folds: int = 5,
+) -> list[tuple[float, int, float, float, float]]:
     """(fraction, issues trained on, mean, min, max micro-F1) of the learned labeler alone on the core components,
     out of fold, trained on `fraction` of the other folds (a random subset per seed): does more data help?
 
@@ -582,8 +668,12 @@ def learning_curve(records: list[dict[str, Any]], fractions: Iterable[float] = (
 CURVE_GRID = [(first, second) for first in (0.1, 0.2, 0.3, 0.4, 0.5) for second in (0.3, 0.4, 0.5, 0.6, 0.7)]
 
 
-def _core_f1(examples: list[tuple[set[str], dict[str, bool | None]]], predictions: list[dict[str, tuple[float, list[str]]]],
-             first: float, second: float) -> float:
+def _core_f1(
+    examples: list[tuple[set[str], dict[str, bool | None]]],
+    predictions: list[dict[str, tuple[float, list[str]]]],
+    first: float,
+    second: float,
+) -> float:
     c = Counts()
     for (_feats, answers), predicted in zip(examples, predictions):
         if not any(answers.get(l) for l in COMPONENT_LABELS):
@@ -621,8 +711,9 @@ def preselect_threshold(points: list[tuple[float, bool]], precision: float) -> f
     return round(threshold, 3) if threshold <= 1.0 else 1.01
 
 
-def calibration_table(points: list[tuple[float, bool]], edges: tuple[float, ...] = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
-                      ) -> list[tuple[float, float, int, float]]:
+def calibration_table(
+    points: list[tuple[float, bool]], edges: tuple[float, ...] = (0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.01)
+) -> list[tuple[float, float, int, float]]:
     """(low, high, labels shown in [low, high), observed precision) per confidence bucket."""
     rows = []
     for low, high in zip(edges, edges[1:]):

@@ -10,7 +10,7 @@ import re._constants as sre_constants
 import re._parser as sre_parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 from .text import CodeFacts, Source
 from .types import IssueText
@@ -63,7 +63,7 @@ class Finding:
     origin: str = "rule"  # rule | model | bisection: what the Suggested's `source` will say
 
 
-@lru_cache(maxsize=None)
+@cache
 def needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
     """Lowercase literals of which any match must contain at least one; None when the pattern has
     an alternative without one. A cheap `in` test on them skips most regex searches (the hot path);
@@ -98,8 +98,10 @@ def _alternatives_needles(seq: list) -> list[str] | None:
     candidates = [[best]] if len(best) >= 3 else []
     for op, arg in seq:
         sub = (
-            _alternatives_needles(list(arg[3])) if op is sre_constants.SUBPATTERN
-            else _alternatives_needles([(op, arg)]) if op is sre_constants.BRANCH
+            _alternatives_needles(list(arg[3]))
+            if op is sre_constants.SUBPATTERN
+            else _alternatives_needles([(op, arg)])
+            if op is sre_constants.BRANCH
             else None
         )
         if sub:
@@ -107,7 +109,7 @@ def _alternatives_needles(seq: list) -> list[str] | None:
     return max(candidates, key=lambda c: min(map(len, c))) if candidates else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def locator(pattern: re.Pattern[str]) -> re.Pattern[str] | None:
     """A looser, much faster twin of `pattern` for the folded lowercase text: any text the pattern
     matches, the locator matches too, so a locator miss skips the real search (the engine's hot path).
@@ -150,7 +152,8 @@ class Facts:
     _lowered_whole: tuple[str, str, str] = ("", "", "")
     # The thread reader's facts (thread.py), read once per issue by thread_facts() in rules.py.
     thread: list | None = field(default=None, repr=False)
-    # The backend results the thread reports (thread.backend_results), read once per issue by backend_reports() in rules.py.
+    # The backend results the thread reports (thread.backend_results), read once per issue by
+    # backend_reports() in rules.py.
     backends: list | None = field(default=None, repr=False)
     # The environment reports cut out of the body and comments (text.split_environment): only rules that ask
     # about the reporter's setup read them (find_environment).

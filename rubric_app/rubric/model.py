@@ -3,9 +3,9 @@ already triaged.
 
 The approach of Mozilla's bugbug, kept explainable: one logistic regression per label over binary
 features (words, title tags, which rules fired, what the thread reader found: features()), so every
-suggestion can show the features that pushed it up. Pure Python (no numpy) to keep the rubric package dependency-free; a few hundred
-to a few thousand issues train in seconds. The rules stay authoritative: the engine uses the model's
-probability as one more weighed finding, never to break an invariant.
+suggestion can show the features that pushed it up. Pure Python (no numpy) to keep the rubric package
+dependency-free; a few hundred to a few thousand issues train in seconds. The rules stay authoritative:
+the engine uses the model's probability as one more weighed finding, never to break an invariant.
 """
 
 from __future__ import annotations
@@ -21,7 +21,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import CPU_ONCALL, DECOMP, DISPATCHER, DIST_ONCALL, DYNAMIC, DYNAMO, EXPORT_ONCALL, INDUCTOR, REVIEW, Finding
+from .facts import (
+    CPU_ONCALL,
+    DECOMP,
+    DISPATCHER,
+    DIST_ONCALL,
+    DYNAMIC,
+    DYNAMO,
+    EXPORT_ONCALL,
+    INDUCTOR,
+    REVIEW,
+    Finding,
+)
 from .text import MAX_TITLE, Source
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -34,8 +45,17 @@ SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
 COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
 MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, DIST_ONCALL, REVIEW)
 # Which rubric rule governs each learned label: the rule id a model suggestion cites.
-GOVERNING_RULE = {DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1",
-                  CPU_ONCALL: "R10", EXPORT_ONCALL: "R6.3", DIST_ONCALL: "R6.4", REVIEW: "R11"}
+GOVERNING_RULE = {
+    DYNAMO: "R1.2",
+    INDUCTOR: "R2.2",
+    DYNAMIC: "R1.3",
+    DISPATCHER: "R5",
+    DECOMP: "R4.1",
+    CPU_ONCALL: "R10",
+    EXPORT_ONCALL: "R6.3",
+    DIST_ONCALL: "R6.4",
+    REVIEW: "R11",
+}
 # Learned labels that are visibility extras, never a handoff (R6.4).
 VISIBILITY_LABELS = frozenset({DIST_ONCALL})
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
@@ -43,8 +63,18 @@ VISIBILITY_LABELS = frozenset({DIST_ONCALL})
 # symptom label (engine.SYMPTOMS) from `symptom`, an `oncall:` visibility label from `visibility`; a
 # redirect from `route`, the review flag from `review`. "Accept" ticks module labels from `preselect`,
 # oncall: labels from `preselect_route` and the review flag from `preselect_review`.
-DEFAULT_THRESHOLDS = {"first": 0.35, "second": 0.6, "extra": 0.5, "symptom": 0.5, "preselect": 0.75, "route": 0.5,
-                      "review": 0.5, "visibility": 0.5, "preselect_route": 0.9, "preselect_review": 0.9}
+DEFAULT_THRESHOLDS = {
+    "first": 0.35,
+    "second": 0.6,
+    "extra": 0.5,
+    "symptom": 0.5,
+    "preselect": 0.75,
+    "route": 0.5,
+    "review": 0.5,
+    "visibility": 0.5,
+    "preselect_route": 0.9,
+    "preselect_review": 0.9,
+}
 
 # Not after "+": a build tag (`2.5.1+cpu`, `+cu121`) says what was installed, not where it fails (R2.4).
 # Not after "@": who is mentioned says nothing about the bug, and the bot's "cc @..." line is written
@@ -105,7 +135,7 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
                 found.setdefault("tag:" + tag.group(1).strip().lower(), (tag.group(0), "title"))
             words = list(TITLE_WORD.finditer(text))
             for a, b in zip(words, words[1:]):
-                found.setdefault(f"t2:{a.group(0).lower()}_{b.group(0).lower()}", (text[a.start():b.end()], "title"))
+                found.setdefault(f"t2:{a.group(0).lower()}_{b.group(0).lower()}", (text[a.start() : b.end()], "title"))
     for x in findings:
         if x.kind in ("add", "route", "flag", "avoid"):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
@@ -271,32 +301,50 @@ class LabelModel:
         the weight is under 0.02, which predict() skips)."""
         kept = {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()}
         names = sorted({f for w in kept.values() for f in w})
-        data = {"trained_on": self.trained_on, "bias": {l: round(b, 4) for l, b in self.bias.items()}, "features": names,
-                "weights": {l: [w.get(f, 0) for f in names] for l, w in kept.items()},
-                "calibration": self.calibration, "thresholds": self.thresholds, "cross_validated": self.cross_validated}
+        data = {
+            "trained_on": self.trained_on,
+            "bias": {l: round(b, 4) for l, b in self.bias.items()},
+            "features": names,
+            "weights": {l: [w.get(f, 0) for f in names] for l, w in kept.items()},
+            "calibration": self.calibration,
+            "thresholds": self.thresholds,
+            "cross_validated": self.cross_validated,
+        }
         path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
     @classmethod
     def load(cls, path: Path | None = None) -> LabelModel | None:
         """The saved model (default: the locally trained one, else the shipped one), or None when there
         is none (the engine then runs on rules alone). Reads the older layout ({label: {feature: weight}}) too."""
-        for candidate in ([path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]):
+        for candidate in [path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]:
             try:
                 data = json.loads(candidate.read_text())
                 weights = data["weights"]
                 if "features" in data:
-                    weights = {l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()}
-                return cls(weights=weights, bias=data["bias"], trained_on=data.get("trained_on", 0),
-                           calibration=data.get("calibration", {}),
-                           thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
-                           cross_validated=data.get("cross_validated", {}))
+                    weights = {
+                        l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()
+                    }
+                return cls(
+                    weights=weights,
+                    bias=data["bias"],
+                    trained_on=data.get("trained_on", 0),
+                    calibration=data.get("calibration", {}),
+                    thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
+                    cross_validated=data.get("cross_validated", {}),
+                )
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return None
 
 
-def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int = 25, rate: float = 0.2,
-          l2: float = 0.01, min_df: int = 2, seed: int = 0) -> LabelModel:
+def train(
+    examples: list[tuple[set[str], dict[str, bool | None]]],
+    epochs: int = 25,
+    rate: float = 0.2,
+    l2: float = 0.01,
+    min_df: int = 2,
+    seed: int = 0,
+) -> LabelModel:
     """Fit one L2-regularised logistic regression per label by SGD.
 
     examples: (feature names, {label: True/False/None}); None (a label hidden by truncation) leaves
@@ -311,8 +359,11 @@ def train(examples: list[tuple[set[str], dict[str, bool | None]]], epochs: int =
     rng = random.Random(seed)
     valued = [feature_values(feats) for feats, _ in examples]
     for label in MODEL_LABELS:
-        rows = [([(index[f], v) for f, v in valued[n].items() if f in index], bool(answers[label]))
-                for n, (_feats, answers) in enumerate(examples) if answers.get(label) is not None]
+        rows = [
+            ([(index[f], v) for f, v in valued[n].items() if f in index], bool(answers[label]))
+            for n, (_feats, answers) in enumerate(examples)
+            if answers.get(label) is not None
+        ]
         positives = sum(1 for _, y in rows if y)
         w = [0.0] * len(names)
         b = math.log((positives + 1) / (len(rows) - positives + 1)) if rows else 0.0

@@ -22,17 +22,16 @@ from .facts import (
     DYNAMIC,
     DYNAMO,
     FX,
-    Facts,
-    Finding,
-    I,
     INDUCTOR,
     NEEDS_REPRO,
     PT2_ONCALL,
+    Facts,
+    Finding,
+    I,
     _add,
     rule,
 )
 from .thread import BackendResult, ThreadFact, backend_results, conclusion, ladder, read_thread
-
 
 # --- shared signals --------------------------------------------------------------
 
@@ -40,13 +39,17 @@ COMPILE_CALL = re.compile(r"torch\.compile|\.compile\(|@torch\.compile|torch\._d
 COMPILE_USE = re.compile(r"torch\.compile|@torch\.compile|torch\._dynamo|\bdynamo\b|\bcompiled?\b", I)
 AOT_FRAME = re.compile(r"torch/_functorch/_aot_autograd/[\w/]{1,80}\.py|_aot_autograd\b|aot_autograd\.py", I)
 SILENT_WRONG = re.compile(
-    r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
+    r"silent(?:ly)?\b|\bwrong (?:results?|outputs?|values?|answers?|gradients?|graph)"
+    r"|\bincorrect(?:ly)? (?:results?|outputs?|values?|gradients?|computes?|returns?|produces?)"
     r"|produces? (?:numerically )?(?:different|inconsistent|incorrect|wrong)"
-    r"|\b(?:output|numerical|result|accuracy) mismatch|\b(?:output|numerical|result|accuracy) discrepancy|\b(?:output|numerical|result|accuracy) inconsistency"
-    r"|\binconsisten(?:t|cy) (?:results?|outputs?|behaviou?r)|\[inconsisten\w{0,4}\]|differs? from eager|diverges? from eager|eager and compiled? (?:disagree|differ)"
+    r"|\b(?:output|numerical|result|accuracy) mismatch|\b(?:output|numerical|result|accuracy) discrepancy"
+    r"|\b(?:output|numerical|result|accuracy) inconsistency"
+    r"|\binconsisten(?:t|cy) (?:results?|outputs?|behaviou?r)|\[inconsisten\w{0,4}\]|differs? from eager"
+    r"|diverges? from eager|eager and compiled? (?:disagree|differ)"
     r"|\bdivergence\b|return NaN|returns NaN|output NaN|outputs NaN|\bmismatch (?:between|with|compared)"
     # "compile ignores X" / "does nothing": no error, just not what eager does.
-    r"|\bignor(?:es|ed|ing) (?:the |a |my )?`?[\w.]{2,40}|\bdoes not (?:recompile|persist|propagate|preserve)|\bdoesn't (?:recompile|persist|propagate|preserve)|\bdoes nothing\b"
+    r"|\bignor(?:es|ed|ing) (?:the |a |my )?`?[\w.]{2,40}|\bdoes not (?:recompile|persist|propagate|preserve)"
+    r"|\bdoesn't (?:recompile|persist|propagate|preserve)|\bdoes nothing\b"
     r"|\bincorrect(?:ly)? (?:indices|strides|shapes?)\b|\bprecision (?:bug|is lower|appears to be lower|loss)",
     I,
 )
@@ -73,7 +76,9 @@ EXTERNAL_FILE = re.compile(
     r"|drive\.google\.com|dropbox\.com|onedrive\.live\.com|1drv\.ms|mega\.nz|wetransfer\.com|huggingface\.co/[\w.-]{1,60}/[\w.-]{1,60}/(?:resolve|blob)/",
     I,
 )
-LOADS_FILE = re.compile(r"torch\.load\(|from_pretrained\(|load_state_dict\(|onnx\.load\(|pickle\.load\(|\bdownload\b", I)
+LOADS_FILE = re.compile(
+    r"torch\.load\(|from_pretrained\(|load_state_dict\(|onnx\.load\(|pickle\.load\(|\bdownload\b", I
+)
 
 
 @rule("G1")
@@ -82,17 +87,31 @@ def g1_needs_reproduction(f: Facts) -> list[Finding]:
     # LOADS_FILE first: its literals let the prefilter skip most issues before the costlier scan.
     hit = f.has(LOADS_FILE, "text") and f.find(EXTERNAL_FILE, "text")
     if hit:
-        return [Finding("G1", "flag", NEEDS_REPRO, 0.7, hit[0], hit[1],
-                        "the repro needs a file the reporter must share: ask for a self-contained one")]
+        return [
+            Finding(
+                "G1",
+                "flag",
+                NEEDS_REPRO,
+                0.7,
+                hit[0],
+                hit[1],
+                "the repro needs a file the reporter must share: ask for a self-contained one",
+            )
+        ]
     return []
 
 
-QUESTION_TITLE = re.compile(r"^\s{0,5}(?:\[?question\]?:?\s|how (?:do|can|to|should)\b|is (?:it|there) (?:possible|a way)\b|why (?:does|is|do)\b)", I)
+QUESTION_TITLE = re.compile(
+    r"^\s{0,5}(?:\[?question\]?:?\s|how (?:do|can|to|should)\b|is (?:it|there) (?:possible|a way)\b"
+    r"|why (?:does|is|do)\b)",
+    I,
+)
 QUESTION_END = re.compile(r"\?\s{0,5}$")
 # What makes a question-shaped title a bug report after all: a traceback, a crash, wrong results
 # (not the bug template's header: the new-issue form puts it on questions too).
 BUG_WORDS = re.compile(
-    r"Traceback \(most recent call last\)|segmentation fault|\bcrash\w{0,3}|wrong (?:results?|outputs?)|incorrect (?:results?|outputs?)",
+    r"Traceback \(most recent call last\)|segmentation fault|\bcrash\w{0,3}|wrong (?:results?|outputs?)"
+    r"|incorrect (?:results?|outputs?)",
     I,
 )
 
@@ -103,8 +122,17 @@ def g1_question(f: Facts) -> list[Finding]:
     title = f.sources[0].text
     hit = f.find(QUESTION_TITLE, "title") or f.find(QUESTION_END, "title")
     if hit and not BUG_WORDS.search(title) and not f.has(BUG_WORDS, "text"):
-        return [Finding("G1", "check", weight=0.6, evidence=title, source="title", state="needs_human",
-                        reason="Reads like a question, not a bug: close with the forum template?")]
+        return [
+            Finding(
+                "G1",
+                "check",
+                weight=0.6,
+                evidence=title,
+                source="title",
+                state="needs_human",
+                reason="Reads like a question, not a bug: close with the forum template?",
+            )
+        ]
     return g1_thread_question(f)
 
 
@@ -119,8 +147,16 @@ def g2_other_repo(f: Facts) -> list[Finding]:
     if moved:
         return moved
     if hit and not f.has(COMPILE_USE, "title"):
-        return [Finding("G2", "check", evidence=hit[0], source=hit[1], state="needs_human",
-                        reason=f"Might belong in the {hit[0]} repo: transfer, then stop.")]
+        return [
+            Finding(
+                "G2",
+                "check",
+                evidence=hit[0],
+                source=hit[1],
+                state="needs_human",
+                reason=f"Might belong in the {hit[0]} repo: transfer, then stop.",
+            )
+        ]
     return []
 
 
@@ -131,8 +167,10 @@ def g2_other_repo(f: Facts) -> list[Finding]:
 # --- R1. Dynamo or dynamic shapes --------------------------------------------------------
 
 DYNAMIC_FALSE_FIXES = re.compile(
-    r"dynamic\s{0,2}=\s{0,2}False[^\n.]{0,80}?\b(?:works|fix(?:es|ed)?|pass(?:es)?|goes away|no (?:error|issue)|resolves?|succeeds|avoids?)"
-    r"|(?:works|fix(?:es|ed)?|passes|goes away|resolved?|succeeds)[^\n.]{0,40}?(?:with|using|setting|when) `?dynamic\s{0,2}=\s{0,2}False",
+    r"dynamic\s{0,2}=\s{0,2}False[^\n.]{0,80}?"
+    r"\b(?:works|fix(?:es|ed)?|pass(?:es)?|goes away|no (?:error|issue)|resolves?|succeeds|avoids?)"
+    r"|(?:works|fix(?:es|ed)?|passes|goes away|resolved?|succeeds)"
+    r"[^\n.]{0,40}?(?:with|using|setting|when) `?dynamic\s{0,2}=\s{0,2}False",
     I,
 )
 
@@ -145,15 +183,24 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
         return []
     return [
         Finding("R1.1", "add", DYNAMIC, 1.0, hit[0], hit[1], "goes away with dynamic=False"),
-        Finding("R1.1", "avoid", DYNAMO, evidence=hit[0], source=hit[1],
-                reason="the failure disappears with dynamic=False: dynamic shapes, not Dynamo"),
+        Finding(
+            "R1.1",
+            "avoid",
+            DYNAMO,
+            evidence=hit[0],
+            source=hit[1],
+            reason="the failure disappears with dynamic=False: dynamic shapes, not Dynamo",
+        ),
     ]
 
 
-DYNAMO_TITLE = re.compile(r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I)
+DYNAMO_TITLE = re.compile(
+    r"\[(?:torch)?dynamo\]|\b(?:torch)?dynamo\b|graph[ _-]?breaks?\b|\bbytecode\b|\brecompil\w{0,6}", I
+)
 DYNAMO_ERROR = re.compile(
     r"torch\._dynamo\.exc\.(?:Unsupported|InternalTorchDynamoError|UserError)\b|\bInternalTorchDynamoError\b"
-    r"|\bUnsupported: [^\n]{1,80}|graph break\w{0,3}|graph_break\w{0,3}|graph-break\w{0,3}|graphbreak\w{0,3}|\bbytecode\b|\bskipfiles\b|InstructionTranslator\w*"
+    r"|\bUnsupported: [^\n]{1,80}|graph break\w{0,3}|graph_break\w{0,3}|graph-break\w{0,3}|graphbreak\w{0,3}"
+    r"|\bbytecode\b|\bskipfiles\b|InstructionTranslator\w*"
     r"|\b\w{2,40}Variable\(\w{0,40}\)?|\bfullgraph\s{0,2}=\s{0,2}True\b[^\n]{0,60}?(?:fails|error)",
     I,
 )
@@ -166,14 +213,21 @@ def r1_2_graph_breaks(f: Facts) -> list[Finding]:
     shown = f.find(DYNAMO_ERROR, "text")
     if named and shown:
         # Named in the title and shown by its own error: evidence enough for a second component (R1).
-        return [Finding("R1.2", "add", DYNAMO, 0.9, shown[0], shown[1], "Dynamo named in the title and a Dynamo tracing error")]
+        return [
+            Finding(
+                "R1.2", "add", DYNAMO, 0.9, shown[0], shown[1], "Dynamo named in the title and a Dynamo tracing error"
+            )
+        ]
     return named or _add(f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break")
 
 
 SYMBOLIC = re.compile(
-    r"\bSym(?:Int|Float|Bool|Node)\w{0,20}|\bsympy\b[\w.]{0,40}|\bShapeEnv\b|symbolic (?:shapes?|sizes?|ints?|expressions?)"
-    r"|\bguard(?:s|ing)? (?:failure|on (?:data|a size|size))\w{0,10}|dynamic\s{0,2}=\s{0,2}True|\bmark_dynamic\b|maybe_mark_dynamic"
-    r"|\bdynamic[ _-]shapes?\b|size[ _-]oblivious|\bspeciali[sz]\w{1,8}|\bdynamic (?:input|batch|dim\w{0,6}|sequence)\w{0,3}"
+    r"\bSym(?:Int|Float|Bool|Node)\w{0,20}|\bsympy\b[\w.]{0,40}|\bShapeEnv\b"
+    r"|symbolic (?:shapes?|sizes?|ints?|expressions?)"
+    r"|\bguard(?:s|ing)? (?:failure|on (?:data|a size|size))\w{0,10}|dynamic\s{0,2}=\s{0,2}True|\bmark_dynamic\b"
+    r"|maybe_mark_dynamic"
+    r"|\bdynamic[ _-]shapes?\b|size[ _-]oblivious|\bspeciali[sz]\w{1,8}"
+    r"|\bdynamic (?:input|batch|dim\w{0,6}|sequence)\w{0,3}"
     r"|CantSplit|ConstraintViolation\w{0,10}",
     I,
 )
@@ -205,8 +259,16 @@ def r1_5_compile_is_not_dynamo(f: Facts) -> list[Finding]:
     """Using torch.compile is not evidence for Dynamo: warn when that is all there is."""
     hit = f.find(re.compile(r"torch\.compile", I))
     if hit and not f.has(DYNAMO_TITLE, "title") and not f.has(DYNAMO_ERROR):
-        return [Finding("R1.5", "avoid", DYNAMO, evidence=hit[0], source=hit[1],
-                        reason="\"it uses torch.compile\" is not evidence for Dynamo")]
+        return [
+            Finding(
+                "R1.5",
+                "avoid",
+                DYNAMO,
+                evidence=hit[0],
+                source=hit[1],
+                reason='"it uses torch.compile" is not evidence for Dynamo',
+            )
+        ]
     return []
 
 
@@ -226,16 +288,34 @@ def r2_read_comments(f: Facts) -> list[Finding]:
 def _comments_checked(f: Facts) -> list[Finding]:
     comments = [s for s in f.sources if s.name.startswith("comment:")]
     # The first failure a comment reports says most; else the first result.
-    reported = min((x for x in backend_reports(f) if x.source.startswith("comment:")), key=lambda x: not x.failed, default=None)
+    reported = min(
+        (x for x in backend_reports(f) if x.source.startswith("comment:")), key=lambda x: not x.failed, default=None
+    )
     if reported:
-        return [Finding("R2", "check", evidence=reported.evidence, source=reported.source, state="satisfied",
-                        reason="a comment reports a backend result")]
+        return [
+            Finding(
+                "R2",
+                "check",
+                evidence=reported.evidence,
+                source=reported.source,
+                state="satisfied",
+                reason="a comment reports a backend result",
+            )
+        ]
     backend = re.compile(r"\b(?:aot_eager(?:_decomp_partition)?|backend\s{0,2}=\s{0,2}['\"]\w{1,30}['\"])", I)
     for source in comments:
         match = backend.search(source.text)
         if match:
-            return [Finding("R2", "check", evidence=match.group(0), source=source.name, state="satisfied",
-                            reason="a comment reports a backend result")]
+            return [
+                Finding(
+                    "R2",
+                    "check",
+                    evidence=match.group(0),
+                    source=source.name,
+                    state="satisfied",
+                    reason="a comment reports a backend result",
+                )
+            ]
     state = "not_applicable" if not comments else "needs_human"
     return [Finding("R2", "check", state=state, reason="read the comments for backend results before bisecting")]
 
@@ -255,9 +335,12 @@ _NAME_OF = tuple((label, re.compile(rf"\b(?:{names})", I)) for label, names in _
 DIAGNOSIS = re.compile(
     rf"\b(?:this is|it's|it is|looks like|seems like|seems to be|appears to be|must be|probably|likely|so) "
     rf"(?:a |an |the )?(?:general |real |genuine )?(?:{_NAMED})(?: side)? (?:bug|issue|problem|regression)\b"
-    rf"|\b(?:root[- ]?caused? (?:it )?(?:to|is)|the (?:bug|issue|problem) is in|bug in|issue in|problem in|fix (?:is|belongs) in) (?:the )?(?:{_NAMED})\b"
-    rf"|\b(?:{_NAMED}) (?:doesn't|does not|isn't|is not|fails to|can't|cannot) (?:preserve|handle|support|trace|respect|properly)\b"
-    rf"|\b(?:not|isn't|is not) (?:\w{{1,20}} ){{0,2}}(?:correctly |properly )?\w{{1,20}}ing [^\n.]{{0,40}}? in (?:{_NAMED})",
+    rf"|\b(?:root[- ]?caused? (?:it )?(?:to|is)|the (?:bug|issue|problem) is in|bug in|issue in|problem in"
+    rf"|fix (?:is|belongs) in) (?:the )?(?:{_NAMED})\b"
+    rf"|\b(?:{_NAMED}) (?:doesn't|does not|isn't|is not|fails to|can't|cannot)"
+    rf" (?:preserve|handle|support|trace|respect|properly)\b"
+    rf"|\b(?:not|isn't|is not) (?:\w{{1,20}} ){{0,2}}"
+    rf"(?:correctly |properly )?\w{{1,20}}ing [^\n.]{{0,40}}? in (?:{_NAMED})",
     I,
 )
 
@@ -269,8 +352,17 @@ def _thread_diagnosis(f: Facts) -> list[Finding]:
         match = _ANY_NAME.search(source.text) and DIAGNOSIS.search(source.text)
         if match:
             label = next(label for label, name in _NAME_OF if name.search(match.group(0)))
-            return [Finding("R2", "check", label, evidence=match.group(0), source=source.name, state="needs_human",
-                            reason=f"A comment concludes the bug is in {label}: does the suggestion agree?")]
+            return [
+                Finding(
+                    "R2",
+                    "check",
+                    label,
+                    evidence=match.group(0),
+                    source=source.name,
+                    state="needs_human",
+                    reason=f"A comment concludes the bug is in {label}: does the suggestion agree?",
+                )
+            ]
     return []
 
 
@@ -278,8 +370,17 @@ def _repro_below_inductor(f: Facts) -> list[Finding]:
     """A repro compiled with backend='aot_eager' or 'eager' never reaches Inductor: ask before blaming it."""
     backend = f.code.compile_kwargs.get("backend", "")
     if re.search(r"['\"](?:aot_)?eager(?:_decomp_partition)?['\"]", backend):
-        return [Finding("R2", "check", INDUCTOR, evidence=backend, source="code", state="needs_human",
-                        reason="The repro compiles with a backend that runs no Inductor code: not module: inductor?")]
+        return [
+            Finding(
+                "R2",
+                "check",
+                INDUCTOR,
+                evidence=backend,
+                source="code",
+                state="needs_human",
+                reason="The repro compiles with a backend that runs no Inductor code: not module: inductor?",
+            )
+        ]
     return []
 
 
@@ -311,8 +412,22 @@ def r2_2_inductor(f: Facts) -> list[Finding]:
     hit = _reported(f, "aot_eager", failed=False)
     # Passing aot_eager only places the bug after AOTAutograd: failing aot_eager_decomp_partition
     # too puts it in the decompositions, not codegen (R2.5); an Inductor that passes as well shows no backend at fault.
-    if hit and not _reported(f, "aot_eager_decomp_partition", failed=True) and not _reported(f, "inductor", failed=False):
-        return [Finding("R2.2", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager, so the fault is in Inductor")]
+    if (
+        hit
+        and not _reported(f, "aot_eager_decomp_partition", failed=True)
+        and not _reported(f, "inductor", failed=False)
+    ):
+        return [
+            Finding(
+                "R2.2",
+                "add",
+                INDUCTOR,
+                0.95,
+                hit.evidence,
+                hit.source,
+                "passes on aot_eager, so the fault is in Inductor",
+            )
+        ]
     return (
         _add(f, "R2.2", INDUCTOR, INDUCTOR_TITLE, 0.85, 0.0, "Inductor named in the title")
         or _add(f, "R2.2", INDUCTOR, INDUCTOR_ERROR, 0.8, 0.75, "an Inductor error or generated kernel")
@@ -336,7 +451,8 @@ DEFAULT_BACKEND_GUESS = "wrong results with the default (Inductor) backend; bise
 INDUCTOR_TITLE = re.compile(r"\[(?:torch)?inductor\]|\b(?:torch)?inductor\b|\btriton\b|\bcodegen\b|max[-_]autotune", I)
 INDUCTOR_ERROR = re.compile(
     r"\bInductorError\b|torch\._inductor\.exc\.\w+|\bLoweringException\b|\bCppCompileError\b|C\+\+ compile error"
-    r"|triton\.compiler\.errors\.\w+|\bCompilationError\b|\bmax[-_]autotune\b|\bcpp_wrapper\b|generated (?:triton |c\+\+ )?(?:kernel|code)"
+    r"|triton\.compiler\.errors\.\w+|\bCompilationError\b|\bmax[-_]autotune\b|\bcpp_wrapper\b"
+    r"|generated (?:triton |c\+\+ )?(?:kernel|code)"
     r"|\btl\.(?:load|store|where|full|sum|dot)\b|@triton\.jit|triton_heuristics|\bcodegen\b"
     # BackendCompilerFailed wraps an exception of the backend compiler: Inductor unless another backend is named.
     r"|\bBackendCompilerFailed\b",
@@ -350,13 +466,16 @@ def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     """Fails while tracing, before any backend runs (the eager backend fails too): Dynamo."""
     hit = _reported(f, "eager", failed=True)
     if hit:
-        return [Finding("R2.3", "add", DYNAMO, 0.95, hit.evidence, hit.source, "fails even with backend='eager': tracing")]
+        return [
+            Finding("R2.3", "add", DYNAMO, 0.95, hit.evidence, hit.source, "fails even with backend='eager': tracing")
+        ]
     return []
 
 
 CPU_TITLE = re.compile(r"\[cpu\]|\bcpu\b|mkldnn|onednn|\bx86\b|\bavx\w{0,6}|\bvectori[sz]ed\b|\bwindows\b|\bmsvc\b", I)
 CPU_ONLY = re.compile(
-    r"only on cpu|only on the cpu|only with cpu|(?:works|passes|fine) on cuda[^\n.]{0,40}?(?:but|fails) (?:on )?cpu|(?:works|passes|fine) on gpu[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
+    r"only on cpu|only on the cpu|only with cpu|(?:works|passes|fine) on cuda[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
+    r"|(?:works|passes|fine) on gpu[^\n.]{0,40}?(?:but|fails) (?:on )?cpu"
     r"|\bmkldnn\w{0,20}|\bonednn\b|\bCppCompileError\b|C\+\+ compile error|cpp_fused_\w{1,60}|\bMSVC\b"
     r"|codegen/cpp\w{0,20}\.py|\bCppKernel\w{0,20}|\bCppScheduling\b|C\+\+ backend|C\+\+ CPU backend",
     I,
@@ -383,21 +502,45 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
     # The environment report says what was installed: read for this question only (text.split_environment).
     build = f.find(CPU_BUILD) or f.find_environment(CPU_BUILD)
     if build:
-        return [Finding("R2.4", "check", evidence=build[0], source=build[1], state="needs_human",
-                        reason="A CPU-only torch build (+cpu) was used, so CUDA was never tried: does it pass on CUDA? "
-                               "Only then route to oncall: cpu inductor.")]
+        return [
+            Finding(
+                "R2.4",
+                "check",
+                evidence=build[0],
+                source=build[1],
+                state="needs_human",
+                reason="A CPU-only torch build (+cpu) was used, so CUDA was never tried: does it pass on CUDA? "
+                "Only then route to oncall: cpu inductor.",
+            )
+        ]
     no_cuda = f.find_environment(NO_CUDA)
     if no_cuda:
-        return [Finding("R2.4", "check", evidence=no_cuda[0], source=no_cuda[1], state="needs_human",
-                        reason="CUDA was not available where it ran, so it was never tried there: does it pass on CUDA? "
-                               "Only then route to oncall: cpu inductor.")]
+        return [
+            Finding(
+                "R2.4",
+                "check",
+                evidence=no_cuda[0],
+                source=no_cuda[1],
+                state="needs_human",
+                reason="CUDA was not available where it ran, so it was never tried there: does it pass on CUDA? "
+                "Only then route to oncall: cpu inductor.",
+            )
+        ]
     made = f.find(TENSOR_FACTORY, "text")
     if made and not f.has(OTHER_DEVICE):
         # Failing on the CPU is not failing only there (R2.4, R10: "reproduces on CPU but not CUDA"):
         # a question, not a route.
-        return [Finding("R2.4", "check", evidence=made[0], source=made[1], state="needs_human",
-                        reason="The repro's tensors get no device, so it ran on the CPU: does it pass on CUDA? "
-                               "Then route to oncall: cpu inductor.")]
+        return [
+            Finding(
+                "R2.4",
+                "check",
+                evidence=made[0],
+                source=made[1],
+                state="needs_human",
+                reason="The repro's tensors get no device, so it ran on the CPU: does it pass on CUDA? "
+                "Then route to oncall: cpu inductor.",
+            )
+        ]
     return []
 
 
@@ -406,17 +549,33 @@ def r2_5_decomp_partition(f: Facts) -> list[Finding]:
     """aot_eager_decomp_partition separates decompositions (fails there) from codegen (passes there)."""
     hit = _reported(f, "aot_eager_decomp_partition", failed=True)
     if hit and not _reported(f, "aot_eager", failed=True):
-        return [Finding("R2.5", "add", DECOMP, 0.95, hit.evidence, hit.source, "fails on aot_eager_decomp_partition: decompositions")]
+        return [
+            Finding(
+                "R2.5",
+                "add",
+                DECOMP,
+                0.95,
+                hit.evidence,
+                hit.source,
+                "fails on aot_eager_decomp_partition: decompositions",
+            )
+        ]
     hit = _reported(f, "aot_eager_decomp_partition", failed=False)
     if hit and not _reported(f, "inductor", failed=False):
-        return [Finding("R2.5", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager_decomp_partition: codegen")]
+        return [
+            Finding(
+                "R2.5", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager_decomp_partition: codegen"
+            )
+        ]
     return []
 
 
 # --- R3. Silently dropped operations belong to Dynamo ---------------------------------------
 
 DROPPED_INPLACE = re.compile(
-    r"(?:detach_|requires_grad_|retain_grad|register_hook|set_materialize_grads)\(\)?[^\n]{0,80}?(?:ignored|skipped|dropped|not (?:applied|respected|work\w{0,3}|captured|preserved)|no effect|doesn't work|does not work)"
+    r"(?:detach_|requires_grad_|retain_grad|register_hook|set_materialize_grads)\(\)?[^\n]{0,80}?"
+    r"(?:ignored|skipped|dropped|not (?:applied|respected|work\w{0,3}|captured|preserved)|no effect|doesn't work"
+    r"|does not work)"
     r"|(?:ignores?|drops?|skips?)[^\n]{0,30}?(?:detach_|requires_grad_|retain_grad)",
     I,
 )
@@ -429,10 +588,14 @@ def r3_1_dropped_inplace(f: Facts) -> list[Finding]:
 
 
 SIDE_EFFECT = re.compile(
-    r"side[ -]effects?|global (?:state|variables?)|\bnonlocal\b|random\.seed|__torch_function__|tensor subclass\w{0,2}|autograd\.Function"
-    r"|\bfunctools\.\w{1,20}|\bNamedTuple\b|namedtuple|(?:forward|backward)(?:_pre)?_hooks?|register_\w{0,20}hook|context manager|\bgenerators?\b"
-    r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\binspect\.\w{1,20}|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
-    r"|class attribute|attribute is mutated|attributes are mutated|attribute mutated|attributes mutated|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
+    r"side[ -]effects?|global (?:state|variables?)|\bnonlocal\b|random\.seed|__torch_function__|tensor subclass\w{0,2}"
+    r"|autograd\.Function"
+    r"|\bfunctools\.\w{1,20}|\bNamedTuple\b|namedtuple|(?:forward|backward)(?:_pre)?_hooks?|register_\w{0,20}hook"
+    r"|context manager|\bgenerators?\b"
+    r"|\bhooks?\b|activation checkpoint\w{0,3}|torch\.utils\.checkpoint|\bclosures?\b|\bsetattr\b|\binspect\.\w{1,20}"
+    r"|\bdict(?:ionary|ionaries|s)?\b|\bitertools\b|\blru_cache\b|\bdataclass\w{0,3}"
+    r"|class attribute|attribute is mutated|attributes are mutated|attribute mutated|attributes mutated"
+    r"|mutat\w{1,5} (?:a |the )?(?:global|attribute|list|object)|\bcopy\.(?:copy|deepcopy)|python 3\.1\d",
     I,
 )
 
@@ -448,8 +611,16 @@ def r3_3_not_autograd(f: Facts) -> list[Finding]:
     """Do not blame autograd for an autograd-related op that compile dropped."""
     hit = f.find(DROPPED_INPLACE)
     if hit:
-        return [Finding("R3.3", "avoid", "module: autograd", evidence=hit[0], source=hit[1],
-                        reason="eager works, so the autograd engine is fine; the op never reached the graph")]
+        return [
+            Finding(
+                "R3.3",
+                "avoid",
+                "module: autograd",
+                evidence=hit[0],
+                source=hit[1],
+                reason="eager works, so the autograd engine is fine; the op never reached the graph",
+            )
+        ]
     return []
 
 
@@ -457,7 +628,8 @@ def r3_3_not_autograd(f: Facts) -> list[Finding]:
 
 DECOMP_WORDS = re.compile(r"\bdecomposition\w{0,2}|\bdecomps?\b|\b_decomp\b|torch\._decomp\w{0,30}|\bdecomposed\b", I)
 HIGHER_ORDER_GRAD = re.compile(
-    r"(?:higher[- ]order|second[- ]order|double|2nd[- ]order) (?:gradients?|derivatives?|backward)|grad(?:ient)? of (?:the )?grad(?:ient)?|hessian",
+    r"(?:higher[- ]order|second[- ]order|double|2nd[- ]order) (?:gradients?|derivatives?|backward)"
+    r"|grad(?:ient)? of (?:the )?grad(?:ient)?|hessian",
     I,
 )
 
@@ -495,25 +667,41 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
 
 DISPATCHER_TITLE = re.compile(r"\[aot[_ ]?autograd\]|\baot[_ ]?autograd\b|AOTAutograd|\baot[_ ]?dispatch\w{0,3}", I)
 DISPATCHER_CAUSE = re.compile(
-    r"\bfunctionali[sz]\w{1,10}|\bFakeTensor\w{0,10}|\bfake tensors?\b|\bfake_tensors?\b|\btorch\.library\.\w{1,20}|\bcustom ops?\b|\bcustom_ops?\b|\bcustom operators?\b|\bregister_fake\b"
-    r"|synthetic[ _]base|input mutations?|(?<!due to )\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
+    r"\bfunctionali[sz]\w{1,10}|\bFakeTensor\w{0,10}|\bfake tensors?\b|\bfake_tensors?\b|\btorch\.library\.\w{1,20}"
+    r"|\bcustom ops?\b|\bcustom_ops?\b|\bcustom operators?\b|\bregister_fake\b"
+    r"|synthetic[ _]base|input mutations?|(?<!due to )\bmutat\w{1,5} (?:an? )?(?:aliased )?inputs?\b"
+    r"|\bmeta (?:kernel|function|impl\w{0,10})s?\b|\bview_replay\b|\bProxyTensor\b",
     I,
 )
-HOP = re.compile(r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_subgraph\b|nested_compile_region|\bhigher[- ]order op\w{0,8}|associative_scan|\bscan\(", I)
+HOP = re.compile(
+    r"flex[_ ]?attention|\bwhile_loop\b|\btorch\.cond\b|\binvoke_subgraph\b|nested_compile_region"
+    r"|\bhigher[- ]order op\w{0,8}|associative_scan|\bscan\(",
+    I,
+)
 
 
 @rule("R5")
 def r5_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher only when the bug is in AOTAutograd, functionalization, FakeTensor or custom ops."""
-    found = _add(f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title") or _add(
-        f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch"
-    ) or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
+    found = (
+        _add(f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title")
+        or _add(f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch")
+        or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
+    )
     if found:
         return found
     frame = f.find(AOT_FRAME, "text")
     if frame:
-        return [Finding("R5", "avoid", DISPATCHER, evidence=frame[0], source=frame[1],
-                        reason="_aot_autograd only appears in the stack trace; that is where it failed, not why")]
+        return [
+            Finding(
+                "R5",
+                "avoid",
+                DISPATCHER,
+                evidence=frame[0],
+                source=frame[1],
+                reason="_aot_autograd only appears in the stack trace; that is where it failed, not why",
+            )
+        ]
     return []
 
 
@@ -539,7 +727,7 @@ def g8_thread_scope(f: Facts) -> list[Finding]:
     for i, x in enumerate(facts):
         if x.kind not in ("negated", "attributed") or x.label in seen:
             continue
-        later = [y for y in facts[i + 1:] if y.kind == "concluded" and y.label == x.label and y.source != x.source]
+        later = [y for y in facts[i + 1 :] if y.kind == "concluded" and y.label == x.label and y.source != x.source]
         if later:
             continue
         seen.add(x.label)
@@ -555,7 +743,9 @@ def r2_thread_conclusion(f: Facts) -> list[Finding]:
     if last is None or last.source == "body":
         return []
     weight = CONCLUDED_BY_REPORTER if last.by_reporter else CONCLUDED_BY_OTHERS
-    return [Finding("R2", "add", last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")]
+    return [
+        Finding("R2", "add", last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")
+    ]
 
 
 # The weight of the thread's conclusion: someone other than the reporter (a maintainer, in practice) is
@@ -570,7 +760,9 @@ def g2_thread_transfer(f: Facts) -> list[Finding]:
     if not moved:
         return []
     x = moved[-1]
-    return [Finding("G2", "route", x.label, 0.9, x.evidence, x.source, f"the fix belongs in {x.label}: transfer, then stop")]
+    return [
+        Finding("G2", "route", x.label, 0.9, x.evidence, x.source, f"the fix belongs in {x.label}: transfer, then stop")
+    ]
 
 
 def g1_thread_question(f: Facts) -> list[Finding]:
@@ -580,6 +772,15 @@ def g1_thread_question(f: Facts) -> list[Finding]:
             continue
         if x.source == "body" and f.has(BUG_WORDS):
             continue
-        return [Finding("G1", "check", weight=0.6, evidence=x.evidence, source=x.source, state="needs_human",
-                        reason="Reads like a question or expected behaviour, not a bug: close with the forum template?")]
+        return [
+            Finding(
+                "G1",
+                "check",
+                weight=0.6,
+                evidence=x.evidence,
+                source=x.source,
+                state="needs_human",
+                reason="Reads like a question or expected behaviour, not a bug: close with the forum template?",
+            )
+        ]
     return []

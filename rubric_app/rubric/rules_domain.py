@@ -15,13 +15,13 @@ from .facts import (
     DIST_ONCALL,
     EXPORT_ONCALL,
     FUNCTORCH,
-    Facts,
-    Finding,
     HELION,
-    I,
     INDUCTOR,
     LOW,
     REVIEW,
+    Facts,
+    Finding,
+    I,
     _add,
     rule,
 )
@@ -35,44 +35,62 @@ from .rules import (
     SILENT_WRONG,
 )
 
-
 # --- R6. PT2 keeps what PT2 owns ---------------------------------------------------------------
 
 
 @rule("R6.1")
 def r6_1_where_is_the_fix(f: Facts) -> list[Finding]:
     """The routing test: where would the fix be made?"""
-    return [Finding("R6.1", "check", state="needs_human", reason="Where would the fix be made? In PT2 code: PT2 owns it.")]
+    return [
+        Finding("R6.1", "check", state="needs_human", reason="Where would the fix be made? In PT2 code: PT2 owns it.")
+    ]
 
 
 EXPORT_USE = re.compile(
-    r"torch\.export\.\w{1,20}|torch\._export\w{0,20}|\bExportedProgram\b|aoti_compile_and_package|\bAOTInductor\b|\baot_compile\b|run_decompositions|\[export\]|\bexport(?:ing|ed)? (?:a |the )?(?:model|module|program)",
+    r"torch\.export\.\w{1,20}|torch\._export\w{0,20}|\bExportedProgram\b|aoti_compile_and_package|\bAOTInductor\b"
+    r"|\baot_compile\b|run_decompositions|\[export\]|\bexport(?:ing|ed)? (?:a |the )?(?:model|module|program)",
     I,
 )
 # The reporter checked that compile is not involved: the fix is outside PT2 (R6.1).
 COMPILE_NOT_INVOLVED = re.compile(
     r"(?:torch\.)?compile (?:is fine|works)|no (?:torch\.)?compile is involved|without (?:any )?(?:torch\.)?compile"
-    r"|in plain eager|reproduces in eager|eager (?:mode )?(?:too|also) (?:fails|is wrong)|also (?:fails|happens|wrong) in eager",
+    r"|in plain eager|reproduces in eager|eager (?:mode )?(?:too|also) (?:fails|is wrong)"
+    r"|also (?:fails|happens|wrong) in eager",
     I,
 )
-LEAKED_HOOK = re.compile(r"leak\w{0,3}[^\n]{0,40}?(?:aot_?autograd|hook)|(?:aot_?autograd|hook)[^\n]{0,40}?leak\w{0,3}", I)
+LEAKED_HOOK = re.compile(
+    r"leak\w{0,3}[^\n]{0,40}?(?:aot_?autograd|hook)|(?:aot_?autograd|hook)[^\n]{0,40}?leak\w{0,3}", I
+)
 
 
 @rule("R6.2")
 def r6_2_keep(f: Facts) -> list[Finding]:
-    """Do not redirect: export leaking an AOTAutograd hook, DTensor error UX under compile, an Inductor bug in distributed training."""
+    """Do not redirect: export leaking an AOTAutograd hook, DTensor error UX under compile, an Inductor bug
+    in distributed training."""
     hit = f.find(LEAKED_HOOK)
     if hit:
-        return [Finding("R6.2", "check", evidence=hit[0], source=hit[1], state="satisfied",
-                        reason="a leaked AOTAutograd hook is PT2's to fix: keep it")]
+        return [
+            Finding(
+                "R6.2",
+                "check",
+                evidence=hit[0],
+                source=hit[1],
+                state="satisfied",
+                reason="a leaked AOTAutograd hook is PT2's to fix: keep it",
+            )
+        ]
     # A distributed feature's bad error message under compile: PT2 owns the UX.
     ux = f.find(COMPILE_UX_TEXT)
     if ux and f.has(PT2D) and f.has(COMPILE_USE):
-        return [Finding("R6.2", "add", COMPILE_UX, 0.8, ux[0], ux[1], "a bad error message under compile: PT2 owns the UX")]
+        return [
+            Finding("R6.2", "add", COMPILE_UX, 0.8, ux[0], ux[1], "a bad error message under compile: PT2 owns the UX")
+        ]
     return []
 
 
-DTENSOR_IMPL = re.compile(r"sharding (?:propagation|strategy|rule)|\bredistribute\b|\bPlacement\b|\bShard\(\d\)|\bReplicate\(\)", I)
+DTENSOR_IMPL = re.compile(
+    r"sharding (?:propagation|strategy|rule)|\bredistribute\b|\bPlacement\b|\bShard\(\d\)|\bReplicate\(\)", I
+)
 
 
 @rule("R6.3")
@@ -82,14 +100,26 @@ def r6_3_redirect(f: Facts) -> list[Finding]:
     export = f.find(EXPORT_USE)
     compile_free = not f.has(COMPILE_CALL) or f.has(COMPILE_NOT_INVOLVED)
     if export and compile_free:
-        found.append(Finding("R6.3", "route", EXPORT_ONCALL, 0.85, export[0], export[1], "an export-only problem, no torch.compile"))
+        found.append(
+            Finding(
+                "R6.3", "route", EXPORT_ONCALL, 0.85, export[0], export[1], "an export-only problem, no torch.compile"
+            )
+        )
     dtensor = f.find(DTENSOR_IMPL)
     if dtensor and f.has(re.compile(r"\bDTensor\b")) and compile_free:
-        found.append(Finding("R6.3", "route", DIST_ONCALL, 0.8, dtensor[0], dtensor[1], "DTensor's own implementation, no compile"))
+        found.append(
+            Finding(
+                "R6.3", "route", DIST_ONCALL, 0.8, dtensor[0], dtensor[1], "DTensor's own implementation, no compile"
+            )
+        )
     return found
 
 
-PT2D = re.compile(r"\bDTensor\b|\bFSDP\d?\b|fully_shard|\bDDP\b|DistributedDataParallel|tensor parallel\w{0,3}|\bdeepspeed\b|\btorchrun\b|\bc10d\b", I)
+PT2D = re.compile(
+    r"\bDTensor\b|\bFSDP\d?\b|fully_shard|\bDDP\b|DistributedDataParallel|tensor parallel\w{0,3}|\bdeepspeed\b"
+    r"|\btorchrun\b|\bc10d\b",
+    I,
+)
 
 
 @rule("R6.4")
@@ -97,7 +127,9 @@ def r6_4_pt2d(f: Facts) -> list[Finding]:
     """PT2 + distributed: add oncall: distributed for visibility, keep oncall: pt2 (no full handoff)."""
     hit = f.find(PT2D, "title")
     if hit and f.has(COMPILE_USE):
-        return [Finding("R6.4", "add", DIST_ONCALL, 0.7, hit[0], hit[1], "PT2-D: visibility for distributed, PT2 keeps it")]
+        return [
+            Finding("R6.4", "add", DIST_ONCALL, 0.7, hit[0], hit[1], "PT2-D: visibility for distributed, PT2 keeps it")
+        ]
     return []
 
 
@@ -113,7 +145,10 @@ VISIBILITY = (
     ("module: dtensor", re.compile(r"\bDTensor\b|tensor parallel\w{0,3}|\bparallelize_module\b", I)),
     ("module: fsdp", re.compile(r"\bFSDP\d?\b|\bfully_shard\b|FullyShardedDataParallel", I)),
     ("module: ddp", re.compile(r"\bDDP\b|DistributedDataParallel", I)),
-    ("module: flex attention", re.compile(r"flex[_ ]?attention|\bBlockMask\b|\bblock_mask\b|create_block_mask|mask_mod|score_mod", I)),
+    (
+        "module: flex attention",
+        re.compile(r"flex[_ ]?attention|\bBlockMask\b|\bblock_mask\b|create_block_mask|mask_mod|score_mod", I),
+    ),
 )
 
 
@@ -127,20 +162,62 @@ def r7_1_visibility(f: Facts) -> list[Finding]:
 
 
 FEATURES = (
-    ("compile-cache", re.compile(r"\bFXGraphCache\b|\bFX graph cache\b|\bfx_graph_cache\b|\bcompile-cache\b|\bcompile cache\b|\bcache (?:hit|miss)\w{0,2}|\bmega[ -]?cache\b|TORCHINDUCTOR_CACHE_DIR|\bautotune cache\b|\bwarm cache\b", I), 0.85, 0.7),
-    ("module: determinism", re.compile(r"use_deterministic_algorithms|\bnon-?deterministic\w{0,3}|\bdeterminism\b", I), 0.9, 0.7),
-    ("module: compile-time", re.compile(r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow|\bcompile is (?:very |extremely |too )?slow|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours) to compile|\bcold start\b|\bstartup time\b", I), 0.85, 0.6),
+    (
+        "compile-cache",
+        re.compile(
+            r"\bFXGraphCache\b|\bFX graph cache\b|\bfx_graph_cache\b|\bcompile-cache\b|\bcompile cache\b"
+            r"|\bcache (?:hit|miss)\w{0,2}|\bmega[ -]?cache\b|TORCHINDUCTOR_CACHE_DIR|\bautotune cache\b"
+            r"|\bwarm cache\b",
+            I,
+        ),
+        0.85,
+        0.7,
+    ),
+    (
+        "module: determinism",
+        re.compile(r"use_deterministic_algorithms|\bnon-?deterministic\w{0,3}|\bdeterminism\b", I),
+        0.9,
+        0.7,
+    ),
+    (
+        "module: compile-time",
+        re.compile(
+            r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile"
+            r"|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow"
+            r"|\bcompile is (?:very |extremely |too )?slow"
+            r"|takes? \d{1,5} ?(?:s|sec|seconds|minutes|mins|hours) to compile|\bcold start\b|\bstartup time\b",
+            I,
+        ),
+        0.85,
+        0.6,
+    ),
     ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
-    ("module: memory usage", re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I), 0.85, 0.6),
-    ("module: performance", re.compile(r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b|slows? down|\bslowdown\b"
-                                       r"|\b(?:much |significantly |\d{1,3}%\s)?slower\b|\bthroughput\b|\bscales? poorly\b|\bredundant (?:compute|computation|loads?|copies|kernels?)\b", I), 0.8, 0.0),
+    (
+        "module: memory usage",
+        re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I),
+        0.85,
+        0.6,
+    ),
+    (
+        "module: performance",
+        re.compile(
+            r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b"
+            r"|slows? down|\bslowdown\b"
+            r"|\b(?:much |significantly |\d{1,3}%\s)?slower\b|\bthroughput\b|\bscales? poorly\b"
+            r"|\bredundant (?:compute|computation|loads?|copies|kernels?)\b",
+            I,
+        ),
+        0.8,
+        0.0,
+    ),
     ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
 )
 
 
 @rule("R7.2")
 def r7_2_features(f: Facts) -> list[Finding]:
-    """Feature labels (check the catalog first): caching, determinism, compile time, numerics, memory, performance, cuda graphs."""
+    """Feature labels (check the catalog first): caching, determinism, compile time, numerics, memory,
+    performance, cuda graphs."""
     found: list[Finding] = []
     for label, pattern, title_w, text_w in FEATURES:
         found += _add(f, "R7.2", label, pattern, title_w, text_w, "feature label")
@@ -149,8 +226,10 @@ def r7_2_features(f: Facts) -> list[Finding]:
 
 COMPILE_UX_TEXT = re.compile(
     r"\bno suggestion\w{0,2}|\b\d{2,4}-line traceback|\bdid you mean\b|hard to understand|"
-    r"(?:bad|confusing|unhelpful|misleading|inscrutable|cryptic|unclear|better|improve\w{0,3}|irrelevant) (?:error )?(?:messages?|errors?|warnings?|logs?|logging)"
-    r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b|(?:shorter|noisy|spammy|verbose) logs?"
+    r"(?:bad|confusing|unhelpful|misleading|inscrutable|cryptic|unclear|better|improve\w{0,3}|irrelevant)"
+    r" (?:error )?(?:messages?|errors?|warnings?|logs?|logging)"
+    r"|error messages? (?:is|are) (?:confusing|unhelpful|misleading)|\bwarning spam\b"
+    r"|(?:shorter|noisy|spammy|verbose) logs?"
     # An error that says nothing: "opaque AssertionError", "bare exception", "no hint about placements".
     r"|\b(?:opaque|bare|obscure|useless|vague|cryptic) `?(?:\w{0,20}Error|exceptions?|assert(?:ion)?s?|tracebacks?)\b"
     r"|\bno (?:hint|clue|indication) (?:about|what|why|where)\b|\b(?:PT2|compile)'s UX\b",
@@ -172,7 +251,9 @@ def r7_3_compile_ux(f: Facts) -> list[Finding]:
 # "plain Triton, no Helion" is not a mention (R8.5).
 HELION_TEXT = re.compile(r"@helion\.kernel|helion\.language|\bhl\.tile\b|(?<!no )(?<!not )(?<!without )\bhelion\b", I)
 PLAIN_TRITON = re.compile(r"@triton\.jit|\btl\.(?:load|store|program_id|arange|dot)\b|\btriton\.jit\b", I)
-GENERATED_TRITON = re.compile(r"triton_heuristics|generated (?:triton )?(?:kernel|code)|\btriton_(?:poi|red|per|tem)_\w{1,60}", I)
+GENERATED_TRITON = re.compile(
+    r"triton_heuristics|generated (?:triton )?(?:kernel|code)|\btriton_(?:poi|red|per|tem)_\w{1,60}", I
+)
 
 
 @rule("R8.1")
@@ -186,8 +267,16 @@ def r8_2_helion_alone(f: Facts) -> list[Finding]:
     """A Helion kernel wrong on its own, without torch.compile: helion only."""
     if f.has(HELION_TEXT) and (not f.has(COMPILE_CALL) or f.has(COMPILE_NOT_INVOLVED)):
         hit = f.find(HELION_TEXT)
-        return [Finding("R8.2", "avoid", INDUCTOR, evidence=hit[0], source=hit[1],
-                        reason="the Helion kernel fails without torch.compile: helion only")]
+        return [
+            Finding(
+                "R8.2",
+                "avoid",
+                INDUCTOR,
+                evidence=hit[0],
+                source=hit[1],
+                reason="the Helion kernel fails without torch.compile: helion only",
+            )
+        ]
     return []
 
 
@@ -218,7 +307,16 @@ def r8_5_generated_triton(f: Facts) -> list[Finding]:
     """Inductor's generated Triton code is not Helion: require an explicit Helion import or mention."""
     hit = f.find(GENERATED_TRITON)
     if hit and not f.has(HELION_TEXT) and not f.has(PLAIN_TRITON):
-        return [Finding("R8.5", "avoid", HELION, evidence=hit[0], source=hit[1], reason="generated Triton from Inductor, not Helion")]
+        return [
+            Finding(
+                "R8.5",
+                "avoid",
+                HELION,
+                evidence=hit[0],
+                source=hit[1],
+                reason="generated Triton from Inductor, not Helion",
+            )
+        ]
     return []
 
 
@@ -250,10 +348,22 @@ def r9_2_functorch_dispatcher(f: Facts) -> list[Finding]:
         return []
     frame = f.find(AOT_FRAME, "text")
     if frame:
-        return [Finding("R9.2", "add", DISPATCHER, 0.7, frame[0], frame[1], "AOTAutograd at the fault of a functorch transform")]
+        return [
+            Finding(
+                "R9.2", "add", DISPATCHER, 0.7, frame[0], frame[1], "AOTAutograd at the fault of a functorch transform"
+            )
+        ]
     hit = f.find(FUNCTORCH_TRANSFORM)
-    return [Finding("R9.2", "avoid", DISPATCHER, evidence=hit[0], source=hit[1],
-                    reason="a functorch transform bug: module: functorch, not the dispatcher")]
+    return [
+        Finding(
+            "R9.2",
+            "avoid",
+            DISPATCHER,
+            evidence=hit[0],
+            source=hit[1],
+            reason="a functorch transform bug: module: functorch, not the dispatcher",
+        )
+    ]
 
 
 # --- R10. CPU Inductor routing ----------------------------------------------------------------------
@@ -268,7 +378,11 @@ OTHER_DEVICE_TITLE = re.compile(r"\bcuda\b|\bgpus?\b|\bxpu\b|\bmps\b|\brocm\b", 
 def r10_cpu_inductor(f: Facts) -> list[Finding]:
     """Clearly Inductor's CPU backend ([CPU] tag, MKLDNN, float16 on CPU, C++ codegen): oncall: cpu inductor."""
     title = f.find(CPU_TITLE, "title")
-    if title and not f.has(OTHER_DEVICE_TITLE, "title") and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title")):
+    if (
+        title
+        and not f.has(OTHER_DEVICE_TITLE, "title")
+        and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title"))
+    ):
         return [Finding("R10", "route", CPU_ONCALL, 0.9, title[0], title[1], "tagged CPU in the title")]
     hit = f.find(CPU_HALF)
     if hit:
@@ -279,19 +393,28 @@ def r10_cpu_inductor(f: Facts) -> list[Finding]:
 # --- R11. High priority goes through the meeting ------------------------------------------------------
 
 CRASH = re.compile(
-    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access|device-side assert\w{0,3}|core dumped|hard crash",
+    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access"
+    r"|device-side assert\w{0,3}|core dumped|hard crash",
     I,
 )
 # In a title "crashes" is the report's subject; in a body it is often a loose word for "raises".
 CRASH_TITLE = re.compile(CRASH.pattern + r"|\bcrash(?:es|ed|ing)?\b", I)
 # A performance regression counts only as PERF_REGRESSION (more than 10% on an important model).
 REGRESSION = re.compile(
-    r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
+    r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?"
+    r"|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}"
+    r"|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
     I,
 )
 FLAKY = re.compile(r"\bflaky\b|\bintermittent(?:ly)?\b|\bnon-?deterministic(?:ally)? fail\w{0,3}", I)
-ECOSYSTEM = re.compile(r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b|\b(?:llama|mistral|gpt-?\d|stable diffusion|timm|torchbench)\w{0,10}", I)
-PERF_REGRESSION = re.compile(r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I)
+ECOSYSTEM = re.compile(
+    r"hugging ?face|\btransformers\b|\bdiffusers\b|\bvLLM\b|\btorchtitan\b|\bHF\b"
+    r"|\b(?:llama|mistral|gpt-?\d|stable diffusion|timm|torchbench)\w{0,10}",
+    I,
+)
+PERF_REGRESSION = re.compile(
+    r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I
+)
 
 
 @rule("R11")
@@ -337,10 +460,24 @@ def r12_1_default_tolerances(f: Facts) -> list[Finding]:
         return []
     for call in ("allclose", "assert_close", "isclose", "same"):
         if {"rtol", "atol", "tol"} & f.code.call_kwargs.get(call, set()):
-            return [Finding("R12.1", "check", evidence=f.code.calls.get(call, call), source="code", state="violated",
-                            reason="the repro sets its own tolerances: re-check with the defaults")]
-    return [Finding("R12.1", "check", state="satisfied" if f.code.parsed else "needs_human",
-                    reason="rtol/atol at their defaults")]
+            return [
+                Finding(
+                    "R12.1",
+                    "check",
+                    evidence=f.code.calls.get(call, call),
+                    source="code",
+                    state="violated",
+                    reason="the repro sets its own tolerances: re-check with the defaults",
+                )
+            ]
+    return [
+        Finding(
+            "R12.1",
+            "check",
+            state="satisfied" if f.code.parsed else "needs_human",
+            reason="rtol/atol at their defaults",
+        )
+    ]
 
 
 INDEX_COMPARE = ("argmax", "argmin", "max", "min", "topk", "sort", "argsort")
@@ -352,14 +489,34 @@ def r12_2_no_index_compare(f: Facts) -> list[Finding]:
     if not _is_fuzzer(f):
         return []
     for name in INDEX_COMPARE:
-        if name in f.code.calls and (name.startswith("arg") or name in ("topk", "sort") or "indices" in f.code.calls[name]):
-            return [Finding("R12.2", "check", evidence=f.code.calls[name], source="code", state="violated",
-                            reason="compares indices of max/min, which ties make differ legitimately")]
+        if name in f.code.calls and (
+            name.startswith("arg") or name in ("topk", "sort") or "indices" in f.code.calls[name]
+        ):
+            return [
+                Finding(
+                    "R12.2",
+                    "check",
+                    evidence=f.code.calls[name],
+                    source="code",
+                    state="violated",
+                    reason="compares indices of max/min, which ties make differ legitimately",
+                )
+            ]
     if f.has(re.compile(r"\bindices\b[^\n]{0,40}?(?:differ|mismatch)|(?:argmax|argmin)\b", I)):
         hit = f.find(re.compile(r"\bindices\b[^\n]{0,40}?(?:differ|mismatch)|(?:argmax|argmin)\b", I))
-        return [Finding("R12.2", "check", evidence=hit[0], source=hit[1], state="violated",
-                        reason="compares indices of max/min, which ties make differ legitimately")]
-    return [Finding("R12.2", "check", state="satisfied" if f.code.parsed else "needs_human", reason="no index comparison")]
+        return [
+            Finding(
+                "R12.2",
+                "check",
+                evidence=hit[0],
+                source=hit[1],
+                state="violated",
+                reason="compares indices of max/min, which ties make differ legitimately",
+            )
+        ]
+    return [
+        Finding("R12.2", "check", state="satisfied" if f.code.parsed else "needs_human", reason="no index comparison")
+    ]
 
 
 @rule("R12.3")
@@ -368,12 +525,31 @@ def r12_3_fp64_reference(f: Facts) -> list[Finding]:
     if not _is_fuzzer(f):
         return []
     if "fp64_ref" in f.code.call_kwargs.get("same", set()):
-        return [Finding("R12.3", "check", evidence=f.code.calls["same"], source="code", state="satisfied",
-                        reason="compares with same(..., fp64_ref=...)")]
+        return [
+            Finding(
+                "R12.3",
+                "check",
+                evidence=f.code.calls["same"],
+                source="code",
+                state="satisfied",
+                reason="compares with same(..., fp64_ref=...)",
+            )
+        ]
     hit = f.find(re.compile(r"fp64_ref", I))
     if hit:
-        return [Finding("R12.3", "check", evidence=hit[0], source=hit[1], state="satisfied", reason="uses an fp64 reference")]
-    return [Finding("R12.3", "check", state="violated", reason="no fp64 reference: re-check with torch._dynamo.utils.same(..., fp64_ref=...)")]
+        return [
+            Finding(
+                "R12.3", "check", evidence=hit[0], source=hit[1], state="satisfied", reason="uses an fp64 reference"
+            )
+        ]
+    return [
+        Finding(
+            "R12.3",
+            "check",
+            state="violated",
+            reason="no fp64 reference: re-check with torch._dynamo.utils.same(..., fp64_ref=...)",
+        )
+    ]
 
 
 @rule("R12.4")
@@ -381,7 +557,9 @@ def r12_4_normal_triage(f: Facts) -> list[Finding]:
     """Criteria met and the bug looks common: triage normally."""
     if not _is_fuzzer(f):
         return []
-    return [Finding("R12.4", "check", state="needs_human", reason="criteria met and common or easy? then triage normally")]
+    return [
+        Finding("R12.4", "check", state="needs_human", reason="criteria met and common or easy? then triage normally")
+    ]
 
 
 RARE_SETUP = re.compile(
@@ -392,13 +570,28 @@ RARE_SETUP = re.compile(
 
 @rule("R12.5")
 def r12_5_low_priority(f: Facts) -> list[Finding]:
-    """A fuzzer bug that is complex and rare (non-default configs, exotic strides/values, a failed check): low priority."""
+    """A fuzzer bug that is complex and rare (non-default configs, exotic strides/values, a failed check):
+    low priority."""
     if not _is_fuzzer(f):
         return []
     rare = f.find(RARE_SETUP)
     failed = [x for x in r12_1_default_tolerances(f) + r12_2_no_index_compare(f) if x.state == "violated"]
     if failed:
-        return [Finding("R12.5", "flag", LOW, 0.6, failed[0].evidence, failed[0].source, "the fuzzer criteria fail: rare or noise")]
+        return [
+            Finding(
+                "R12.5",
+                "flag",
+                LOW,
+                0.6,
+                failed[0].evidence,
+                failed[0].source,
+                "the fuzzer criteria fail: rare or noise",
+            )
+        ]
     if rare:
-        return [Finding("R12.5", "flag", LOW, 0.5, rare[0], rare[1], "needs an unusual setup to reproduce: complex and rare")]
+        return [
+            Finding(
+                "R12.5", "flag", LOW, 0.5, rare[0], rare[1], "needs an unusual setup to reproduce: complex and rare"
+            )
+        ]
     return []

@@ -32,17 +32,31 @@ SPECIFIC_MESSAGE = 12
 # The packages whose frames say which part of PT2 failed (RUBRIC R1-R9): the compiler stack and the
 # kernel languages it drives. torch.nn, torch/cuda and user code only say where the call came from.
 PT2_PATHS = (
-    "torch/_dynamo/", "torch/_inductor/", "torch/_functorch/", "torch/_subclasses/", "torch/fx/", "torch/_decomp/",
-    "torch/_refs/", "torch/_prims/", "torch/_prims_common/", "torch/_higher_order_ops/", "torch/export/",
-    "torch/_export/", "torch/utils/_sympy/", "torch/_library/", "torch/_guards.py", "torch/_meta_registrations.py",
-    "triton/", "helion/",
+    "torch/_dynamo/",
+    "torch/_inductor/",
+    "torch/_functorch/",
+    "torch/_subclasses/",
+    "torch/fx/",
+    "torch/_decomp/",
+    "torch/_refs/",
+    "torch/_prims/",
+    "torch/_prims_common/",
+    "torch/_higher_order_ops/",
+    "torch/export/",
+    "torch/_export/",
+    "torch/utils/_sympy/",
+    "torch/_library/",
+    "torch/_guards.py",
+    "torch/_meta_registrations.py",
+    "triton/",
+    "helion/",
 )
 
 _HEADER = re.compile(r"Traceback \(most recent call last\)")
 _CHAINED = re.compile(r"The above exception was the direct cause|During handling of the above exception")
 _FRAME = re.compile(r'( {0,40})File "([^"\n]{1,500})", line \d{1,9}, in ([^\s]{1,200})')
 # An exception line: a dotted name whose last part is CapWords, then ": message" or nothing.
-_EXCEPTION = re.compile(r"((?:[A-Za-z_]\w{0,80}\.){0,8}[A-Z]\w{0,80})(?::(?: (.{0,%d}))?)?$" % MAX_LINE)
+_EXCEPTION = re.compile(rf"((?:[A-Za-z_]\w{{0,80}}\.){{0,8}}[A-Z]\w{{0,80}})(?::(?: (.{{0,{MAX_LINE}}}))?)?$")
 # A name that is an exception whatever its indentation or position (a bare error line, a wrapped one).
 _EXCEPTION_NAME = re.compile(r"(?:Error|Exception|Failed|Failure|Unsupported|Exit|Interrupt|Violation)$")
 _FENCE = re.compile(r" {0,8}(?:```|~~~)")
@@ -55,12 +69,22 @@ _DTYPE = r"\b(?:b?float|u?int|complex)(?:8|16|32|64|128)\b|\bfloat8_e\d{1,2}m\d{
 _NORMALIZE = [
     (re.compile(r"0x[0-9a-fA-F]{1,32}"), "<addr>"),
     # Windows or POSIX paths of two or more parts (a lone "/" or "a/b" ratio stays).
-    (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.~+@-]{1,120}){2,40}[\\/]?|(?:[\w.~+@-]{1,120}[\\/]){2,40}[\w.~+@-]{0,120}"), "<path>"),
-    (re.compile(r"\b(?:Fake)?Tensor\([^()\n]{0,400}(?:\([^()\n]{0,200}\)[^()\n]{0,400}){0,8}\)|\btensor\([^()\n]{0,400}(?:\)|$)"), "<tensor>"),
+    (
+        re.compile(
+            r"(?:[A-Za-z]:)?(?:[\\/][\w.~+@-]{1,120}){2,40}[\\/]?|(?:[\w.~+@-]{1,120}[\\/]){2,40}[\w.~+@-]{0,120}"
+        ),
+        "<path>",
+    ),
+    (
+        re.compile(
+            r"\b(?:Fake)?Tensor\([^()\n]{0,400}(?:\([^()\n]{0,200}\)[^()\n]{0,400}){0,8}\)|\btensor\([^()\n]{0,400}(?:\)|$)"
+        ),
+        "<tensor>",
+    ),
     (re.compile(r"torch\.Size\(\[[^\]\n]{0,400}\]\)"), "<shape>"),
     # Sizes, strides and index lists: brackets or parens holding only numbers, symbols and arithmetic.
     (re.compile(r"[\[(](?:\s{0,4}[\w*+/%-]{1,40}\s{0,4},){1,64}\s{0,4}[\w*+/%-]{0,40}\s{0,4}[\])]"), "<shape>"),
-    (re.compile(r"(%s)|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?" % _DTYPE), None),  # numbers -> "n", dtypes kept
+    (re.compile(rf"({_DTYPE})|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), None),  # numbers -> "n", dtypes kept
     (re.compile(r"[\"`]"), "'"),
     (re.compile(r"\s+"), " "),
 ]
@@ -91,7 +115,8 @@ class Signature:
         return bool(self.frames) or len(self.message) >= SPECIFIC_MESSAGE
 
     def describe(self) -> str:
-        """One line for people: "AssertionError: expected a static pad ... in torch/_inductor/lowering.py:constant_pad_nd"."""
+        """One line for people:
+        "AssertionError: expected a static pad ... in torch/_inductor/lowering.py:constant_pad_nd"."""
         where = f" in {self.frames[0]}" if self.frames else ""
         return f"{self.exception}: {self.message}{where}" if self.message else f"{self.exception}{where}"
 
@@ -109,7 +134,7 @@ def normalize_message(text: str) -> str:
 
 
 def pt2_frame(path: str, function: str) -> str:
-    """"torch/_inductor/lowering.py:constant_pad_nd" for a frame in PT2's code, else "" (user code, torch.nn, ...)."""
+    """ "torch/_inductor/lowering.py:constant_pad_nd" for a frame in PT2's code, else "" (user code, torch.nn, ...)."""
     path = _SLASHES.sub("/", path.replace("\\", "/"))  # Windows paths, escaped ones too
     # The installed package's path, else the innermost torch/, triton/ or helion/ of a source checkout.
     site = _SITE.split(path)
@@ -119,7 +144,7 @@ def pt2_frame(path: str, function: str) -> str:
         roots = list(_PACKAGE_ROOT.finditer(path))
         if not roots:
             return ""
-        path = path[roots[-1].start(1):]
+        path = path[roots[-1].start(1) :]
     if not path.startswith(PT2_PATHS):
         return ""
     return f"{path}:{function}"
@@ -149,7 +174,7 @@ def _lines(text: str) -> list[str]:
 
 def _first_traceback(text: str) -> tuple[str, str, tuple[str, ...]] | None:
     """(exception, message, frames) of the first traceback chain in text that ends in an exception."""
-    if "File \"" not in text:
+    if 'File "' not in text:
         return None
     lines = _lines(text)
     i = 0
@@ -267,7 +292,8 @@ def _unwrap(name: str, message: str, lines: list[str], at: int) -> tuple[str, st
 
 
 def _bare_exception(text: str) -> tuple[str, str] | None:
-    """(class, normalized message) of the first line that is an exception on its own ("torch._dynamo.exc.Unsupported: ...")."""
+    """(class, normalized message) of the first line that is an exception on its own
+    ("torch._dynamo.exc.Unsupported: ...")."""
     if ":" not in text and "Error" not in text:
         return None
     lines = _lines(text)

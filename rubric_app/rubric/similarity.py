@@ -27,7 +27,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from .facts import (
-    COMPILE_UX, DECOMP, DISPATCHER, DYNAMIC, DYNAMO, FUNCTORCH, FX, HELION, INDUCTOR, Finding,
+    COMPILE_UX,
+    DECOMP,
+    DISPATCHER,
+    DYNAMIC,
+    DYNAMO,
+    FUNCTORCH,
+    FX,
+    HELION,
+    INDUCTOR,
+    Finding,
 )
 from .signature import Signature
 from .text import sources_of
@@ -57,13 +66,15 @@ _URL = re.compile(r"https?://\S{1,500}")
 # The bot's cc list says nothing about the failure: it is derived from the labels, so it would only echo
 # them. (collect_env's lines never get here: text.sources_of cuts them out.)
 _NOISE_LINE = re.compile(r"\s{0,8}cc @")
-STOP = frozenset("""
+STOP = frozenset(
+    """
 the and for with this that when are not but from have has was were you your can use using used will would should
 could into than then there their they them what which while where who why how all any also just only some more most
 very such been being its our out about after before because does did doing done get got here just like make made
 may might must need now one two new see seems seem still same want way well work works worked yes try tried trying
 def return self none true false import print torch else elif pass lambda class raise assert
-""".split())
+""".split()
+)
 
 
 def _token(raw: str) -> str:
@@ -145,8 +156,12 @@ def signature_terms(signature: Signature | None) -> dict[str, float]:
     return terms
 
 
-def terms_of(issue: IssueText, signature: Signature | None = None, vocabulary: Vocabulary | None = None,
-             limit: int = TERMS_PER_ISSUE) -> dict[str, float]:
+def terms_of(
+    issue: IssueText,
+    signature: Signature | None = None,
+    vocabulary: Vocabulary | None = None,
+    limit: int = TERMS_PER_ISSUE,
+) -> dict[str, float]:
     """The issue's vector: its `limit` heaviest TF-IDF words plus its signature's terms, unit length.
 
     The dot product of two vectors (over the terms they share) is their cosine similarity.
@@ -180,8 +195,9 @@ class MemoryIndex:
         for term, weight in vector.items():
             self.postings[term].append((key, weight))
 
-    def neighbours(self, key: int, limit: int = 10, among: set[int] | None = None,
-                   query_terms: int | None = None) -> list[tuple[int, float]]:
+    def neighbours(
+        self, key: int, limit: int = 10, among: set[int] | None = None, query_terms: int | None = None
+    ) -> list[tuple[int, float]]:
         """[(key, cosine)] of the `limit` most similar others, best first (ties: smaller key first).
 
         query_terms: look candidates up by only the query's heaviest terms (the database does, see QUERY_TERMS)."""
@@ -199,11 +215,25 @@ class MemoryIndex:
 # The rule that governs each component label a neighbour vote may suggest (RUBRIC.md); a label the
 # rubric does not govern is never suggested from neighbours.
 GOVERNING = {
-    DYNAMO: "R1.2", INDUCTOR: "R2.2", DYNAMIC: "R1.3", DISPATCHER: "R5", DECOMP: "R4.1", FX: "R4.3",
-    FUNCTORCH: "R9.1", HELION: "R8.1", "module: flex attention": "R7.1", "module: dtensor": "R7.1",
-    "module: fsdp": "R7.1", "module: ddp": "R7.1", "module: cuda graphs": "R7.3", "module: determinism": "R7.2",
-    "module: compile-time": "R7.2", "module: numerical-stability": "R7.2", COMPILE_UX: "R7.2",
-    "module: performance": "R7.3", "module: memory usage": "R7.3",
+    DYNAMO: "R1.2",
+    INDUCTOR: "R2.2",
+    DYNAMIC: "R1.3",
+    DISPATCHER: "R5",
+    DECOMP: "R4.1",
+    FX: "R4.3",
+    FUNCTORCH: "R9.1",
+    HELION: "R8.1",
+    "module: flex attention": "R7.1",
+    "module: dtensor": "R7.1",
+    "module: fsdp": "R7.1",
+    "module: ddp": "R7.1",
+    "module: cuda graphs": "R7.3",
+    "module: determinism": "R7.2",
+    "module: compile-time": "R7.2",
+    "module: numerical-stability": "R7.2",
+    COMPILE_UX: "R7.2",
+    "module: performance": "R7.3",
+    "module: memory usage": "R7.3",
 }
 VOTERS = 5  # the most similar triaged issues that vote
 MIN_SIMILARITY = 0.12  # a neighbour less similar than this is not evidence of anything
@@ -228,12 +258,31 @@ def similar_findings(issue: IssueText) -> list[Finding]:
         twins = [n for n in carrying if n.same_signature]
         numbers = " ".join(f"#{n.number}" for n in carrying)
         if twins:
-            found.append(Finding(rule_id, "add", label, SAME_SIGNATURE_WEIGHT, numbers, "similar",
-                                 f"#{twins[0].number} has the same failure signature and is {label}", origin="similar"))
+            found.append(
+                Finding(
+                    rule_id,
+                    "add",
+                    label,
+                    SAME_SIGNATURE_WEIGHT,
+                    numbers,
+                    "similar",
+                    f"#{twins[0].number} has the same failure signature and is {label}",
+                    origin="similar",
+                )
+            )
         elif len(carrying) >= MIN_VOTES:
-            found.append(Finding(rule_id, "add", label, VOTE_WEIGHT[len(carrying)], numbers, "similar",
-                                 f"{len(carrying)} of the {len(voters)} most similar triaged issues are {label}",
-                                 origin="similar"))
+            found.append(
+                Finding(
+                    rule_id,
+                    "add",
+                    label,
+                    VOTE_WEIGHT[len(carrying)],
+                    numbers,
+                    "similar",
+                    f"{len(carrying)} of the {len(voters)} most similar triaged issues are {label}",
+                    origin="similar",
+                )
+            )
     return found
 
 

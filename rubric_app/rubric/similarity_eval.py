@@ -67,8 +67,9 @@ def tfidf_vectors(texts: list[Counter[str]]) -> list[dict[str, float]]:
     return vectors
 
 
-def evaluate_similarity(slices: dict[str, list[dict[str, Any]]], k: int = 5, vocabulary: Vocabulary | None = None,
-                        engine: bool = False) -> SimilarityReport:
+def evaluate_similarity(
+    slices: dict[str, list[dict[str, Any]]], k: int = 5, vocabulary: Vocabulary | None = None, engine: bool = False
+) -> SimilarityReport:
     """Score the neighbours of every issue with a component in `slices` ({name: records}), the pool being
     all of them together. vocabulary: the IDF of our vectors (default: the shipped one). engine: also score
     the engine with and without the vote (slow: the engine runs twice on every record)."""
@@ -87,19 +88,23 @@ def evaluate_similarity(slices: dict[str, list[dict[str, Any]]], k: int = 5, voc
             keys[signature.key] += 1
         ours.add(issue.number, terms_of(issue, signature, vocabulary))
         theirs.add(issue.number, vector)
-    report = SimilarityReport(k=k, signatures=sum(s is not None for s in signatures.values()),
-                              shared_signatures=sum(1 for s in signatures.values() if s and s.specific and keys[s.key] > 1))
+    report = SimilarityReport(
+        k=k,
+        signatures=sum(s is not None for s in signatures.values()),
+        shared_signatures=sum(1 for s in signatures.values() if s and s.specific and keys[s.key] > 1),
+    )
     for number in sorted(pool):
-        for method, index, scores in (("ours", ours, report.ours), ("baseline", theirs, report.baseline)):
+        for _method, index, scores in (("ours", ours, report.ours), ("baseline", theirs, report.baseline)):
             found = index.neighbours(number, k, among=pool)
             for name in ("all", slice_of[number]):
                 p = scores.setdefault(name, Precision())
                 p.queries += 1
                 p.shown += len(found)
                 p.hits += sum(1 for other, _ in found if truth[other] & truth[number])
-        near = [Neighbour(other, tuple(sorted(truth[other])), score,
-                          _same(signatures[number], signatures[other]))
-                for other, score in ours.neighbours(number, 20, among=pool)]
+        near = [
+            Neighbour(other, tuple(sorted(truth[other])), score, _same(signatures[number], signatures[other]))
+            for other, score in ours.neighbours(number, 20, among=pool)
+        ]
         suggested = vote(near)
         for name in ("all", slice_of[number]):
             p = report.vote.setdefault(name, Precision())
@@ -115,13 +120,21 @@ def evaluate_similarity(slices: dict[str, list[dict[str, Any]]], k: int = 5, voc
 def _score_engine(report: SimilarityReport, records, issues, index: MemoryIndex, signatures, truth) -> None:
     """The engine (rules + shipped model) on every record, without and with its neighbours' vote (the others'
     labels only: leave-one-out). The held-out slice is the honest figure: the model never trained on it."""
-    labelled = {n: tuple(sorted(l for l in r.get("labels", []) if l.startswith("module:")))
-                for n, r in zip(truth, records)}
+    labelled = {
+        n: tuple(sorted(l for l in r.get("labels", []) if l.startswith("module:"))) for n, r in zip(truth, records)
+    }
     for with_vote in (False, True):
         predictions = []
         for issue in issues:
-            near = tuple(Neighbour(other, labelled[other], cosine, _same(signatures[issue.number], signatures[other]))
-                         for other, cosine in index.neighbours(issue.number, 20) if labelled[other]) if with_vote else ()
+            near = (
+                tuple(
+                    Neighbour(other, labelled[other], cosine, _same(signatures[issue.number], signatures[other]))
+                    for other, cosine in index.neighbours(issue.number, 20)
+                    if labelled[other]
+                )
+                if with_vote
+                else ()
+            )
             predictions.append(evaluate(replace(issue, neighbours=near)).verdict())
         for name, keep in (("all", lambda r: True), ("held-out", is_held_out)):
             chosen = [(r, p) for r, p in zip(records, predictions) if keep(r)]

@@ -86,7 +86,10 @@ def sources_of(issue: IssueText) -> list[Source]:
 def read_sources(issue: IssueText) -> tuple[list[Source], list[Source]]:
     """(sources_of(issue), the environment reports cut out of them, each under the name of its source)."""
     body, report = split_environment((issue.body or "")[:MAX_BODY])
-    sources, environment = [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", body)], [Source("body", report)]
+    sources, environment = (
+        [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", body)],
+        [Source("body", report)],
+    )
     budget = MAX_THREAD - len(body)
     for i, comment in enumerate(issue.comments[:MAX_COMMENTS]):
         if budget <= 0:
@@ -104,15 +107,18 @@ def read_sources(issue: IssueText) -> tuple[list[Source], list[Source]]:
 # the labeler learned from (excerpts) almost never do. Only its machine-written lines go: what a reporter
 # writes under that heading ("failing since 6/22", "both fail on CPU and CUDA") is kept.
 ENVIRONMENT_LINE = re.compile(
-    r"[ \t]{0,8}(?:\[pip3?\] |\[conda\] |Collecting environment information|(?:PyTorch|Clang|GCC|CMake|Libc|Python|CUDA runtime"
+    r"[ \t]{0,8}(?:\[pip3?\] |\[conda\] |Collecting environment information"
+    r"|(?:PyTorch|Clang|GCC|CMake|Libc|Python|CUDA runtime"
     r"|cuDNN|Nvidia driver|HIP runtime|MIOpen runtime) version:|(?:CUDA|ROCM|XPU) used to build PyTorch:"
     r"|Is (?:debug build|CUDA available|XNNPACK available|XPU available):|OS:|Python platform:"
     r"|CUDA_MODULE_LOADING set to:|GPU models and configuration:|GPU \d{1,2}: |Caching allocator config:|CPU:[ \t]*$"
     r"|Versions of relevant libraries:|/\S{0,200}/libcudnn|#{1,6}[ \t]{0,4}(?:Versions?|Environment)[ \t]*$"
     # lscpu, which collect_env runs: "Architecture:        x86_64", "Flags: ...", "Vulnerability Spectre v1: ..."
     r"|(?:Architecture|CPU op-mode\(s\)|Address sizes|Byte Order|CPU\(s\)|On-line CPU\(s\) list|Off-line CPU\(s\) list"
-    r"|Vendor ID|Model name|CPU family|Model|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|Stepping|BogoMIPS|Flags"
-    r"|Virtualization(?: type)?|Hypervisor vendor|L[123][di]? cache|NUMA node\d{0,3}(?: CPU)?\(s\)|Vulnerability [\w ]{1,40}"
+    r"|Vendor ID|Model name|CPU family|Model|Thread\(s\) per core|Core\(s\) per socket"
+    r"|Socket\(s\)|Stepping|BogoMIPS|Flags"
+    r"|Virtualization(?: type)?|Hypervisor vendor|L[123][di]? cache"
+    r"|NUMA node\d{0,3}(?: CPU)?\(s\)|Vulnerability [\w ]{1,40}"
     r"|CPU (?:max|min) MHz|CPU\(s\) scaling MHz|Frequency boost|Caches \(sum of all\)):)"
 )
 
@@ -153,10 +159,31 @@ def _dotted(node: ast.AST) -> str:
 
 
 # The calls the rules ask about (R12's comparisons, index-returning ops, torch.compile's options).
-CALLS_OF_INTEREST = frozenset({
-    "compile", "allclose", "assert_close", "isclose", "same", "argmax", "argmin", "max", "min", "topk", "sort",
-    "argsort", "item", "nonzero", "detach_", "requires_grad_", "vmap", "grad", "vjp", "jvp", "make_fx",
-})
+CALLS_OF_INTEREST = frozenset(
+    {
+        "compile",
+        "allclose",
+        "assert_close",
+        "isclose",
+        "same",
+        "argmax",
+        "argmin",
+        "max",
+        "min",
+        "topk",
+        "sort",
+        "argsort",
+        "item",
+        "nonzero",
+        "detach_",
+        "requires_grad_",
+        "vmap",
+        "grad",
+        "vjp",
+        "jvp",
+        "make_fx",
+    }
+)
 
 
 def _segments(block: str) -> Callable[[ast.AST], str]:

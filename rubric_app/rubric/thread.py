@@ -46,52 +46,69 @@ _FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k
 # "not codegen", "isn't an inductor bug", "nothing to do with dynamo", "rules out AOTAutograd",
 # "inductor is fine / not at fault". "not only inductor" and "not just dynamo" are not negations.
 NEGATED = re.compile(
-    rf"\b(?:not|isn't|is not|wasn't|was not|rather than|instead of)(?! only| just| sure| yet) (?:a |an |the |in |in the |on the |from )?(?P<a>{_NAMES})(?:[ -](?:bug|issue|problem|related|specific|side))?\b"
-    rf"|\b(?:nothing to do with|unrelated to|rules? out|ruled out|can rule out|not caused by|not due to) (?:the )?(?P<b>{_NAMES})\b"
-    rf"|\b(?P<c>{_NAMES}) (?:is|looks|seems) (?:fine|ok|okay|innocent|correct|not (?:at fault|to blame|the (?:culprit|cause|problem|issue)|involved))\b",
+    rf"\b(?:not|isn't|is not|wasn't|was not|rather than|instead of)(?! only| just| sure| yet)"
+    rf" (?:a |an |the |in |in the |on the |from )?(?P<a>{_NAMES})(?:[ -](?:bug|issue|problem|related|specific|side))?\b"
+    rf"|\b(?:nothing to do with|unrelated to|rules? out|ruled out|can rule out|not caused by"
+    rf"|not due to) (?:the )?(?P<b>{_NAMES})\b"
+    rf"|\b(?P<c>{_NAMES}) (?:is|looks|seems) (?:fine|ok|okay|innocent|correct"
+    rf"|not (?:at fault|to blame|the (?:culprit|cause|problem|issue)|involved))\b",
     I,
 )
 
 # "AOTAutograd is only the caller", "dynamo is just where it surfaces", "the error is only raised in inductor".
 ATTRIBUTED = re.compile(
     rf"\b(?P<a>{_NAMES})(?: frames?| code)? (?:is|are) (?:only|just|merely|simply) (?:the )?"
-    rf"(?:caller|messenger|symptom|victim|where (?:it|this|the (?:error|failure|exception|assert\w{{0,4}})) (?:surfaces|shows up|appears|is raised|gets raised|is thrown|fails|is reported)"
+    rf"(?:caller|messenger|symptom|victim|where (?:it|this|the (?:error|failure|exception|assert\w{{0,4}}))"
+    rf" (?:surfaces|shows up|appears|is raised|gets raised|is thrown|fails|is reported)"
     rf"|surfacing (?:it|the error)|reporting (?:it|the error)|in the (?:stack ?trace|traceback))\b"
-    rf"|\b(?:only|just|merely) (?:surfaces|shows up|appears|is raised|gets raised|is thrown) (?:in|inside|from|during|through) (?:the )?(?P<b>{_NAMES})\b"
-    rf"|\b(?:is|are|gets) (?:only|just|merely) (?:raised|thrown|reported|surfaced|caught|hit) (?:in|inside|from|by) (?:the )?(?P<c>{_NAMES})\b",
+    rf"|\b(?:only|just|merely) (?:surfaces|shows up|appears|is raised|gets raised|is thrown)"
+    rf" (?:in|inside|from|during|through) (?:the )?(?P<b>{_NAMES})\b"
+    rf"|\b(?:is|are|gets) (?:only|just|merely) (?:raised|thrown|reported|surfaced|caught|hit)"
+    rf" (?:in|inside|from|by) (?:the )?(?P<c>{_NAMES})\b",
     I,
 )
 
 # The latest conclusion of the thread: where the bug is ("looks like an AOTAutograd problem",
 # "root caused to inductor", "the fix is in dynamo").
 CONCLUDED = re.compile(
-    rf"\b(?:this is|it's|it is|looks like|seems like|seems to be|appears to be|must be|is probably|is likely|so it's|so the bug is in) "
-    rf"(?:a |an |the |in )?(?:general |real |genuine )?(?P<a>{_NAMES})(?: side)?(?: (?:bug|issue|problem|regression))?\b(?! is fine)"
-    rf"|\b(?:root[- ]?caused? (?:it |this )?(?:to|is)|the (?:bug|issue|problem|root cause) is in|a bug in|the fix (?:is|belongs|should go) in) (?:the )?(?P<b>{_NAMES})\b"
+    rf"\b(?:this is|it's|it is|looks like|seems like|seems to be|appears to be|must be|is probably|is likely|so it's"
+    rf"|so the bug is in) "
+    rf"(?:a |an |the |in )?(?:general |real |genuine )?"
+    rf"(?P<a>{_NAMES})(?: side)?(?: (?:bug|issue|problem|regression))?\b(?! is fine)"
+    rf"|\b(?:root[- ]?caused? (?:it |this )?(?:to|is)|the (?:bug|issue|problem|root cause) is in|a bug in"
+    rf"|the fix (?:is|belongs|should go) in) (?:the )?(?P<b>{_NAMES})\b"
     rf"|\b(?P<c>{_NAMES}) (?:doesn't|does not|fails to|can't|cannot) (?:preserve|handle|support|respect|properly)\b",
     I,
 )
 
 # G2: the fix belongs in another repository. pytorch/pytorch itself is not a transfer.
-_REPO = (r"pytorch/(?!pytorch\b)[\w.-]{2,30}|torchvision|torchaudio|torchtext|executorch|torchrec|torchtune|torchao"
-         r"|torch[_-]?xla|torch[_-]?tensorrt|(?:the )?(?:vision|audio|executorch|xla|ao|torchrec) repo(?:sitory)?")
+_REPO = (
+    r"pytorch/(?!pytorch\b)[\w.-]{2,30}|torchvision|torchaudio|torchtext|executorch|torchrec|torchtune|torchao"
+    r"|torch[_-]?xla|torch[_-]?tensorrt|(?:the )?(?:vision|audio|executorch|xla|ao|torchrec) repo(?:sitory)?"
+)
 TRANSFER = re.compile(
-    rf"\b(?:the fix belongs in|belongs in|belongs to|should be (?:filed|opened|reported|moved|transferred|fixed) (?:in|to|on|against|upstream in)"
-    rf"|(?:please )?(?:file|open|report|move|transfer) (?:it|this|this issue|an issue|a bug) (?:in|to|on|against|over to)"
-    rf"|(?:is|this is) (?:a |an )?(?:bug|issue|problem) (?:in|with|for)|needs to be fixed in|(?:transferring|moving) (?:this |it )?to) "
+    rf"\b(?:the fix belongs in|belongs in|belongs to"
+    rf"|should be (?:filed|opened|reported|moved|transferred|fixed) (?:in|to|on|against|upstream in)"
+    rf"|(?:please )?(?:file|open|report|move|transfer) (?:it|this|this issue|an issue|a bug)"
+    rf" (?:in|to|on|against|over to)"
+    rf"|(?:is|this is) (?:a |an )?(?:bug|issue|problem) (?:in|with|for)|needs to be fixed in"
+    rf"|(?:transferring|moving) (?:this |it )?to) "
     rf"(?:the )?(?P<repo>{_REPO})",
     I,
 )
 
 # G1: a usage question, or a reply that says the behaviour is expected.
 QUESTION_TEXT = re.compile(
-    r"^\s{0,5}(?:how (?:do|can|should) (?:i|we|one)\b|is (?:it|there) (?:possible|a way)\b|what is the (?:right|recommended|correct|best) way\b"
+    r"^\s{0,5}(?:how (?:do|can|should) (?:i|we|one)\b|is (?:it|there) (?:possible|a way)\b"
+    r"|what is the (?:right|recommended|correct|best) way\b"
     r"|is this (?:expected|intended|the expected behaviou?r)\b)",
     I | re.M,
 )
 NOT_A_BUG = re.compile(
     r"\b(?:this is|that's|that is|it's|it is) (?:the )?(?:expected|intended|by design|working as intended|not a bug)\b"
-    r"|\bworks as (?:intended|expected|designed)\b|\bnot a bug\b|\b(?:please )?(?:ask|post)(?: this| your question)? (?:on|in|at) (?:the )?(?:forum|discuss\.pytorch\.org|forums)",
+    r"|\bworks as (?:intended|expected|designed)\b|\bnot a bug\b"
+    r"|\b(?:please )?(?:ask|post)(?: this| your question)?"
+    r" (?:on|in|at) (?:the )?(?:forum|discuss\.pytorch\.org|forums)",
     I,
 )
 
@@ -123,8 +140,19 @@ def _named(match: re.Match[str]) -> str:
 # which also keeps the reader cheap on the engine's hot path.
 MAX_PROSE = 6_000
 MAX_CODE_BLOCKS = 8
-_REPO_NEEDLES = ("pytorch/", "torchvision", "torchaudio", "torchtext", "executorch", "torchrec", "torchtune", "torchao",
-                 "xla", "tensorrt", " repo")
+_REPO_NEEDLES = (
+    "pytorch/",
+    "torchvision",
+    "torchaudio",
+    "torchtext",
+    "executorch",
+    "torchrec",
+    "torchtune",
+    "torchao",
+    "xla",
+    "tensorrt",
+    " repo",
+)
 _NOT_A_BUG_NEEDLES = ("expected", "intended", "by design", "not a bug", "forum", "discuss.pytorch")
 
 
@@ -221,7 +249,12 @@ def ruled_out_after(facts: list[ThreadFact], after: ThreadFact | None = None) ->
 _BACKEND_NAMES = (  # (regex group, backend, how it is written)
     ("decomp", "aot_eager_decomp_partition", r"aot_eager_decomp_partition"),
     ("aot_eager", "aot_eager", r"aot_eager(?!_\w)"),
-    ("eager", "eager", r"backend\s{0,3}=\s{0,3}['\"`]?eager\b['\"`]?|['\"`]eager['\"`]|\beager(?= backends?\b)|(?<=backend )eager\b|\beager(?=/aot_eager)"),
+    (
+        "eager",
+        "eager",
+        r"backend\s{0,3}=\s{0,3}['\"`]?eager\b['\"`]?|['\"`]eager['\"`]|\beager(?= backends?\b)|(?<=backend )eager\b"
+        r"|\beager(?=/aot_eager)",
+    ),
     ("inductor", "inductor", r"['\"`]?\binductor\b['\"`]?"),
 )
 _BACKEND = re.compile("|".join(f"(?P<{group}>{written})" for group, _backend, written in _BACKEND_NAMES), I)
@@ -233,22 +266,41 @@ _BACKEND_TAG = re.compile(r"\[(aot_eager(?:_decomp_partition)?)\]", I)
 
 # Clauses: a contrast word, a comma, a colon, a parenthesis or a dash starts another half of the comparison.
 _SENTENCE = re.compile(r"[^\n.!?;]+(?:\.(?=\w)[^\n.!?;]*)*")  # "torch.compile" and "x.grad" stay in their sentence
-_CLAUSE_BREAK = re.compile(r",|:|\(|\)|\s[-\u2013\u2014]+\s|\b(?:but|while|whereas|however|although|though|except|yet|unlike)\b", I)
+_CLAUSE_BREAK = re.compile(
+    r",|:|\(|\)|\s[-\u2013\u2014]+\s|\b(?:but|while|whereas|however|although|though|except|yet|unlike)\b", I
+)
 # A clause of backend names alone ("aot_eager, aot_eager_decomp_partition and inductor all fail") lends them
 # to the verdict that follows.
 _LIST_ONLY = re.compile(r"^[\s'\"`/&*\[\]:]*(?:(?:and|or|both|the|with|on|for|backends?|also)\b[\s'\"`/&*\[\]:]*)*$", I)
-_REFERENCE = re.compile(r"\b(?:match(?:es|ing)?|from|than|versus|vs\.?|against|compared (?:to|with)|relative to|to)\s+(?:the\s+|that of (?:the\s+)?)?['\"`]?$", I)
+_REFERENCE = re.compile(
+    r"\b(?:match(?:es|ing)?|from|than|versus|vs\.?|against|compared (?:to|with)|relative to|to)"
+    r"\s+(?:the\s+|that of (?:the\s+)?)?['\"`]?$",
+    I,
+)
 # Outcomes. A negated pass is a failure ("doesn't work"), a negated failure a pass ("no error", "does not
 # have this issue"); "not only X fails" negates nothing.
-_NEG_PASS = re.compile(r"(?:\bnot|n't|\bnever|\bno longer|\bcannot)(?! only| just) (?:\w+ ){0,2}?(?:work|pass|succeed|match|agree|run|compile|correct|fine|ok)\w*", I)
-_NEG_FAIL = re.compile(r"(?:\bnot|n't|\bnever|\bno|\bwithout)(?! only| just) (?:\w+ ){0,2}?(?:fail|error|raise|crash|ha(?:ve|s)|show|reproduce|differ|diverge|hit|trigger|issue|problem|bug|mismatch|difference|discrepanc)\w*", I)
+_NEG_PASS = re.compile(
+    r"(?:\bnot|n't|\bnever|\bno longer|\bcannot)(?! only| just)"
+    r" (?:\w+ ){0,2}?(?:work|pass|succeed|match|agree|run|compile|correct|fine|ok)\w*",
+    I,
+)
+_NEG_FAIL = re.compile(
+    r"(?:\bnot|n't|\bnever|\bno|\bwithout)(?! only| just) (?:\w+ ){0,2}?(?:fail|error|raise|crash|ha(?:ve|s)|show"
+    r"|reproduce|differ|diverge|hit|trigger|issue|problem|bug|mismatch|difference|discrepanc)\w*",
+    I,
+)
 _PASSED = re.compile(
     r"\b(?:works?|worked|working|pass(?:es|ed)?|succeed(?:s|ed)?|successfully|fine|ok|okay|match(?:es)?|agree|correct(?:ly)?"
-    r"|same (?:results?|outputs?|values?) as eager|as expected)\b", I)
+    r"|same (?:results?|outputs?|values?) as eager|as expected)\b",
+    I,
+)
 _FAILED = re.compile(
     r"\b(?:fail\w*|errors?|raise[sd]?|crash\w*|wrong|incorrect\w*|diverge\w*|differ(?:s|ed|ent)?|mismatch\w*|break\w*|broken|cause[sd]?"
-    r"|reproduces?|reproducible|segfault\w*|perturbs?|(?:has|have|shows?|hits?|triggers?) (?:this|the same|that|the) (?:issue|problem|bug|error)"
-    r"|(?:failure|error|issue|bug|problem) (?:occurs|happens|appears|persists|remains))\b", I)
+    r"|reproduces?|reproducible|segfault\w*|perturbs?"
+    r"|(?:has|have|shows?|hits?|triggers?) (?:this|the same|that|the) (?:issue|problem|bug|error)"
+    r"|(?:failure|error|issue|bug|problem) (?:occurs|happens|appears|persists|remains))\b",
+    I,
+)
 
 
 @dataclass(frozen=True)
@@ -289,13 +341,21 @@ def backend_results(sources: list[Source]) -> list[BackendResult]:
     for source in sources:
         text = source.text if source.name == "title" else prose(source.text)
         if source.name == "title":
-            out += [BackendResult(m.group(1).lower(), True, m.group(0), source.name) for m in _BACKEND_TAG.finditer(text)]
+            out += [
+                BackendResult(m.group(1).lower(), True, m.group(0), source.name) for m in _BACKEND_TAG.finditer(text)
+            ]
         if _LADDER_LOCATOR.search(text):
-            out += [BackendResult(name, failed, evidence, source.name)
-                    for sentence in _SENTENCE.finditer(text) if _LADDER_LOCATOR.search(sentence.group(0))
-                    for name, failed, evidence in _sentence_results(text, sentence.start(), sentence.end())]
+            out += [
+                BackendResult(name, failed, evidence, source.name)
+                for sentence in _SENTENCE.finditer(text)
+                if _LADDER_LOCATOR.search(sentence.group(0))
+                for name, failed, evidence in _sentence_results(text, sentence.start(), sentence.end())
+            ]
         if source.name != "title" and "```" in source.text:
-            out += [BackendResult(name, failed, evidence, source.name) for name, failed, evidence in _code_comment_results(source.text)]
+            out += [
+                BackendResult(name, failed, evidence, source.name)
+                for name, failed, evidence in _code_comment_results(source.text)
+            ]
     return out
 
 
@@ -308,8 +368,11 @@ def _sentence_results(text: str, begin: int, finish: int) -> list[tuple[str, boo
         clause = text[start:end]
         # "differs from the eager backend", "does not match `aot_eager`": the reference compared against
         # is no outcome of its own.
-        names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(clause)
-                 if not _REFERENCE.search(clause, max(0, m.start() - 40), m.start())]
+        names = [
+            _GROUP_BACKEND[m.lastgroup]
+            for m in _BACKEND.finditer(clause)
+            if not _REFERENCE.search(clause, max(0, m.start() - 40), m.start())
+        ]
         rest = _BACKEND.sub(" ", clause)
         if names and _LIST_ONLY.match(rest):
             listed += names
@@ -317,7 +380,7 @@ def _sentence_results(text: str, begin: int, finish: int) -> list[tuple[str, boo
             continue
         failed = _outcome(rest)
         if failed is not None and (listed or names):
-            evidence = text[start if listed_from is None else listed_from:end].strip()
+            evidence = text[start if listed_from is None else listed_from : end].strip()
             out += [(name, failed, evidence) for name in dict.fromkeys(listed + names)]
         listed, listed_from = [], None
     return out
@@ -337,7 +400,11 @@ def _code_comment_results(text: str) -> list[tuple[str, bool, str]]:
             if not said and _LADDER_LOCATOR.search(line.group(1)):
                 failed = _outcome(line.group(2))
                 names = [_GROUP_BACKEND[m.lastgroup] for m in _BACKEND.finditer(line.group(1))]
-                said = [(name, failed, line.group(0).strip()) for name in dict.fromkeys(names)] if failed is not None else []
+                said = (
+                    [(name, failed, line.group(0).strip()) for name in dict.fromkeys(names)]
+                    if failed is not None
+                    else []
+                )
             out += said
     return out
 

@@ -9,14 +9,14 @@ from html import escape as escape_html
 
 from django import template
 from django.core.exceptions import ObjectDoesNotExist
+from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.html import conditional_escape, escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
-
-from django.utils import timezone
 from django.utils.timesince import timesince
 
-from rubric_app.markdown import MarkdownBudget, render_markdown, summary as markdown_summary
+from rubric_app.markdown import MarkdownBudget, render_markdown
+from rubric_app.markdown import summary as markdown_summary
 from rubric_app.models import readable_text_color
 
 register = template.Library()
@@ -80,8 +80,10 @@ def violations(issue) -> list[dict]:
     items = [item for item in (issue.checklist or []) if isinstance(item, dict) and item.get("state") == "violated"]
     names = [label.name for label in issue.labels.all()]
     ended = "oncall: pt2" in names and "triaged" in names
-    if ended and not any(n.startswith("module:") for n in names) and not any(
-        item.get("rule_id") == "G4" for item in items
+    if (
+        ended
+        and not any(n.startswith("module:") for n in names)
+        and not any(item.get("rule_id") == "G4" for item in items)
     ):
         items.append({"rule_id": "G4", "text": "A PT2 issue needs at least one module: label."})
     return items
@@ -98,8 +100,10 @@ def _chip(name: str, color: str = "", suggested: bool = False, title: str = "", 
         kind = "chip suggested possible" if possible else "chip suggested"
         return f'<span class="{kind}" title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
     color = hexcolor(color)
-    return (f'<span class="chip" style="background:#{color};color:#{readable_text_color(color)}" '
-            f'title="{escape_html(str(title))}">{escape_html(str(name))}</span>')
+    return (
+        f'<span class="chip" style="background:#{color};color:#{readable_text_color(color)}" '
+        f'title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
+    )
 
 
 @register.simple_tag
@@ -132,25 +136,38 @@ def queue_row(context, issue) -> SafeString:
     except ObjectDoesNotExist:
         holder = None
     csrf = f'<input type="hidden" name="csrfmiddlewaretoken" value="{escape_html(str(context.get("csrf_token", "")))}">'
-    warnings = "".join(f'<div class="warn" title="{escape_html(str(w.get("text")))}">⚠ {escape_html(str(w.get("rule_id")))}: '
-                       f'{escape_html(str(w.get("text")))}</div>' for w in violations(issue))
+    warnings = "".join(
+        f'<div class="warn" title="{escape_html(str(w.get("text")))}">⚠ {escape_html(str(w.get("rule_id")))}: '
+        f"{escape_html(str(w.get('text')))}</div>"
+        for w in violations(issue)
+    )
     taken = f" · <span data-assignee>taken by {escape_html(holder.user.get_username())}</span>" if holder else ""
-    take = (f'<form method="post" action="{url}/assign">{csrf}<input type="hidden" name="next" '
-            f'value="{escape_html(context["request"].get_full_path())}"><button type="submit" class="link" data-take>take it</button></form>'
-            if can_apply and (holder is None or holder.user_id != user.pk) else "")
-    accept = (f'<form method="post" action="{url}/preview" hx-post="{url}/preview" hx-target="#apply-preview-{issue.number}" '
-              f'hx-swap="outerHTML">{csrf}<input type="hidden" name="accept" value="1"><input type="hidden" name="in_queue" value="1">'
-              '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">Accept…</button></form>'
-              if can_apply and issue.add_suggestions else "")
+    take = (
+        f'<form method="post" action="{url}/assign">{csrf}<input type="hidden" name="next" '
+        f'value="{escape_html(context["request"].get_full_path())}">'
+        '<button type="submit" class="link" data-take>take it</button></form>'
+        if can_apply and (holder is None or holder.user_id != user.pk)
+        else ""
+    )
+    accept = (
+        f'<form method="post" action="{url}/preview" hx-post="{url}/preview" hx-target="#apply-preview-{issue.number}" '
+        f'hx-swap="outerHTML">{csrf}<input type="hidden" name="accept" value="1">'
+        '<input type="hidden" name="in_queue" value="1">'
+        '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">'
+        "Accept…</button></form>"
+        if can_apply and issue.add_suggestions
+        else ""
+    )
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
     suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
     return mark_safe(  # noqa: S308 - every interpolated value is escaped above
-        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}"><td><a href="{url}">#{issue.number}</a></td>'
+        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}">'
+        f'<td><a href="{url}">#{issue.number}</a></td>'
         f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
-        f'{escape_html(issue.author or "?")}{taken}</div>{take}</td><td>{labels}</td><td>{suggested}</td>'
+        f"{escape_html(issue.author or '?')}{taken}</div>{take}</td><td>{labels}</td><td>{suggested}</td>"
         f'<td class="verdict">{escape_html(issue.latest_verdict or "")}</td><td title="opened {opened}">'
-        f'{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>'
+        f"{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>"
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
     )
 
@@ -159,7 +176,9 @@ def _suggested_chip(s) -> str:
     """A suggestion in the queue as the issue page shows it: pre-selected (what Accept, `a`, applies) or only
     possible (dotted), with its rule and calibrated confidence on hover."""
     state = "pre-selected" if s.preselected else "possible: not pre-selected"
-    return _chip(s.label, suggested=True, title=f"{s.rule_id} · {s.confidence:.0%} · {state}", possible=not s.preselected)
+    return _chip(
+        s.label, suggested=True, title=f"{s.rule_id} · {s.confidence:.0%} · {state}", possible=not s.preselected
+    )
 
 
 # The routes that end with no label to add: the rule that says so and what it says (engine: G2's transfer,
@@ -171,11 +190,18 @@ def _no_labels_why(issue) -> str:
     """The queue's Suggested cell for an issue whose route adds no label: the rule's own line, so that an empty
     cell never reads as "the engine found nothing" when it concluded "transfer it"."""
     rule_id = ROUTES_WITHOUT_LABELS.get(issue.suggested_route)
-    item = next((i for i in issue.checklist or () if isinstance(i, dict) and i.get("rule_id") == rule_id), None) if rule_id else None
+    item = (
+        next((i for i in issue.checklist or () if isinstance(i, dict) and i.get("rule_id") == rule_id), None)
+        if rule_id
+        else None
+    )
     if item is None:
         return ""
-    return (f'<span class="route-note" data-route="{escape_html(issue.suggested_route)}"><span class="rule">{escape_html(rule_id)}</span> '
-            f'{escape_html(str(item.get("text", "")))}</span>')
+    return (
+        f'<span class="route-note" data-route="{escape_html(issue.suggested_route)}">'
+        f'<span class="rule">{escape_html(rule_id)}</span> '
+        f"{escape_html(str(item.get('text', '')))}</span>"
+    )
 
 
 @register.filter
@@ -232,8 +258,12 @@ def age_now(context, value) -> str:
     return age(value)
 
 
-STATE_NAMES = {"satisfied": "satisfied", "violated": "violated", "needs_human": "needs a human",
-               "not_applicable": "n/a"}
+STATE_NAMES = {
+    "satisfied": "satisfied",
+    "violated": "violated",
+    "needs_human": "needs a human",
+    "not_applicable": "n/a",
+}
 
 
 @register.filter

@@ -13,8 +13,14 @@ from django.db import connections
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
 
 
@@ -41,8 +47,9 @@ def make_page(browser, live_server):
     contexts = []
 
     def make(username: str, *, js: bool = True):
-        context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 900},
-                                      java_script_enabled=js)
+        context = browser.new_context(
+            base_url=live_server.url, viewport={"width": 1400, "height": 900}, java_script_enabled=js
+        )
         context.set_default_timeout(20_000)
         contexts.append(context)
         page = context.new_page()

@@ -9,7 +9,9 @@ def test_it_opens_the_issue_on_github_with_o_from_the_issue_page(transactional_d
     issue = make_issue(4321, title="o opens me on GitHub")
     page = make_page(viewer.username)
     # Nothing leaves the machine: GitHub's page is answered here.
-    page.context.route("https://github.com/**", lambda route: route.fulfill(body="<title>GitHub</title>", content_type="text/html"))
+    page.context.route(
+        "https://github.com/**", lambda route: route.fulfill(body="<title>GitHub</title>", content_type="text/html")
+    )
     page.goto(issue.get_absolute_url())
     with page.context.expect_page() as opened:
         page.keyboard.press("o")

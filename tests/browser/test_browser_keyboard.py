@@ -34,8 +34,9 @@ def _assert_applied_as_shown(page, fake, number: int, shown: tuple[list[str], bo
     assert ("triage review" in on_github) == review and ("triaged" in on_github) == (not review), (shown, on_github)
 
 
-def test_it_applies_the_review_flag_ticked_with_r_after_a(transactional_db, celery_worker_process, fake_github, triager,
-                                                         make_page):
+def test_it_applies_the_review_flag_ticked_with_r_after_a(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5101, "Graph break under dynamic shapes", suggest=SUGGEST)
     page = make_page(triager.username)
     page.goto("/issues/5101")
@@ -52,15 +53,19 @@ def test_it_applies_the_review_flag_ticked_with_r_after_a(transactional_db, cele
     assert shown[1] is True
 
 
-@pytest.mark.parametrize("keys", [
-    ["a", "r", "Enter"],
-    ["r", "a", "Enter"],
-    ["a", "r", "r", "Enter"],
-    ["r", "a", "r", "Enter"],
-    ["a", "Enter"],
-])
-def test_it_applies_what_is_shown_for_keys_typed_without_waiting(transactional_db, celery_worker_process, fake_github,
-                                                                 triager, make_page, keys):
+@pytest.mark.parametrize(
+    "keys",
+    [
+        ["a", "r", "Enter"],
+        ["r", "a", "Enter"],
+        ["a", "r", "r", "Enter"],
+        ["r", "a", "r", "Enter"],
+        ["a", "Enter"],
+    ],
+)
+def test_it_applies_what_is_shown_for_keys_typed_without_waiting(
+    transactional_db, celery_worker_process, fake_github, triager, make_page, keys
+):
     """No pause between keys: Enter must not apply a preview the later keys already made stale."""
     _issue_on_both(fake_github, 5102, "Recompiles on every call", suggest=SUGGEST)
     page = make_page(triager.username)
@@ -76,8 +81,9 @@ def test_it_applies_what_is_shown_for_keys_typed_without_waiting(transactional_d
     assert shown[1] == review
 
 
-def test_it_shows_the_suggestions_again_when_accept_is_clicked(transactional_db, celery_worker_process, fake_github,
-                                                              triager, make_page):
+def test_it_shows_the_suggestions_again_when_accept_is_clicked(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     """The mouse's Accept shows what it applies: the boxes return to the suggestions, then r and Enter."""
     _issue_on_both(fake_github, 5103, "Graph break in a generator", suggest=SUGGEST)
     page = make_page(triager.username)
@@ -95,8 +101,9 @@ def test_it_shows_the_suggestions_again_when_accept_is_clicked(transactional_db,
     assert shown[1] is True
 
 
-def test_it_applies_from_the_queue_with_j_a_enter_typed_without_waiting(transactional_db, celery_worker_process,
-                                                                        fake_github, triager, make_page):
+def test_it_applies_from_the_queue_with_j_a_enter_typed_without_waiting(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5104, "Graph break on a dict comprehension", suggest=SUGGEST)
     page = make_page(triager.username)
     page.goto("/")

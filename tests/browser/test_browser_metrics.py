@@ -22,10 +22,12 @@ def _bars_and_cells(page, slug: str) -> tuple[dict, dict]:
     """{(category, series): value} of the chart's bars and of its table's cells."""
     bars = page.eval_on_selector_all(
         f'svg[data-chart="{slug}"] rect.bar',
-        "els => els.map(e => [e.dataset.category, e.dataset.series, e.dataset.value])")
+        "els => els.map(e => [e.dataset.category, e.dataset.series, e.dataset.value])",
+    )
     cells = page.eval_on_selector_all(
         f'table[data-table="{slug}"] td[data-series]',
-        "els => els.map(e => [e.dataset.category, e.dataset.series, e.textContent.trim()])")
+        "els => els.map(e => [e.dataset.category, e.dataset.series, e.textContent.trim()])",
+    )
     as_number = lambda text: 0.0 if text == "–" else float(text)  # noqa: E731 - "–": nothing triaged that week
     return ({(c, s): float(v) for c, s, v in bars}, {(c, s): as_number(v) for c, s, v in cells})
 
@@ -34,19 +36,29 @@ def _figure(page, name: str) -> str:
     return page.inner_text(f'.headline [data-figure="{name}"]')
 
 
-def test_it_charts_the_queue_and_a_decision_moves_the_figures(transactional_db, celery_worker_process, fake_github,
-                                                              triager, make_page):
+def test_it_charts_the_queue_and_a_decision_moves_the_figures(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     now = timezone.now()
     for name in ("oncall: pt2", "module: dynamo", "triaged", "triage review"):
         fake_github.add_label(name)
         make_label(name)
     for number, days in [(7001, 2), (7002, 12), (7003, 45), (7004, 200)]:
         make_issue(number, title=f"graph break {number}", created_at=now - timedelta(days=days))
-    make_issue(7005, created_at=now - timedelta(days=20), state="closed", in_queue=False, closed_at=now - timedelta(days=3))
+    make_issue(
+        7005, created_at=now - timedelta(days=20), state="closed", in_queue=False, closed_at=now - timedelta(days=3)
+    )
     fake_github.add_issue(7001, title="graph break 7001", labels=["oncall: pt2"])
     issue = Issue.objects.get(number=7001)
-    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.9, evidence="graph break",
-                              evidence_source="title", reason="graph breaks belong to Dynamo")
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamo",
+        rule_id="R1.2",
+        confidence=0.9,
+        evidence="graph break",
+        evidence_source="title",
+        reason="graph breaks belong to Dynamo",
+    )
 
     page = make_page(triager.username)
     page.goto("/metrics")
@@ -57,8 +69,12 @@ def test_it_charts_the_queue_and_a_decision_moves_the_figures(transactional_db, 
     assert page.locator('svg[data-chart="triagers"]').count() == 0  # nobody decided anything yet
     assert (_figure(page, "untriaged"), _figure(page, "triage-median"), _figure(page, "triaged")) == ("4", "– h", "0")
     _, age = _bars_and_cells(page, "age")
-    assert age == {("< 1 week", "untriaged"): 1, ("1–4 weeks", "untriaged"): 1, ("1–3 months", "untriaged"): 1,
-                   ("> 3 months", "untriaged"): 1}
+    assert age == {
+        ("< 1 week", "untriaged"): 1,
+        ("1–4 weeks", "untriaged"): 1,
+        ("1–3 months", "untriaged"): 1,
+        ("> 3 months", "untriaged"): 1,
+    }
 
     page.goto("/issues/7001")
     page.click("[data-preview]")

@@ -23,13 +23,32 @@ def _issue(fake, number: int) -> None:
     for name in CATALOG:
         fake.add_label(name)
         make_label(name)
-    title, body = "Graph break on a generator, then a wrong kernel?", "Compiling this model hits a graph break on every step."
+    title, body = (
+        "Graph break on a generator, then a wrong kernel?",
+        "Compiling this model hits a graph break on every step.",
+    )
     fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
     issue = make_issue(number, title=title, body=body, labels=("oncall: pt2",), suggested_route="pt2")
-    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.93, preselected=True,
-                              evidence="graph break", evidence_source="body", reason="graph breaks belong to Dynamo")
-    Suggestion.objects.create(issue=issue, label="module: inductor", rule_id="R2.2", confidence=0.41, preselected=False,
-                              evidence="kernel", evidence_source="title", reason="Inductor code generation is involved")
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamo",
+        rule_id="R1.2",
+        confidence=0.93,
+        preselected=True,
+        evidence="graph break",
+        evidence_source="body",
+        reason="graph breaks belong to Dynamo",
+    )
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: inductor",
+        rule_id="R2.2",
+        confidence=0.41,
+        preselected=False,
+        evidence="kernel",
+        evidence_source="title",
+        reason="Inductor code generation is involved",
+    )
 
 
 PLAN_HAS_INDUCTOR = """(want) => { const plan = document.querySelector('#apply-preview-5103 .plan');
@@ -40,7 +59,9 @@ def _wait_applied(page, scope: str) -> None:
     page.wait_for_selector(f'{scope} [data-decision-status="applied"]', timeout=30_000)
 
 
-def test_it_shows_pre_selected_and_possible_labels_with_their_confidence(transactional_db, fake_github, triager, make_page):
+def test_it_shows_pre_selected_and_possible_labels_with_their_confidence(
+    transactional_db, fake_github, triager, make_page
+):
     _issue(fake_github, 5101)
     page = make_page(triager.username)
     page.goto("/issues/5101")
@@ -53,8 +74,9 @@ def test_it_shows_pre_selected_and_possible_labels_with_their_confidence(transac
     screenshot(page, "issue-preselected")
 
 
-def test_it_applies_only_the_pre_selected_labels_with_j_a_enter(transactional_db, celery_worker_process, fake_github, triager,
-                                                               make_page):
+def test_it_applies_only_the_pre_selected_labels_with_j_a_enter(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue(fake_github, 5102)
     page = make_page(triager.username)
     page.goto("/")
@@ -68,8 +90,9 @@ def test_it_applies_only_the_pre_selected_labels_with_j_a_enter(transactional_db
     assert fake_github.labels_of(5102) == ["module: dynamo", "oncall: pt2", "triaged"]
 
 
-def test_it_resets_a_hand_ticked_possible_label_when_a_accepts(transactional_db, celery_worker_process, fake_github, triager,
-                                                              make_page):
+def test_it_resets_a_hand_ticked_possible_label_when_a_accepts(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue(fake_github, 5103)
     page = make_page(triager.username)
     page.goto("/issues/5103")

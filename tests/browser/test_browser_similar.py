@@ -23,14 +23,19 @@ def _reports(fake, numbers) -> list[Issue]:
         make_label(name)
     issues = []
     for i, number in enumerate(numbers):
-        title, body = f"Audio model {i} fails on the second call", "It breaks when the length changes.\n\n" + _lowering(b=2 + i, s=i)
+        title, body = (
+            f"Audio model {i} fails on the second call",
+            "It breaks when the length changes.\n\n" + _lowering(b=2 + i, s=i),
+        )
         fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
         issues.append(make_issue(number, title=title, body=body))
     Issue.objects.filter(number__in=numbers).refresh_suggestions()
     return issues
 
 
-def test_it_marks_a_duplicate_from_the_similar_issues(transactional_db, celery_worker_process, fake_github, triager, make_page):
+def test_it_marks_a_duplicate_from_the_similar_issues(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _reports(fake_github, [5101, 5102])
     page = make_page(triager.username)
     page.goto("/issues/5102")
@@ -41,7 +46,9 @@ def test_it_marks_a_duplicate_from_the_similar_issues(transactional_db, celery_w
     neighbour.locator("[data-mark-duplicate]").click()
     preview = page.locator("#apply-preview-5102 .plan")
     preview.wait_for()
-    assert "close as duplicate of #5101" in preview.inner_text() and "duplicate" in page.get_attribute("[data-reply]", "data-reply")
+    assert "close as duplicate of #5101" in preview.inner_text() and "duplicate" in page.get_attribute(
+        "[data-reply]", "data-reply"
+    )
     screenshot(page, "issue-duplicate-preview")
     page.click("#apply-preview-5102 [data-apply]")
     page.wait_for_selector('[data-decision-status="applied"]', timeout=30_000)
@@ -54,8 +61,9 @@ def test_it_marks_a_duplicate_from_the_similar_issues(transactional_db, celery_w
     assert "close as a duplicate of #5101" in page.inner_text("#apply-preview-5102")
 
 
-def test_it_decides_once_for_every_issue_sharing_a_failure(transactional_db, celery_worker_process, fake_github, triager,
-                                                           make_page):
+def test_it_decides_once_for_every_issue_sharing_a_failure(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _reports(fake_github, [5201, 5202, 5203])
     page = make_page(triager.username)
     page.goto("/")
@@ -85,7 +93,9 @@ def test_it_decides_once_for_every_issue_sharing_a_failure(transactional_db, cel
     assert GitHubWrite.objects.filter(action="add_label", ok=True).count() == 3 * (len(ticked) + 1)
 
 
-def test_it_decides_for_a_group_without_javascript(transactional_db, celery_worker_process, fake_github, triager, make_page):
+def test_it_decides_for_a_group_without_javascript(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     issues = _reports(fake_github, [5301, 5302])
     page = make_page(triager.username, js=False)
     page.goto(f"/signatures/{Issue.objects.get(pk=issues[0].pk).signature}")

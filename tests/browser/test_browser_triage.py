@@ -23,22 +23,50 @@ from tests.conftest import make_issue, make_label, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
-CATALOG = ("oncall: pt2", "module: dynamo", "module: inductor", "module: dynamic shapes", "triaged", "triage review",
-           "high priority", "needs reproduction", "low priority")
+CATALOG = (
+    "oncall: pt2",
+    "module: dynamo",
+    "module: inductor",
+    "module: dynamic shapes",
+    "triaged",
+    "triage review",
+    "high priority",
+    "needs reproduction",
+    "low priority",
+)
 
 
-def _issue_on_both(fake, number: int, title: str, labels=("oncall: pt2",), suggest=(("module: dynamo", "R1.2"),),
-                   body: str = "Compiling this model hits a graph break on every step.") -> Issue:
+def _issue_on_both(
+    fake,
+    number: int,
+    title: str,
+    labels=("oncall: pt2",),
+    suggest=(("module: dynamo", "R1.2"),),
+    body: str = "Compiling this model hits a graph break on every step.",
+) -> Issue:
     """The same issue on the fake GitHub and in the dashboard, with the rubric's suggestions stored."""
     for name in CATALOG:
         fake.add_label(name)
         make_label(name)
     fake.add_issue(number, title=title, body=body, labels=list(labels))
-    issue = make_issue(number, title=title, body=body, labels=labels, suggested_route="pt2",
-                       review_flagged_at=timezone.now() if "triage review" in labels else None)
+    issue = make_issue(
+        number,
+        title=title,
+        body=body,
+        labels=labels,
+        suggested_route="pt2",
+        review_flagged_at=timezone.now() if "triage review" in labels else None,
+    )
     for label, rule in suggest:
-        Suggestion.objects.create(issue=issue, label=label, rule_id=rule, confidence=0.9, evidence="graph break",
-                                  evidence_source="body", reason="graph breaks belong to Dynamo")
+        Suggestion.objects.create(
+            issue=issue,
+            label=label,
+            rule_id=rule,
+            confidence=0.9,
+            evidence="graph break",
+            evidence_source="body",
+            reason="graph breaks belong to Dynamo",
+        )
     return issue
 
 
@@ -46,7 +74,9 @@ def _wait_for_status(page, status: str, scope: str = "") -> None:
     page.wait_for_selector(f'{scope} [data-decision-status="{status}"]'.strip(), timeout=30_000)
 
 
-def test_it_triages_an_issue_end_to_end_on_github(transactional_db, celery_worker_process, fake_github, triager, make_page):
+def test_it_triages_an_issue_end_to_end_on_github(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5001, "Graph break in a HF model under torch.compile")
     page = make_page(triager.username)
     page.goto("/issues/5001")
@@ -58,7 +88,9 @@ def test_it_triages_an_issue_end_to_end_on_github(transactional_db, celery_worke
     assert preview.inner_text().split("\n") == ["+ module: dynamo", "+ triaged"]
     screenshot(page, "issue-preview")
     page.click("[data-apply]")
-    page.wait_for_selector('[data-decision-status="pending"], [data-decision-status="applying"], [data-decision-status="applied"]')
+    page.wait_for_selector(
+        '[data-decision-status="pending"], [data-decision-status="applying"], [data-decision-status="applied"]'
+    )
     _wait_for_status(page, "applied")  # the fragment polled its way there
     assert fake_github.labels_of(5001) == ["module: dynamo", "oncall: pt2", "triaged"]
     decision = TriageDecision.objects.get()
@@ -69,7 +101,9 @@ def test_it_triages_an_issue_end_to_end_on_github(transactional_db, celery_worke
     screenshot(page, "audit")
 
 
-def test_it_triages_from_the_queue_in_three_keys(transactional_db, celery_worker_process, fake_github, triager, make_page):
+def test_it_triages_from_the_queue_in_three_keys(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5002, "Recompiles on every call with a graph break")
     page = make_page(triager.username)
     page.goto("/")
@@ -87,7 +121,9 @@ def test_it_triages_from_the_queue_in_three_keys(transactional_db, celery_worker
     assert fake_github.labels_of(5002) == ["module: dynamo", "oncall: pt2", "triaged"]
 
 
-def test_it_triages_from_the_queue_in_two_clicks(transactional_db, celery_worker_process, fake_github, triager, make_page):
+def test_it_triages_from_the_queue_in_two_clicks(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5003, "Graph break on a generator expression")
     page = make_page(triager.username)
     page.goto("/")
@@ -102,8 +138,9 @@ def test_it_triages_from_the_queue_in_two_clicks(transactional_db, celery_worker
     assert fake_github.labels_of(5003) == ["module: dynamo", "oncall: pt2", "triaged"]
 
 
-def test_it_shows_a_conflict_when_github_changed_underneath(transactional_db, celery_worker_process, fake_github, triager,
-                                                           make_page):
+def test_it_shows_a_conflict_when_github_changed_underneath(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5004, "Graph break, but someone else is triaging too")
     page = make_page(triager.username)
     page.goto("/issues/5004")
@@ -118,13 +155,16 @@ def test_it_shows_a_conflict_when_github_changed_underneath(transactional_db, ce
     screenshot(page, "issue-conflict")
 
 
-def test_it_records_meeting_decisions_and_empties_the_agenda(transactional_db, celery_worker_process, fake_github, chair,
-                                                            make_page):
+def test_it_records_meeting_decisions_and_empties_the_agenda(
+    transactional_db, celery_worker_process, fake_github, chair, make_page
+):
     flagged = ("oncall: pt2", "module: inductor", "triage review")
-    _issue_on_both(fake_github, 5005, "Segfault in the generated kernel", labels=flagged,
-                   suggest=(("triage review", "R11"),))
-    _issue_on_both(fake_github, 5006, "Wrong results vs eager on inductor", labels=flagged,
-                   suggest=(("triage review", "R11"),))
+    _issue_on_both(
+        fake_github, 5005, "Segfault in the generated kernel", labels=flagged, suggest=(("triage review", "R11"),)
+    )
+    _issue_on_both(
+        fake_github, 5006, "Wrong results vs eager on inductor", labels=flagged, suggest=(("triage review", "R11"),)
+    )
     page = make_page(chair.username)
     page.goto("/meeting")
     page.click("[data-start-meeting]")
@@ -146,29 +186,56 @@ def test_it_records_meeting_decisions_and_empties_the_agenda(transactional_db, c
 def test_it_shows_bisection_progress_and_stops_polling(transactional_db, viewer, make_page):
     make_label("module: inductor")
     issue = make_issue(5007, title="NaN on inductor only")
-    run = BisectionRun.objects.create(issue=issue, repro_code="import torch", status="running", current_mode="aot_eager",
-                                      started_at=timezone.now(),
-                                      results=[{"mode": "eager", "status": "passed", "phase": "run", "exception": "",
-                                                "message": "", "wall_s": 0.4}])
+    run = BisectionRun.objects.create(
+        issue=issue,
+        repro_code="import torch",
+        status="running",
+        current_mode="aot_eager",
+        started_at=timezone.now(),
+        results=[{"mode": "eager", "status": "passed", "phase": "run", "exception": "", "message": "", "wall_s": 0.4}],
+    )
     page = make_page(viewer.username)
     polls = []
-    page.on("request", lambda request: polls.append(time.monotonic()) if f"/bisections/{run.pk}" in request.url else None)
+    page.on(
+        "request", lambda request: polls.append(time.monotonic()) if f"/bisections/{run.pk}" in request.url else None
+    )
     page.goto("/issues/5007")
     assert "now running aot_eager" in page.inner_text("#bisection-current")
-    BisectionRun.objects.filter(pk=run.pk).update(current_mode="inductor", results=run.results + [
-        {"mode": "aot_eager", "status": "passed", "phase": "run", "exception": "", "message": "", "wall_s": 2.1}])
+    BisectionRun.objects.filter(pk=run.pk).update(
+        current_mode="inductor",
+        results=run.results
+        + [{"mode": "aot_eager", "status": "passed", "phase": "run", "exception": "", "message": "", "wall_s": 2.1}],
+    )
     page.wait_for_selector("#bisection-current >> text=now running inductor")
     assert page.locator("#bisection-current tbody tr").count() == 2
     assert "inductor: diverged" not in page.inner_text("#triage-panel")
     with transaction.atomic():  # as run_bisection finishes: the run done and the suggestions it feeds, together
         BisectionRun.objects.filter(pk=run.pk).update(
-            status="done", current_mode="", finished_at=timezone.now(),
+            status="done",
+            current_mode="",
+            finished_at=timezone.now(),
             verdict_summary="passes on aot_eager, diverges on inductor: an Inductor bug (R2.2)",
             verdict_labels=[{"label": "module: inductor", "rule_id": "R2.2", "evidence": "inductor: diverged"}],
-            results=run.results + [
-                {"mode": "aot_eager", "status": "passed", "phase": "run", "exception": "", "message": "", "wall_s": 2.1},
-                {"mode": "inductor", "status": "diverged", "phase": "compare", "exception": "", "message": "max abs diff 3.1",
-                 "wall_s": 9.8}])
+            results=run.results
+            + [
+                {
+                    "mode": "aot_eager",
+                    "status": "passed",
+                    "phase": "run",
+                    "exception": "",
+                    "message": "",
+                    "wall_s": 2.1,
+                },
+                {
+                    "mode": "inductor",
+                    "status": "diverged",
+                    "phase": "compare",
+                    "exception": "",
+                    "message": "max abs diff 3.1",
+                    "wall_s": 9.8,
+                },
+            ],
+        )
         issue.refresh_suggestions()
     page.wait_for_selector('#bisection-current[data-run-status="done"]')
     assert "an Inductor bug (R2.2)" in page.inner_text("#bisection-current")
@@ -185,15 +252,24 @@ def test_it_shows_bisection_progress_and_stops_polling(transactional_db, viewer,
 
 def test_it_keeps_hostile_issue_text_inert(transactional_db, triager, make_page):
     hostile = "<img src=x onerror=alert(1)> <script>alert(2)</script> [x](javascript:alert(3))"
-    issue = make_issue(5008, title=hostile, body=hostile + "\n\n<svg onload=alert(4)>", labels=("oncall: pt2", "triage review"))
-    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", evidence="<script>alert(2)</script>",
-                              evidence_source="body")
+    issue = make_issue(
+        5008, title=hostile, body=hostile + "\n\n<svg onload=alert(4)>", labels=("oncall: pt2", "triage review")
+    )
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamo",
+        rule_id="R1.2",
+        evidence="<script>alert(2)</script>",
+        evidence_source="body",
+    )
     page = make_page(triager.username)
     for url in ("/", "/issues/5008", "/meeting"):
         page.goto(url)
         assert page.evaluate("document.scripts.length") == 2  # htmx and keys.js, nothing from the issue
         # The dashboard's own charts (svg.chart, drawn by rubric_app/charts.py) are the only svg allowed.
-        assert page.evaluate("document.querySelectorAll('img, svg:not(.chart), iframe, [onerror], [onload]').length") == 0
+        assert (
+            page.evaluate("document.querySelectorAll('img, svg:not(.chart), iframe, [onerror], [onload]').length") == 0
+        )
     page.click("text=x")  # the javascript: link is plain text, so this clicks nothing runnable
     page.wait_for_timeout(300)
     assert page.dialogs == []
@@ -226,17 +302,27 @@ def test_it_screenshots_every_page_with_the_demo_data(transactional_db, chair, m
     assert page.locator("[data-issue-row]").count() > 5
     page.screenshot(path=str(Path("screenshots") / "queue-viewport.png"))
     if os.environ.get("UPDATE_README_SCREENSHOT"):  # refresh the committed README picture on request only
-        shutil.copy(Path("screenshots") / "queue-viewport.png", Path(__file__).resolve().parents[2] / "docs" / "screenshot-queue.png")
+        shutil.copy(
+            Path("screenshots") / "queue-viewport.png",
+            Path(__file__).resolve().parents[2] / "docs" / "screenshot-queue.png",
+        )
     first = page.get_attribute("[data-issue-row]", "data-href")
     page.goto(first)
     screenshot(page, "demo-issue")
 
 
-def test_it_shows_failed_when_github_refuses_a_write(transactional_db, celery_worker_process, fake_github, triager,
-                                                    make_page):
+def test_it_shows_failed_when_github_refuses_a_write(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5010, "Graph break, but the token may not label")
-    fake_github.inject("error", method="POST", path=r"/issues/5010/labels", status=403,
-                       message="Resource not accessible by integration", times=5)
+    fake_github.inject(
+        "error",
+        method="POST",
+        path=r"/issues/5010/labels",
+        status=403,
+        message="Resource not accessible by integration",
+        times=5,
+    )
     page = make_page(triager.username)
     page.goto("/issues/5010")
     page.click("[data-preview]")
@@ -266,8 +352,9 @@ def test_it_bisects_live_through_the_worker(transactional_db, celery_worker_proc
     screenshot(page, "issue-bisection-live")
 
 
-def test_it_flags_review_and_moves_between_issues_with_the_keyboard(transactional_db, celery_worker_process, fake_github,
-                                                                   triager, make_page):
+def test_it_flags_review_and_moves_between_issues_with_the_keyboard(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     older = _issue_on_both(fake_github, 5012, "Older: graph break in a loop")
     Issue.objects.filter(pk=older.pk).update(updated_at=timezone.now() - timedelta(days=1))
     _issue_on_both(fake_github, 5013, "Newer: segfault after a graph break")
@@ -307,11 +394,19 @@ def test_it_filters_the_queue_in_place_with_a_shareable_url(transactional_db, vi
     assert other.locator("[data-issue-row]").count() == 0 and other.is_visible("text=Nothing in this lane.")
 
 
-def test_it_applies_nothing_when_accept_would_mark_it_triaged_without_a_component(transactional_db, celery_worker_process,
-                                                                                 fake_github, triager, make_page):
+def test_it_applies_nothing_when_accept_would_mark_it_triaged_without_a_component(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     issue = _issue_on_both(fake_github, 5010, "Something odd under torch.compile", suggest=())
-    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.55, preselected=False,
-                              evidence="graph break", evidence_source="body")
+    Suggestion.objects.create(
+        issue=issue,
+        label="module: dynamo",
+        rule_id="R1.2",
+        confidence=0.55,
+        preselected=False,
+        evidence="graph break",
+        evidence_source="body",
+    )
     page = make_page(triager.username)
     page.goto("/")
     for key in ("j", "a"):
@@ -328,8 +423,9 @@ def test_it_applies_nothing_when_accept_would_mark_it_triaged_without_a_componen
     assert fake_github.labels_of(5010) == ["module: dynamo", "oncall: pt2", "triaged"]
 
 
-def test_it_closes_a_usage_question_with_the_forum_reply(transactional_db, celery_worker_process, fake_github, triager,
-                                                        make_page):
+def test_it_closes_a_usage_question_with_the_forum_reply(
+    transactional_db, celery_worker_process, fake_github, triager, make_page
+):
     _issue_on_both(fake_github, 5011, "How do I use torch.compile with a custom op?", suggest=())
     page = make_page(triager.username)
     page.goto("/issues/5011")

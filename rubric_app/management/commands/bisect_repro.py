@@ -40,8 +40,10 @@ class Command(BaseCommand):
         for r in report.results:
             probes = ", ".join(f"{k}: {v}" for k, v in r["probes"].items())
             where = f" [{r['phase']}]" if r["phase"] else ""
-            self.stdout.write(f"  {r['mode']:<38} {r['status']:<9}{where} {r['wall_s']:>6.1f} s  {r['exception']}"
-                              + (f"  probes: {probes}" if probes else ""))
+            self.stdout.write(
+                f"  {r['mode']:<38} {r['status']:<9}{where} {r['wall_s']:>6.1f} s  {r['exception']}"
+                + (f"  probes: {probes}" if probes else "")
+            )
         self.stdout.write("Verdict: " + report.summary)
         for label in report.labels:
             self.stdout.write(f"  {label['label']} ({label['rule_id']}): {label['evidence']}")
@@ -50,4 +52,3 @@ class Command(BaseCommand):
             f"Sandbox: netns={sandbox.get('netns')} pidns={sandbox.get('pidns')} uid={sandbox.get('uid')} "
             f"private /tmp={sandbox.get('private_tmp')} no_new_privs={sandbox.get('no_new_privs')}"
         )
-

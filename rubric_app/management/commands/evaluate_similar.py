@@ -19,10 +19,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--input", nargs="+", required=True, help="JSON-lines files; the pool is all of them")
         parser.add_argument("-k", type=int, default=5)
-        parser.add_argument("--engine", action="store_true",
-                            help="also score the engine's components without and with the neighbours' vote")
-        parser.add_argument("--write-vocabulary", action="store_true",
-                            help=f"rebuild the document frequencies from the input into {VOCABULARY_FILE.name}, then score")
+        parser.add_argument(
+            "--engine",
+            action="store_true",
+            help="also score the engine's components without and with the neighbours' vote",
+        )
+        parser.add_argument(
+            "--write-vocabulary",
+            action="store_true",
+            help=f"rebuild the document frequencies from the input into {VOCABULARY_FILE.name}, then score",
+        )
 
     def handle(self, *args, input, k, engine, write_vocabulary, **options):
         slices = {}
@@ -41,24 +47,34 @@ class Command(BaseCommand):
             VOCABULARY_FILE.write_text(json.dumps(vocabulary.to_json(), separators=(",", ":")) + "\n", encoding="utf-8")
             self.stdout.write(f"wrote {VOCABULARY_FILE} ({len(vocabulary.df)} terms of {vocabulary.documents} issues)")
         report = evaluate_similarity(slices, k=k, engine=engine)
-        self.stdout.write(f"issues with a failure signature: {report.signatures}; sharing a specific one with another: "
-                          f"{report.shared_signatures}")
-        self.stdout.write(f"precision@{k}: share of the {k} most similar issues (among those with a component) "
-                          "that share one of its components")
+        self.stdout.write(
+            f"issues with a failure signature: {report.signatures}; sharing a specific one with another: "
+            f"{report.shared_signatures}"
+        )
+        self.stdout.write(
+            f"precision@{k}: share of the {k} most similar issues (among those with a component) "
+            "that share one of its components"
+        )
         for name in ["all", *slices]:
             ours, base = report.ours.get(name), report.baseline.get(name)
             if ours is None:
                 continue
             ratio = f"{ours.value / base.value:.2f}x" if base.value else "n/a"
-            self.stdout.write(f"  {name:>20}: {ours.queries:4} issues  similar issues {ours.value:.3f}  "
-                              f"TF-IDF baseline {base.value:.3f}  ratio {ratio}")
+            self.stdout.write(
+                f"  {name:>20}: {ours.queries:4} issues  similar issues {ours.value:.3f}  "
+                f"TF-IDF baseline {base.value:.3f}  ratio {ratio}"
+            )
         self.stdout.write("neighbours' vote (leave-one-out; what the engine is given as a finding):")
         for name in ["all", *slices]:
             vote = report.vote.get(name)
             if vote is None:
                 continue
-            self.stdout.write(f"  {name:>20}: precision {vote.value:.3f} of {vote.shown} labels suggested, "
-                              f"on {report.vote_issues[name]} of {vote.queries} issues")
+            self.stdout.write(
+                f"  {name:>20}: precision {vote.value:.3f} of {vote.shown} labels suggested, "
+                f"on {report.vote_issues[name]} of {vote.queries} issues"
+            )
         for (name, with_vote), counts in sorted(report.engine.items()):
-            self.stdout.write(f"engine components {name:>8} {'with' if with_vote else 'without':>7} the vote: "
-                              f"P {counts.precision:.3f} R {counts.recall:.3f} F1 {counts.f1:.3f}")
+            self.stdout.write(
+                f"engine components {name:>8} {'with' if with_vote else 'without':>7} the vote: "
+                f"P {counts.precision:.3f} R {counts.recall:.3f} F1 {counts.f1:.3f}"
+            )

@@ -10,10 +10,12 @@ from rubric_app.rubric.evaluation import (
     REVIEW_TRUTH,
     InputError,
     Trust,
+    calibration_table,
     cross_validate,
     cross_validated,
     g4_ceiling,
     has_component,
+    is_held_out,
     issue_from_record,
     keyword_baseline,
     learning_curve,
@@ -21,19 +23,18 @@ from rubric_app.rubric.evaluation import (
     predict,
     read_jsonl,
     score,
-    calibration_table,
-    is_held_out,
     split_by_number,
-    trust,
     training_examples,
+    trust,
     without_fallback,
 )
 from rubric_app.rubric.model import train
 
-
-TARGETS = ("targets (held-out slice): component micro-F1 >= 0.80 at precision >= 0.80 on issues with a human component, "
-           "pre-selected component precision >= 0.90 with a pre-selection on >= 60% of issues, routing F1 >= 0.80, "
-           "review recall >= 0.75 at precision >= 0.60")
+TARGETS = (
+    "targets (held-out slice): component micro-F1 >= 0.80 at precision >= 0.80 on issues with a human component, "
+    "pre-selected component precision >= 0.90 with a pre-selection on >= 60% of issues, routing F1 >= 0.80, "
+    "review recall >= 0.75 at precision >= 0.60"
+)
 
 
 def targets_met(t: Trust) -> list[tuple[str, bool]]:
@@ -44,7 +45,10 @@ def targets_met(t: Trust) -> list[tuple[str, bool]]:
         (f"pre-selected precision {p.precision:.2f} >= 0.90", p.precision >= 0.9),
         (f"pre-selection coverage {t.coverage:.0%} >= 60%", t.coverage >= 0.6),
         (f"routing F1 {r.f1:.2f} >= 0.80", r.f1 >= 0.8),
-        (f"review recall {v.recall:.2f} >= 0.75 at precision {v.precision:.2f} >= 0.60", v.recall >= 0.75 and v.precision >= 0.6),
+        (
+            f"review recall {v.recall:.2f} >= 0.75 at precision {v.precision:.2f} >= 0.60",
+            v.recall >= 0.75 and v.precision >= 0.6,
+        ),
     ]
 
 
@@ -52,25 +56,36 @@ class Command(BaseCommand):
     help = "Per-label precision/recall/F1, component micro-F1, routing F1 and review-flag figures."
 
     def add_arguments(self, parser):
-        parser.add_argument("--input", required=True, nargs="+", help="JSON-lines files with the labels triagers applied")
+        parser.add_argument(
+            "--input", required=True, nargs="+", help="JSON-lines files with the labels triagers applied"
+        )
         parser.add_argument(
             "--halves", action="store_true", help="also score the older and newer half (by issue number) apart"
         )
         parser.add_argument(
-            "--kfold", type=int, default=0, metavar="K",
+            "--kfold",
+            type=int,
+            default=0,
+            metavar="K",
             help="also score the learned labeler held out: K models, each trained without the fold it labels",
         )
         parser.add_argument(
-            "--split", action="store_true",
+            "--split",
+            action="store_true",
             help="development half (older issues) vs held-out half (newer): the held-out figures are the honest ones; "
-                 "a model is trained on the development half only; prints the precision/recall curve on the held-out half",
+            "a model is trained on the development half only; prints the precision/recall curve on the held-out half",
         )
         parser.add_argument(
-            "--learning-curve", action="store_true",
-            help="also print the learned labeler's out-of-fold core-component F1 on the training pool, trained on 25-100%% of the other folds",
+            "--learning-curve",
+            action="store_true",
+            help="also print the learned labeler's out-of-fold core-component F1 on the training pool, "
+            "trained on 25-100%% of the other folds",
         )
         parser.add_argument(
-            "--min-confidence", type=float, default=0.0, metavar="T",
+            "--min-confidence",
+            type=float,
+            default=0.0,
+            metavar="T",
             help="suggest component labels only from this confidence up (the rest become checklist items)",
         )
 
@@ -97,26 +112,37 @@ class Command(BaseCommand):
         rules_only = predict(records, use_model=False, min_confidence=min_confidence)
         self._report("rules alone", records, rules_only, per_label=model is None)
         if model is not None:
-            self.stdout.write(f"(the shipped model was trained on {model.trained_on} issues: when that includes this file, "
-                              "the next figures are in-sample; the trust figures below keep the held-out slice apart)")
+            self.stdout.write(
+                f"(the shipped model was trained on {model.trained_on} issues: when that includes this file, "
+                "the next figures are in-sample; the trust figures below keep the held-out slice apart)"
+            )
             assessments = [evaluate(issue_from_record(r, use_labels=False), model=model) for r in records]
             self._report("rules + shipped model", records, [a.verdict() for a in assessments], per_label=True)
             self._trust_report(records, assessments, kfold)
         elif kfold:
-            self._report(f"rules + model, {kfold}-fold held out", records, cross_validate(records, kfold), per_label=False)
+            self._report(
+                f"rules + model, {kfold}-fold held out", records, cross_validate(records, kfold), per_label=False
+            )
         blind = [issue_from_record(r, use_labels=False) for r in records]
-        for name, predicted in (("baseline: every issue module: dynamo", [["module: dynamo"]] * len(records)),
-                                ("baseline: keyword regex labeler", [keyword_baseline(i) for i in blind])):
+        for name, predicted in (
+            ("baseline: every issue module: dynamo", [["module: dynamo"]] * len(records)),
+            ("baseline: keyword regex labeler", [keyword_baseline(i) for i in blind]),
+        ):
             c = score(records, predicted).components
             labelled = [i for i, r in enumerate(records) if has_component(r)]
             on = score([records[i] for i in labelled], [predicted[i] for i in labelled]).components
-            self.stdout.write(f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
-                              f"  | on issues with a human component F1 {on.f1:.3f}")
+            self.stdout.write(
+                f"{name:38} component micro precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
+                f"  | on issues with a human component F1 {on.f1:.3f}"
+            )
         if learning_curve:
             self._learning_curve([r for r in records if not is_held_out(r)])
         if halves:
             order = sorted(range(len(records)), key=lambda i: records[i]["number"])
-            for name, part in (("rules alone, older half", order[: len(order) // 2]), ("rules alone, newer half", order[len(order) // 2 :])):
+            for name, part in (
+                ("rules alone, older half", order[: len(order) // 2]),
+                ("rules alone, newer half", order[len(order) // 2 :]),
+            ):
                 self._report(name, [records[i] for i in part], [rules_only[i] for i in part], per_label=False)
         self.stdout.write(TARGETS)
 
@@ -126,21 +152,39 @@ class Command(BaseCommand):
         if len(dev) < 2:
             raise CommandError("--split needs at least 4 issues")
         span = lambda part: f"#{part[0]['number']}-#{part[-1]['number']}"
-        for name, part in ((f"rules alone, development half {span(dev)}", dev), (f"rules alone, HELD-OUT half {span(held)}", held),
-                           ("rules alone, whole set", records)):
+        for name, part in (
+            (f"rules alone, development half {span(dev)}", dev),
+            (f"rules alone, HELD-OUT half {span(held)}", held),
+            ("rules alone, whole set", records),
+        ):
             self._report(name, part, predict(part, use_model=False, min_confidence=min_confidence), per_label=False)
         if kfold:
             if kfold > len(dev):
                 raise CommandError("--kfold needs 2 to the number of issues in the development half")
-            self._report(f"rules + model, {kfold}-fold within the development half", dev, cross_validate(dev, kfold), per_label=False)
+            self._report(
+                f"rules + model, {kfold}-fold within the development half",
+                dev,
+                cross_validate(dev, kfold),
+                per_label=False,
+            )
             model = train(training_examples(dev))
-            self._report("rules + model trained on the development half, HELD-OUT half", held,
-                         predict(held, model=model, min_confidence=min_confidence), per_label=False)
-        self.stdout.write("== precision/recall of component labels on the HELD-OUT half, rules alone, by --min-confidence")
-        self.stdout.write("  (dropped labels are replaced by G4's fallback, so the right-hand figures leave a lone fallback out)")
+            self._report(
+                "rules + model trained on the development half, HELD-OUT half",
+                held,
+                predict(held, model=model, min_confidence=min_confidence),
+                per_label=False,
+            )
+        self.stdout.write(
+            "== precision/recall of component labels on the HELD-OUT half, rules alone, by --min-confidence"
+        )
+        self.stdout.write(
+            "  (dropped labels are replaced by G4's fallback, so the right-hand figures leave a lone fallback out)"
+        )
         for threshold, c, bare in precision_recall_curve(held):
-            self.stdout.write(f"  min confidence {threshold:4.2f}  precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
-                              f"  | w/o G4 fallback precision {bare.precision:.3f}  recall {bare.recall:.3f}  F1 {bare.f1:.3f}")
+            self.stdout.write(
+                f"  min confidence {threshold:4.2f}  precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}"
+                f"  | w/o G4 fallback precision {bare.precision:.3f}  recall {bare.recall:.3f}  F1 {bare.f1:.3f}"
+            )
         self.stdout.write(TARGETS)
 
     def _trust_report(self, records, assessments, kfold):
@@ -152,22 +196,40 @@ class Command(BaseCommand):
         slices = []
         if pool and kfold:
             part = [records[i] for i in pool]
-            slices.append((f"training pool, OUT OF FOLD ({kfold} models, each trained, calibrated and thresholded without the fold "
-                           "it scores)", part, cross_validated(part, kfold)))
+            slices.append(
+                (
+                    f"training pool, OUT OF FOLD ({kfold} models, "
+                    "each trained, calibrated and thresholded without the fold it scores)",
+                    part,
+                    cross_validated(part, kfold),
+                )
+            )
         elif pool:
-            slices.append(("training pool (in-sample: the shipped model trained on it; --kfold K for out-of-fold)",
-                           [records[i] for i in pool], [assessments[i] for i in pool]))
+            slices.append(
+                (
+                    "training pool (in-sample: the shipped model trained on it; --kfold K for out-of-fold)",
+                    [records[i] for i in pool],
+                    [assessments[i] for i in pool],
+                )
+            )
         if held:
-            slices.append(("HELD-OUT slice (never trained on)", [records[i] for i in held], [assessments[i] for i in held]))
+            slices.append(
+                ("HELD-OUT slice (never trained on)", [records[i] for i in held], [assessments[i] for i in held])
+            )
         for name, part, judged in slices:
             self._trust_block(name, part, judged)
 
     def _learning_curve(self, pool):
         """Would more triaged issues help? The learned labeler alone, out of fold on the training pool."""
-        self.stdout.write(f"== learning curve: the learned labeler alone, core components, out of fold on the training pool "
-                          f"({len(pool)} issues), 3 seeds")
+        self.stdout.write(
+            f"== learning curve: the learned labeler alone, core components, out of fold on the training pool "
+            f"({len(pool)} issues), 3 seeds"
+        )
         for fraction, size, mean, low, high in learning_curve(pool):
-            self.stdout.write(f"  trained on {fraction:4.0%} of the other folds ({size:4} issues): micro-F1 {mean:.3f} ({low:.3f}-{high:.3f})")
+            self.stdout.write(
+                f"  trained on {fraction:4.0%} of the other folds ({size:4} issues): "
+                f"micro-F1 {mean:.3f} ({low:.3f}-{high:.3f})"
+            )
 
     def _trust_block(self, name, records, assessments):
         out = self.stdout.write
@@ -175,14 +237,28 @@ class Command(BaseCommand):
         out(f"== trust figures, {name}: {aware.issues} issues, {aware.labelled} with a human component")
         out(f"  {'':22} {'truncation-aware':34} | strict (labels truncation may hide count as absent)")
         line = lambda c: f"P {c.precision:.3f} R {c.recall:.3f} F1 {c.f1:.3f} ({c.tp}/{c.fp}/{c.fn})"
-        for title, a, s in (("component", aware.components, strict.components),
-                            ("routing", aware.routing, strict.routing), ("review flag", aware.review, strict.review)):
+        for title, a, s in (
+            ("component", aware.components, strict.components),
+            ("routing", aware.routing, strict.routing),
+            ("review flag", aware.review, strict.review),
+        ):
             out(f"  {title:22} {line(a):34} | {line(s)}")
-        for title, a, s in (("pre-selected component", aware.preselected, strict.preselected),
-                            ("pre-selected route", aware.preselected_routes, strict.preselected_routes)):
-            out(f"  {title:22} precision {a.precision:.3f} ({a.tp} right, {a.fp} wrong){'':8} | precision {s.precision:.3f} ({s.tp}/{s.fp})")
-        out(f"  pre-selection coverage: {aware.covered} of {aware.issues} issues ({aware.coverage:.0%}) get a pre-selected component")
-        out("  calibration (suggested components on issues with a human component, routes, review flag; truncation-aware):")
+        for title, a, s in (
+            ("pre-selected component", aware.preselected, strict.preselected),
+            ("pre-selected route", aware.preselected_routes, strict.preselected_routes),
+        ):
+            out(
+                f"  {title:22} precision {a.precision:.3f} ({a.tp} right, {a.fp} wrong){'':8} | "
+                f"precision {s.precision:.3f} ({s.tp}/{s.fp})"
+            )
+        out(
+            f"  pre-selection coverage: {aware.covered} of {aware.issues} issues ({aware.coverage:.0%}) "
+            "get a pre-selected component"
+        )
+        out(
+            "  calibration (suggested components on issues with a human component, routes, review flag; "
+            "truncation-aware):"
+        )
         for low, high, n, observed in calibration_table(aware.points):
             if n:
                 out(f"    confidence {low:.1f}-{high:.1f}: {n:4} labels, observed precision {observed:.2f}")
@@ -191,18 +267,30 @@ class Command(BaseCommand):
     def _report(self, name, records, predictions, per_label):
         result = score(records, predictions)
         out = self.stdout.write
-        out(f"== {name}: {result.issues} issues (labels hidden from the engine; truncated label lists scored per the issue)")
+        out(
+            f"== {name}: {result.issues} issues "
+            "(labels hidden from the engine; truncated label lists scored per the issue)"
+        )
         if per_label:
             out(f"{'label':34} {'tp':>4} {'fp':>4} {'fn':>4} {'prec':>6} {'rec':>6} {'f1':>6}")
             for label, c in result.per_label.items():
                 if c.tp + c.fp + c.fn:
                     out(f"{label:34} {c.tp:4} {c.fp:4} {c.fn:4} {c.precision:6.3f} {c.recall:6.3f} {c.f1:6.3f}")
             out("components = the module: labels RUBRIC.md governs: " + ", ".join(COMPONENTS))
-            out("  (aliases counted as the same label: module: aotdispatch -> module: pt2-dispatcher, module: cpu inductor -> oncall: cpu inductor)")
+            out(
+                "  (aliases counted as the same label: module: aotdispatch -> module: pt2-dispatcher, "
+                "module: cpu inductor -> oncall: cpu inductor)"
+            )
             out("routing = the redirect oncall: labels (oncall: pt2 itself is excluded: every issue here has it)")
             out(f"review flag = the engine's triage review vs humans' {' or '.join(REVIEW_TRUTH)} (R11)")
-            out("G4-labelled = the issues to which humans applied at least one component label (G4 wants one on every issue)")
-            out("G4 ceiling = a perfect engine that keeps G4: the humans' own labels, G4's fallback where they applied none")
+            out(
+                "G4-labelled = the issues to which humans applied at least one component label "
+                "(G4 wants one on every issue)"
+            )
+            out(
+                "G4 ceiling = a perfect engine that keeps G4: the humans' own labels, "
+                "G4's fallback where they applied none"
+            )
         # G4's fallback is a placeholder the triager is asked to replace: show the figure without it too.
         placeholder = score(records, [without_fallback(p) for p in predictions]).components
         # G4: every PT2 issue should end with a module label; humans left some without any. Scored apart:
@@ -210,8 +298,16 @@ class Command(BaseCommand):
         on_labelled = score([records[i] for i in labelled], [predictions[i] for i in labelled]).components
         # What a perfect engine would score here while keeping G4: the ceiling for precision.
         ceiling = score(records, g4_ceiling(records)).components
-        rows = (("component micro", result.components), ("  w/o G4 fallback", placeholder),
-                (f"  on {len(labelled)} G4-labelled", on_labelled), ("  G4 ceiling", ceiling),
-                ("routing micro", result.routing), ("review flag", result.review))
+        rows = (
+            ("component micro", result.components),
+            ("  w/o G4 fallback", placeholder),
+            (f"  on {len(labelled)} G4-labelled", on_labelled),
+            ("  G4 ceiling", ceiling),
+            ("routing micro", result.routing),
+            ("review flag", result.review),
+        )
         for title, c in rows:
-            out(f"{title:16} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  (tp {c.tp}, fp {c.fp}, fn {c.fn})")
+            out(
+                f"{title:16} precision {c.precision:.3f}  recall {c.recall:.3f}  F1 {c.f1:.3f}  "
+                f"(tp {c.tp}, fp {c.fp}, fn {c.fn})"
+            )

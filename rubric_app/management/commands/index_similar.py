@@ -11,18 +11,26 @@ from rubric_app.models import Issue
 
 
 class Command(BaseCommand):
-    help = ("Recompute every issue's failure signature and similarity vector (the sync keeps them current from then on); "
-            "--suggestions then refreshes the open queue's suggestions, whose neighbours' vote reads the whole index.")
+    help = (
+        "Recompute every issue's failure signature and similarity vector (the sync keeps them current from then on); "
+        "--suggestions then refreshes the open queue's suggestions, whose neighbours' vote reads the whole index."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--suggestions", action="store_true", help="also refresh the open queue issues' suggestions")
+        parser.add_argument(
+            "--suggestions", action="store_true", help="also refresh the open queue issues' suggestions"
+        )
 
     def handle(self, *args, suggestions, **options):
         start = time.monotonic()
         count = similar.reindex(Issue.objects.all())
-        self.stdout.write(f"indexed {count} issues in {time.monotonic() - start:.1f} s; "
-                          f"{Issue.objects.exclude(signature='').count()} have a failure signature to group by")
+        self.stdout.write(
+            f"indexed {count} issues in {time.monotonic() - start:.1f} s; "
+            f"{Issue.objects.exclude(signature='').count()} have a failure signature to group by"
+        )
         if suggestions:
             start = time.monotonic()
             count = Issue.objects.in_queue().refresh_suggestions()
-            self.stdout.write(f"refreshed the suggestions of {count} open queue issues in {time.monotonic() - start:.1f} s")
+            self.stdout.write(
+                f"refreshed the suggestions of {count} open queue issues in {time.monotonic() - start:.1f} s"
+            )

@@ -10,7 +10,9 @@ class Command(BaseCommand):
     help = "Sync the oncall: pt2 queue from GitHub (incremental; --full lists every page)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--full", action="store_true", help="List every page instead of what changed since the last sync.")
+        parser.add_argument(
+            "--full", action="store_true", help="List every page instead of what changed since the last sync."
+        )
 
     def handle(self, *args, full: bool = False, **options):
         try:
