@@ -59,6 +59,16 @@ def test_it_blames_the_dispatcher_when_aot_eager_fails_and_dynamo_passes():
     assert labels == [("module: pt2-dispatcher", "R2.1")]
 
 
+def test_it_blames_the_dispatcher_for_a_custom_op_without_a_fake_impl_though_dynamo_raised_it_r5():
+    # The first failing mode alone says Dynamo (R2.3); the exception says the op's registration lacks a fake
+    # implementation, which pt2-dispatcher owns (R5).
+    by_mode, results, labels, report = run("custom_op_without_fake")
+    assert statuses(results)[:2] == ["passed", "raised"]
+    assert by_mode["dynamo_eager"]["phase"] == "dynamo_tracing"
+    assert labels == [("module: pt2-dispatcher", "R5")]
+    assert "custom op's registration failed" in report.labels[0]["evidence"]
+
+
 def test_it_blames_decompositions_when_only_the_inductor_table_diverges():
     by_mode, results, labels, _ = run("bad_decomposition")
     assert statuses(results)[:4] == ["passed", "passed", "passed", "diverged"]

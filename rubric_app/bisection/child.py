@@ -125,8 +125,31 @@ def describe(exc: BaseException) -> str:
     return "\n".join("\n".join(lines).splitlines()[:8])[:2000]
 
 
+ROOT_CAUSE = "\nRoot cause:\n"
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception at the bottom of what exc wraps: inner_exception (BackendCompilerFailed), then __cause__,
+    then an unsuppressed __context__. It was raised where the failure is; exc only says how it surfaced."""
+    current = exc
+    for _ in range(20):
+        wrapped = getattr(current, "inner_exception", None) or current.__cause__
+        if wrapped is None and not current.__suppress_context__:
+            wrapped = current.__context__
+        if not isinstance(wrapped, BaseException) or wrapped is current:
+            break
+        current = wrapped
+    return current
+
+
 def traceback_tail(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc)[-8:])[-4000:]
+    """The last frames of exc and, after ROOT_CAUSE, those of its root cause, so that the innermost frame
+    of the whole text is where the failure was raised (the verdict reads it: R5, R9.2, R4, R1)."""
+    tail = "".join(traceback.format_exception(exc)[-8:])
+    root = root_cause(exc)
+    if root is exc:
+        return tail[-4000:]
+    return tail[-1500:] + ROOT_CAUSE + "".join(traceback.format_exception(root, chain=False)[-8:])[-2400:]
 
 
 def _install_phase_markers() -> None:

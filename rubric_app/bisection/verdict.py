@@ -9,11 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..rubric.signature import pt2_frame
+
 DYNAMO = "module: dynamo"
 DYNAMIC_SHAPES = "module: dynamic shapes"
 DISPATCHER = "module: pt2-dispatcher"
 DECOMPOSITIONS = "module: decompositions"
 INDUCTOR = "module: inductor"
+FUNCTORCH = "module: functorch"
 CPU_INDUCTOR = "oncall: cpu inductor"
 TRIAGE_REVIEW = "triage review"
 
@@ -34,6 +37,122 @@ COMPONENT = {
     ),
     "inductor": (INDUCTOR, "R2.2", "fails on inductor, passes on aot_eager_decomp_partition"),
 }
+
+
+# Where the failure was raised decides the owner where the first failing mode alone would not (G8: the mode
+# says where to start, the innermost PT2 frame and the exception say whose code failed). Measured on the
+# training pool's repros (docs/bisection.md#reading-the-failure): the mode alone named pt2-dispatcher for a
+# functorch transform and dynamo for a custom op's registration error, where humans (and R5, R9.2) say otherwise.
+# Each entry: (label, rule id, what it says, exception names, message words, frame path prefixes).
+OWNERS = (
+    (
+        DYNAMIC_SHAPES,
+        "R1.3",
+        "a guard or symbolic size failed",
+        (
+            "GuardOnDataDependentSymNode",
+            "DataDependentOutputException",
+            "DynamicOutputShapeException",
+            "ConstraintViolationError",
+            "PendingUnbackedSymbolNotFound",
+        ),
+        ("could not guard on data-dependent", "data-dependent expression", "unbacked symbol"),
+        ("torch/fx/experimental/symbolic_shapes.py", "torch/utils/_sympy/"),
+    ),
+    (
+        FUNCTORCH,
+        "R9.2",
+        "a functorch transform or higher-order op failed",
+        (),
+        ("unsupported functorch", "functorch tracing", "higher order op", "higherorderoperator", "torch.func."),
+        (
+            "torch/_higher_order_ops/",
+            "torch/_functorch/apis.py",
+            "torch/_functorch/eager_transforms.py",
+            "torch/_functorch/vmap.py",
+            "torch/_functorch/pyfunctorch.py",
+            "torch/_functorch/autograd_function.py",
+            "torch/_functorch/functional_call.py",
+            "torch/_dynamo/variables/higher_order_ops.py",
+        ),
+    ),
+    (
+        DISPATCHER,
+        "R5",
+        "FakeTensor, functionalization or a custom op's registration failed",
+        ("UnsupportedOperatorException",),
+        ("register_fake", "no fake impl", "abstract impl", "torch.library", "custom op", "functionaliz"),
+        (
+            "torch/_subclasses/fake_tensor.py",
+            "torch/_subclasses/fake_impls.py",
+            "torch/_subclasses/functional_tensor.py",
+            "torch/_library/",
+            "torch/library.py",
+            "torch/_ops.py",
+            "torch/_functorch/_aot_autograd/",
+            "torch/_functorch/aot_autograd.py",
+        ),
+    ),
+    (
+        DECOMPOSITIONS,
+        "R4",
+        "a decomposition failed",
+        (),
+        (),
+        ("torch/_decomp/", "torch/_refs/", "torch/_inductor/decomposition.py"),
+    ),
+    (INDUCTOR, "R2.2", "Inductor's code generation failed", (), (), ("torch/_inductor/",)),
+)
+# Paths the verdict reads that signature.PT2_PATHS does not count as PT2 (the dispatcher's entry points).
+_DISPATCH_PATHS = ("torch/library.py", "torch/_ops.py")
+_FRAME = re.compile(r'File "([^"\n]{1,500})", line \d{1,9}, in ([^\s]{1,200})')
+_TORCH_PATH = re.compile(r"(?:^|/)(torch/[^\s]{1,300})$")
+
+
+def innermost_frames(traceback_text: str, kept: int = 3) -> list[str]:
+    """The innermost PT2 frames ("torch/_inductor/lowering.py:make_fallback"), innermost first, of a
+    traceback tail (child.traceback_tail: the root cause's frames last). Linear: one bounded regex a line."""
+    frames = []
+    for line in traceback_text.splitlines()[-400:]:
+        match = _FRAME.search(line[:1000])
+        if not match:
+            continue
+        path, function = match.group(1).replace("\\", "/"), match.group(2)
+        frame = pt2_frame(path, function)
+        if not frame:
+            torch_path = _TORCH_PATH.search(path)
+            if torch_path and torch_path.group(1).startswith(_DISPATCH_PATHS):
+                frame = f"{torch_path.group(1)}:{function}"
+        if frame:
+            frames.append(frame)
+    return frames[::-1][:kept]
+
+
+def read_failure(result: dict) -> tuple[str, str, str] | None:
+    """(label, rule id, what it says, with the frame or exception that shows it) for the component whose
+    code raised result's failure, or None where the failure does not say (a divergence, a Dynamo frame).
+
+    The exception's name and message are read first (a data-dependent guard raised inside FakeTensor is a
+    dynamic-shapes problem), then the innermost PT2 frame, innermost first.
+    """
+    if result.get("status") not in ("raised", "crashed"):
+        return None
+    exception = result.get("exception") or ""
+    message = (result.get("message") or "")[:2000]
+    words = message.lower()
+    frames = innermost_frames(result.get("traceback") or "")
+    for label, rule, says, exceptions, phrases, _paths in OWNERS:
+        named = next((name for name in exceptions if name in exception or name in message), "")
+        if named:
+            return label, rule, f"{says} ({named})"
+        said = next((phrase for phrase in phrases if phrase in words), "")
+        if said:
+            return label, rule, f'{says} (the error says "{said}")'
+    for frame in frames[:1]:
+        for label, rule, says, _exceptions, _phrases, paths in OWNERS:
+            if frame.startswith(paths):
+                return label, rule, f"{says} (raised in {frame})"
+    return None
 
 
 # What torch raises when a repro asks for CUDA on a machine without it: a CPU-only build, no driver,
@@ -70,8 +189,11 @@ def _evidence(prefix: str, result: dict) -> str:
     return f"{prefix}: {what}{where}"
 
 
-def decide(results: list[dict], device: str) -> Verdict:
-    """Return the labels (dicts with label, rule_id, evidence) and a summary for one bisection's results."""
+def decide(results: list[dict], device: str, read_failures: bool = True) -> Verdict:
+    """Return the labels (dicts with label, rule_id, evidence) and a summary for one bisection's results.
+
+    read_failures=False decides by the first failing mode alone (how verdicts were decided before
+    read_failure; evaluate_verdicts measures one against the other)."""
     ran = [r for r in results if r["status"] != "skipped"]
     if not ran:
         return Verdict(summary="Nothing ran.")
@@ -105,6 +227,10 @@ def decide(results: list[dict], device: str) -> Verdict:
             "Try other inputs, another device, or ask for a fuller repro."
         )
     label, rule, prefix = COMPONENT[bad["mode"]]
+    owner = read_failure(bad) if read_failures else None
+    if owner is not None and owner[0] != label:
+        label, rule = owner[0], owner[1]
+        prefix = f"{prefix}; {owner[2]}"
     probes = bad.get("probes", {})
     labels = []
     if probes.get("dynamic=False") == "passed":
