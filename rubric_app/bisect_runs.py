@@ -106,7 +106,17 @@ def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
                 f"Nothing ran; start it again once a {queue} worker is up, or pick another device.",
             )
         )
+    ended += BisectionRun.objects.abandoned(now - AUTO_WAIT).update(
+        status=BisectionRun.Status.FAILED,
+        finished_at=now,
+        error=f"No worker reached this automatic run within {AUTO_WAIT.days} day (automatic runs wait behind every "
+        "run a person asks for). A triager can start it by hand.",
+    )
     return ended
+
+
+# How long an automatic run may wait behind human runs before the sweep gives up on it.
+AUTO_WAIT = timedelta(days=1)
 
 
 def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:

@@ -457,8 +457,15 @@ class Suggestion(models.Model):
 
 class BisectionRunQuerySet(models.QuerySet):
     def stuck(self, before) -> BisectionRunQuerySet:
-        """Queued since before `before`: its task message may never have reached a worker."""
-        return self.filter(status=BisectionRun.Status.QUEUED, created_at__lt=before)
+        """Queued since before `before`: its task message may never have reached a worker.
+
+        Automatic runs wait behind every human run by design: a long wait is their normal state, and
+        re-sending each of a backlog every sweep would multiply its messages (see abandoned())."""
+        return self.filter(status=BisectionRun.Status.QUEUED, created_at__lt=before, automatic=False)
+
+    def abandoned(self, before) -> BisectionRunQuerySet:
+        """Automatic runs still queued since before `before`: no worker got to them."""
+        return self.filter(status=BisectionRun.Status.QUEUED, created_at__lt=before, automatic=True)
 
     def overdue(self, started_before) -> BisectionRunQuerySet:
         """Running since before `started_before` (longer than any run can last): its worker died."""
@@ -483,6 +490,8 @@ class BisectionRun(models.Model):
 
     # The Celery queue whose workers serve each device: a GPU box has a CPU too, so "both" goes to gpu.
     QUEUES = {Device.CPU: "cpu", Device.CUDA: "gpu", Device.BOTH: "gpu"}
+    # Automatic runs (auto_bisect.py) wait in queues of their own, which a worker reads after the human ones.
+    AUTO_QUEUES = {Device.CPU: "cpu_auto", Device.CUDA: "gpu_auto", Device.BOTH: "gpu_auto"}
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="bisection_runs")
     requested_by = models.ForeignKey(
@@ -509,12 +518,20 @@ class BisectionRun(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Queued by auto_bisect when the repro arrived, not by a person: caused_by says whose post brought it.
+    automatic = models.BooleanField(default=False)
+    caused_by = models.CharField(max_length=200, blank=True)
+    caused_by_login = models.CharField(max_length=100, blank=True, help_text="for AUTO_BISECT_PER_AUTHOR")
+    repro_hash = models.CharField(max_length=64, blank=True, help_text="sha256 of the repro: one run per repro")
 
     objects = BisectionRunQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["issue", "-created_at"], name="bisection_issue_idx")]
+        indexes = [
+            models.Index(fields=["issue", "-created_at"], name="bisection_issue_idx"),
+            models.Index(fields=["automatic", "created_at"], name="bisection_automatic_idx"),
+        ]
         permissions = [("run_bisection", "Can run a sandboxed bisection of an issue's repro")]
 
     def __str__(self) -> str:
@@ -527,7 +544,7 @@ class BisectionRun(models.Model):
     @property
     def queue_name(self) -> str:
         """The Celery queue its workers consume (QUEUES): cuda and "both" need a GPU worker."""
-        return self.QUEUES[self.device]
+        return (self.AUTO_QUEUES if self.automatic else self.QUEUES)[self.device]
 
     @property
     def duration_s(self) -> float | None:

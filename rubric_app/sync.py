@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rubric_app import github
+from rubric_app import auto_bisect, github
 from rubric_app.models import TRIAGE_REVIEW, Comment, Issue, Label, SyncState, WebhookDelivery
 from rubric_app.rubric.catalog import catalog_names, is_forbidden
 
@@ -360,6 +360,7 @@ def _store_page(page: github.Page, gh: github.Client, report: SyncReport) -> Non
     report.issues_fetched += len(page.items)
     if report.refresh_suggestions:
         refresh(changed)
+    auto_bisect.queue_for_issues(changed, cause="sync")
 
 
 def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
@@ -506,6 +507,7 @@ def process_webhook(delivery_id: int) -> None:
         delivery.processed_at = timezone.now()
         delivery.save(update_fields=["processed_at", "error", "ignored"])
     refresh(changed)
+    auto_bisect.queue_for_issues(changed, cause="webhook")
 
 
 def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:

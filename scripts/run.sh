@@ -42,6 +42,9 @@ elif [ -z "${GITHUB_API_URL:-}" ]; then
   step "Demo mode: loading the demo issues and accounts, then syncing them from the demo GitHub"
   "$PY" manage.py load_demo --users
   "$PY" manage.py sync_queue --full
+  # The demo bisects its issues' repros as they arrive, within the budgets (README: AUTO_BISECT).
+  export AUTO_BISECT=${AUTO_BISECT:-cpu}
+  "$PY" manage.py auto_bisect
 else
   # No token and an API URL of your own: the demo data; Apply works only if that URL is on this machine.
   step "No GITHUB_TOKEN: loading the demo issues (GITHUB_API_URL=$GITHUB_API_URL)"
@@ -49,13 +52,13 @@ else
 fi
 
 # github: GitHub writes, one at a time (concurrency 1 is what paces them).
-step "Workers: github (label writes), cpu (CPU bisections, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep)"
+step "Workers: github (label writes), cpu (CPU bisections, automatic ones last, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep)"
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
   >"$LOGS/worker-github.log" 2>&1 &
 pids+=($!)
 # cpu: the default queue and CPU bisections; -B runs beat in it: the periodic sync (with a token or
 # the demo GitHub) and the sweep that re-sends work whose task never reached a worker.
-"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO \
+"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu,cpu_auto --concurrency 2 --loglevel INFO \
   -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-cpu.log" 2>&1 &
 pids+=($!)
 

@@ -126,7 +126,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
             "triage_site",
             "worker",
             "-Q",
-            "default,github,cpu",
+            "default,github,cpu,cpu_auto",
             "--concurrency",
             "1",
             "--pool",

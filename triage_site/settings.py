@@ -230,6 +230,10 @@ CELERY_TASK_ROUTES = {
     # start_bisection picks "gpu" for cuda runs; a GPU worker runs `-Q gpu` with BISECTION_DEVICE=cuda.
     "rubric_app.tasks.run_bisection_task": {"queue": "cpu"},
 }
+# A worker reading `-Q cpu,cpu_auto` takes from the first queue with a message, in that order: a run a
+# person asked for never waits behind automatic ones (auto_bisect.py). With prefetch 1, at most the one
+# automatic run already started is ahead of it.
+CELERY_BROKER_TRANSPORT_OPTIONS["queue_order_strategy"] = "priority"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
@@ -252,6 +256,13 @@ QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")
 BISECTION_TIMEOUT_S = env_float("BISECTION_TIMEOUT_S", 120)
 BISECTION_MEMORY_MB = int(env_float("BISECTION_MEMORY_MB", 6144))
+# Bisect each repro as it arrives (rubric_app/auto_bisect.py): off, cpu (repros without CUDA) or all.
+# `make run`'s demo turns it on (scripts/run.sh); untrusted code, so bounded by these budgets.
+AUTO_BISECT = os.environ.get("AUTO_BISECT", "off").strip().lower()
+if AUTO_BISECT not in ("off", "cpu", "all"):
+    raise ImproperlyConfigured(f"AUTO_BISECT={AUTO_BISECT!r}: choose off, cpu or all")
+AUTO_BISECT_PER_HOUR = int(env_float("AUTO_BISECT_PER_HOUR", 20))
+AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
 
 LOGGING = {
     "version": 1,

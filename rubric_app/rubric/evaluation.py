@@ -20,7 +20,7 @@ from .engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, mode
 from .facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from .model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from .text import split_thread_authored
-from .types import Assessment, CommentText, IssueText
+from .types import Assessment, BisectionEvidence, CommentText, IssueText
 
 # The component labels scored by micro-F1: every `module:` label RUBRIC.md governs (R1-R9, R7.3).
 # Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
@@ -115,6 +115,11 @@ def issue_from_record(record: dict[str, Any], use_labels: bool = True) -> IssueT
         comments=tuple(CommentText(body=body, author=author) for author, body in [*thread_comments, *comments]),
         labels=tuple(str(l) for l in record.get("labels", [])) if use_labels else (),
         author=str(record.get("author") or reporter),
+        # A cached bisection verdict (evaluate_suggestions --bisections): evidence, not an answer.
+        bisection=tuple(
+            BisectionEvidence(label=str(b["label"]), rule_id=str(b["rule_id"]), evidence=str(b["evidence"]))
+            for b in record.get("bisection", [])
+        ),
     )
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from django.core.management.base import BaseCommand, CommandError
 
+from rubric_app.bisection import verdict
 from rubric_app.rubric.engine import evaluate, shipped_model
 from rubric_app.rubric.evaluation import (
     COMPONENTS,
@@ -52,6 +55,19 @@ def targets_met(t: Trust) -> list[tuple[str, bool]]:
     ]
 
 
+def with_verdicts(records: list[dict], cache: str) -> list[dict]:
+    """records, each one bisect_pool ran carrying its verdict's labels (decided by today's verdict rules)."""
+    try:
+        with open(cache, encoding="utf-8") as fh:
+            runs = {run["number"]: run["results"] for run in map(json.loads, filter(str.strip, fh))}
+    except (OSError, ValueError, KeyError) as exc:
+        raise CommandError(f"{cache}: {exc}") from None
+    return [
+        {**r, "bisection": verdict.decide(runs[r["number"]], "cpu").labels} if r["number"] in runs else r
+        for r in records
+    ]
+
+
 class Command(BaseCommand):
     help = "Per-label precision/recall/F1, component micro-F1, routing F1 and review-flag figures."
 
@@ -82,6 +98,11 @@ class Command(BaseCommand):
             "trained on 25-100%% of the other folds",
         )
         parser.add_argument(
+            "--bisections",
+            metavar="CACHE",
+            help="bisect_pool's cache: each cached issue is scored with its bisection verdict as evidence (R2)",
+        )
+        parser.add_argument(
             "--min-confidence",
             type=float,
             default=0.0,
@@ -89,7 +110,9 @@ class Command(BaseCommand):
             help="suggest component labels only from this confidence up (the rest become checklist items)",
         )
 
-    def handle(self, *args, input, halves, kfold, split, min_confidence, learning_curve=False, **options):
+    def handle(
+        self, *args, input, halves, kfold, split, min_confidence, learning_curve=False, bisections=None, **options
+    ):
         paths = [input] if isinstance(input, str) else input  # call_command may pass one path as a str
         records = []
         for path in paths:
@@ -100,6 +123,8 @@ class Command(BaseCommand):
                 raise CommandError(f"{path}: {exc}") from None
         if not records:
             raise CommandError(f"{', '.join(paths)}: no issues")
+        if bisections:
+            records = with_verdicts(records, bisections)
         if len({int(r["number"]) for r in records}) < len(records):
             raise CommandError(f"{', '.join(paths)}: an issue number appears twice (each issue is scored once)")
         if kfold == 1 or kfold < 0 or kfold > len(records):

@@ -1,0 +1,194 @@
+"""Automatic bisection on arrival (issue #29): which repros run, the budgets, and a person's run first."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from rubric_app import auto_bisect, bisect_runs, sync
+from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
+from tests.conftest import make_issue, wait_until
+from triage_site.celery import app
+
+REPRO = """```python
+import torch
+
+def fn(x):
+    return torch.sin(x) + 1
+
+x = torch.randn(8)
+print(torch.compile(fn)(x))
+```"""
+
+
+def body(code_block: str = REPRO, prose: str = "Compiling this fails.") -> str:
+    return f"### 🐛 Describe the bug\n\n{prose}\n\n{code_block}\n"
+
+
+@pytest.fixture
+def auto(db, settings):
+    settings.AUTO_BISECT = "cpu"
+    settings.AUTO_BISECT_PER_HOUR = 20
+    settings.AUTO_BISECT_PER_AUTHOR = 5
+    return settings
+
+
+def queue(*issues, cause="sync") -> list[auto_bisect.Outcome]:
+    return auto_bisect.queue_for_issues([i.pk for i in issues], cause=cause)
+
+
+def test_it_queues_a_new_repro_once_on_the_low_priority_queue_saying_who_caused_it(
+    auto, django_capture_on_commit_callbacks
+):
+    issue = make_issue(5001, body=body(), author="reporter")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        [outcome] = queue(issue)
+    run = outcome.run
+    assert outcome.reason == "queued" and len(callbacks) == 1
+    assert (run.automatic, run.requested_by, run.caused_by, run.device) == (True, None, "@reporter (sync)", "cpu")
+    assert run.queue_name == "cpu_auto" and "torch.sin" in run.repro_code
+    assert queue(issue)[0].reason == "this repro was already bisected"
+
+
+def test_it_runs_nothing_for_an_edit_that_keeps_the_code_and_again_for_new_code(auto):
+    issue = make_issue(5002, body=body(), author="reporter")
+    queue(issue)
+    issue.body = body(prose="Edited: it fails on 2.13 too.   ")
+    issue.save(update_fields=["body"])
+    assert queue(issue)[0].reason == "this repro was already bisected"
+    issue.body = body(REPRO.replace("torch.sin(x) + 1", "torch.cos(x) * 2"))
+    issue.save(update_fields=["body"])
+    assert queue(issue)[0].reason == "queued"
+    assert BisectionRun.objects.filter(issue=issue, automatic=True).count() == 2
+
+
+def test_it_holds_the_hourly_budget(auto):
+    auto.AUTO_BISECT_PER_HOUR = 3
+    issues = [make_issue(5100 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author=f"user{i}") for i in range(5)]
+    reasons = [o.reason for o in queue(*issues)]
+    assert reasons.count("queued") == 3
+    assert all("hourly budget" in r for r in reasons if r != "queued")
+    BisectionRun.objects.update(created_at=timezone.now() - timedelta(hours=2))  # an hour later
+    assert [o.reason for o in queue(*issues)].count("queued") == 2
+
+
+def test_it_holds_each_authors_daily_budget_counting_who_posted_the_repro(auto):
+    auto.AUTO_BISECT_PER_AUTHOR = 2
+    issues = [make_issue(5200 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author="prolific") for i in range(3)]
+    reasons = [o.reason for o in queue(*issues)]
+    assert reasons[:2] == ["queued", "queued"] and "@prolific's budget" in reasons[2]
+    # A repro posted in a comment by someone else is that person's, not the issue author's.
+    issue = make_issue(5210, body="No code here.", author="prolific")
+    Comment.objects.create(issue=issue, github_id=99, author="helper", body=body(REPRO.replace("+ 1", "- 7")))
+    [outcome] = queue(issue, cause="webhook")
+    assert outcome.reason == "queued" and outcome.run.caused_by == "@helper (webhook)"
+
+
+def test_it_fails_fast_saying_needs_network_for_a_repro_that_downloads(auto, django_capture_on_commit_callbacks):
+    downloads = REPRO.replace("x = torch.randn(8)", 'm = AutoModel.from_pretrained("bert-base")\nx = torch.randn(8)')
+    issue = make_issue(5300, body=body(downloads), author="reporter")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        [outcome] = queue(issue)
+    assert outcome.reason == "needs network" and not callbacks  # nothing is queued, nothing runs
+    run = outcome.run
+    assert run.status == "failed" and run.automatic and run.error.startswith("needs network")
+
+
+def test_it_leaves_cuda_repros_to_a_live_gpu_worker_and_runs_nothing_when_off(auto):
+    cuda = make_issue(5400, body=body(REPRO.replace("torch.randn(8)", 'torch.randn(8, device="cuda")')), author="r")
+    assert "AUTO_BISECT=cpu" in queue(cuda)[0].reason
+    auto.AUTO_BISECT = "all"
+    assert queue(cuda)[0].reason == "the repro needs CUDA and no GPU worker is live"
+    WorkerHeartbeat.objects.create(name="gpu@box", queues=["gpu", "gpu_auto"], device="cuda")
+    [outcome] = queue(cuda)
+    assert outcome.reason == "queued" and outcome.run.queue_name == "gpu_auto"
+    auto.AUTO_BISECT = "off"
+    plain = make_issue(5401, body=body(), author="r")
+    assert queue(plain) == [] and not BisectionRun.objects.filter(issue=plain).exists()
+
+
+def test_it_bisects_a_repro_that_arrives_by_webhook(auto, django_capture_on_commit_callbacks):
+    payload = {
+        "action": "opened",
+        "repository": {"full_name": auto.GITHUB_REPO},
+        "issue": {
+            "number": 5500,
+            "title": "sin + 1 fails under torch.compile",
+            "body": body(),
+            "state": "open",
+            "user": {"login": "newcomer"},
+            "labels": [{"name": "oncall: pt2", "color": "ededed"}],
+            "html_url": "https://github.com/pytorch/pytorch/issues/5500",
+            "created_at": "2026-12-01T10:00:00Z",
+            "updated_at": "2026-12-01T10:00:00Z",
+            "comments": 0,
+        },
+    }
+    delivery = WebhookDelivery.objects.create(delivery_id="d-5500", event="issues", payload=payload)
+    with django_capture_on_commit_callbacks(execute=False):
+        sync.process_webhook(delivery.pk)
+    delivery.refresh_from_db()
+    assert not delivery.error, delivery.error
+    run = BisectionRun.objects.get(issue__number=5500)
+    assert run.automatic and run.caused_by == "@newcomer (webhook)"
+
+
+def test_it_bisects_the_backlog_from_the_command_line(auto):
+    make_issue(5600, body=body(), author="a")
+    make_issue(5601, body="no repro", author="b")
+    call_command("auto_bisect")
+    assert list(BisectionRun.objects.values_list("issue__number", "automatic")) == [(5600, True)]
+
+
+def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_the_backlog(auto):
+    issue = make_issue(5700, body=body(), author="a")
+    run = queue(issue)[0].run
+    BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3))
+    assert not BisectionRun.objects.stuck(timezone.now() - timedelta(minutes=15)).exists()
+    bisect_runs.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    run.refresh_from_db()
+    assert run.status == "queued"  # waiting behind human runs is its normal state
+    BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=2))
+    bisect_runs.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    run.refresh_from_db()
+    assert run.status == "failed" and "automatic run" in run.error
+
+
+SLOW = """import time
+import torch
+
+def fn(x):
+    time.sleep(0.3)
+    return x + {n}
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_process, triager, settings):
+    # 50 automatic runs queued, then one a triager asks for: the worker reads its queues in order
+    # (cpu before cpu_auto), so at most the automatic run it already started goes before the person's.
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 100, 100
+    issues = [make_issue(5800 + i, body=f"```python\n{SLOW.format(n=i)}```\n", author=f"u{i}") for i in range(50)]
+    outcomes = queue(*issues)
+    assert [o.reason for o in outcomes].count("queued") == 50
+    wait_until(lambda: BisectionRun.objects.filter(automatic=True, status="running").exists(), timeout=120)
+    asked = bisect_runs.start_bisection(issue=issues[0], user=triager, code=SLOW.format(n=99), device="cpu")
+    try:
+        wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=180)
+        asked.refresh_from_db()
+        ahead = BisectionRun.objects.filter(automatic=True, started_at__gte=asked.created_at)
+        assert ahead.filter(started_at__lt=asked.started_at).count() <= 1
+        assert BisectionRun.objects.filter(automatic=True, status="queued").count() >= 40
+    finally:
+        # The backlog's messages find their rows ended and do nothing: the worker is free for the next test.
+        BisectionRun.objects.filter(automatic=True, status="queued").update(status="failed", error="test over")
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge("cpu_auto")
