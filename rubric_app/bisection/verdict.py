@@ -57,7 +57,8 @@ OWNERS = (
             "PendingUnbackedSymbolNotFound",
         ),
         ("could not guard on data-dependent", "data-dependent expression", "unbacked symbol"),
-        ("torch/fx/experimental/symbolic_shapes.py", "torch/utils/_sympy/"),
+        # Not torch/utils/_sympy/: Inductor's own bounds and indexing analysis runs there (value ranges).
+        ("torch/fx/experimental/symbolic_shapes.py",),
     ),
     (
         FUNCTORCH,
