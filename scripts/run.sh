@@ -52,14 +52,20 @@ else
 fi
 
 # github: GitHub writes, one at a time (concurrency 1 is what paces them).
-step "Workers: github (label writes), cpu (CPU bisections, automatic ones last, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep)"
+step "Workers: github (label writes), cpu (CPU bisections, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep), auto (automatic bisections)"
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
   >"$LOGS/worker-github.log" 2>&1 &
 pids+=($!)
 # cpu: the default queue and CPU bisections; -B runs beat in it: the periodic sync (with a token or
 # the demo GitHub) and the sweep that re-sends work whose task never reached a worker.
-"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu,cpu_auto --concurrency 2 --loglevel INFO \
+"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO \
   -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-cpu.log" 2>&1 &
+pids+=($!)
+
+# auto: the automatic bisections (AUTO_BISECT), one at a time in a worker of their own: kombu's filesystem
+# broker has no queue priority, so sharing the cpu worker would make a person's run wait behind them.
+"$PY" -m celery -A triage_site worker -n auto@%h -Q cpu_auto --concurrency 1 --loglevel INFO \
+  >"$LOGS/worker-auto.log" 2>&1 &
 pids+=($!)
 
 "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload >"$LOGS/web.log" 2>&1 &
@@ -72,7 +78,7 @@ echo "  Sign in as:  triager/triager, chair/chair (meeting decisions), viewer/vi
 if [ -n "$demo_github" ]; then
   echo "  Demo GitHub: $demo_github (no GITHUB_TOKEN: Apply writes there; nothing leaves this machine)"
 fi
-echo "  Logs:        $LOGS/web.log, $LOGS/worker-github.log, $LOGS/worker-cpu.log"
+echo "  Logs:        $LOGS/web.log, $LOGS/worker-github.log, $LOGS/worker-cpu.log, $LOGS/worker-auto.log"
 echo "  Stop:        Ctrl-C"
 echo
 wait -n "${pids[@]}"

@@ -63,12 +63,16 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         assert db.execute("select count(*) from rubric_app_issue").fetchone()[0] >= 40
         # Both of run.sh's workers say they are alive, with their queues (the issue page shows them).
         beats = lambda: dict(db.execute("select name, queues from rubric_app_workerheartbeat").fetchall())  # noqa: E731
-        live = wait_until(lambda: len(beats()) == 2 and beats(), timeout=60)
+        live = wait_until(lambda: len(beats()) == 3 and beats(), timeout=60)
         assert sorted(q for queues in live.values() for q in re.findall(r'"(\w+)"', queues)) == [
             "cpu",
+            "cpu_auto",
             "default",
             "github",
         ]
+        # The demo bisects its repros on arrival (AUTO_BISECT=cpu), each run marked automatic.
+        automatic = db.execute("select count(*) from rubric_app_bisectionrun where automatic").fetchone()[0]
+        assert automatic > 0
 
         # A task sent through the filesystem broker is picked up by run.sh's worker.
         db.execute("update rubric_app_issue set suggestions_updated_at = NULL where id = ?", (issue_id,))
