@@ -188,7 +188,7 @@ def main() -> None:
 def run(count: int) -> None:
     from django.db import connection
 
-    from rubric_app import similar
+    from rubric_app import similar, suggestions
     from rubric_app.models import Issue, IssueTerm, Label
 
     version = connection.Database.sqlite_version if connection.vendor == "sqlite" else connection.pg_version
@@ -226,12 +226,12 @@ def run(count: int) -> None:
     catalog = frozenset(Label.objects.values_list("name", flat=True))
     batch = Issue.objects.filter(pk__in=open_ids)
     start = time.perf_counter()
-    batch.refresh_suggestions(catalog)
+    suggestions.refresh(batch, catalog)
     with_similar = time.perf_counter() - start
     index, votes = similar.index, similar.neighbours_for_votes
     similar.index, similar.neighbours_for_votes = (lambda issues, texts: None), (lambda issues: {})
     start = time.perf_counter()
-    batch.refresh_suggestions(catalog)
+    suggestions.refresh(batch, catalog)
     without = time.perf_counter() - start
     similar.index, similar.neighbours_for_votes = index, votes
     print(

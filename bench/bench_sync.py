@@ -136,7 +136,7 @@ def main() -> None:
     setup_django(args.database_url or f"sqlite:///{db_file}")
     from django.conf import settings
 
-    from rubric_app import sync
+    from rubric_app import suggestions, sync
     from rubric_app.models import Comment, Issue, Label
     from tests.fakegithub import TOKEN
 
@@ -193,10 +193,10 @@ def main() -> None:
     catalog = Label.objects.triage_catalog()
     started = time.perf_counter()
     for issue in Issue.objects.filter(pk__in=sample).prefetch_related("labels", "comments"):
-        issue.refresh_suggestions(catalog)
+        suggestions.refresh_issue(issue, catalog)
     one_by_one_s = time.perf_counter() - started
     started = time.perf_counter()
-    Issue.objects.filter(pk__in=sample).refresh_suggestions(catalog)
+    suggestions.refresh(Issue.objects.filter(pk__in=sample), catalog)
     batched_s = time.perf_counter() - started
     print(
         f"  re-refresh of {len(sample)} issues: batched {batched_s:.2f} s, "

@@ -1,33 +1,20 @@
-"""Start and run backend bisections for issues (the Django side of rubric_app.bisection).
+"""Start a backend bisection of an issue's repro: the web half of a bisection run (the Django side of
+rubric_app.bisection; the worker half is bisecting.py).
 
-start_bisection() records a queued BisectionRun (the exact code) and enqueues it
-on the device's queue after commit; run_bisection() is what the Celery task
-calls: claim, run the sandboxed harness writing progress to the row, store the
-verdict, refresh the issue's suggestions. Only a person with the
-run_bisection permission starts a run; the sync never does.
+start_bisection() records a queued BisectionRun (the exact code) and enqueues it on the device's queue after
+commit. Only a person with the run_bisection permission starts a run; automatic runs (auto_bisect.py) are
+bounded by their own budgets.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import socket
-from datetime import timedelta
-
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.utils import timezone
 
 from . import bisection
-from .models import BisectionRun, queue_state
-
-log = logging.getLogger(__name__)
+from .models import BisectionRun
+from .tasks import run_bisection_task
 
 QUEUES = BisectionRun.QUEUES
-# What a worker declaring BISECTION_DEVICE can run: a GPU box has a CPU too.
-SERVES = {"cpu": {"cpu"}, "cuda": {"cuda", "both"}}
 
 
 def queue_for(device: str) -> str:
@@ -36,15 +23,6 @@ def queue_for(device: str) -> str:
         return QUEUES[device]
     except KeyError:
         raise ValueError(f"unknown device {device!r}: choose cpu, cuda or both") from None
-
-
-def limits() -> bisection.Limits:
-    return bisection.Limits(timeout_s=settings.BISECTION_TIMEOUT_S, memory_mb=settings.BISECTION_MEMORY_MB)
-
-
-def longest_run() -> timedelta:
-    """An upper bound on one bisection: six modes plus four re-runs, each at most the timeout, plus slack."""
-    return timedelta(seconds=10 * settings.BISECTION_TIMEOUT_S + 300)
 
 
 def start_bisection(*, issue, user, code: str, device: str) -> BisectionRun:
@@ -62,151 +40,5 @@ def start_bisection(*, issue, user, code: str, device: str) -> BisectionRun:
     run = BisectionRun.objects.create(
         issue=issue, requested_by=user, device=device, repro_code=code, repro_style=bisection.detect_style(code)
     )
-    from .tasks import run_bisection_task  # tasks imports this module
-
     run_bisection_task.apply_async_on_commit((run.pk,), queue=queue)
-    return run
-
-
-def fail_stale_runs(now=None) -> int:
-    """Mark failed the runs left "running" longer than any run can last (their worker died); returns how many.
-
-    A worker killed outright loses its message on the filesystem broker, and on Redis it comes
-    back only after the visibility timeout: only this sweep ends such a run.
-    """
-    now = now or timezone.now()
-    minutes = round(longest_run().total_seconds() / 60)
-    return BisectionRun.objects.overdue(now - longest_run()).update(
-        status=BisectionRun.Status.FAILED,
-        finished_at=now,
-        current_mode="",
-        error=f"The worker running this bisection stopped (killed or lost) without finishing: no result after "
-        f"{minutes} min, the longest a run can take. Start it again.",
-    )
-
-
-def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
-    """End the runs no worker has taken within QUEUE_WAIT_TIMEOUT_MINUTES, saying why; returns how many.
-
-    live: WorkerHeartbeat.objects.queues(), to say whether the queue had no worker at all or only busy ones.
-    """
-    now = now or timezone.now()
-    minutes = settings.QUEUE_WAIT_TIMEOUT_MINUTES
-    ended = 0
-    for queue in sorted(set(QUEUES.values())):
-        devices = [device for device, name in QUEUES.items() if name == queue]
-        state = queue_state(live, queue)
-        ended += (
-            BisectionRun.objects.stuck(now - timedelta(minutes=minutes))
-            .filter(device__in=devices)
-            .update(
-                status=BisectionRun.Status.FAILED,
-                finished_at=now,
-                error=f"No worker of the {queue} queue took this run within {minutes:g} min ({state}). "
-                f"Nothing ran; start it again once a {queue} worker is up, or pick another device.",
-            )
-        )
-    ended += BisectionRun.objects.abandoned(now - AUTO_WAIT).update(
-        status=BisectionRun.Status.FAILED,
-        finished_at=now,
-        error=f"No worker reached this automatic run within {AUTO_WAIT.days} day (automatic runs wait behind every "
-        "run a person asks for). A triager can start it by hand.",
-    )
-    return ended
-
-
-# How long an automatic run may wait behind human runs before the sweep gives up on it.
-AUTO_WAIT = timedelta(days=1)
-
-
-def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
-    """Run a queued BisectionRun in the sandbox, writing progress to its row; return the run.
-
-    The queued -> running claim is a conditional UPDATE that records the claiming task's id:
-    a second message for the same run (the sweep re-sent it) finds the row claimed and does
-    nothing, but the same message delivered again while the row is "running" means that the
-    worker which took it died (acks_late + reject_on_worker_lost): that run is marked failed
-    rather than left running forever. The task id is compared, not a broker's redelivered flag:
-    kombu's filesystem transport does not put that flag where Celery reads it.
-    """
-    worker = f"{socket.gethostname()}:{os.getpid()} ({settings.BISECTION_DEVICE})"
-    claimed = BisectionRun.objects.filter(pk=run_id, status=BisectionRun.Status.QUEUED).update(
-        status=BisectionRun.Status.RUNNING, started_at=timezone.now(), worker=worker, task_id=task_id
-    )
-    run = BisectionRun.objects.select_related("issue").get(pk=run_id)
-    if not claimed:
-        if task_id and run.task_id == task_id and run.status == BisectionRun.Status.RUNNING:
-            _finish(
-                run,
-                BisectionRun.Status.FAILED,
-                error=f"The worker running this bisection ({run.worker}) died mid-run (killed, or out of memory); "
-                "start it again.",
-            )
-        return run
-    if run.device not in SERVES.get(settings.BISECTION_DEVICE, ()):
-        return _finish(
-            run,
-            BisectionRun.Status.FAILED,
-            error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}",
-        )
-
-    def progress(mode: str, results: list[dict]) -> None:
-        run.current_mode, run.results = mode, capped_results(results)
-        run.save(update_fields=["current_mode", "results"])
-
-    try:
-        # "both" bisects on CPU; on this GPU worker the harness re-runs an Inductor failure on cuda (R2.4).
-        device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
-        report = bisection.bisect(
-            run.repro_code, device=device, style=run.repro_style, limits=limits(), on_progress=progress
-        )
-    except bisection.SandboxRefused as exc:
-        # No isolation, no run: say why, and what isolation there was, on the run's page.
-        run.sandbox_report = exc.report
-        return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
-    except bisection.ForkServerError as exc:
-        return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
-    run.results = capped_results(report.results)
-    run.verdict_labels, run.verdict_summary = report.labels, report.summary
-    run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
-    # The verdict feeds the rubric engine through Issue.as_issue_text(). One transaction: whoever
-    # sees the run done (the issue page's poll) also sees the suggestions it produced.
-    with transaction.atomic():
-        _finish(run, BisectionRun.Status.DONE)
-        run.issue.refresh_suggestions()
-    return run
-
-
-# The harness caps every field a child sends; this bounds the row whatever it holds, so no page
-# that loads the results can be made slow by one run.
-MAX_RESULTS_BYTES = 256 * 1024
-
-
-def capped_results(results: list[dict]) -> list[dict]:
-    """results as stored: unchanged if their JSON fits MAX_RESULTS_BYTES, else with messages and
-    tracebacks cut (then dropped) until it does."""
-    for cap in (2000, 500, 0):
-        if len(json.dumps(results)) <= MAX_RESULTS_BYTES:
-            return results
-        results = [{**r, **{k: str(r[k])[:cap] for k in ("message", "traceback") if k in r}} for r in results]
-    return results
-
-
-FINISH_FIELDS = [
-    "status",
-    "error",
-    "current_mode",
-    "finished_at",
-    "results",
-    "verdict_labels",
-    "verdict_summary",
-    "torch_version",
-    "sandbox_report",
-    "log",
-]
-
-
-def _finish(run: BisectionRun, status: str, error: str = "") -> BisectionRun:
-    run.status, run.error, run.current_mode, run.finished_at = status, error, "", timezone.now()
-    run.save(update_fields=FINISH_FIELDS)
     return run

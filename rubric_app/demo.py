@@ -13,6 +13,8 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
+from . import suggestions
+
 # One source for the demo's file and label colours: the demo GitHub serves the same ones.
 from .demo_github import DEMO_FILE, colour_for  # noqa: F401 - DEMO_FILE is load_demo's default
 from .models import TRIAGE_REVIEW, Comment, Issue, Label
@@ -89,5 +91,5 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
                     "updated_at": _when(comment["created_at"]),
                 },
             )
-    Issue.objects.filter(number__in=[d["number"] for d in issues]).refresh_suggestions()
+    suggestions.refresh(Issue.objects.filter(number__in=[d["number"] for d in issues]))
     return len(issues)

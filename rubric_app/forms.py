@@ -11,9 +11,10 @@ from django.db.models import Exists, OuterRef, QuerySet
 from . import decisions
 from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
-from .models import CPU_INDUCTOR_ONCALL, TRIAGE_REVIEW, TRIAGED, BisectionRun, Issue, Label, Suggestion
+from .models import CPU_INDUCTOR_ONCALL, LANES, TRIAGE_REVIEW, TRIAGED, BisectionRun, Issue, Label, Suggestion
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
 from .rubric.facts import CORE
+from .rubric.flow import change_breaks_g4
 from .search import issue_number
 
 ROUTES = [
@@ -62,14 +63,7 @@ def handoff_oncalls() -> list[str]:
 class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
 
-    LANES = [
-        ("pt2", "oncall: pt2"),
-        ("cpu", "oncall: cpu inductor"),
-        ("review", "triage review"),
-        ("repro", "needs reproduction"),
-        ("all", "all"),
-        ("mine", "mine"),
-    ]
+    LANES = [(lane.code, lane.title) for lane in LANES]
 
     lane = forms.ChoiceField(choices=LANES, required=False)
     module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
@@ -229,7 +223,7 @@ class TriageForm(forms.Form):
                 self.add_error("duplicate_of", why)
         if not self.errors:
             plan = self.plan()
-            if decisions.leaves_triaged_without_component(self.issue, plan.add, plan.remove):
+            if change_breaks_g4(self.issue.label_names(), plan.add, plan.remove):
                 self.add_error(None, self._g4_reason())
         return data
 

@@ -10,12 +10,12 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db import connections, models, transaction
+from django.db import connections, models
 from django.db.models import Case, Exists, F, FloatField, OuterRef, Prefetch, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
@@ -79,25 +79,48 @@ class Label(models.Model):
         return self.name.startswith("oncall:")
 
 
+@dataclass(frozen=True)
+class Lane:
+    """A lane of the queue page: the open queue issues that carry every label of `labels` and none of
+    `without`. The one definition the queue's rows (IssueQuerySet.for_queue), an issue's own lanes
+    (Issue.queue_lanes), the queue's filter form and the sharing of the untriaged lane all read."""
+
+    code: str
+    title: str
+    labels: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+    # Narrowed further per user in the view (the issues assigned to them), not by labels.
+    per_user: bool = False
+
+    def filter(self, qs: models.QuerySet) -> models.QuerySet:
+        for name in self.labels:
+            qs = qs.filter(labels__name=name)
+        return qs.exclude(labels__name__in=self.without) if self.without else qs
+
+    def lists(self, names: set[str]) -> bool:
+        """Whether an open queue issue carrying `names` is in this lane (a per-user lane: never by labels)."""
+        return not self.per_user and all(n in names for n in self.labels) and not any(n in names for n in self.without)
+
+
+# The queue's lanes, in the order the page lists them: adding a lane is adding a line here.
+LANES = (
+    Lane("pt2", "oncall: pt2", labels=(PT2_ONCALL,), without=(TRIAGED,)),
+    Lane("cpu", "oncall: cpu inductor", labels=(CPU_INDUCTOR_ONCALL,)),
+    Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
+    Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
+    Lane("all", "all"),
+    Lane("mine", "mine", per_user=True),
+)
+LANE_BY_CODE = {lane.code: lane for lane in LANES}
+
+
 class IssueQuerySet(models.QuerySet):
     def in_queue(self) -> IssueQuerySet:
         return self.filter(in_queue=True, state=Issue.State.OPEN)
 
     def for_queue(self, lane: str = "pt2") -> IssueQuerySet:
-        """The rows of the queue page for one lane, with what each row shows prefetched.
-
-        Lanes: "pt2" (oncall: pt2, not yet triaged), "cpu" (oncall: cpu inductor),
-        "review" (flagged triage review), "repro" (needs reproduction), "all".
-        """
-        qs = self.in_queue()
-        if lane == "pt2":
-            qs = qs.filter(labels__name=PT2_ONCALL).exclude(labels__name=TRIAGED)
-        elif lane == "cpu":
-            qs = qs.filter(labels__name=CPU_INDUCTOR_ONCALL)
-        elif lane == "review":
-            qs = qs.filter(labels__name=TRIAGE_REVIEW)
-        elif lane == "repro":
-            qs = qs.filter(labels__name=NEEDS_REPRODUCTION)
+        """The rows of the queue page for one lane (LANES), with what each row shows prefetched."""
+        qs = LANE_BY_CODE.get(lane, LANE_BY_CODE["all"]).filter(self.in_queue())
         return qs.prefetch_related(
             "labels",
             Prefetch(
@@ -130,26 +153,6 @@ class IssueQuerySet(models.QuerySet):
         return qs.annotate(search_rank=Coalesce(rank, Value(0.0), output_field=FloatField()) + exact).order_by(
             F("search_rank").desc(), "-updated_at"
         )
-
-    def refresh_suggestions(self, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
-        """Recompute and store the rubric engine's suggestions of these issues; returns how many.
-
-        A few queries per `batch` issues, not per issue: a cold sync refreshes thousands.
-        """
-        if catalog is None:
-            catalog = Label.objects.triage_catalog()
-        finished = BisectionRun.objects.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
-        ids = list(self.order_by("pk").values_list("pk", flat=True))
-        for start in range(0, len(ids), batch):
-            issues = (
-                Issue.objects.filter(pk__in=ids[start : start + batch])
-                .order_by("pk")
-                .prefetch_related(
-                    "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
-                )
-            )
-            _store_suggestions(list(issues), catalog)
-        return len(ids)
 
     def for_meeting(self) -> IssueQuerySet:
         """The meeting's agenda: every issue still flagged `triage review` (R11) that no decision has settled.
@@ -253,7 +256,7 @@ class Issue(models.Model):
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
         given, its most similar issues (rubric_app/similar.py)."""
-        runs = getattr(self, "finished_runs", None)  # prefetched by IssueQuerySet.refresh_suggestions
+        runs = getattr(self, "finished_runs", None)  # prefetched by suggestions.refresh
         if runs is None:
             runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
         runs = runs[:3]
@@ -277,34 +280,12 @@ class Issue(models.Model):
             neighbours=neighbours,
         )
 
-    def refresh_suggestions(self, catalog: frozenset[str] | None = None) -> rubric.Assessment:
-        """Recompute and store the rubric engine's suggestions; return the Assessment.
-
-        Called when a bisection run finishes or a decision is applied; the sync refreshes many
-        issues at once through IssueQuerySet.refresh_suggestions.
-        """
-        if catalog is None:
-            catalog = Label.objects.triage_catalog()
-        return _store_suggestions([self], catalog)[0]
-
     def queue_lanes(self) -> list[str]:
-        """The queue lanes (IssueQuerySet.for_queue's names) that list this issue; [] when it left the queue."""
+        """The codes of the queue lanes (LANES) that list this issue; [] when it left the queue."""
         if not self.in_queue or self.state != self.State.OPEN:
             return []
         names = set(self.label_names())
-        lanes = [
-            lane
-            for lane, label in (
-                ("pt2", PT2_ONCALL),
-                ("cpu", CPU_INDUCTOR_ONCALL),
-                ("review", TRIAGE_REVIEW),
-                ("repro", NEEDS_REPRODUCTION),
-            )
-            if label in names
-        ]
-        if "pt2" in lanes and TRIAGED in names:
-            lanes.remove("pt2")
-        return lanes + ["all"]
+        return [lane.code for lane in LANES if lane.lists(names)]
 
     @property
     def lane(self) -> str:
@@ -312,65 +293,6 @@ class Issue(models.Model):
         if CPU_INDUCTOR_ONCALL in names:
             return "cpu"
         return "pt2"
-
-
-def _store_suggestions(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessment]:
-    """Run the engine on each issue and replace their stored suggestions, route and checklist.
-
-    The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
-    and a finished bisection) never leave both sets of suggestions behind.
-    """
-    from rubric_app import similar  # it imports this module
-
-    now = timezone.now()
-    texts = [issue.as_issue_text() for issue in issues]
-    similar.index(issues, texts)
-    votes = similar.neighbours_for_votes(issues)
-    assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
-        for issue, text in zip(issues, texts)
-    ]
-    rows = []
-    for issue, assessment in zip(issues, assessments):
-        rows += [
-            Suggestion(
-                issue=issue,
-                label=s.label,
-                kind=Suggestion.Kind.ADD,
-                rule_id=s.rule_id,
-                evidence=s.evidence,
-                evidence_source=s.evidence_source,
-                reason=s.reason,
-                confidence=s.confidence,
-                source=s.source,
-                preselected=s.preselected,
-                created_at=now,
-            )
-            for s in assessment.add
-        ] + [
-            Suggestion(
-                issue=issue,
-                label=a.label,
-                kind=Suggestion.Kind.AVOID,
-                rule_id=a.rule_id,
-                evidence=a.evidence,
-                evidence_source=a.evidence_source,
-                reason=a.reason,
-                confidence=1.0,
-                created_at=now,
-            )
-            for a in assessment.avoid
-        ]
-        issue.suggested_route = assessment.route
-        issue.checklist = [asdict(item) for item in assessment.checklist]
-        issue.suggestions_updated_at = now
-    ids = [issue.pk for issue in issues]
-    with transaction.atomic():
-        list(Issue.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
-        Suggestion.objects.filter(issue_id__in=ids).delete()
-        Suggestion.objects.bulk_create(rows)
-        Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
-    return assessments
 
 
 class IssueTerm(models.Model):

@@ -45,8 +45,10 @@ from django.core.cache import caches
 from django.db import connections
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
+from django.utils import timezone
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.timesince import timesince
 
 from .models import Assignment, BisectionRun, Comment, Issue, Label, QueueVersion, Suggestion
 
@@ -68,6 +70,12 @@ _MARK = secrets.token_hex(8)
 MARKERS = {"csrf_token": f"{_MARK}csrf{_MARK}", "age_marker": _MARK}
 _PIECE = re.compile(f"{_MARK}(csrf|age=[0-9T:.+-]+){_MARK}")
 _RENDERING = [threading.Lock() for _ in range(32)]  # by key; two tables sharing one only take turns
+
+
+def age(value) -> str:
+    """'3 weeks' rather than '3 weeks, 2 days': the queue only needs the order of magnitude. Also the
+    templates' `age` filter (templatetags/triage.py), so a cached table and a fresh one say the same."""
+    return timesince(value, timezone.now(), depth=1) if value else ""
 
 
 def age_marker(moment: datetime) -> str:
@@ -125,8 +133,6 @@ def _pieces(html: str) -> list:
 
 
 def _fill(pieces: list, request: HttpRequest) -> SafeString:
-    from .templatetags.triage import age
-
     csrf = get_token(request)
     return mark_safe(
         "".join(  # noqa: S308 - rendered by the template, plus escaped ages and the CSRF token

@@ -7,15 +7,15 @@ from collections import Counter
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Prefetch
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
-from .models import PT2_ONCALL, TRIAGED, Assignment, Duty, Issue, Suggestion, week_start
+from .models import LANE_BY_CODE, Assignment, Duty, Issue, Suggestion, week_start
 
 
 def untriaged():
     """The queue's `oncall: pt2` lane: open, in the queue, not yet `triaged`."""
-    return Issue.objects.in_queue().filter(labels__name=PT2_ONCALL).exclude(labels__name=TRIAGED)
+    return LANE_BY_CODE["pt2"].filter(Issue.objects.in_queue())
 
 
 def unassigned():
@@ -77,3 +77,33 @@ def set_duty(*, username: str, modules: list[str], now=None) -> Duty:
         user=user, week=week_start(now or timezone.now()), defaults={"modules": sorted(set(modules))}
     )
     return duty
+
+
+def roster(now=None) -> dict:
+    """The meeting page's roster: this week's duty, each one's untriaged issues (at most 200 listed), how many
+    are unassigned, and the triagers who could be put on duty. Four queries."""
+    week = week_start(now or timezone.now())
+    duties = list(Duty.objects.for_week(week))
+    assigned = list(
+        untriaged()
+        .filter(assignment__isnull=False)
+        .select_related("assignment__user")
+        .order_by("assignment__user__username", "number")[:200]
+    )
+    can_triage = (
+        Q(is_superuser=True)
+        | Q(groups__permissions__codename="apply_labels")
+        | Q(user_permissions__codename="apply_labels")
+    )
+    triagers = (
+        get_user_model().objects.filter(can_triage, is_active=True).distinct().order_by("username")
+    ).values_list("username", flat=True)
+    for duty in duties:
+        duty.issues = [i for i in assigned if i.assignment.user_id == duty.user_id]
+    return {
+        "week": week,
+        "duties": duties,
+        "assigned": assigned,
+        "unassigned": unassigned().aggregate(n=Count("pk"))["n"],
+        "triagers": list(triagers),
+    }

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rubric_app import auto_bisect, github
+from rubric_app import auto_bisect, github, suggestions
 from rubric_app.models import TRIAGE_REVIEW, Comment, Issue, Label, SyncState, WebhookDelivery
 from rubric_app.rubric.catalog import catalog_names, is_forbidden
 
@@ -297,7 +297,7 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
 def refresh(issue_ids: list[int]) -> None:
     """Recompute the rubric's suggestions of the issues that changed (one catalog read for all)."""
     if issue_ids:
-        Issue.objects.filter(pk__in=issue_ids).refresh_suggestions()
+        suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
 
 
 # --- the syncs ---------------------------------------------------------------------------------

@@ -10,19 +10,11 @@ from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import bisect_runs, decisions, sync
-from .models import BisectionRun, Issue, TriageDecision, WebhookDelivery, WorkerHeartbeat
+from . import applying, bisecting, sync
+from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 # Longer than a message normally waits in a queue; older pending work is sent again.
 STUCK_AFTER = timedelta(minutes=15)
-
-
-@shared_task
-def refresh_suggestions_task(issue_id: int) -> None:
-    """Recompute one issue's rubric suggestions (after a sync change or a finished bisection)."""
-    issue = Issue.objects.filter(pk=issue_id).first()
-    if issue is not None:  # the issue may have been deleted meanwhile: nothing to do
-        issue.refresh_suggestions()
 
 
 @shared_task
@@ -52,7 +44,7 @@ def apply_decision_task(self, decision_id: int) -> None:
 
     No automatic retry: a write that failed may have half-landed, so it is reported, not repeated.
     """
-    decisions.apply_decision(decision_id, task_id=self.request.id or "")
+    applying.apply_decision(decision_id, task_id=self.request.id or "")
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)
@@ -63,7 +55,7 @@ def run_bisection_task(self, run_id: int) -> None:
     delivered again and run_bisection, seeing its own task id on a "running" row,
     marks the run failed. No retries: the triager decides whether to run untrusted code again.
     """
-    bisect_runs.run_bisection(run_id, task_id=self.request.id or "")
+    bisecting.run_bisection(run_id, task_id=self.request.id or "")
 
 
 @shared_task
@@ -79,13 +71,13 @@ def requeue_stuck_task() -> None:
     """
     now = timezone.now()
     live = WorkerHeartbeat.objects.queues(now)
-    bisect_runs.fail_stale_runs(now)
-    bisect_runs.fail_unclaimed_runs(live, now)
-    decisions.fail_unclaimed(live, now)
+    bisecting.fail_stale_runs(now)
+    bisecting.fail_unclaimed_runs(live, now)
+    applying.fail_unclaimed(live, now)
     before = now - STUCK_AFTER
     for pk in TriageDecision.objects.stuck(before).values_list("pk", flat=True):
         apply_decision_task.delay(pk)
     for pk, device in BisectionRun.objects.stuck(before).values_list("pk", "device"):
-        run_bisection_task.apply_async((pk,), queue=bisect_runs.queue_for(device))
+        run_bisection_task.apply_async((pk,), queue=BisectionRun.QUEUES[device])
     for pk in WebhookDelivery.objects.stuck(before).values_list("pk", flat=True):
         process_webhook_task.delay(pk)

@@ -7,8 +7,6 @@ htmx asks) or redirect (PRG for plain form posts).
 
 from __future__ import annotations
 
-import re
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -36,8 +34,19 @@ from .forms import (
     TriageForm,
     module_label_names,
 )
-from .models import BisectionRun, Comment, Duty, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
-from .rubric.rules_domain import FLAKY, REGRESSION
+from .models import (
+    TRIAGE_REVIEW,
+    BisectionRun,
+    Comment,
+    Duty,
+    Issue,
+    Label,
+    Meeting,
+    Suggestion,
+    TriageDecision,
+    WorkerHeartbeat,
+)
+from .rubric.agenda import AGENDA_ORDER, agenda_group
 
 PAGE_SIZE = 50
 
@@ -327,48 +336,7 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 # --- the weekly meeting -------------------------------------------------------------------------
 
-AGENDA_GROUPS = [
-    ("crash", ("segfault", "sigsegv", "illegal memory access", "device-side assert", "crash", "core dumped", "abort")),
-    (
-        "silent correctness",
-        ("silent", "wrong result", "incorrect", "differs from eager", "mismatch", "accuracy", "nan"),
-    ),
-    ("regression", ("regression", "regressed", "worked in", "used to work")),
-    ("performance", ("slow", "performance", "perf", "speedup", "latency", "throughput", "memory usage")),
-]
-AGENDA_ORDER = [name for name, _ in AGENDA_GROUPS] + ["flaky test", "other"]
 UNSETTLED = {TriageDecision.Status.REFUSED, TriageDecision.Status.FAILED, TriageDecision.Status.CONFLICT}
-
-
-def is_flaky_test(title: str) -> bool:
-    """A flaky-test report: "flaky"/"intermittent" in the title, or CI's "DISABLED test_x" issue."""
-    return bool(FLAKY.search(title)) or title.lstrip().startswith("DISABLED ")
-
-
-def agenda_group(issue: Issue) -> str:
-    """Which R11 reason put the issue on the agenda: crash, silent correctness, regression, performance,
-    flaky test or other.
-
-    The rubric's `triage review` suggestion (R11) says why; the title breaks ties. A flaky or
-    disabled test is filed by what the issue itself says: a crash, else a regression only when
-    its title or body says so ("regression", "used to work", ...), else a flaky test. R11's reason
-    calls every flaky test "usually a regression", which is no evidence, and the mismatch or
-    slowness a flaky test reports is its symptom, not a silent-correctness or performance bug.
-    """
-    why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == "triage review")
-    flaky = is_flaky_test(issue.title)
-    for text in (f"{why} {issue.title}".lower(), issue.body[:4000].lower()):
-        for group, words in AGENDA_GROUPS:
-            if (not flaky or group == "crash") and _says(words, text):
-                return group
-    if flaky:
-        return "regression" if REGRESSION.search(f"{issue.title}\n{issue.body[:4000]}") else "flaky test"
-    return "other"
-
-
-def _says(words: tuple[str, ...], text: str) -> bool:
-    """Any of words at the start of a word of text ("crash" finds "crashes", "nan" no longer finds "maintenance")."""
-    return any(re.search(rf"\b{re.escape(word)}", text) for word in words)
 
 
 def _latest_verdict_labels() -> Subquery:
@@ -385,7 +353,8 @@ def _agenda() -> list[tuple[str, list[Issue]]]:
     groups: dict[str, list[Issue]] = {name: [] for name in AGENDA_ORDER}
     for issue in qs:
         issue.unsettled = issue.last_try_status in UNSETTLED  # a refused or failed try stays on, marked
-        groups[agenda_group(issue)].append(issue)
+        why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == TRIAGE_REVIEW)
+        groups[agenda_group(title=issue.title, body=issue.body, review_reasons=why)].append(issue)
     return [(name, issues) for name, issues in groups.items() if issues]
 
 
@@ -401,6 +370,8 @@ def meeting(request: HttpRequest) -> HttpResponse:
         "recorded": current.decisions.select_related("issue", "user").order_by("created_at") if current else [],
         "last": Meeting.objects.last_held(),
     }
+    if not request.htmx:  # the agenda fragment shows neither the queue's health nor the roster
+        context.update(health=metrics.queue_health(weeks=4), roster=sharing.roster(), modules=module_label_names())
     return render(request, _partial(request, "rubric_app/meeting.html", "agenda"), context)
 
 

@@ -8,9 +8,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, sync
+from rubric_app import auto_bisect, bisect_runs, bisecting, sync
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
-from tests.conftest import make_issue, wait_until
+from tests.factories import make_issue
+from tests.helpers import wait_until
 from triage_site.celery import app
 
 REPRO = """```python
@@ -148,11 +149,11 @@ def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_t
     run = queue(issue)[0].run
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3))
     assert not BisectionRun.objects.stuck(timezone.now() - timedelta(minutes=15)).exists()
-    bisect_runs.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "queued"  # waiting behind human runs is its normal state
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=2))
-    bisect_runs.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "failed" and "automatic run" in run.error
 

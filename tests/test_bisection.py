@@ -17,7 +17,7 @@ from rubric_app.bisection.extract import fenced_blocks
 from rubric_app.bisection.sandbox import UID_BASE
 from rubric_app.bisection.verdict import decide
 from tests.bounded import run_bounded
-from tests.conftest import processes_with_cmdline
+from tests.helpers import processes_with_cmdline
 
 pytestmark = pytest.mark.torch
 REPROS = Path(__file__).parent / "repros"

@@ -14,10 +14,11 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from rubric_app import bisect_runs
+from rubric_app import bisect_runs, bisecting
 from rubric_app.bisection.sandbox import UID_BASE
 from rubric_app.models import BisectionRun
-from tests.conftest import make_issue, make_label, wait_until
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until
 from triage_site.celery import app
 
 REPROS = Path(__file__).parent / "repros"
@@ -77,7 +78,7 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     # 7 for similar issues: the index's savepoint pair, lock, delete, insert and update, the vote's
     # lookup); and the savepoint pair that makes "finish" and "refresh" one transaction.
     with django_assert_max_num_queries(28):
-        bisect_runs.run_bisection(run.pk)
+        bisecting.run_bisection(run.pk)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""
     assert [r["status"] for r in run.results] == ["passed", "raised"] + ["skipped"] * 4
@@ -100,7 +101,7 @@ def test_it_says_a_cuda_repro_on_a_cpu_worker_needs_a_gpu_and_feeds_no_suggestio
         repro_code=(REPROS / "needs_cuda.py").read_text(),
         repro_style="script",
     )
-    bisect_runs.run_bisection(run.pk)
+    bisecting.run_bisection(run.pk)
     run.refresh_from_db()
     assert run.status == "done" and run.verdict_labels == []
     assert run.verdict_summary.startswith("needs a GPU: re-run on cuda") and "Fix the repro" not in run.verdict_summary
@@ -110,7 +111,7 @@ def test_it_says_a_cuda_repro_on_a_cpu_worker_needs_a_gpu_and_feeds_no_suggestio
 def test_it_runs_a_claimed_run_only_once(issue, triager):
     run = _queued(issue, triager)
     BisectionRun.objects.filter(pk=run.pk).update(status="done", verdict_summary="kept")
-    assert bisect_runs.run_bisection(run.pk).verdict_summary == "kept"
+    assert bisecting.run_bisection(run.pk).verdict_summary == "kept"
     run.refresh_from_db()
     assert (run.status, run.verdict_summary) == ("done", "kept")
 
@@ -118,20 +119,20 @@ def test_it_runs_a_claimed_run_only_once(issue, triager):
 def test_it_fails_a_redelivered_run_whose_worker_died(issue, triager):
     run = _queued(issue, triager)
     BisectionRun.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now(), task_id="first")
-    bisect_runs.run_bisection(run.pk, task_id="second")  # the sweep's duplicate while it runs elsewhere: left alone
+    bisecting.run_bisection(run.pk, task_id="second")  # the sweep's duplicate while it runs elsewhere: left alone
     run.refresh_from_db()
     assert run.status == "running"
-    bisect_runs.run_bisection(run.pk, task_id="first")  # its own message again: the worker that took it died
+    bisecting.run_bisection(run.pk, task_id="first")  # its own message again: the worker that took it died
     run.refresh_from_db()
     assert run.status == "failed" and "died" in run.error and run.finished_at
 
 
 def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager):
     stale, fresh = _queued(issue, triager), _queued(issue, triager)
-    long_ago = timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+    long_ago = timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
     BisectionRun.objects.filter(pk=stale.pk).update(status="running", started_at=long_ago)
     BisectionRun.objects.filter(pk=fresh.pk).update(status="running", started_at=timezone.now())
-    assert bisect_runs.fail_stale_runs() == 1
+    assert bisecting.fail_stale_runs() == 1
     assert BisectionRun.objects.get(pk=stale.pk).status == "failed"
     assert BisectionRun.objects.get(pk=fresh.pk).status == "running"
 
@@ -139,7 +140,7 @@ def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager
 @pytest.mark.parametrize("device", ["cuda", "both"])
 def test_it_fails_a_run_for_a_device_this_worker_does_not_serve(issue, triager, settings, device):
     settings.BISECTION_DEVICE = "cpu"
-    run = bisect_runs.run_bisection(_queued(issue, triager, device=device).pk)
+    run = bisecting.run_bisection(_queued(issue, triager, device=device).pk)
     assert run.status == "failed" and "serves cpu" in run.error
     assert run.results == []  # nothing ran
 
@@ -148,7 +149,7 @@ def test_it_sends_a_cpu_and_cuda_comparison_to_the_gpu_workers():
     # R2.4 needs both devices: the CPU bisection runs where cuda is there to re-run an Inductor failure.
     assert bisect_runs.queue_for("both") == bisect_runs.queue_for("cuda") == "gpu"
     assert bisect_runs.queue_for("cpu") == "cpu"
-    assert "both" in bisect_runs.SERVES["cuda"] and "both" not in bisect_runs.SERVES["cpu"]
+    assert "both" in bisecting.SERVES["cuda"] and "both" not in bisecting.SERVES["cpu"]
 
 
 @pytest.mark.torch
@@ -208,7 +209,7 @@ def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(cl
             os.setgroups([])
             os.setresgid(65534, 65534, 65534)
             os.setresuid(65534, 65534, 65534)
-            bisect_runs.run_bisection(run.pk)
+            bisecting.run_bisection(run.pk)
             code = 0
         finally:
             os._exit(code)
@@ -225,11 +226,11 @@ def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(cl
 
 def test_it_caps_the_results_it_stores(issue, triager):
     huge = [{"mode": m, "status": "raised", "message": "m" * 10**6, "traceback": "t" * 10**6} for m in "abcdef"]
-    capped = bisect_runs.capped_results(huge)
-    assert len(json.dumps(capped)) <= bisect_runs.MAX_RESULTS_BYTES
+    capped = bisecting.capped_results(huge)
+    assert len(json.dumps(capped)) <= bisecting.MAX_RESULTS_BYTES
     assert [r["mode"] for r in capped] == list("abcdef") and capped[0]["message"].startswith("m")
     small = [{"mode": "eager", "status": "passed", "message": "ok"}]
-    assert bisect_runs.capped_results(small) is small
+    assert bisecting.capped_results(small) is small
 
 
 def test_it_keeps_run_blobs_out_of_the_pages_that_do_not_show_them(client, issue, triager):

@@ -20,7 +20,7 @@ import pytest
 
 from rubric_app.bisection import ForkServer, Limits, SandboxRefused, bisect
 from rubric_app.bisection.sandbox import UID_BASE
-from tests.conftest import processes_with_cmdline, wait_until
+from tests.helpers import processes_with_cmdline, wait_until
 
 pytestmark = pytest.mark.torch
 SECRET = "ghp_" + uuid.uuid4().hex  # unique per session, so finding it anywhere means it leaked

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from rubric_app.decisions import Plan, apply_decision, plan_changes, request_decision
+from rubric_app.applying import apply_decision
+from rubric_app.decisions import Plan, plan_changes, request_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
-from tests.conftest import make_issue, make_label, wait_until
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status

@@ -8,10 +8,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app import decisions, demo_github, github
+from rubric_app import applying, decisions, demo_github, github
 from rubric_app.models import Issue, TriageDecision
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +50,7 @@ def test_it_fails_a_queued_decision_with_the_reason_when_github_is_off(settings,
         issue=issue, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo"], labels_removed=[]
     )
     settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", "https://api.github.com"
-    decision = decisions.apply_decision(decision.pk)
+    decision = applying.apply_decision(decision.pk)
     assert decision.status == TriageDecision.Status.FAILED
     assert "GitHub is off" in decision.result_message
 
@@ -91,7 +91,7 @@ def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, 
     decision = decisions.request_decision(
         issue=issue, user=triager, plan=decisions.Plan(["module: dynamo"]), labels_seen=issue.label_names()
     )
-    decision = decisions.apply_decision(decision.pk)  # what the github worker runs
+    decision = applying.apply_decision(decision.pk)  # what the github worker runs
     assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
     assert "module: dynamo" in demo_server.labels_of(issue.number)
     writes = demo_server.requests_to(rf"/issues/{issue.number}/labels", method="POST")

@@ -13,10 +13,26 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import wait_until
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.worker
+
+
+EDIT_BY_WEBHOOK = """
+from django.conf import settings
+from django.utils import timezone
+from rubric_app.models import Issue, WebhookDelivery
+from rubric_app.tasks import process_webhook_task
+issue = Issue.objects.get(pk=%d)
+payload = {"action": "edited", "repository": {"full_name": settings.GITHUB_REPO}, "issue": {
+    "number": issue.number, "title": issue.title + " (edited)", "body": issue.body, "state": "open",
+    "user": {"login": issue.author}, "labels": [{"name": n, "color": "ededed"} for n in issue.label_names()],
+    "html_url": issue.html_url, "created_at": issue.created_at.isoformat(), "updated_at": timezone.now().isoformat(),
+    "comments": issue.comments_count}}
+delivery = WebhookDelivery.objects.create(delivery_id="embedded-edit", event="issues", payload=payload)
+process_webhook_task.delay(delivery.pk)
+"""
 
 
 def _free_port() -> int:
@@ -74,17 +90,12 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         automatic = db.execute("select count(*) from rubric_app_bisectionrun where automatic").fetchone()[0]
         assert automatic > 0
 
-        # A task sent through the filesystem broker is picked up by run.sh's worker.
+        # A task sent through the filesystem broker is picked up by run.sh's worker: a webhook delivery
+        # (an edited title) is mirrored and the issue's suggestions refreshed.
         db.execute("update rubric_app_issue set suggestions_updated_at = NULL where id = ?", (issue_id,))
         db.commit()
         subprocess.run(
-            [
-                sys.executable,
-                "manage.py",
-                "shell",
-                "-c",
-                f"from rubric_app.tasks import refresh_suggestions_task; refresh_suggestions_task.delay({issue_id})",
-            ],
+            [sys.executable, "manage.py", "shell", "-c", EDIT_BY_WEBHOOK % issue_id],
             cwd=ROOT,
             env=env,
             check=True,
@@ -92,10 +103,12 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         )
         wait_until(
             lambda: db.execute(
-                "select suggestions_updated_at from rubric_app_issue where id = ?", (issue_id,)
-            ).fetchone()[0],
+                "select suggestions_updated_at from rubric_app_issue where id = ? and title like '%(edited)'",
+                (issue_id,),
+            ).fetchone(),
             timeout=60,
         )
+        assert db.execute("select suggestions_updated_at from rubric_app_issue where id = ?", (issue_id,)).fetchone()[0]
 
         _it_applies_and_resyncs_through_the_demo_github(port, session, db, env, tmp_path)
     finally:

@@ -8,10 +8,12 @@ import pytest
 from django.urls import reverse
 
 from rubric_app import metrics
-from rubric_app.decisions import Plan, apply_decision, request_decision
+from rubric_app.applying import apply_decision
+from rubric_app.decisions import Plan, request_decision
 from rubric_app.models import Issue, Suggestion, TriageDecision
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue, make_label, passes_on_sqlite
+from tests.factories import make_issue, make_label
+from tests.helpers import passes_on_sqlite
 
 URL = reverse("rubric_app:metrics")
 # A Wednesday noon: the current week started Monday 2026-11-02.

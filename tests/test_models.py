@@ -3,8 +3,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, readable_text_color
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +37,7 @@ def test_it_prefetches_what_a_queue_row_shows(django_assert_num_queries):
 
 def test_it_stores_suggestions_with_rule_ids():
     issue = make_issue(body="a bug")
-    assessment = issue.refresh_suggestions()
+    assessment = suggestions.refresh_issue(issue)
 
     assert assessment.labels() == [s.label for s in issue.suggestions.filter(kind=Suggestion.Kind.ADD)]
     assert all(s.rule_id for s in issue.suggestions.all())

@@ -22,8 +22,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import bisect_runs, queue_cache
-from rubric_app.decisions import apply_decision
+from rubric_app import bisecting, queue_cache, suggestions
+from rubric_app.applying import apply_decision
 from rubric_app.models import (
     Assignment,
     BisectionRun,
@@ -35,7 +35,8 @@ from rubric_app.models import (
     WebhookDelivery,
 )
 from rubric_app.sync import process_webhook, sync_queue
-from tests.conftest import _user, make_issue, make_label, passes_on_sqlite
+from tests.factories import make_issue, make_label, make_user
+from tests.helpers import passes_on_sqlite
 
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = reverse("rubric_app:queue")
@@ -127,7 +128,7 @@ def test_it_shows_refreshed_suggestions_on_the_next_request(client, triager, on_
     Suggestion.objects.all().delete()  # as before the rubric first ran on it
     client.force_login(triager)
     assert _suggested(_cached(client), 1001) == []
-    on_github.refresh_suggestions()
+    suggestions.refresh_issue(on_github)
     html, _ = _get(client)
     assert "module: dynamo" in _suggested(html, 1001)
 
@@ -153,7 +154,7 @@ def test_it_shows_a_bisection_verdict_when_the_run_finishes_not_while_it_runs(cl
     run.save(update_fields=["current_mode", "results"])  # progress: the table shows none of it
     assert queue_cache.current_token() == token and _get(client)[1] == HIT_QUERIES
     run.status, run.verdict_summary, run.finished_at = "done", "fails only on inductor (R2.2)", timezone.now()
-    run.save(update_fields=bisect_runs.FINISH_FIELDS)
+    run.save(update_fields=bisecting.FINISH_FIELDS)
     assert "fails only on inductor (R2.2)" in _row(_get(client)[0], issue.number)
 
 
@@ -197,7 +198,7 @@ def test_it_fills_in_the_ages_as_time_passes(client, triager, monkeypatch):
 
 
 def test_it_never_shows_one_users_forms_to_another(triager, viewer, issue):
-    other = _user("theo-triager", "triager")
+    other = make_user("theo-triager", "triager")
     Assignment.objects.create(issue=issue, user=triager)
     tina, theo, vera = Client(), Client(), Client()
     for client, user in ((tina, triager), (theo, other), (vera, viewer)):

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from rubric_app.models import BisectionRun, Issue, TriageDecision, WebhookDelivery
 from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
-from tests.conftest import make_issue, make_label, wait_until
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until
 
 LONG_AGO = timezone.now() - STUCK_AFTER - timedelta(minutes=1)
 

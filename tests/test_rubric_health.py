@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from rubric_app import metrics
 from rubric_app.models import Outcome, TriageDecision
-from tests.conftest import make_issue
+from tests.factories import make_issue, make_user
 
 URL = reverse("rubric_app:rubric_health")
 CSV_URL = reverse("rubric_app:rubric_health_csv")
@@ -136,9 +136,7 @@ def test_it_lets_only_the_dashboards_roles_see_rubric_health(client, outsider, v
 
 
 def test_it_renders_hostile_names_inert_in_charts_tables_and_csv(client, viewer):
-    from tests.conftest import _user
-
-    mallory = _user('<svg onload=alert(1)>"mallory', "triager")
+    mallory = make_user('<svg onload=alert(1)>"mallory', "triager")
     shown = [{"label": "<img src=x onerror=alert(2)>", "rule_id": "<script>R</script>"}]
     _decision(1, mallory, added=["<script>alert(3)</script>"], shown=shown)
     client.force_login(viewer)

@@ -1,4 +1,4 @@
-"""The engine behind Issue.refresh_suggestions: rows the UI reads, recomputed with bisection verdicts."""
+"""The engine behind suggestions.refresh: rows the UI reads, recomputed with bisection verdicts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from rubric_app import suggestions
 from rubric_app.demo import load_catalog_labels
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ TRACE = "```\ntorch._dynamo.exc.Unsupported: call_function BuiltinVariable(zip) 
 def test_it_stores_suggestions_with_rule_and_verbatim_evidence(catalog):
     issue = make_issue(number=4242, title="Graph break on zip in a compiled loop", body=TRACE, labels=("oncall: pt2",))
     Comment.objects.create(issue=issue, github_id=77, author="rev", body="Same with backend='eager' fails too.")
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     rows = {(s.kind, s.label): s for s in Suggestion.objects.filter(issue=issue)}
     dynamo = rows[("add", "module: dynamo")]
     assert dynamo.rule_id in ("R1.2", "R2.3") and dynamo.source == "rule"
@@ -41,7 +42,7 @@ def test_it_stores_suggestions_with_rule_and_verbatim_evidence(catalog):
 def test_it_shows_what_the_synced_catalog_lacks(db):
     # Only oncall: pt2 is synced: the rest is shown as "not in the catalog" (R7.4), never suggested.
     issue = make_issue(number=4245, title="Graph break on zip", body=TRACE, labels=("oncall: pt2",))
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     assert not Suggestion.objects.filter(issue=issue, kind="add", label="module: dynamo").exists()
     avoided = Suggestion.objects.get(issue=issue, kind="avoid", label="module: dynamo")
     assert avoided.rule_id == "R7.4" and "not in the catalog" in avoided.reason
@@ -52,7 +53,7 @@ def test_it_shows_what_the_synced_catalog_lacks(db):
 
 def test_it_recomputes_with_a_finished_bisection(catalog):
     issue = make_issue(number=4243, title="[dynamo] compiled function gives a different value", body="No error.")
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     assert Suggestion.objects.filter(issue=issue, label="module: dynamo", kind="add").exists()
     run = BisectionRun.objects.create(
         issue=issue,
@@ -62,7 +63,7 @@ def test_it_recomputes_with_a_finished_bisection(catalog):
             {"label": "module: inductor", "rule_id": "R2.2", "evidence": "aot_eager passes, inductor differs"}
         ],
     )
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     inductor = Suggestion.objects.get(issue=issue, label="module: inductor", kind="add")
     assert (inductor.source, inductor.evidence_source, inductor.rule_id) == ("bisection", f"bisection:{run.pk}", "R2.2")
     assert not Suggestion.objects.filter(issue=issue, label="module: dynamo", kind="add").exists()
@@ -70,7 +71,7 @@ def test_it_recomputes_with_a_finished_bisection(catalog):
 
 def test_it_skips_an_issue_another_oncall_owns(catalog):
     issue = make_issue(number=4244, title="Graph break on zip", body=TRACE, labels=("oncall: distributed",))
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     issue.refresh_from_db()
     assert issue.suggested_route == "skip"
     assert not Suggestion.objects.filter(issue=issue, kind="add").exists()
@@ -83,7 +84,7 @@ def test_it_refreshes_many_issues_in_a_constant_number_of_queries(catalog):
             issue = make_issue(number=n, title="Graph break on zip", body=TRACE)
             Comment.objects.create(issue=issue, github_id=n, body="fails with backend='eager' too")
         with CaptureQueriesContext(connection) as captured:
-            refreshed = Issue.objects.filter(number__in=numbers).refresh_suggestions()
+            refreshed = suggestions.refresh(Issue.objects.filter(number__in=numbers))
         assert refreshed == len(numbers)
         return len(captured)
 
@@ -108,6 +109,6 @@ def test_it_uses_each_issues_own_finished_bisection_when_refreshing_many(catalog
         status=BisectionRun.Status.FAILED,
         verdict_labels=[{"label": "module: dynamo", "rule_id": "R2.3", "evidence": "eager backend fails"}],
     )
-    Issue.objects.filter(pk__in=[bisected.pk, other.pk]).refresh_suggestions()
+    suggestions.refresh(Issue.objects.filter(pk__in=[bisected.pk, other.pk]))
     assert Suggestion.objects.get(issue=bisected, label="module: inductor", kind="add").source == "bisection"
     assert not Suggestion.objects.filter(issue=other, source="bisection").exists()  # only finished runs count

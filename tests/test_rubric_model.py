@@ -15,7 +15,7 @@ from rubric_app.rubric.engine import read
 from rubric_app.rubric.evaluation import cross_validate, training_examples
 from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
 from rubric_app.rubric.text import Source
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 # Two recognisable kinds of issue, in words the rules do not know, so only a learned model can tell them apart.
 DYNAMO_LIKE = [

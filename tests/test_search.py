@@ -16,7 +16,8 @@ from django.utils import timezone
 from rubric_app import search, search_index
 from rubric_app.models import Comment, Issue
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue, make_label, passes_on_sqlite
+from tests.factories import make_issue, make_label
+from tests.helpers import passes_on_sqlite
 
 URL = reverse("rubric_app:queue")
 

@@ -11,14 +11,14 @@ from django.utils import timezone
 
 from rubric_app import sharing
 from rubric_app.models import Assignment, Duty, Suggestion, week_start
-from tests.conftest import _user, make_issue
+from tests.factories import make_issue, make_user
 
 MEETING = reverse("rubric_app:meeting")
 
 
 @pytest.fixture
 def bob(db):
-    return _user("bob-triager", "triager")
+    return make_user("bob-triager", "triager")
 
 
 def _untriaged(number: int, days_old: int, module: str = ""):

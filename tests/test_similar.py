@@ -12,12 +12,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from rubric_app import similar
-from rubric_app.decisions import apply_decision, plan_duplicate, request_decision
+from rubric_app import similar, suggestions
+from rubric_app.applying import apply_decision
+from rubric_app.decisions import plan_duplicate, request_decision
 from rubric_app.models import GitHubWrite, Issue, IssueTerm, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.sync import sync_queue
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 from tests.test_signature import _lowering
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +33,7 @@ def _failing(number: int, **kwargs) -> Issue:
 
 
 def _refreshed(*issues: Issue) -> list[Issue]:
-    Issue.objects.filter(pk__in=[i.pk for i in issues]).refresh_suggestions()
+    suggestions.refresh(Issue.objects.filter(pk__in=[i.pk for i in issues]))
     return [Issue.objects.get(pk=i.pk) for i in issues]
 
 
@@ -54,7 +55,7 @@ def test_it_stores_the_signature_and_vector_where_the_suggestions_are_refreshed(
 
     Issue.objects.filter(pk=issue.pk).update(body="Compiling is slow now: 40 s for a small model.")
     issue.refresh_from_db()
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
     issue.refresh_from_db()
     assert issue.signature == "" and issue.signature_text == ""
     assert not IssueTerm.objects.filter(issue=issue, term__startswith="sig:").exists()
@@ -81,7 +82,7 @@ def test_it_indexes_a_batch_with_a_few_queries_whatever_its_size():
         batch = Issue.objects.filter(number__gte=start, number__lt=start + count)
         batch.update(state="closed", in_queue=False)
         with CaptureQueriesContext(connection) as queries:
-            batch.refresh_suggestions()
+            suggestions.refresh(batch)
         return len(queries)
 
     assert queries_to_refresh(100, 5) == queries_to_refresh(200, 25)
@@ -168,7 +169,7 @@ def test_it_suggests_the_component_of_the_most_similar_triaged_issues():
         1200, title="Inductor fails on the second call (1200)", body=PAD + "It recompiles for each length."
     )
 
-    issue.refresh_suggestions()
+    suggestions.refresh_issue(issue)
 
     voted = Suggestion.objects.get(issue=issue, source=Suggestion.Source.SIMILAR)
     assert voted.label == "module: dynamic shapes" and voted.rule_id == "R1.3"

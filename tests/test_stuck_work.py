@@ -24,12 +24,13 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
-from rubric_app import bisect_runs
-from rubric_app.decisions import HEARTBEAT_STALE_AFTER, apply_decision
+from rubric_app import bisecting
+from rubric_app.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
-from tests.conftest import ROOT, make_issue, make_label, only_this_tests_workers, wait_until, wait_until_finished
+from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN, FakeGitHub
+from tests.helpers import ROOT, only_this_tests_workers, wait_until, wait_until_finished
 from triage_site.celery import app
 
 Status = TriageDecision.Status
@@ -161,7 +162,7 @@ def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, setti
 
 @pytest.mark.django_db
 def test_it_ends_runs_left_running_past_their_limit_from_the_sweep(synced):
-    overdue = timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+    overdue = timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
     dead = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=overdue)
     alive = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=timezone.now())
 
@@ -349,7 +350,7 @@ def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
     assert run.status == "running"
     # Longer than any run can last, and no other run starting: the sweep alone must end it.
     BisectionRun.objects.filter(pk=run.pk).update(
-        started_at=timezone.now() - bisect_runs.longest_run() - timedelta(minutes=1)
+        started_at=timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
     )
     broker.start_worker(["default"])
     broker.send(requeue_stuck_task, queue="default")

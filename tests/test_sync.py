@@ -11,7 +11,8 @@ from django.utils import timezone
 from rubric_app import github
 from rubric_app.models import Comment, Issue, Label, SyncState
 from rubric_app.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
-from tests.conftest import make_label
+from tests.factories import make_label
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -239,7 +240,6 @@ def test_it_runs_a_full_sync_first_when_there_is_no_high_water_mark(fake_github)
 @pytest.mark.django_db(transaction=True)
 def test_it_syncs_from_the_beat_task_in_the_worker(fake_github, celery_worker_process):
     from rubric_app.tasks import sync_queue_task
-    from tests.conftest import wait_until
 
     _queue(fake_github, 3, comments=1)
 

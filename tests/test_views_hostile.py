@@ -13,7 +13,7 @@ from django.urls import reverse
 from rubric_app.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
 from rubric_app.models import BisectionRun, Comment, Label, Meeting, Suggestion, TriageDecision
 from tests.bounded import run_bounded
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 HOSTILE = [
     "<script>alert('x')</script>",

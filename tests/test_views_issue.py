@@ -12,7 +12,7 @@ from django.urls import reverse
 from rubric_app import similar
 from rubric_app.bisection import extract_repro
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion, TriageDecision
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 HTMX = {"HX-Request": "true"}
 

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 
 @pytest.mark.parametrize("name", ["bisections", "audit", "meeting"])

@@ -9,9 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app.models import BisectionRun, Issue, Meeting, Suggestion, TriageDecision
-from rubric_app.views import agenda_group
-from tests.conftest import make_issue, make_label
+from rubric_app.models import BisectionRun, Meeting, Suggestion, TriageDecision
+from tests.factories import make_issue, make_label
 
 URL = reverse("rubric_app:meeting")
 HTMX = {"HX-Request": "true"}
@@ -169,34 +168,6 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
     assert "Component: module: inductor." in item and "an old verdict" not in item
     assert "R2.2" in item and "inductor: crashed" in item and "crash on inductor" in item
     assert "Bisection: not run yet." in html[html.index('id="agenda-item-2"') :]
-
-
-@pytest.mark.parametrize(
-    "title, body, group",
-    [
-        (
-            "DISABLED test_comprehensive_nn_functional_conv2d_cuda (__main__.TestInductorOpInfoCUDA)",
-            "Platforms: linux",
-            "flaky test",
-        ),
-        ("Flaky test_compile_basic in CI", "It fails one run in ten.", "flaky test"),
-        ("Flaky test_compile_basic since the upgrade", "This used to work in 2.5; a regression.", "regression"),
-        ("DISABLED test_foo (__main__.TestCompile)", "Segmentation fault (core dumped)", "crash"),
-        ("Flaky test: test_adamw_capturable fails intermittently", "Always a small numerical mismatch.", "flaky test"),
-    ],
-)
-def test_it_files_a_flaky_test_under_regression_only_when_it_says_so(db, title, body, group):
-    issue = make_issue(30, title=title, body=body, labels=("oncall: pt2", "triage review"))
-    # R11's own reason for a flaky test mentions a regression; that alone is no evidence of one.
-    Suggestion.objects.create(
-        issue=issue,
-        label="triage review",
-        rule_id="R11",
-        evidence=title[:20],
-        reason="a flaky test, usually a regression: the weekly meeting decides priority",
-    )
-    issue = Issue.objects.prefetch_related("suggestions").get(pk=issue.pk)
-    assert agenda_group(issue) == group
 
 
 def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agenda):

@@ -8,8 +8,9 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Comment, Issue, Label, Suggestion
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 URL = reverse("rubric_app:queue")
 
@@ -172,7 +173,7 @@ def test_it_says_why_an_issue_to_transfer_has_no_label_to_accept_g2(client, view
     )
     for name in ("module: dynamo", "module: compile ux", "triaged"):
         make_label(name)
-    Issue.objects.refresh_suggestions()
+    suggestions.refresh(Issue.objects.all())
     client.force_login(viewer)
 
     html = client.get(URL).content.decode()

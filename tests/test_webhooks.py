@@ -14,7 +14,8 @@ from django.urls import reverse
 
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
 from rubric_app.sync import process_webhook
-from tests.conftest import make_issue, wait_until
+from tests.factories import make_issue
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db
 URL = "/github/webhook"

@@ -2,21 +2,36 @@
 
 import pytest
 
-from rubric_app.tasks import refresh_suggestions_task
-from tests.conftest import make_issue, wait_until
+from rubric_app.models import Issue, WebhookDelivery
+from rubric_app.tasks import process_webhook_task
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_process):
-    issue = make_issue(4242, body="torch.compile fails")
-    assert issue.suggestions_updated_at is None
+def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_process, fake_github_server):
+    # A webhook delivery as the receiver stores it: the worker mirrors the issue and refreshes its suggestions.
+    payload = {
+        "action": "opened",
+        "repository": {"full_name": fake_github_server.repo},
+        "issue": {
+            "number": 4242,
+            "title": "torch.compile fails with dynamic=True",
+            "body": "torch.compile fails",
+            "state": "open",
+            "user": {"login": "reporter"},
+            "labels": [{"name": "oncall: pt2", "color": "ededed"}],
+            "html_url": "https://github.com/pytorch/pytorch/issues/4242",
+            "created_at": "2026-12-01T10:00:00Z",
+            "updated_at": "2026-12-01T10:00:00Z",
+            "comments": 0,
+        },
+    }
+    delivery = WebhookDelivery.objects.create(delivery_id="worker-round-trip", event="issues", payload=payload)
 
-    refresh_suggestions_task.delay(issue.pk)
+    process_webhook_task.delay(delivery.pk)
 
-    def refreshed():
-        issue.refresh_from_db()
-        return issue.suggestions_updated_at
-
-    wait_until(refreshed, timeout=60)
+    issue = wait_until(lambda: Issue.objects.filter(number=4242, suggestions_updated_at__isnull=False).first(), 60)
+    delivery.refresh_from_db()
+    assert delivery.processed_at is not None and not delivery.error
     assert issue.suggestions.exists()

@@ -13,7 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app.models import BisectionRun, TriageDecision, WorkerHeartbeat
-from tests.conftest import make_issue, only_this_tests_workers
+from tests.factories import make_issue
+from tests.helpers import only_this_tests_workers
 
 HTMX = {"HX-Request": "true"}
 CODE = "import torch\n\ndef fn(x):\n    return x.sin()\n\ndef make_inputs():\n    return (torch.ones(2),)\n"

@@ -35,6 +35,7 @@ from .facts import (
     Facts,
     Finding,
 )
+from .flow import ends_with_component
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
 from .rules import CONCLUDED_BY_OTHERS, DEFAULT_BACKEND_GUESS, thread_facts
 from .rules_domain import CRASH
@@ -556,7 +557,7 @@ def _assess(
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
     rule_adds = strongest([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
-    labelled = any(l.startswith("module:") for l in facts.labels)
+    labelled = ends_with_component(facts.labels)
     chosen, crowded = _without_weak_company(
         _components(adds, avoided, score, limits, rule_adds), score, learned, limits
     )
@@ -745,7 +746,7 @@ def _preselect(
         if question and s.label.startswith("module:"):
             pick = False
         ticked.append(pick)
-    modules = labelled or any(t and s.label.startswith("module:") for s, t in zip(out.add, ticked))
+    modules = labelled or ends_with_component(s.label for s, t in zip(out.add, ticked) if t)
     flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
     out.add = [
         replace(
@@ -791,7 +792,7 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -
         fallback_ok
         and not labelled
         and out.route in ("pt2", "cpu inductor")
-        and not any(s.label.startswith("module:") for s in kept)
+        and not ends_with_component(s.label for s in kept)
     ):
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 

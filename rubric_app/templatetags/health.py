@@ -1,9 +1,8 @@
-"""Template helpers of the queue-health pages: the charts and the meeting page's summary."""
+"""Template helpers of the queue-health pages: formatting the figures the views hand them, and the charts."""
 
 from __future__ import annotations
 
 from django import template
-from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from rubric_app import metrics
@@ -71,54 +70,3 @@ def health_chart(health: metrics.QueueHealth, name: str) -> SafeString:
             slug="triagers",
         )
     raise ValueError(f"no chart named {name!r}")
-
-
-@register.simple_tag
-def queue_health_summary(weeks: int = 4) -> metrics.QueueHealth:
-    """The meeting page's figures (the last `weeks` weeks); four queries, see metrics.queue_health."""
-    return metrics.queue_health(weeks=weeks)
-
-
-@register.simple_tag
-def roster(now=None) -> dict:
-    """The meeting page's roster block: this week's duty, each one's untriaged issues, the triagers
-    who could be added. Four queries."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import Count, Q
-
-    from rubric_app.forms import module_label_names
-    from rubric_app.models import Duty, week_start
-    from rubric_app.sharing import unassigned as unassigned_issues
-    from rubric_app.sharing import untriaged
-
-    week = week_start(now or timezone.now())
-    duties = list(Duty.objects.for_week(week))
-    assigned = list(
-        untriaged()
-        .filter(assignment__isnull=False)
-        .select_related("assignment__user")
-        .order_by("assignment__user__username", "number")[:200]
-    )
-    unassigned = unassigned_issues().aggregate(n=Count("pk"))["n"]
-    can_triage = (
-        Q(is_superuser=True)
-        | Q(groups__permissions__codename="apply_labels")
-        | Q(user_permissions__codename="apply_labels")
-    )
-    triagers = list(
-        get_user_model()
-        .objects.filter(can_triage, is_active=True)
-        .distinct()
-        .order_by("username")
-        .values_list("username", flat=True)
-    )
-    for duty in duties:
-        duty.issues = [i for i in assigned if i.assignment.user_id == duty.user_id]
-    return {
-        "week": week,
-        "duties": duties,
-        "assigned": assigned,
-        "unassigned": unassigned,
-        "triagers": triagers,
-        "modules": module_label_names(),
-    }

@@ -9,15 +9,18 @@ from html import escape as escape_html
 
 from django import template
 from django.core.exceptions import ObjectDoesNotExist
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.html import conditional_escape, escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.timesince import timesince
 
+from rubric_app.forms import module_label_names
 from rubric_app.markdown import MarkdownBudget, render_markdown
 from rubric_app.markdown import summary as markdown_summary
 from rubric_app.models import readable_text_color
+from rubric_app.queue_cache import age, age_marker
+from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 
 register = template.Library()
 
@@ -78,14 +81,8 @@ def violations(issue) -> list[dict]:
     from the labels too, so the warning shows before the engine has run.
     """
     items = [item for item in (issue.checklist or []) if isinstance(item, dict) and item.get("state") == "violated"]
-    names = [label.name for label in issue.labels.all()]
-    ended = "oncall: pt2" in names and "triaged" in names
-    if (
-        ended
-        and not any(n.startswith("module:") for n in names)
-        and not any(item.get("rule_id") == "G4" for item in items)
-    ):
-        items.append({"rule_id": "G4", "text": "A PT2 issue needs at least one module: label."})
+    if breaks_g4(label.name for label in issue.labels.all()) and not any(i.get("rule_id") == "G4" for i in items):
+        items.append({"rule_id": "G4", "text": G4_VIOLATION})
     return items
 
 
@@ -115,8 +112,6 @@ def module_options() -> SafeString:
 @functools.cache
 def _module_options() -> SafeString:
     # Built once per process (the catalog ships with the code): 239 options cost 1.5 ms a page in the template.
-    from rubric_app.forms import module_label_names
-
     return format_html_join("", '<option value="{}">', ((name,) for name in module_label_names()))
 
 
@@ -126,10 +121,13 @@ def queue_row(context, issue) -> SafeString:
 
     Built here, with f-strings and html.escape, rather than in the template: the template engine
     (and format_html's lazy wrappers) spent about 0.3 ms a row on this markup, most of what a queue
-    page cost to render. The row shows the issue as IssueQuerySet.for_queue prefetches it (labels,
-    add_suggestions, latest_verdict, assignment); every value is escaped.
+    page cost to render. URLs come from reverse(), never joined by hand. The row shows the issue as
+    IssueQuerySet.for_queue prefetches it (labels, add_suggestions, latest_verdict, assignment); every value
+    is escaped.
     """
     user, url = context["user"], escape_html(issue.get_absolute_url())
+    assign_url = escape_html(reverse("rubric_app:issue_assign", args=[issue.number]))
+    preview_url = escape_html(reverse("rubric_app:issue_preview", args=[issue.number]))
     can_apply = user.has_perm("rubric_app.apply_labels")
     try:
         holder = issue.assignment
@@ -143,14 +141,14 @@ def queue_row(context, issue) -> SafeString:
     )
     taken = f" · <span data-assignee>taken by {escape_html(holder.user.get_username())}</span>" if holder else ""
     take = (
-        f'<form method="post" action="{url}/assign">{csrf}<input type="hidden" name="next" '
+        f'<form method="post" action="{assign_url}">{csrf}<input type="hidden" name="next" '
         f'value="{escape_html(context["request"].get_full_path())}">'
         '<button type="submit" class="link" data-take>take it</button></form>'
         if can_apply and (holder is None or holder.user_id != user.pk)
         else ""
     )
     accept = (
-        f'<form method="post" action="{url}/preview" hx-post="{url}/preview" hx-target="#apply-preview-{issue.number}" '
+        f'<form method="post" action="{preview_url}" hx-post="{preview_url}" hx-target="#apply-preview-{issue.number}" '
         f'hx-swap="outerHTML">{csrf}<input type="hidden" name="accept" value="1">'
         '<input type="hidden" name="in_queue" value="1">'
         '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">'
@@ -241,10 +239,7 @@ def summary(text: str) -> str:
     return markdown_summary(text)
 
 
-@register.filter
-def age(value) -> str:
-    """'3 weeks' rather than '3 weeks, 2 days': the queue only needs the order of magnitude."""
-    return timesince(value, timezone.now(), depth=1) if value else ""
+register.filter("age", age)
 
 
 @register.simple_tag(takes_context=True)
@@ -252,8 +247,6 @@ def age_now(context, value) -> str:
     """age(value); in a table rendered for the queue's cache, a marker that queue_cache fills in on each
     request (an age read from the cache would stop growing)."""
     if value and context.get("age_marker"):
-        from rubric_app.queue_cache import age_marker
-
         return mark_safe(age_marker(value))  # noqa: S308 - hex digits and an ISO date
     return age(value)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 
 def test_it_opens_the_issue_on_github_with_o_from_the_issue_page(transactional_db, viewer, make_page):

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from rubric_app.models import Assignment, Duty, Issue, Suggestion, week_start
 from tests.browser.conftest import screenshot
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 

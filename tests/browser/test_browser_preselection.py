@@ -11,7 +11,7 @@ import pytest
 
 from rubric_app.models import Suggestion
 from tests.browser.conftest import screenshot
-from tests.conftest import make_issue, make_label
+from tests.factories import make_issue, make_label
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 

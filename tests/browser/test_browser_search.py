@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import make_issue
+from tests.factories import make_issue
 
 pytestmark = pytest.mark.browser
 

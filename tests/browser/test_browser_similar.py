@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from rubric_app import suggestions
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
 from tests.browser.conftest import screenshot
-from tests.conftest import make_issue, make_label, wait_until
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until
 from tests.test_signature import _lowering
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
@@ -29,7 +31,7 @@ def _reports(fake, numbers) -> list[Issue]:
         )
         fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
         issues.append(make_issue(number, title=title, body=body))
-    Issue.objects.filter(number__in=numbers).refresh_suggestions()
+    suggestions.refresh(Issue.objects.filter(number__in=numbers))
     return issues
 
 

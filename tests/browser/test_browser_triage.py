@@ -17,9 +17,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Issue, Suggestion, TriageDecision
 from tests.browser.conftest import screenshot
-from tests.conftest import make_issue, make_label, wait_until
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
@@ -236,7 +238,7 @@ def test_it_shows_bisection_progress_and_stops_polling(transactional_db, viewer,
                 },
             ],
         )
-        issue.refresh_suggestions()
+        suggestions.refresh_issue(issue)
     page.wait_for_selector('#bisection-current[data-run-status="done"]')
     assert "an Inductor bug (R2.2)" in page.inner_text("#bisection-current")
     # The triage panel was refetched on its own: the verdict is now a suggestion with its rule.

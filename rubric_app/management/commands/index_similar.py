@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 
 from rubric_app import similar
 from rubric_app.models import Issue
+from rubric_app.suggestions import refresh as refresh_suggestions
 
 
 class Command(BaseCommand):
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         )
         if suggestions:
             start = time.monotonic()
-            count = Issue.objects.in_queue().refresh_suggestions()
+            count = refresh_suggestions(Issue.objects.in_queue())
             self.stdout.write(
                 f"refreshed the suggestions of {count} open queue issues in {time.monotonic() - start:.1f} s"
             )

@@ -1,0 +1,35 @@
+"""Rows for tests: labels, issues and users in the roles of the dashboard (tests/conftest.py's personas use them)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from rubric_app.models import Issue, Label
+from rubric_app.roles import ensure_roles
+
+
+def make_user(username: str, role: str | None):
+    user = get_user_model().objects.create_user(username=username, password="password")
+    if role:
+        user.groups.add(ensure_roles()[role])
+    return user
+
+
+def make_label(name: str, color: str = "ededed", allowed: bool = True) -> Label:
+    return Label.objects.get_or_create(name=name, defaults={"color": color, "allowed_for_triage": allowed})[0]
+
+
+def make_issue(
+    number: int = 1001, title: str = "torch.compile fails", body: str = "", labels=("oncall: pt2",), **fields
+) -> Issue:
+    issue = Issue.objects.create(
+        number=number,
+        title=title,
+        body=body,
+        html_url=f"https://github.com/pytorch/pytorch/issues/{number}",
+        updated_at=fields.pop("updated_at", timezone.now()),
+        **fields,
+    )
+    issue.labels.set([make_label(name) for name in labels])
+    return issue
