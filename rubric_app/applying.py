@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app import github, suggestions
+from rubric_app import github, recovery, suggestions
 from rubric_app.models import (
     TRIAGE_REVIEW,
     GitHubWrite,
@@ -76,14 +76,16 @@ def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
     conditional UPDATE, so exactly one worker resumes it.
     """
-    now = timezone.now()
+    now, worker = timezone.now(), recovery.this_process()
     rows = TriageDecision.objects.filter(pk=decision_id)
     if rows.filter(status=TriageDecision.Status.PENDING).update(
-        status=TriageDecision.Status.APPLYING, heartbeat_at=now, task_id=task_id
+        status=TriageDecision.Status.APPLYING, heartbeat_at=now, task_id=task_id, worker=worker
     ):
         return True, False
     redelivered = rows.filter(status=TriageDecision.Status.APPLYING, task_id=task_id) if task_id else rows.none()
-    resumed = (redelivered | rows.abandoned(now - HEARTBEAT_STALE_AFTER)).update(heartbeat_at=now, task_id=task_id)
+    resumed = (redelivered | rows.abandoned(now - HEARTBEAT_STALE_AFTER)).update(
+        heartbeat_at=now, task_id=task_id, worker=worker
+    )
     return bool(resumed), bool(resumed)
 
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import bisection, suggestions
+from . import bisection, recovery, suggestions
 from .models import BisectionRun, queue_state
 
 log = logging.getLogger(__name__)
@@ -97,7 +95,7 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     rather than left running forever. The task id is compared, not a broker's redelivered flag:
     kombu's filesystem transport does not put that flag where Celery reads it.
     """
-    worker = f"{socket.gethostname()}:{os.getpid()} ({settings.BISECTION_DEVICE})"
+    worker = f"{recovery.this_process()} ({settings.BISECTION_DEVICE})"
     claimed = BisectionRun.objects.filter(pk=run_id, status=BisectionRun.Status.QUEUED).update(
         status=BisectionRun.Status.RUNNING, started_at=timezone.now(), worker=worker, task_id=task_id
     )

@@ -644,6 +644,9 @@ class TriageDecision(models.Model):
     # Set when a worker claims the decision and after each GitHub call: an `applying` decision whose
     # heartbeat is old lost its worker, and the sweep resumes it from what GitHub shows.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # "host:pid" of the process applying it: a worker that sees that process gone (or its host silent)
+    # resumes the decision at once (rubric_app/recovery.py) instead of waiting for the sweep.
+    worker = models.CharField(max_length=200, blank=True)
     # The Celery message that claimed it: the same message delivered again while the row is applying
     # means its worker died (acks_late), so it resumes at once instead of waiting for the sweep.
     task_id = models.CharField(max_length=64, blank=True)

@@ -6,6 +6,7 @@ app_name = "rubric_app"
 
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("health", views.health, name="health"),
     path("issues/<int:number>", views.issue_detail, name="issue"),
     path("issues/<int:number>/preview", views.issue_preview, name="issue_preview"),
     path("issues/<int:number>/apply", views.issue_apply, name="issue_apply"),

@@ -13,15 +13,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import InvalidPage, Paginator
 from django.db.models import JSONField, OuterRef, Prefetch, Subquery
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
 from . import bisect_runs, decisions, metrics, queue_cache, sharing, similar
+from . import health as health_check
 from .bisection import extract_repro
 from .forms import (
     MEETING_DECISIONS,
@@ -620,3 +622,12 @@ def group_apply(request: HttpRequest, key: str) -> HttpResponse:
         "each issue's row and page show its outcome.",
     )
     return redirect("rubric_app:signature_group", key=key)
+
+
+@require_GET
+@never_cache
+def health(request: HttpRequest) -> JsonResponse:
+    """The proxy's and the orchestrator's probe: 200 when every part is up, 503 naming what is down. No login:
+    it tells nothing but which parts are up (rubric_app/health.py)."""
+    up, report = health_check.check()
+    return JsonResponse(report, status=200 if up else 503)

@@ -5,7 +5,8 @@ signals) that upserts a WorkerHeartbeat (name, queues, BISECTION_DEVICE, now) ev
 WORKER_HEARTBEAT_S, and deletes it on a clean shutdown. A thread, not the worker's timer: a
 solo-pool worker's event loop is blocked for the whole of a bisection, and a busy worker is alive.
 The dashboard reads the rows (one small query, no broker round trip) through
-WorkerHeartbeat.objects.queues(); a killed worker's row simply goes stale.
+WorkerHeartbeat.objects.queues(); a killed worker's row simply goes stale. On each beat the worker also takes
+over what a dead worker held (recovery.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from . import recovery
 from .models import WorkerHeartbeat
+from .tasks import apply_decision_task
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +45,23 @@ def _loop(name: str, queues: list[str]) -> None:
     while True:
         try:
             beat(name, queues)
+            take_over_dead_claims()
         except Exception:  # noqa: BLE001 - a database hiccup must not kill the worker; the next beat retries
             log.warning("worker heartbeat failed", exc_info=True)
         finally:
             connection.close()  # this thread's own connection: never left open between beats
         if _stop.wait(settings.WORKER_HEARTBEAT_S):
             return
+
+
+def take_over_dead_claims() -> None:
+    """Resume the decisions and end the runs whose worker died (rubric_app/recovery.py), at start and on each
+    beat: a restarted worker picks up what its predecessor held within seconds, not at the next sweep."""
+    resumed, ended = recovery.recover_orphans()
+    for pk in resumed:
+        apply_decision_task.delay(pk)
+    if resumed or ended:
+        log.warning("took over from dead workers: %d decision(s) resumed, %d bisection(s) ended", len(resumed), ended)
 
 
 def start(name: str, queues: list[str]) -> None:

@@ -24,12 +24,13 @@ from django.conf import settings
 from django.utils import timezone
 from rubric_app.models import Issue, WebhookDelivery
 from rubric_app.tasks import process_webhook_task
+STAMP = "%%Y-%%m-%%dT%%H:%%M:%%SZ"  # GitHub's
 issue = Issue.objects.get(pk=%d)
 payload = {"action": "edited", "repository": {"full_name": settings.GITHUB_REPO}, "issue": {
     "number": issue.number, "title": issue.title + " (edited)", "body": issue.body, "state": "open",
     "user": {"login": issue.author}, "labels": [{"name": n, "color": "ededed"} for n in issue.label_names()],
-    "html_url": issue.html_url, "created_at": issue.created_at.isoformat(), "updated_at": timezone.now().isoformat(),
-    "comments": issue.comments_count}}
+    "html_url": issue.html_url, "comments": issue.comments_count,
+    "created_at": issue.created_at.strftime(STAMP), "updated_at": timezone.now().strftime(STAMP)}}
 delivery = WebhookDelivery.objects.create(delivery_id="embedded-edit", event="issues", payload=payload)
 process_webhook_task.delay(delivery.pk)
 """

@@ -106,6 +106,8 @@ def test_it_asks_for_https_to_be_said_when_debug_is_off(tmp_path):
 
 def test_it_serves_plain_http_on_the_local_hosts_with_debug_off_and_https_false(tmp_path):
     env = {"DEBUG": "false", "HTTPS": "false", "SECRET_KEY": "k" * 60, "TRIAGE_VAR_DIR": str(tmp_path)}
+    env["STATIC_ROOT"] = str(tmp_path / "static")  # with DEBUG off, pages link collectstatic's hashed names
+    assert _manage(env, "collectstatic", "--noinput").returncode == 0
     result = _manage(env, "shell", "-c", _GET_LOGIN)
     assert result.returncode == 0, result.stderr
     assert "DEBUG False STATUS 200" in result.stdout
@@ -113,6 +115,7 @@ def test_it_serves_plain_http_on_the_local_hosts_with_debug_off_and_https_false(
 
 def test_it_redirects_to_https_only_when_https_is_on(tmp_path):
     env = {"DEBUG": "false", "HTTPS": "true", "SECRET_KEY": "k" * 60, "TRIAGE_VAR_DIR": str(tmp_path)}
+    env["STATIC_ROOT"] = str(tmp_path / "static")
     result = _manage(env, "shell", "-c", _GET_LOGIN)
     assert result.returncode == 0, result.stderr
     assert "STATUS 301" in result.stdout

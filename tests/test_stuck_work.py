@@ -24,7 +24,7 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
-from rubric_app import bisecting
+from rubric_app import bisecting, recovery
 from rubric_app.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
@@ -289,7 +289,9 @@ def _private_queue() -> str:
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_github, triager):
+def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_worker_restarts(
+    broker, fake_github, triager
+):
     for name in ADD + SEEN:
         make_label(name)
     fake_github.add_issue(5101, labels=SEEN)
@@ -306,16 +308,11 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_g
     broker.kill(first)
     gate.set()
     wait_until(lambda: "module: inductor" in fake_github.labels_of(5101), timeout=30)
-    decision.refresh_from_db()
-    assert decision.status == Status.APPLYING  # stuck: half the labels written, no failure recorded
-    # Time passes with no heartbeat; then beat's sweep runs on a worker.
-    TriageDecision.objects.filter(pk=decision.pk).update(
-        heartbeat_at=timezone.now() - STUCK_AFTER - timedelta(minutes=1)
-    )
+    # Started again: on its first heartbeat it sees the holder's process gone and resumes the decision from
+    # what GitHub shows; no sweep, no waiting out the decision's heartbeat (rubric_app/recovery.py).
     broker.start_worker(["default", "github"])
-    broker.send(requeue_stuck_task, queue="default")
 
-    wait_until_finished(decision)
+    wait_until_finished(decision, timeout=60)  # within a minute of the restart, as a triager waits
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.labels_of(5101) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
     posts = [r.sent for r in fake_github.requests_to(r"/labels$", "POST")]
@@ -335,7 +332,7 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write(broker, fake_g
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
+def test_it_ends_a_bisection_whose_worker_was_killed_as_soon_as_a_worker_restarts(broker, triager):
     issue = make_issue(5201)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
     queue = _private_queue()
@@ -346,17 +343,30 @@ def test_it_ends_a_bisection_whose_worker_was_killed(broker, triager):
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
     broker.kill(first)
-    run.refresh_from_db()
-    assert run.status == "running"
-    # Longer than any run can last, and no other run starting: the sweep alone must end it.
-    BisectionRun.objects.filter(pk=run.pk).update(
-        started_at=timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
-    )
     broker.start_worker(["default"])
-    broker.send(requeue_stuck_task, queue="default")
 
-    wait_until_finished(run)
-    assert run.status == "failed" and "stopped (killed or lost) without finishing" in run.error
+    wait_until_finished(run, timeout=60)  # not the sweep, nor the run's time limit: the restart's first beat
+    assert run.status == "failed" and "died mid-run (killed, or out of memory); start it again" in run.error
+
+
+@pytest.mark.django_db
+def test_it_tells_a_dead_holder_from_a_live_one(triager, synced):
+    here = socket.gethostname()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process now
+    assert recovery.holder(f"{here}:{os.getpid()} (cpu)") == (here, os.getpid())
+    assert recovery.holder("") is None and recovery.holder("no pid") is None
+    assert not recovery.is_dead(f"{here}:{os.getpid()}", set(), here)  # this very process
+    assert recovery.is_dead(f"{here}:{gone.pid}", set(), here)
+    assert not recovery.is_dead("other-host:1", {"other-host"}, here)  # its host still beats
+    assert recovery.is_dead("other-host:1", set(), here)  # its host went silent
+    alive = _applying_decision(synced, triager, status="applying", worker=f"{here}:{os.getpid()}")
+    dead = _applying_decision(synced, triager, status="applying", worker=f"{here}:{gone.pid}")
+    resumed, ended = recovery.recover_orphans()
+    assert resumed == [dead.pk] and ended == 0
+    assert recovery.recover_orphans() == ([], 0)  # taken over once
+    alive.refresh_from_db()
+    assert alive.worker == f"{here}:{os.getpid()}"
 
 
 def _children(pid: int) -> list[int]:

@@ -52,7 +52,10 @@ def parse_database_url(url: str) -> dict:
     names neither the variable nor the accepted forms; say both.
     """
     try:
-        config = dj_database_url.parse(url, conn_max_age=60)
+        # Persistent connections only where the server reuses its threads (gunicorn's sync workers, Celery):
+        # the development server starts a thread per request, and each kept its connection until PostgreSQL
+        # refused more ("too many clients"). The deploy units set DB_CONN_MAX_AGE=60; the default keeps none.
+        config = dj_database_url.parse(url, conn_max_age=int(env_float("DB_CONN_MAX_AGE", 0)), conn_health_checks=True)
     except Exception as exc:  # noqa: BLE001 - any parse failure gets the same clear message
         raise ImproperlyConfigured(
             f"DATABASE_URL could not be parsed ({exc.__class__.__name__}: {exc}). "
@@ -115,6 +118,11 @@ MIDDLEWARE = [
     "rubric_app.middleware.NotFoundPageMiddleware",
 ]
 
+if not DEBUG:
+    # Static files from the web process itself, hashed and cached for a year, no separate file server
+    # (with DEBUG on, runserver serves them from the app folders as they are).
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+
 ROOT_URLCONF = "triage_site.urls"
 
 TEMPLATES = [
@@ -174,7 +182,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or BASE_DIR / "staticfiles")
+# With DEBUG off, `collectstatic` writes hashed names (htmx.min.<hash>.js) that whitenoise serves with a
+# far-future Cache-Control; with DEBUG on, files are served as they are, no collectstatic needed.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 # Production hardening: on with HTTPS, each overridable for a deployment that terminates TLS elsewhere.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", HTTPS)
@@ -277,3 +295,17 @@ LOGGING = {
         "github": {"level": "WARNING"},
     },
 }
+
+# /health (rubric_app/health.py): the queues that must have a live worker, and how old the last successful
+# sync may be (judged only with a GitHub token) before the check answers 503.
+HEALTH_QUEUES = env_list("HEALTH_QUEUES", "github,cpu")
+HEALTH_SYNC_STALE_MINUTES = env_float("HEALTH_SYNC_STALE_MINUTES", 60)
+# The proxy's and the orchestrator's plain-http probe is answered, not redirected to https.
+SECURE_REDIRECT_EXEMPT = [r"^health$"]
+
+# Optional error reporting: sentry-sdk for the web and worker processes, scrubbed of tokens and issue text.
+SENTRY_DSN = os.environ.get("SENTRY_DSN", "")
+if SENTRY_DSN:
+    from triage_site import sentry
+
+    sentry.init(SENTRY_DSN, environment=os.environ.get("SENTRY_ENVIRONMENT", "production" if not DEBUG else "dev"))
