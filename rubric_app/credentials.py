@@ -31,7 +31,7 @@ REFRESH_MARGIN = timedelta(minutes=5)
 SIGN_IN_AGAIN = "sign in to GitHub again"
 
 
-class CredentialError(github.GitHubError):
+class CredentialError(github.TokenRefused):
     """This person's GitHub token cannot be used (none, revoked, expired): they must sign in again."""
 
 

@@ -54,6 +54,7 @@ class Recorded:
     status: int = 0
     body: str = ""  # the first 200 characters of the answer
     sent: str = ""  # the request's body
+    actor: str = ""  # who the request's token is (per-token identity), "" when anonymous
 
 
 @dataclass
@@ -124,6 +125,7 @@ class FakeGitHub:
             self.transferred: dict[int, tuple[str, str]] = {}
             # The repositories an issue may be transferred to (G2), as GitHub would find them.
             self.other_repos = set(OTHER_REPOS)
+            self.reset_identities()
 
     def tick(self) -> datetime:
         """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
@@ -218,6 +220,128 @@ class FakeGitHub:
             del self.issues[number]  # GitHub redirects the old address; the fake forgets it
             self.transferred[number] = (repo, url)
             return {"data": {"transferIssue": {"issue": {"number": number, "url": url}}}}
+
+    # --- identities: people's tokens, the GitHub App -----------------------------------------
+
+    def reset_identities(self) -> None:
+        with self.lock:
+            # access token -> {"login", "expires_at" (epoch or None), "revoked"}; refresh token -> login
+            self.user_tokens: dict[str, dict] = {}
+            self.refresh_tokens: dict[str, str] = {}
+            # Who may change labels: None, everyone with a token; else these logins (GitHub's triage role).
+            self.triagers: set[str] | None = None
+            self.user_rate_limits: dict[str, int] = {}  # login -> requests left this hour, per token's owner
+            # Each label change, with who made it, as the issue's timeline shows it.
+            self.label_events: list[dict] = []
+            self.app: dict | None = None  # {"id", "public_key", "installation_id", "slug"}
+            self.installation_tokens: dict[str, float] = {}  # token -> expiry (epoch)
+            self._token_serial = 0
+
+    def issue_user_token(self, login: str, *, expires_in: int | None = None, refresh: bool = True) -> tuple[str, str]:
+        """A user access token for `login` (and a refresh token unless refresh=False), as the OAuth flow
+        would grant; expires_in None: it never expires (an OAuth app's classic token)."""
+        with self.lock:
+            self._token_serial += 1
+            access = f"ghu_{login}_{self._token_serial}_{hashlib.sha1(login.encode()).hexdigest()[:12]}"
+            refresh_token = f"ghr_{login}_{self._token_serial}" if refresh else ""
+            expires_at = time.time() + expires_in if expires_in is not None else None
+            self.user_tokens[access] = {"login": login, "expires_at": expires_at, "revoked": False}
+            if refresh_token:
+                self.refresh_tokens[refresh_token] = login
+            self.user_rate_limits.setdefault(login, 5000)
+            return access, refresh_token
+
+    def revoke(self, token: str) -> None:
+        """The person revoked the app's access: the token answers 401 from now on."""
+        with self.lock:
+            self.user_tokens[token]["revoked"] = True
+            for refresh, login in list(self.refresh_tokens.items()):
+                if login == self.user_tokens[token]["login"]:
+                    del self.refresh_tokens[refresh]
+
+    def refresh_grant(self, form: dict[str, str]) -> dict:
+        """POST /login/oauth/access_token with grant_type=refresh_token: a new pair, the old refresh token spent.
+        GitHub answers 200 with an `error` when it refuses."""
+        with self.lock:
+            login = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if login is None:
+                return {"error": "bad_refresh_token", "error_description": "The refresh token passed is incorrect."}
+            access, refresh = self.issue_user_token(login, expires_in=28800)
+            return {
+                "access_token": access,
+                "expires_in": 28800,
+                "refresh_token": refresh,
+                "refresh_token_expires_in": 15811200,
+                "scope": "",
+                "token_type": "bearer",
+            }
+
+    def install_app(self, app_id: str, public_key_pem: str, slug: str = "pt2-triage") -> None:
+        """A GitHub App installed on the repo; its JWTs are checked against public_key_pem (RS256)."""
+        with self.lock:
+            self.app = {"id": str(app_id), "public_key": public_key_pem, "installation_id": 4242, "slug": slug}
+
+    def identity(self, authorization: str) -> tuple[str | None, str]:
+        """Who the Authorization header is: (login, kind) with kind site, user, installation or jwt;
+        (None, why) when GitHub would answer 401."""
+        scheme, _, credential = (authorization or "").partition(" ")
+        with self.lock:
+            if self.token is None and not credential:
+                return DASHBOARD_LOGIN, "site"  # the local demo: no token needed
+            if credential == self.token:
+                return DASHBOARD_LOGIN, "site"
+            user = self.user_tokens.get(credential)
+            if user is not None:
+                if user["revoked"]:
+                    return None, "revoked"
+                if user["expires_at"] is not None and user["expires_at"] <= time.time():
+                    return None, "expired"
+                return user["login"], "user"
+            expiry = self.installation_tokens.get(credential)
+            if expiry is not None and expiry > time.time() and self.app:
+                return f"{self.app['slug']}[bot]", "installation"
+            if scheme.lower() == "bearer" and self.app and self._jwt_ok(credential):
+                return f"app:{self.app['slug']}", "jwt"
+            if self.token is None:
+                return DASHBOARD_LOGIN, "site"  # the local demo takes any other token as the site's
+        return None, "bad"
+
+    def _jwt_ok(self, token: str) -> bool:
+        try:
+            import jwt  # PyJWT (a PyGithub dependency): only the App endpoints need it
+
+            claims = jwt.decode(token, self.app["public_key"], algorithms=["RS256"])
+        except Exception:  # any undecodable or badly signed JWT is GitHub's 401
+            return False
+        return str(claims.get("iss")) == self.app["id"]
+
+    def app_route(self, method: str, path: str, kind: str) -> tuple[int, dict, dict] | None:
+        """The App endpoints PyGithub's GithubIntegration calls, with the App's JWT; None: not one of them."""
+        is_installation = path == f"/repos/{self.repo}/installation" and method == "GET"
+        grant = re.fullmatch(r"/app/installations/(\d+)/access_tokens", path) if method == "POST" else None
+        if not (is_installation or grant):
+            return None
+        if kind != "jwt":
+            return 401, {"message": "A JSON web token could not be decoded"}, {}
+        with self.lock:
+            installation_id = self.app["installation_id"]
+            if is_installation:
+                return 200, {"id": installation_id, "app_id": int(self.app["id"]), "account": {"login": "pytorch"}}, {}
+            if int(grant.group(1)) != installation_id:
+                return 404, {"message": "Not Found"}, {}
+            self._token_serial += 1
+            token = f"ghs_installation_{self._token_serial}"
+            expires = time.time() + 3600
+            self.installation_tokens[token] = expires
+            return 201, {"token": token, "expires_at": _iso(datetime.fromtimestamp(expires, UTC))}, {}
+
+    def may_write(self, actor: str, kind: str) -> bool:
+        """GitHub's triage permission: the site and the App may; a person only when in `triagers`."""
+        return kind != "user" or self.triagers is None or actor in self.triagers
+
+    def record_label_event(self, number: int, event: str, label: str, actor: str) -> None:
+        with self.lock:
+            self.label_events.append({"issue": number, "event": event, "label": label, "actor": actor})
 
     def labels_of(self, number: int) -> list[str]:
         with self.lock:
@@ -401,6 +525,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         with fake.lock:
             fake.requests.append(record)
+        self._record = record
         fault = fake.take_fault(method, path, query)
         extra: dict[str, str] = {}
         if fault and fault.kind == "race":
@@ -432,11 +557,18 @@ class Handler(BaseHTTPRequestHandler):
                 "X-RateLimit-Remaining": "0",
                 "X-RateLimit-Reset": str(int(time.time() + fault.options.get("reset_in", 1))),
             }
-        if fake.token is not None and self.headers.get("Authorization") not in (
-            f"token {fake.token}",
-            f"Bearer {fake.token}",
-        ):
+        if path == "/login/oauth/access_token" and method == "POST" and b"refresh_token" in raw:
+            return self._send(record, 200, fake.refresh_grant({k: v[-1] for k, v in parse_qs(raw.decode()).items()}))
+        actor, kind = fake.identity(self.headers.get("Authorization", ""))
+        if actor is None:
             return self._send(record, 401, {"message": "Bad credentials"})
+        record.actor = actor
+        if (answer := fake.app_route(method, path, kind)) is not None:
+            return self._send(record, *answer)
+        if kind == "jwt":  # an App's JWT opens only the App endpoints
+            return self._send(record, 401, {"message": "A JSON web token could not be decoded"})
+        if method != "GET" and path.startswith(f"/repos/{fake.repo}/issues/") and not fake.may_write(actor, kind):
+            return self._send(record, 403, {"message": "Must have triage access to change this issue."})
         try:
             status, payload, headers = self._route(method, path, query, raw)
         except KeyError:
@@ -510,7 +642,8 @@ class Handler(BaseHTTPRequestHandler):
                         {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]},
                         {},
                     )
-                return 201, fake.comment_json(number, fake.add_comment(number, body, user=DASHBOARD_LOGIN)), {}
+                author = self._actor() or DASHBOARD_LOGIN
+                return 201, fake.comment_json(number, fake.add_comment(number, body, user=author)), {}
             if rest == "/comments" and method == "GET":
                 since = _parse_iso(query["since"]) if query.get("since") else None
                 comments = [c for c in issue["comments"] if since is None or c["updated_at"] >= since]
@@ -521,15 +654,23 @@ class Handler(BaseHTTPRequestHandler):
             if rest == "/labels" and method == "POST":
                 body = json.loads(raw or b"[]")
                 names = body.get("labels", []) if isinstance(body, dict) else body
-                fake.set_labels(number, issue["labels"] + [n for n in names if n not in issue["labels"]])
+                added = [n for n in names if n not in issue["labels"]]
+                fake.set_labels(number, issue["labels"] + added)
+                for name in added:
+                    fake.record_label_event(number, "labeled", name, self._actor())
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
             if rest.startswith("/labels/") and method == "DELETE":
                 name = rest[len("/labels/") :]
                 if name not in issue["labels"]:
                     return 404, {"message": "Label does not exist"}, {}
                 fake.set_labels(number, [n for n in issue["labels"] if n != name])
+                fake.record_label_event(number, "unlabeled", name, self._actor())
                 return 200, [fake.label_json(n) for n in issue["labels"]], {}
         raise KeyError(path)
+
+    def _actor(self) -> str:
+        """Who the request being answered acts as (the actor GitHub's timeline shows)."""
+        return self._record.actor
 
     def _send(self, record: Recorded, status: int, payload, headers: dict | None = None) -> None:
         self._send_bytes(record, status, json.dumps(payload).encode(), headers or {})
@@ -539,6 +680,10 @@ class Handler(BaseHTTPRequestHandler):
         etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
         if status == 200 and record.method == "GET" and self.headers.get("If-None-Match") == etag:
             status, body = 304, b""  # a conditional hit costs no rate limit
+        elif status != 401 and record.actor in fake.user_rate_limits:  # a person's token: their own budget
+            with fake.lock:
+                fake.user_rate_limits[record.actor] = max(fake.user_rate_limits[record.actor] - 1, 0)
+                headers.setdefault("X-RateLimit-Remaining", str(fake.user_rate_limits[record.actor]))
         elif status != 401:
             with fake.lock:
                 fake.rate_limit_remaining = max(fake.rate_limit_remaining - 1, 0)

@@ -58,6 +58,10 @@ class MalformedResponse(GitHubError):
     """GitHub answered 200 with a body that is not the JSON it should be."""
 
 
+class TokenRefused(GitHubError):
+    """A person's own token cannot be used (revoked, expired, none): they must sign in to GitHub again."""
+
+
 class PageGone(GitHubError):
     """A page of a listing answered 404/410/422 while we paginated (the listing changed)."""
 
@@ -302,6 +306,8 @@ class Client:
             answer = self._call(self._reader, "GET", url, params=params, headers=headers)
             if answer.status == 304:
                 return answer, None
+            if answer.status == 401 and self.as_user:
+                raise TokenRefused(self._refusal(answer), 401)
             if answer.status in (404, 410, 422):
                 raise PageGone(f"GET {url} answered {answer.status}", answer.status)
             if answer.status >= 500:
