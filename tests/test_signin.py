@@ -128,3 +128,17 @@ def test_it_has_no_local_sign_up(client):
     assert b'name="password1"' not in page.content
     client.post("/accounts/signup/", {"username": "x", "password1": "pw-9f8e7d6c", "password2": "pw-9f8e7d6c"})
     assert not User.objects.filter(username="x").exists()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_demotes_from_the_daily_task_in_the_worker(client, github_signin, celery_worker_process):
+    from rubric_app.tasks import refresh_github_roles_task
+    from tests.conftest import wait_until
+
+    sign_in_with_github(client, github_signin, "demo-chair")
+    github_signin.remove_from_team("demo-chair", DEMO_ORG, "pt2-triage-chairs")
+
+    refresh_github_roles_task.delay()
+
+    wait_until(lambda: roles_of("demo-chair") == {"viewer"}, timeout=60)
