@@ -142,3 +142,64 @@ def test_it_demotes_from_the_daily_task_in_the_worker(client, github_signin, cel
     refresh_github_roles_task.delay()
 
     wait_until(lambda: roles_of("demo-chair") == {"viewer"}, timeout=60)
+
+
+def test_it_keeps_tokens_and_the_client_secret_out_of_logs_and_pages(client, github_signin, caplog):
+    caplog.set_level("DEBUG")
+    landed = sign_in_with_github(client, github_signin, "demo-chair")
+    page = client.get(landed["Location"]).content.decode()
+    refused = sign_in_with_github(client.__class__(), github_signin, "demo-outsider").content.decode()
+    for secret in [*github_signin.tokens, CLIENT_SECRET]:
+        assert secret not in caplog.text and secret not in page and secret not in refused
+
+
+def test_it_writes_label_events_as_the_tokens_user(github_signin):
+    token = github_signin.issue_token("demo-triager")
+    github_signin.add_issue(7)
+    github_signin.add_label("module: inductor")
+    me = requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}, timeout=5)
+    assert me.json()["login"] == "demo-triager"
+    answer = requests.post(
+        f"{github_signin.url}/repos/{github_signin.repo}/issues/7/labels",
+        json={"labels": ["module: inductor"]},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=5,
+    )
+    assert answer.status_code == 200
+    events = requests.get(
+        f"{github_signin.url}/repos/{github_signin.repo}/issues/7/events",
+        headers={"Authorization": f"token {token}"},
+        timeout=5,
+    ).json()
+    assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
+        ("labeled", "module: inductor", "demo-triager")
+    ]
+    github_signin.revoke_tokens("demo-triager")
+    assert requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (
+            "pt2-triagers=triager,pt2-triage-chairs=meeting chair",
+            {"pt2-triagers": "triager", "pt2-triage-chairs": "meeting chair"},
+        ),
+        (" a = viewer ,", {"a": "viewer"}),
+        ("", {}),
+    ],
+)
+def test_it_parses_triage_teams(raw, expected):
+    from triage_site.settings import parse_triage_teams
+
+    assert parse_triage_teams(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["pt2-triagers", "pt2-triagers=admin"])
+def test_it_refuses_a_triage_team_without_a_known_role(raw):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from triage_site.settings import parse_triage_teams
+
+    with pytest.raises(ImproperlyConfigured, match="slug=role"):
+        parse_triage_teams(raw)
