@@ -100,6 +100,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.github",
     "rubric_app",
 ]
 
@@ -110,6 +114,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "rubric_app.middleware.NotFoundPageMiddleware",
@@ -163,6 +168,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Local accounts (the demo's, an operator's break-glass superuser) and, when configured, GitHub.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "rubric_app:queue"
 LOGOUT_REDIRECT_URL = "login"
@@ -195,14 +205,56 @@ GITHUB_REPO = os.environ.get("GITHUB_REPO", "pytorch/pytorch")
 GITHUB_API_URL = os.environ.get("GITHUB_API_URL", "https://api.github.com").rstrip("/")
 # Several secrets so that a webhook secret can be rotated without dropping deliveries.
 GITHUB_WEBHOOK_SECRETS = env_list("GITHUB_WEBHOOK_SECRETS", os.environ.get("GITHUB_WEBHOOK_SECRET", ""))
+# Sign in with GitHub (django-allauth's GitHub provider), on when both OAuth settings are set.
+# GITHUB_URL is GitHub's web root (/login/oauth/...); the demo and the tests point it at 127.0.0.1.
+GITHUB_URL = os.environ.get("GITHUB_URL", "https://github.com").rstrip("/")
+GITHUB_OAUTH_CLIENT_ID = os.environ.get("GITHUB_OAUTH_CLIENT_ID", "")
+GITHUB_OAUTH_CLIENT_SECRET = os.environ.get("GITHUB_OAUTH_CLIENT_SECRET", "")
+# Who gets in, and as what: members of TRIAGE_ORG; a member of a team in TRIAGE_TEAMS (slug=role,
+# comma-separated) gets that role (the highest if several), any other member is a viewer.
+TRIAGE_ORG = os.environ.get("TRIAGE_ORG", "pytorch")
+
+
+def parse_triage_teams(raw: str) -> dict[str, str]:
+    """Return {team slug: role} from "slug=role,slug=role"; a role that is not one of the dashboard's is an error."""
+    teams = {}
+    for item in [i.strip() for i in raw.split(",") if i.strip()]:
+        slug, sep, role = item.partition("=")
+        if not sep or role.strip() not in ("viewer", "triager", "meeting chair"):
+            raise ImproperlyConfigured(
+                f"TRIAGE_TEAMS item {item!r} is not slug=role with role viewer, triager or meeting chair."
+            )
+        teams[slug.strip()] = role.strip()
+    return teams
+
+
+TRIAGE_TEAMS = parse_triage_teams(
+    os.environ.get("TRIAGE_TEAMS", "pt2-triagers=triager,pt2-triage-chairs=meeting chair")
+)
+SOCIALACCOUNT_PROVIDERS = {
+    "github": {
+        # read:org: org and team memberships (who gets in, as what); public_repo: label issues as you.
+        "SCOPE": ["read:org", "public_repo"],
+        "APPS": (
+            [{"client_id": GITHUB_OAUTH_CLIENT_ID, "secret": GITHUB_OAUTH_CLIENT_SECRET, "key": ""}]
+            if GITHUB_OAUTH_CLIENT_ID and GITHUB_OAUTH_CLIENT_SECRET
+            else []
+        ),
+    },
+}
+SOCIALACCOUNT_ADAPTER = "rubric_app.signin.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "rubric_app.signin.AccountAdapter"
+# The user's token is kept encrypted by rubric_app/credentials.py, never in allauth's plaintext table.
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_LOGIN_ON_GET = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
 GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
-# Sign-in with GitHub (OAuth app) and whose identity writes to GitHub.
-GITHUB_URL = os.environ.get("GITHUB_URL", "https://github.com").rstrip("/")
-GITHUB_OAUTH_CLIENT_ID = os.environ.get("GITHUB_OAUTH_CLIENT_ID", "")
-GITHUB_OAUTH_CLIENT_SECRET = os.environ.get("GITHUB_OAUTH_CLIENT_SECRET", "")
+# Whose identity writes to GitHub (sign-in with GitHub is configured above).
 # "user": each decision is written with its triager's own token (GitHub's timeline names them);
 # "app": with the site's token (GITHUB_TOKEN or the GitHub App), the audit still naming the triager.
 GITHUB_WRITE_AS = os.environ.get("GITHUB_WRITE_AS", "user" if GITHUB_OAUTH_CLIENT_ID else "app")
@@ -252,6 +304,8 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
+    # Someone who left a team loses its role within a day (and at once at their next sign-in).
+    "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
 }
 if (
     GITHUB_TOKEN or GITHUB_APP_ID
