@@ -168,12 +168,16 @@ def write_client_for(user) -> github.Client:
     """The client that writes a decision made by `user`.
 
     GITHUB_WRITE_AS=user with sign-in configured: the user's own token (CredentialError when they have
-    none usable: never another identity). Otherwise the site's identity (GITHUB_TOKEN or the App).
+    none usable: never another identity). Otherwise the site's identity (GITHUB_TOKEN or the App);
+    so are the local demo accounts' decisions on the demo GitHub (`make run`, no GITHUB_TOKEN).
     """
     if settings.GITHUB_WRITE_AS != "user" or not sign_in_configured():
         return github.client()
     if user is None:
         raise CredentialError("the decision has no author to write as: sign in with GitHub")
+    if github.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
+        # `make run`'s demo accounts are local; on the demo GitHub they write as the dashboard, as before.
+        return github.client()
     token = token_for(user)
     cred = GitHubCredential.objects.only("pk", "login").get(user=user)
     return github.client_for_user(

@@ -22,6 +22,7 @@ from rubric_app.bisection.sandbox import scrubbed_env
 from rubric_app.decisions import Plan, apply_decision, request_decision
 from rubric_app.models import GitHubCredential, TriageDecision
 from tests.conftest import make_issue, make_label
+from tests.fakegithub import TOKEN
 
 pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
@@ -236,3 +237,15 @@ def test_it_never_shows_the_token_on_a_page_or_in_a_repro_environment(signed_in,
     env = scrubbed_env("/tmp/repro", host_env)
     assert not {"GITHUB_TOKEN", "TOKEN_ENCRYPTION_KEY", "GITHUB_APP_PRIVATE_KEY"} & set(env)
     assert access not in " ".join(env.values())
+
+
+def test_it_lets_the_demo_accounts_write_as_the_dashboard_on_the_demo_github(signed_in, triager, fake_github, settings):
+    settings.GITHUB_TOKEN = ""  # `make run`'s demo mode: the demo GitHub on this machine, sign-in offered
+    fake_github.token = None
+    try:
+        decision = apply_decision(_decide(signed_in, triager).pk)
+    finally:
+        fake_github.token = TOKEN
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert [e["actor"] for e in fake_github.label_events] == ["pt2-triage-dashboard"]
