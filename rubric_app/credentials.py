@@ -179,9 +179,13 @@ def write_client_for(user) -> github.Client:
         # `make run`'s demo accounts are local; on the demo GitHub they write as the dashboard, as before.
         return github.client()
     token = token_for(user)
-    cred = GitHubCredential.objects.only("pk", "login").get(user=user)
+    cred = GitHubCredential.objects.get(user=user)
+    # A budget GitHub said was spent stays spent until its reset, across decisions and processes.
+    spent = cred.rate_limit_remaining == 0 and cred.rate_limit_reset_at and cred.rate_limit_reset_at > timezone.now()
     return github.client_for_user(
-        token, on_answer=lambda status, remaining, reset_at: _note(cred, status, remaining, reset_at)
+        token,
+        on_answer=lambda status, remaining, reset_at: _note(cred, status, remaining, reset_at),
+        spent_until=cred.rate_limit_reset_at if spent else None,
     )
 
 

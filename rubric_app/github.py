@@ -590,9 +590,10 @@ def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
         raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
 
 
-def client_for_user(token: str, *, on_answer=None) -> Client:
-    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit."""
-    return Client(
+def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
+    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
+    spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
+    cli = Client(
         base_url=settings.GITHUB_API_URL,
         token=token,
         repo=settings.GITHUB_REPO,
@@ -601,6 +602,9 @@ def client_for_user(token: str, *, on_answer=None) -> Client:
         on_answer=on_answer,
         as_user=True,
     )
+    if spent_until is not None:
+        cli._spent_until = int(spent_until.timestamp())
+    return cli
 
 
 # The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires

@@ -249,3 +249,16 @@ def test_it_lets_the_demo_accounts_write_as_the_dashboard_on_the_demo_github(sig
 
     assert decision.status == Status.APPLIED, decision.result_message
     assert [e["actor"] for e in fake_github.label_events] == ["pt2-triage-dashboard"]
+
+
+def test_it_waits_for_a_triagers_spent_rate_limit_without_asking_github(signed_in, triager, fake_github):
+    _sign_in(triager, fake_github)
+    GitHubCredential.objects.filter(user=triager).update(
+        rate_limit_remaining=0, rate_limit_reset_at=timezone.now() + timedelta(hours=1)
+    )
+
+    decision = apply_decision(_decide(signed_in, triager).pk)
+
+    assert decision.status == Status.FAILED
+    assert "rate limit is spent until" in decision.result_message
+    assert fake_github.requests == []
