@@ -164,6 +164,13 @@ def sign_in_configured() -> bool:
     return bool(settings.GITHUB_OAUTH_CLIENT_ID)
 
 
+def write_as() -> str:
+    """ "user" (each triager's own token) or "app" (the site's identity): GITHUB_WRITE_AS, and when it is
+    unset, "user" exactly when sign-in with GitHub is configured. Without sign-in there are no user tokens."""
+    chosen = settings.GITHUB_WRITE_AS or ("user" if sign_in_configured() else "app")
+    return chosen if sign_in_configured() else "app"
+
+
 def write_client_for(user) -> github.Client:
     """The client that writes a decision made by `user`.
 
@@ -171,7 +178,7 @@ def write_client_for(user) -> github.Client:
     none usable: never another identity). Otherwise the site's identity (GITHUB_TOKEN or the App);
     so are the local demo accounts' decisions on the demo GitHub (`make run`, no GITHUB_TOKEN).
     """
-    if settings.GITHUB_WRITE_AS != "user" or not sign_in_configured():
+    if write_as() != "user":
         return github.client()
     if user is None:
         raise CredentialError("the decision has no author to write as: sign in with GitHub")

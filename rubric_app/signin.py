@@ -78,6 +78,7 @@ def _save_token(user: User, sociallogin: SocialLogin) -> None:
         refresh_token=token.token_secret or None,
         expires_at=expires_at,
         scopes=",".join(settings.SOCIALACCOUNT_PROVIDERS["github"]["SCOPE"]),
+        login=str(sociallogin.account.extra_data.get("login", "")),
     )
 
 
