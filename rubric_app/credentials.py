@@ -171,6 +171,19 @@ def write_as() -> str:
     return chosen if sign_in_configured() else "app"
 
 
+def why_not_as(user) -> str:
+    """Why a decision by `user` could not be written as them ("" when it could, or when the site writes):
+    checked when it is requested, so a local account hears it at once instead of from the worker."""
+    if write_as() != "user" or github.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
+        return ""
+    cred = GitHubCredential.objects.filter(user=user).only("revoked_at", "login").first()
+    if cred is None:
+        return "decisions are written to GitHub as you, and this account has no GitHub token: sign in with GitHub"
+    if cred.revoked_at is not None:
+        return f"GitHub no longer accepts {cred.login}'s token: {SIGN_IN_AGAIN}"
+    return ""
+
+
 def write_client_for(user) -> github.Client:
     """The client that writes a decision made by `user`.
 

@@ -147,10 +147,16 @@ def test_it_fails_a_refused_refresh_token(signed_in, triager, fake_github):
 
 
 def test_it_asks_a_local_account_to_sign_in_with_github(signed_in, triager, fake_github):
-    decision = apply_decision(_decide(signed_in, triager).pk)
+    requested = _decide(signed_in, triager)  # refused when asked: nothing is queued
 
-    assert decision.status == Status.FAILED
-    assert "sign in with GitHub" in decision.result_message
+    assert requested.status == Status.REFUSED
+    assert "has no GitHub token: sign in with GitHub" in requested.result_message
+    # and a decision that reached the worker anyway (queued before sign-in was turned on) fails the same way
+    queued = TriageDecision.objects.create(
+        issue=signed_in, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: inductor"]
+    )
+    failed = apply_decision(queued.pk)
+    assert failed.status == Status.FAILED and "sign in with GitHub" in failed.result_message
     assert fake_github.requests == []  # nothing asked of GitHub under another identity
 
 
