@@ -157,3 +157,9 @@ def test_it_wants_a_token_encryption_key_for_sign_in_when_debug_is_off(tmp_path)
     assert result.returncode != 0 and "TOKEN_ENCRYPTION_KEY must be set" in result.stderr
     key = "bm90LXRoZS1rZXktdGhhdC1lbmNyeXB0ZWQtaXQxMjM="
     assert _manage({**env, "TOKEN_ENCRYPTION_KEY": key}, "check").returncode == 0
+
+
+def test_it_refuses_a_malformed_token_encryption_key_without_echoing_it(tmp_path):
+    result = _manage({"TOKEN_ENCRYPTION_KEY": "short-secret-value", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
+    assert result.returncode != 0 and "32 url-safe base64-encoded bytes" in result.stderr
+    assert "short-secret-value" not in result.stderr

@@ -6,6 +6,7 @@ external service needed. The real setup sets DATABASE_URL (PostgreSQL) and
 CELERY_BROKER_URL (Redis).
 """
 
+import base64
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -269,6 +270,16 @@ if not GITHUB_APP_PRIVATE_KEY and os.environ.get("GITHUB_APP_PRIVATE_KEY_FILE"):
 # Fernet keys (comma-separated, newest first, for rotation) that encrypt users' GitHub tokens at rest;
 # without one, a key derived from SECRET_KEY (development).
 TOKEN_ENCRYPTION_KEYS = env_list("TOKEN_ENCRYPTION_KEY")
+for _key in TOKEN_ENCRYPTION_KEYS:
+    try:
+        _valid = len(base64.urlsafe_b64decode(_key.encode())) == 32
+    except ValueError:
+        _valid = False
+    if not _valid:  # said now rather than at the first sign-in; the key itself is not echoed
+        raise ImproperlyConfigured(
+            "TOKEN_ENCRYPTION_KEY: each key must be 32 url-safe base64-encoded bytes "
+            '(make one with python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())").'
+        )
 if not TOKEN_ENCRYPTION_KEYS and not DEBUG and GITHUB_OAUTH_CLIENT_ID:
     raise ImproperlyConfigured("TOKEN_ENCRYPTION_KEY must be set when sign-in with GitHub is on and DEBUG is off.")
 
