@@ -359,6 +359,7 @@ class FakeGitHub:
                     return None, "expired"
                 return user["login"], "user"
             if credential in self.tokens:  # a token from the OAuth sign-in (no expiry)
+                self.user_rate_limits.setdefault(self.tokens[credential], 5000)  # each person's own budget
                 return self.tokens[credential], "user"
             if credential.startswith("gho_demo_"):
                 return None, "revoked"  # revoked, or never issued

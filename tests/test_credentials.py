@@ -290,6 +290,9 @@ def test_it_writes_as_whoever_signed_in_with_github(client, github_signin):
 
     assert decision.status == Status.APPLIED, decision.result_message
     assert [e["actor"] for e in github_signin.label_events] == ["demo-triager"]
+    cred = GitHubCredential.objects.get(user=user)
+    assert (cred.login, cred.scopes) == ("demo-triager", "read:org,public_repo")
+    assert cred.rate_limit_remaining == github_signin.user_rate_limits["demo-triager"] < 5000
     for url in (reverse("rubric_app:issue", args=[1001]), reverse("rubric_app:audit")):
         page = client.get(url)
         assert page.status_code == 200 and token not in page.content.decode(), url
