@@ -296,3 +296,17 @@ def test_it_writes_as_whoever_signed_in_with_github(client, github_signin):
     for url in (reverse("rubric_app:issue", args=[1001]), reverse("rubric_app:audit")):
         page = client.get(url)
         assert page.status_code == 200 and token not in page.content.decode(), url
+
+
+def test_it_says_when_github_refuses_the_apps_key(signed_in, triager, github_app, settings):
+    settings.GITHUB_WRITE_AS = "app"
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    settings.GITHUB_APP_PRIVATE_KEY = other.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+    decision = apply_decision(_decide(signed_in, triager).pk)
+
+    assert decision.status == Status.FAILED
+    assert "the GitHub App could not get an installation token (401)" in decision.result_message
+    assert github_app.label_events == []

@@ -163,3 +163,14 @@ def test_it_refuses_a_malformed_token_encryption_key_without_echoing_it(tmp_path
     result = _manage({"TOKEN_ENCRYPTION_KEY": "short-secret-value", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
     assert result.returncode != 0 and "32 url-safe base64-encoded bytes" in result.stderr
     assert "short-secret-value" not in result.stderr
+
+
+def test_it_reads_the_github_apps_key_from_a_file_and_wants_one(tmp_path):
+    key_file = tmp_path / "app.pem"
+    key_file.write_text("-----BEGIN PRIVATE KEY-----\nnot-a-real-key\n-----END PRIVATE KEY-----\n")
+    env = {"GITHUB_APP_ID": "12345", "TRIAGE_VAR_DIR": str(tmp_path)}
+    read = "from django.conf import settings; print('KEY', 'not-a-real-key' in settings.GITHUB_APP_PRIVATE_KEY)"
+    result = _manage({**env, "GITHUB_APP_PRIVATE_KEY_FILE": str(key_file)}, "shell", "-c", read)
+    assert result.returncode == 0 and "KEY True" in result.stdout, result.stderr
+    missing = _manage(env, "check")
+    assert missing.returncode != 0 and "GITHUB_APP_PRIVATE_KEY or _FILE" in missing.stderr

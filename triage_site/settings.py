@@ -267,6 +267,8 @@ GITHUB_APP_ID = os.environ.get("GITHUB_APP_ID", "")
 GITHUB_APP_PRIVATE_KEY = os.environ.get("GITHUB_APP_PRIVATE_KEY", "")
 if not GITHUB_APP_PRIVATE_KEY and os.environ.get("GITHUB_APP_PRIVATE_KEY_FILE"):
     GITHUB_APP_PRIVATE_KEY = Path(os.environ["GITHUB_APP_PRIVATE_KEY_FILE"]).read_text()
+if GITHUB_APP_ID and not GITHUB_APP_PRIVATE_KEY:
+    raise ImproperlyConfigured("GITHUB_APP_ID is set: give the App's key in GITHUB_APP_PRIVATE_KEY or _FILE.")
 # Fernet keys (comma-separated, newest first, for rotation) that encrypt users' GitHub tokens at rest;
 # without one, a key derived from SECRET_KEY (development).
 TOKEN_ENCRYPTION_KEYS = env_list("TOKEN_ENCRYPTION_KEY")
