@@ -94,6 +94,8 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             ) from None
         if role is None:
             log.info("sign-in of %s refused: not a member of %s", login, settings.TRIAGE_ORG)
+            if sociallogin.is_existing:  # left the org since: no role now, not only no session
+                set_role(sociallogin.user, None)
             raise ImmediateHttpResponse(
                 render(
                     request, "rubric_app/signin_refused.html", {"login": login, "org": settings.TRIAGE_ORG}, status=403

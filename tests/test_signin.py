@@ -203,3 +203,19 @@ def test_it_refuses_a_triage_team_without_a_known_role(raw):
 
     with pytest.raises(ImproperlyConfigured, match="slug=role"):
         parse_triage_teams(raw)
+
+
+def test_it_refuses_and_strips_the_roles_of_someone_who_left_the_org(client, github_signin):
+    sign_in_with_github(client, github_signin, "demo-triager")
+    client.logout()
+    github_signin.org_members[DEMO_ORG].discard("demo-triager")
+    assert sign_in_with_github(client, github_signin, "demo-triager").status_code == 403
+    assert roles_of("demo-triager") == set()
+    assert "_auth_user_id" not in client.session
+
+
+def test_it_shows_a_refusal_by_github_on_the_dashboards_page(client, github_signin):
+    start = client.post("/accounts/github/login/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    response = client.get(f"/accounts/github/login/callback/?error=access_denied&state={state}", follow=True)
+    assert b"PT2 triage" in response.content and b"Back to sign in" in response.content
