@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app import github
+from rubric_app import credentials, github
 from rubric_app.models import (
     CPU_INDUCTOR_ONCALL,
     HIGH_PRIORITY,
@@ -368,6 +368,7 @@ def _audit(decision: TriageDecision, result: github.WriteResult) -> None:
 
 def _failure_message(result: github.WriteResult, done: list[str]) -> str:
     reasons = {
+        401: "GitHub no longer accepts the token (401): sign in to GitHub again.",
         403: "GitHub refused: the token may not change this issue (403).",
         404: "GitHub could not find the issue, label or repository (404).",
         410: "The issue is gone from GitHub (410).",
@@ -379,6 +380,8 @@ def _failure_message(result: github.WriteResult, done: list[str]) -> str:
         why = f"GitHub had a server error ({result.status}); try again later."
     else:
         why = reasons.get(result.status, f"GitHub answered {result.status}.")
+    if result.status in (401, 403) and "triage" in result.response:  # a triager's own token: what to do
+        why = f"{result.response} (403)."
     if result.action in ("transfer", "read_repository"):  # GraphQL's refusals say why in words
         why += f" {result.response.rstrip('.')}."
     step = f"{result.action.replace('_', ' ')} {result.target!r}"
@@ -432,8 +435,12 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
         return decision
     issue = decision.issue
     try:
-        gh = gh or github.client()
+        # As the triager (their own token) or as the site; never another identity when theirs is refused.
+        gh = gh or credentials.write_client_for(decision.user)
         remote = gh.issue(issue.number)
+    except github.TokenRefused as exc:
+        _audit(decision, github.WriteResult("credentials", str(decision.user or ""), exc.status, False, exc.message))
+        return _finish(decision, TriageDecision.Status.FAILED, f"Nothing was written: {exc.message}.")
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
         stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""

@@ -10,8 +10,9 @@ import requests
 from allauth.socialaccount.models import SocialAccount, SocialToken
 from django.contrib.auth.models import User
 
-from rubric_app import signin
+from rubric_app import credentials, signin
 from rubric_app.demo_github import DEMO_ORG
+from rubric_app.models import GitHubCredential
 from tests.fakegithub import CLIENT_SECRET
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +53,7 @@ def test_it_lands_a_team_member_as_triager(client, github_signin):
     # The documented endpoints, with the user's own token.
     assert github_signin.requests_to(rf"^/orgs/{DEMO_ORG}/members/demo-triager$")
     team = github_signin.requests_to(rf"^/orgs/{DEMO_ORG}/teams/pt2-triagers/memberships/demo-triager$")
-    assert team and team[-1].headers["authorization"].split()[1] in github_signin.tokens
+    assert team and team[-1].headers["authorization"].split()[1] in github_signin.user_tokens
     assert not github_signin.requests_to(r"^/teams/")
 
 
@@ -76,9 +77,21 @@ def test_it_refuses_an_outsider_and_creates_no_user(client, github_signin):
     assert "_auth_user_id" not in client.session
 
 
-def test_it_stores_no_token_in_allauths_table(client, github_signin):
+def test_it_stores_the_token_encrypted_and_none_in_allauths_table(client, github_signin):
     sign_in_with_github(client, github_signin, "demo-triager")
     assert not SocialToken.objects.exists()
+    (token,) = github_signin.user_tokens
+    stored = GitHubCredential.objects.get(user__socialaccount__extra_data__login="demo-triager")
+    assert token not in stored.access_token_encrypted and credentials.token_for(stored.user) == token
+    assert stored.scopes == "read:org,public_repo"
+
+
+def test_it_reads_roles_with_the_users_own_token_at_the_daily_check(client, github_signin):
+    sign_in_with_github(client, github_signin, "demo-member")
+    (token,) = github_signin.user_tokens
+    github_signin.requests.clear()
+    signin.refresh_github_roles()
+    assert {r.actor for r in github_signin.requests_to(r"^/orgs/")} == {"demo-member"}
 
 
 def test_it_demotes_at_the_next_sign_in(client, github_signin):
@@ -149,12 +162,12 @@ def test_it_keeps_tokens_and_the_client_secret_out_of_logs_and_pages(client, git
     landed = sign_in_with_github(client, github_signin, "demo-chair")
     page = client.get(landed["Location"]).content.decode()
     refused = sign_in_with_github(client.__class__(), github_signin, "demo-outsider").content.decode()
-    for secret in [*github_signin.tokens, CLIENT_SECRET]:
+    for secret in [*github_signin.user_tokens, CLIENT_SECRET]:
         assert secret not in caplog.text and secret not in page and secret not in refused
 
 
 def test_it_writes_label_events_as_the_tokens_user(github_signin):
-    token = github_signin.issue_token("demo-triager")
+    token, _ = github_signin.issue_user_token("demo-triager")
     github_signin.add_issue(7)
     github_signin.add_label("module: inductor")
     me = requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}, timeout=5)
@@ -174,7 +187,7 @@ def test_it_writes_label_events_as_the_tokens_user(github_signin):
     assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
         ("labeled", "module: inductor", "demo-triager")
     ]
-    github_signin.revoke_tokens("demo-triager")
+    github_signin.revoke(token)
     assert requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}).status_code == 401
 
 

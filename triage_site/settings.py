@@ -254,6 +254,22 @@ GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
+# Whose identity writes to GitHub (sign-in with GitHub: GITHUB_URL and GITHUB_OAUTH_* above).
+# "user": each decision is written with its triager's own token (GitHub's timeline names them);
+# "app": with the site's token (GITHUB_TOKEN or the GitHub App), the audit still naming the triager.
+GITHUB_WRITE_AS = os.environ.get("GITHUB_WRITE_AS", "user" if GITHUB_OAUTH_CLIENT_ID else "app")
+if GITHUB_WRITE_AS not in ("user", "app"):
+    raise ImproperlyConfigured(f"GITHUB_WRITE_AS must be user or app, not {GITHUB_WRITE_AS!r}.")
+# The site's own identity may be a GitHub App instead of GITHUB_TOKEN: its installation on GITHUB_REPO.
+GITHUB_APP_ID = os.environ.get("GITHUB_APP_ID", "")
+GITHUB_APP_PRIVATE_KEY = os.environ.get("GITHUB_APP_PRIVATE_KEY", "")
+if not GITHUB_APP_PRIVATE_KEY and os.environ.get("GITHUB_APP_PRIVATE_KEY_FILE"):
+    GITHUB_APP_PRIVATE_KEY = Path(os.environ["GITHUB_APP_PRIVATE_KEY_FILE"]).read_text()
+# Fernet keys (comma-separated, newest first, for rotation) that encrypt users' GitHub tokens at rest;
+# without one, a key derived from SECRET_KEY (development).
+TOKEN_ENCRYPTION_KEYS = env_list("TOKEN_ENCRYPTION_KEY")
+if not TOKEN_ENCRYPTION_KEYS and not DEBUG and GITHUB_OAUTH_CLIENT_ID:
+    raise ImproperlyConfigured("TOKEN_ENCRYPTION_KEY must be set when sign-in with GitHub is on and DEBUG is off.")
 
 # Celery. The embedded default uses kombu's filesystem transport: a real broker
 # and a real worker process, no service to install.
@@ -291,7 +307,9 @@ CELERY_BEAT_SCHEDULE = {
     # Someone who left a team loses its role within a day (and at once at their next sign-in).
     "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
 }
-if GITHUB_TOKEN:  # without a token there is nothing to sync (demo data), and nothing may leave the machine
+if (
+    GITHUB_TOKEN or GITHUB_APP_ID
+):  # without a token there is nothing to sync (demo data), and nothing may leave the machine
     CELERY_BEAT_SCHEDULE["sync-queue"] = {
         "task": "rubric_app.tasks.sync_queue_task",
         "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
