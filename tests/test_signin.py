@@ -12,8 +12,11 @@ from django.contrib.auth.models import User
 
 from rubric_app import credentials, signin
 from rubric_app.demo_github import DEMO_ORG
-from rubric_app.models import GitHubCredential
+from rubric_app.models import GitHubCredential, TriageDecision
+from rubric_app.tasks import apply_decision_task
+from tests.conftest import make_issue, make_label, wait_until_finished
 from tests.fakegithub import CLIENT_SECRET
+from tests.test_credentials_worker import QUEUE, signed_in_worker  # noqa: F401 - the worker that writes as users
 
 pytestmark = pytest.mark.django_db
 
@@ -232,3 +235,27 @@ def test_it_shows_a_refusal_by_github_on_the_dashboards_page(client, github_sign
     state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
     response = client.get(f"/accounts/github/login/callback/?error=access_denied&state={state}", follow=True)
     assert b"PT2 triage" in response.content and b"Back to sign in" in response.content
+
+
+@pytest.mark.worker
+@pytest.mark.usefixtures("signed_in_worker")
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_as_the_user_who_signed_in_with_github_through_the_worker(client, github_signin):
+    """Sign-in to label: the token from sign-in, stored encrypted, is what the worker writes with,
+    and the demo GitHub records the signed-in user as the label's actor."""
+    sign_in_with_github(client, github_signin, "demo-triager")
+    user = SocialAccount.objects.get(extra_data__login="demo-triager").user
+    github_signin.add_issue(1101, labels=["oncall: pt2"])
+    issue = make_issue(1101, labels=("oncall: pt2",))
+    make_label("module: inductor")
+    decision = TriageDecision.objects.create(
+        issue=issue, user=user, labels_seen=["oncall: pt2"], labels_added=["module: inductor"]
+    )
+
+    apply_decision_task.apply_async((decision.pk,), queue=QUEUE)
+    decision = wait_until_finished(decision, timeout=60)
+
+    assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
+    assert github_signin.label_events == [
+        {"issue": 1101, "event": "labeled", "label": "module: inductor", "actor": "demo-triager"}
+    ]
