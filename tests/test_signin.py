@@ -259,3 +259,11 @@ def test_it_writes_as_the_user_who_signed_in_with_github_through_the_worker(clie
     assert github_signin.label_events == [
         {"issue": 1101, "event": "labeled", "label": "module: inductor", "actor": "demo-triager"}
     ]
+
+
+def test_it_keeps_the_client_secret_out_of_a_repros_environment():
+    from rubric_app.bisection.sandbox import scrubbed_env
+
+    host = {"PATH": "/usr/bin", "GITHUB_OAUTH_CLIENT_SECRET": CLIENT_SECRET, "TOKEN_ENCRYPTION_KEY": "k" * 44}
+    env = scrubbed_env("/tmp/repro", host)
+    assert CLIENT_SECRET not in env.values() and not {"GITHUB_OAUTH_CLIENT_SECRET", "TOKEN_ENCRYPTION_KEY"} & set(env)
