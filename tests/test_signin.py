@@ -267,3 +267,10 @@ def test_it_keeps_the_client_secret_out_of_a_repros_environment():
     host = {"PATH": "/usr/bin", "GITHUB_OAUTH_CLIENT_SECRET": CLIENT_SECRET, "TOKEN_ENCRYPTION_KEY": "k" * 44}
     env = scrubbed_env("/tmp/repro", host)
     assert CLIENT_SECRET not in env.values() and not {"GITHUB_OAUTH_CLIENT_SECRET", "TOKEN_ENCRYPTION_KEY"} & set(env)
+
+
+def test_it_lets_no_one_in_when_github_cannot_say_their_memberships(client, github_signin):
+    github_signin.inject("error", path=r"^/orgs/", status=502, times=50)
+    response = sign_in_with_github(client, github_signin, "demo-triager")
+    assert response.status_code == 503 and b"could not tell us" in response.content
+    assert not SocialAccount.objects.exists() and "_auth_user_id" not in client.session
