@@ -164,20 +164,35 @@ def sign_in_configured() -> bool:
     return bool(settings.GITHUB_OAUTH_CLIENT_ID)
 
 
+def write_as() -> str:
+    """ "user" (each triager's own token) or "app" (the site's identity): GITHUB_WRITE_AS, and when it is
+    unset, "user" exactly when sign-in with GitHub is configured. Without sign-in there are no user tokens."""
+    chosen = settings.GITHUB_WRITE_AS or ("user" if sign_in_configured() else "app")
+    return chosen if sign_in_configured() else "app"
+
+
 def write_client_for(user) -> github.Client:
     """The client that writes a decision made by `user`.
 
     GITHUB_WRITE_AS=user with sign-in configured: the user's own token (CredentialError when they have
-    none usable: never another identity). Otherwise the site's identity (GITHUB_TOKEN or the App).
+    none usable: never another identity). Otherwise the site's identity (GITHUB_TOKEN or the App);
+    so are the local demo accounts' decisions on the demo GitHub (`make run`, no GITHUB_TOKEN).
     """
-    if settings.GITHUB_WRITE_AS != "user" or not sign_in_configured():
+    if write_as() != "user":
         return github.client()
     if user is None:
         raise CredentialError("the decision has no author to write as: sign in with GitHub")
+    if github.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
+        # `make run`'s demo accounts are local; on the demo GitHub they write as the dashboard, as before.
+        return github.client()
     token = token_for(user)
-    cred = GitHubCredential.objects.only("pk", "login").get(user=user)
+    cred = GitHubCredential.objects.get(user=user)
+    # A budget GitHub said was spent stays spent until its reset, across decisions and processes.
+    spent = cred.rate_limit_remaining == 0 and cred.rate_limit_reset_at and cred.rate_limit_reset_at > timezone.now()
     return github.client_for_user(
-        token, on_answer=lambda status, remaining, reset_at: _note(cred, status, remaining, reset_at)
+        token,
+        on_answer=lambda status, remaining, reset_at: _note(cred, status, remaining, reset_at),
+        spent_until=cred.rate_limit_reset_at if spent else None,
     )
 
 

@@ -434,16 +434,16 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
     if not claimed:
         return decision
     issue = decision.issue
+    stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
     try:
         # As the triager (their own token) or as the site; never another identity when theirs is refused.
         gh = gh or credentials.write_client_for(decision.user)
         remote = gh.issue(issue.number)
     except github.TokenRefused as exc:
         _audit(decision, github.WriteResult("credentials", str(decision.user or ""), exc.status, False, exc.message))
-        return _finish(decision, TriageDecision.Status.FAILED, f"Nothing was written: {exc.message}.")
+        return _finish(decision, TriageDecision.Status.FAILED, f"Not written to GitHub: {exc.message}{stopped}.")
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
-        stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
         return _finish(
             decision,
             TriageDecision.Status.FAILED,

@@ -131,6 +131,63 @@ class FakeGitHub:
             self.reset_identities()
             self.reset_people()
 
+    # --- people: users, their tokens, the org and its teams, OAuth sign-in ----------------------
+
+    def reset_people(self) -> None:
+        with self.lock:
+            self.users: dict[str, dict] = {}
+            self.tokens: dict[str, str] = {}  # access token -> login (per-token identity)
+            self.org_members: dict[str, set[str]] = {}  # org -> logins
+            self.team_members: dict[tuple[str, str], set[str]] = {}  # (org, team slug) -> logins
+            self.oauth_apps: dict[str, str] = {}  # client id -> client secret
+            self.oauth_codes: dict[str, dict] = {}  # code -> {client_id, login, scope, redirect_uri}
+            self.label_events: list[dict] = []  # {"issue", "event", "label", "actor"}, oldest first
+
+    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=()) -> dict:
+        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in."""
+        with self.lock:
+            user = self.users.setdefault(login, {"login": login, "id": 5_000_000 + len(self.users), "name": name})
+            if org:
+                self.org_members.setdefault(org, set()).add(login)
+                for slug in teams:
+                    self.team_members.setdefault((org, slug), set()).add(login)
+            return user
+
+    def remove_from_team(self, login: str, org: str, slug: str) -> None:
+        with self.lock:
+            self.team_members.get((org, slug), set()).discard(login)
+
+    def add_oauth_app(self, client_id: str, client_secret: str) -> None:
+        with self.lock:
+            self.oauth_apps[client_id] = client_secret
+
+    def issue_token(self, login: str) -> str:
+        """A fresh access token that acts as `login` (what the OAuth token endpoint hands out)."""
+        token = "gho_demo_" + secrets.token_hex(16)
+        with self.lock:
+            self.tokens[token] = login
+        return token
+
+    def revoke_tokens(self, login: str) -> None:
+        with self.lock:
+            self.tokens = {t: who for t, who in self.tokens.items() if who != login}
+            for token, user in self.user_tokens.items():
+                if user["login"] == login:
+                    self.revoke(token)
+
+    def user_json(self, login: str) -> dict:
+        user = self.users[login]
+        return {
+            "login": login,
+            "id": user["id"],
+            "node_id": f"U_{login}",
+            "type": "User",
+            "name": user["name"] or login,
+            "email": None,
+            "html_url": f"https://github.com/{login}",
+            "avatar_url": "",
+        }
+
     def tick(self) -> datetime:
         """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
         with self.lock:
@@ -225,59 +282,6 @@ class FakeGitHub:
             self.transferred[number] = (repo, url)
             return {"data": {"transferIssue": {"issue": {"number": number, "url": url}}}}
 
-    # --- people: users, the org and its teams, the OAuth app people sign in to -----------------
-
-    def reset_people(self) -> None:
-        with self.lock:
-            self.users: dict[str, dict] = {}
-            self.org_members: dict[str, set[str]] = {}  # org -> logins
-            self.team_members: dict[tuple[str, str], set[str]] = {}  # (org, team slug) -> logins
-            self.oauth_apps: dict[str, str] = {}  # client id -> client secret
-            self.oauth_codes: dict[str, dict] = {}  # code -> {client_id, login, scope, redirect_uri}
-            # The OAuth flow's tokens: None, an OAuth app's classic token (never expires, no refresh token);
-            # seconds, an expiring token with a refresh token (a GitHub App's user token).
-            self.oauth_expires_in: int | None = None
-
-    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=()) -> dict:
-        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in."""
-        with self.lock:
-            user = self.users.setdefault(login, {"login": login, "id": 5_000_000 + len(self.users), "name": name})
-            if org:
-                self.org_members.setdefault(org, set()).add(login)
-                for slug in teams:
-                    self.team_members.setdefault((org, slug), set()).add(login)
-            return user
-
-    def remove_from_team(self, login: str, org: str, slug: str) -> None:
-        with self.lock:
-            self.team_members.get((org, slug), set()).discard(login)
-
-    def add_oauth_app(self, client_id: str, client_secret: str) -> None:
-        with self.lock:
-            self.oauth_apps[client_id] = client_secret
-
-    def user_json(self, login: str) -> dict:
-        user = self.users.get(login) or {"id": 4_999_999, "name": login}
-        return {
-            "login": login,
-            "id": user["id"],
-            "node_id": f"U_{login}",
-            "type": "User",
-            "name": user["name"] or login,
-            "email": None,
-            "html_url": f"https://github.com/{login}",
-            "avatar_url": "",
-        }
-
-    def event_json(self, index: int, event: dict) -> dict:
-        return {
-            "id": 70_000_000 + index,
-            "event": event["event"],
-            "actor": {"login": event["actor"]},
-            "label": {"name": event["label"], "color": self.labels.get(event["label"], {}).get("color", "ededed")},
-            "created_at": _iso(self._clock),
-        }
-
     # --- identities: people's tokens, the GitHub App -----------------------------------------
 
     def reset_identities(self) -> None:
@@ -288,8 +292,6 @@ class FakeGitHub:
             # Who may change labels: None, everyone with a token; else these logins (GitHub's triage role).
             self.triagers: set[str] | None = None
             self.user_rate_limits: dict[str, int] = {}  # login -> requests left this hour, per token's owner
-            # Each label change, with who made it, as the issue's timeline shows it.
-            self.label_events: list[dict] = []
             self.app: dict | None = None  # {"id", "public_key", "installation_id", "slug"}
             self.installation_tokens: dict[str, float] = {}  # token -> expiry (epoch)
             self._token_serial = 0
@@ -303,6 +305,7 @@ class FakeGitHub:
             refresh_token = f"ghr_{login}_{self._token_serial}" if refresh else ""
             expires_at = time.time() + expires_in if expires_in is not None else None
             self.user_tokens[access] = {"login": login, "expires_at": expires_at, "revoked": False}
+            self.tokens[access] = login  # /user and the memberships know it too
             if refresh_token:
                 self.refresh_tokens[refresh_token] = login
             self.user_rate_limits.setdefault(login, 5000)
@@ -312,6 +315,7 @@ class FakeGitHub:
         """The person revoked the app's access: the token answers 401 from now on."""
         with self.lock:
             self.user_tokens[token]["revoked"] = True
+            self.tokens.pop(token, None)
             for refresh, login in list(self.refresh_tokens.items()):
                 if login == self.user_tokens[token]["login"]:
                     del self.refresh_tokens[refresh]
@@ -354,6 +358,10 @@ class FakeGitHub:
                 if user["expires_at"] is not None and user["expires_at"] <= time.time():
                     return None, "expired"
                 return user["login"], "user"
+            if credential in self.tokens:  # a token from the OAuth sign-in (no expiry)
+                return self.tokens[credential], "user"
+            if credential.startswith("gho_demo_"):
+                return None, "revoked"  # revoked, or never issued
             expiry = self.installation_tokens.get(credential)
             if expiry is not None and expiry > time.time() and self.app:
                 return f"{self.app['slug']}[bot]", "installation"
@@ -451,6 +459,15 @@ class FakeGitHub:
 
     def _base(self) -> str:
         return f"{self.url}/repos/{self.repo}"
+
+    def event_json(self, index: int, event: dict) -> dict:
+        return {
+            "id": 70_000_000 + index,
+            "event": event["event"],
+            "actor": {"login": event["actor"]},
+            "label": {"name": event["label"], "color": self.labels.get(event["label"], {}).get("color", "ededed")},
+            "created_at": _iso(self._clock),
+        }
 
     def label_json(self, name: str) -> dict:
         label = self.labels.get(name) or {"name": name, "color": "ededed", "description": ""}
@@ -616,7 +633,7 @@ class Handler(BaseHTTPRequestHandler):
             }
         if path == "/login/oauth/access_token" and method == "POST" and b"refresh_token" in raw:
             return self._send(record, 200, fake.refresh_grant({k: v[-1] for k, v in parse_qs(raw.decode()).items()}))
-        if path.startswith("/login/oauth/"):  # GitHub's web side (sign-in): no API token involved
+        if path.startswith("/login/oauth/"):  # GitHub's web side: no API token involved
             return self._oauth(record, method, path, query, raw)
         actor, kind = fake.identity(self.headers.get("Authorization", ""))
         if actor is None:
@@ -703,8 +720,7 @@ class Handler(BaseHTTPRequestHandler):
                         {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]},
                         {},
                     )
-                author = self._actor() or DASHBOARD_LOGIN
-                return 201, fake.comment_json(number, fake.add_comment(number, body, user=author)), {}
+                return 201, fake.comment_json(number, fake.add_comment(number, body, user=self._actor())), {}
             if rest == "/comments" and method == "GET":
                 since = _parse_iso(query["since"]) if query.get("since") else None
                 comments = [c for c in issue["comments"] if since is None or c["updated_at"] >= since]
@@ -738,17 +754,25 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- people and OAuth sign-in (the demo's and the tests' "Sign in with GitHub") ----------
 
+    def _bearer(self) -> str:
+        value = self.headers.get("Authorization") or ""
+        return value.split(" ", 1)[1].strip() if " " in value else ""
+
     def _people(self, path: str):
         """GET /user, /user/memberships/orgs/{org}, /orgs/{org}/members/{username} and
         /orgs/{org}/teams/{team_slug}/memberships/{username}, as GitHub documents them."""
         fake = self.server.fake
         with fake.lock:
             if path == "/user":
-                return 200, fake.user_json(self._actor()), {}
+                login = fake.tokens.get(self._bearer())
+                if login is None:
+                    return 401, {"message": "Requires authentication"}, {}
+                return 200, fake.user_json(login), {}
             if match := re.fullmatch(r"/user/memberships/orgs/([\w.-]+)", path):
-                if self._actor() not in fake.org_members.get(match.group(1), set()):
+                login, org = fake.tokens.get(self._bearer()), match.group(1)
+                if login is None or login not in fake.org_members.get(org, set()):
                     raise KeyError(path)
-                return 200, {"state": "active", "role": "member", "organization": {"login": match.group(1)}}, {}
+                return 200, {"state": "active", "role": "member", "organization": {"login": org}}, {}
             if match := re.fullmatch(r"/orgs/([\w.-]+)/members/([\w.-]+)", path):
                 if match.group(2) not in fake.org_members.get(match.group(1), set()):
                     raise KeyError(path)
@@ -790,14 +814,9 @@ class Handler(BaseHTTPRequestHandler):
                 secret = fake.oauth_apps.get(form.get("client_id", ""))
             if grant is None or secret is None or form.get("client_secret") != secret:
                 return self._send(record, 200, {"error": "bad_verification_code"})
-            expires_in = fake.oauth_expires_in
-            access, refresh = fake.issue_user_token(
-                grant["login"], expires_in=expires_in, refresh=expires_in is not None
-            )
-            answer = {"access_token": access, "token_type": "bearer", "scope": grant["scope"].replace(" ", ",")}
-            if expires_in is not None:
-                answer.update(expires_in=expires_in, refresh_token=refresh, refresh_token_expires_in=15811200)
-            return self._send(record, 200, answer)
+            token = fake.issue_token(grant["login"])
+            scope = grant["scope"].replace(" ", ",")
+            return self._send(record, 200, {"access_token": token, "token_type": "bearer", "scope": scope})
         return self._send(record, 404, {"message": "Not Found"})
 
     def _authorize_page(self, query: dict[str, str]) -> str:

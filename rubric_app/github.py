@@ -543,9 +543,57 @@ def client() -> Client:
     )
 
 
-def client_for_user(token: str, *, on_answer=None) -> Client:
-    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit."""
+# --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
+
+
+def user_client(token: str) -> Client:
+    """A Client that acts with `token` (a signed-in user's, or the site's) at settings.GITHUB_API_URL."""
     return Client(
+        base_url=settings.GITHUB_API_URL,
+        token=token,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+    )
+
+
+def is_org_member(*, token: str, org: str, login: str) -> bool:
+    """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
+
+    GitHub redirects (302) a token that cannot see the org's private members to the public
+    list; PyGithub follows it and the answer is then 204 or 404 for public membership.
+    Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
+    """
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
+    if answer.status == 204:
+        return True
+    if answer.status == 404:
+        return False
+    raise GitHubError(f"GitHub answered {answer.status} for {org}'s membership of {login}", answer.status)
+
+
+def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
+    """True when `login` is an active member of the team (GET /orgs/{org}/teams/{team_slug}/memberships/{username};
+    a pending invitation does not count). 404: not a member, or a team the token cannot see."""
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/teams/{quote(team_slug)}/memberships/{quote(login)}")
+    if answer.status == 404:
+        return False
+    if answer.status != 200:
+        raise GitHubError(
+            f"GitHub answered {answer.status} for team {team_slug}'s membership of {login}", answer.status
+        )
+    try:
+        return json.loads(answer.text).get("state") == "active"
+    except (ValueError, AttributeError):
+        raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
+
+
+def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
+    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
+    spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
+    cli = Client(
         base_url=settings.GITHUB_API_URL,
         token=token,
         repo=settings.GITHUB_REPO,
@@ -554,6 +602,9 @@ def client_for_user(token: str, *, on_answer=None) -> Client:
         on_answer=on_answer,
         as_user=True,
     )
+    if spent_until is not None:
+        cli._spent_until = int(spent_until.timestamp())
+    return cli
 
 
 # The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires
@@ -598,39 +649,3 @@ def installation_token() -> str:
         expires_at = grant.expires_at.timestamp() if grant.expires_at else time.time() + 3600
         _installation[key] = {"token": grant.token, "expires_at": expires_at, "installation_id": installation_id}
         return grant.token
-
-
-# --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
-
-
-def is_org_member(*, token: str, org: str, login: str) -> bool:
-    """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
-
-    GitHub redirects (302) a token that cannot see the org's private members to the public
-    list; PyGithub follows it and the answer is then 204 or 404 for public membership.
-    Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
-    """
-    cli = client_for_user(token)
-    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
-    if answer.status == 204:
-        return True
-    if answer.status == 404:
-        return False
-    raise GitHubError(f"GitHub answered {answer.status} for {org}'s membership of {login}", answer.status)
-
-
-def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
-    """True when `login` is an active member of the team (GET /orgs/{org}/teams/{team_slug}/memberships/{username};
-    a pending invitation does not count). 404: not a member, or a team the token cannot see."""
-    cli = client_for_user(token)
-    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/teams/{quote(team_slug)}/memberships/{quote(login)}")
-    if answer.status == 404:
-        return False
-    if answer.status != 200:
-        raise GitHubError(
-            f"GitHub answered {answer.status} for team {team_slug}'s membership of {login}", answer.status
-        )
-    try:
-        return json.loads(answer.text).get("state") == "active"
-    except (ValueError, AttributeError):
-        raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None

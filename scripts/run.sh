@@ -39,9 +39,6 @@ elif [ -z "${GITHUB_API_URL:-}" ]; then
   export GITHUB_OAUTH_CLIENT_ID="${GITHUB_OAUTH_CLIENT_ID:-demo-dashboard}"
   GITHUB_OAUTH_CLIENT_SECRET="${GITHUB_OAUTH_CLIENT_SECRET:-$("$PY" -c 'import secrets; print(secrets.token_hex(20))')}"
   export GITHUB_OAUTH_CLIENT_SECRET
-  # The demo's local accounts (triager, chair) have no GitHub token to write with: the site writes,
-  # the audit naming who decided. GITHUB_WRITE_AS=user make run: labels written as the GitHub user.
-  export GITHUB_WRITE_AS="${GITHUB_WRITE_AS:-app}"
   "$PY" -u -m rubric_app.demo_github --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
   pids+=($!)
   wait_for 30 "the demo GitHub" grep -q "^demo GitHub: http" "$LOGS/demo-github.log"

@@ -22,6 +22,7 @@ from rubric_app.bisection.sandbox import scrubbed_env
 from rubric_app.decisions import Plan, apply_decision, request_decision
 from rubric_app.models import GitHubCredential, TriageDecision
 from tests.conftest import make_issue, make_label
+from tests.fakegithub import TOKEN
 
 pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
@@ -35,7 +36,7 @@ def signed_in(fake_github, settings):
     settings.GITHUB_URL = fake_github.url
     settings.GITHUB_OAUTH_CLIENT_ID = "test-client-id"
     settings.GITHUB_OAUTH_CLIENT_SECRET = "test-client-secret"
-    settings.GITHUB_WRITE_AS = "user"
+    settings.GITHUB_WRITE_AS = ""  # unset: "user", since sign-in is configured
     for name in ("module: inductor", "module: dynamo", "triaged"):
         make_label(name)
     fake_github.add_issue(1001, labels=["oncall: pt2"])
@@ -236,3 +237,53 @@ def test_it_never_shows_the_token_on_a_page_or_in_a_repro_environment(signed_in,
     env = scrubbed_env("/tmp/repro", host_env)
     assert not {"GITHUB_TOKEN", "TOKEN_ENCRYPTION_KEY", "GITHUB_APP_PRIVATE_KEY"} & set(env)
     assert access not in " ".join(env.values())
+
+
+def test_it_lets_the_demo_accounts_write_as_the_dashboard_on_the_demo_github(signed_in, triager, fake_github, settings):
+    settings.GITHUB_TOKEN = ""  # `make run`'s demo mode: the demo GitHub on this machine, sign-in offered
+    fake_github.token = None
+    try:
+        decision = apply_decision(_decide(signed_in, triager).pk)
+    finally:
+        fake_github.token = TOKEN
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert [e["actor"] for e in fake_github.label_events] == ["pt2-triage-dashboard"]
+
+
+def test_it_waits_for_a_triagers_spent_rate_limit_without_asking_github(signed_in, triager, fake_github):
+    _sign_in(triager, fake_github)
+    GitHubCredential.objects.filter(user=triager).update(
+        rate_limit_remaining=0, rate_limit_reset_at=timezone.now() + timedelta(hours=1)
+    )
+
+    decision = apply_decision(_decide(signed_in, triager).pk)
+
+    assert decision.status == Status.FAILED
+    assert "rate limit is spent until" in decision.result_message
+    assert fake_github.requests == []
+
+
+def test_it_writes_as_whoever_signed_in_with_github(client, github_signin):
+    """The whole flow over HTTP: sign in on the fake GitHub (allauth), then a decision by that person."""
+    from django.contrib.auth.models import User
+
+    from tests.test_signin import sign_in_with_github
+
+    assert sign_in_with_github(client, github_signin, "demo-triager").status_code == 302
+    user = User.objects.get(socialaccount__extra_data__login="demo-triager")
+    token = next(t for t, login in github_signin.tokens.items() if login == "demo-triager")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM rubric_app_githubcredential")
+        assert token not in " ".join(str(value) for value in cursor.fetchone())
+    make_label("module: inductor")
+    github_signin.add_issue(1001, labels=["oncall: pt2"])
+    issue = make_issue(1001, labels=("oncall: pt2",))
+
+    decision = apply_decision(_decide(issue, user).pk)
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert [e["actor"] for e in github_signin.label_events] == ["demo-triager"]
+    for url in (reverse("rubric_app:issue", args=[1001]), reverse("rubric_app:audit")):
+        page = client.get(url)
+        assert page.status_code == 200 and token not in page.content.decode(), url

@@ -136,3 +136,24 @@ def test_it_gives_each_test_process_a_broker_database_of_its_own():
         == "redis://:secret@cache:6379/14?ssl_cert_reqs=none"
     )
     assert broker_for("memory://", "gw1") == "memory://" and broker_for("redis://h/15", "") == "redis://h/15"
+
+
+def test_it_refuses_an_unknown_github_write_as(tmp_path):
+    result = _manage({"GITHUB_WRITE_AS": "bot", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
+    assert result.returncode != 0
+    assert "GITHUB_WRITE_AS must be user or app" in result.stderr
+
+
+def test_it_wants_a_token_encryption_key_for_sign_in_when_debug_is_off(tmp_path):
+    env = {
+        "DEBUG": "false",
+        "HTTPS": "false",
+        "SECRET_KEY": "k" * 60,
+        "GITHUB_OAUTH_CLIENT_ID": "an-oauth-app",
+        "GITHUB_OAUTH_CLIENT_SECRET": "its-secret",
+        "TRIAGE_VAR_DIR": str(tmp_path),
+    }
+    result = _manage(env, "check")
+    assert result.returncode != 0 and "TOKEN_ENCRYPTION_KEY must be set" in result.stderr
+    key = "bm90LXRoZS1rZXktdGhhdC1lbmNyeXB0ZWQtaXQxMjM="
+    assert _manage({**env, "TOKEN_ENCRYPTION_KEY": key}, "check").returncode == 0

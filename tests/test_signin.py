@@ -56,7 +56,7 @@ def test_it_lands_a_team_member_as_triager(client, github_signin):
     # The documented endpoints, with the user's own token.
     assert github_signin.requests_to(rf"^/orgs/{DEMO_ORG}/members/demo-triager$")
     team = github_signin.requests_to(rf"^/orgs/{DEMO_ORG}/teams/pt2-triagers/memberships/demo-triager$")
-    assert team and team[-1].headers["authorization"].split()[1] in github_signin.user_tokens
+    assert team and team[-1].headers["authorization"].split()[1] in github_signin.tokens
     assert not github_signin.requests_to(r"^/teams/")
 
 
@@ -83,7 +83,7 @@ def test_it_refuses_an_outsider_and_creates_no_user(client, github_signin):
 def test_it_stores_the_token_encrypted_and_none_in_allauths_table(client, github_signin):
     sign_in_with_github(client, github_signin, "demo-triager")
     assert not SocialToken.objects.exists()
-    (token,) = github_signin.user_tokens
+    (token,) = github_signin.tokens
     stored = GitHubCredential.objects.get(user__socialaccount__extra_data__login="demo-triager")
     assert token not in stored.access_token_encrypted and credentials.token_for(stored.user) == token
     assert stored.scopes == "read:org,public_repo"
@@ -91,7 +91,7 @@ def test_it_stores_the_token_encrypted_and_none_in_allauths_table(client, github
 
 def test_it_reads_roles_with_the_users_own_token_at_the_daily_check(client, github_signin):
     sign_in_with_github(client, github_signin, "demo-member")
-    (token,) = github_signin.user_tokens
+    (token,) = github_signin.tokens
     github_signin.requests.clear()
     signin.refresh_github_roles()
     assert {r.actor for r in github_signin.requests_to(r"^/orgs/")} == {"demo-member"}
@@ -165,7 +165,7 @@ def test_it_keeps_tokens_and_the_client_secret_out_of_logs_and_pages(client, git
     landed = sign_in_with_github(client, github_signin, "demo-chair")
     page = client.get(landed["Location"]).content.decode()
     refused = sign_in_with_github(client.__class__(), github_signin, "demo-outsider").content.decode()
-    for secret in [*github_signin.user_tokens, CLIENT_SECRET]:
+    for secret in [*github_signin.tokens, *github_signin.user_tokens, CLIENT_SECRET]:
         assert secret not in caplog.text and secret not in page and secret not in refused
 
 

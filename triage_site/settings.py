@@ -254,11 +254,12 @@ GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
-# Whose identity writes to GitHub (sign-in with GitHub: GITHUB_URL and GITHUB_OAUTH_* above).
+# Whose identity writes to GitHub (sign-in with GitHub is configured above).
 # "user": each decision is written with its triager's own token (GitHub's timeline names them);
 # "app": with the site's token (GITHUB_TOKEN or the GitHub App), the audit still naming the triager.
-GITHUB_WRITE_AS = os.environ.get("GITHUB_WRITE_AS", "user" if GITHUB_OAUTH_CLIENT_ID else "app")
-if GITHUB_WRITE_AS not in ("user", "app"):
+# Unset: "user" when sign-in with GitHub is configured (GITHUB_OAUTH_CLIENT_ID), else "app".
+GITHUB_WRITE_AS = os.environ.get("GITHUB_WRITE_AS", "")
+if GITHUB_WRITE_AS not in ("", "user", "app"):
     raise ImproperlyConfigured(f"GITHUB_WRITE_AS must be user or app, not {GITHUB_WRITE_AS!r}.")
 # The site's own identity may be a GitHub App instead of GITHUB_TOKEN: its installation on GITHUB_REPO.
 GITHUB_APP_ID = os.environ.get("GITHUB_APP_ID", "")
