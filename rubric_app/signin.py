@@ -23,7 +23,7 @@ from django.contrib.auth.views import LoginView
 from django.http import HttpRequest
 from django.shortcuts import render
 
-from . import github
+from . import credentials, github
 from .roles import ROLES, ensure_roles
 
 log = logging.getLogger(__name__)
@@ -63,16 +63,12 @@ def set_role(user: User, role: str | None) -> None:
 
 def _save_token(user: User, sociallogin: SocialLogin) -> None:
     """Hand the user's token to credentials.py, which keeps it encrypted (allauth stores none:
-    SOCIALACCOUNT_STORE_TOKENS is off)."""
-    try:
-        from .credentials import save_user_token
-    except ImportError:  # credentials.py (encrypted tokens) lands with the writes-as-the-triager work
-        return
+    SOCIALACCOUNT_STORE_TOKENS is off). allauth keeps an OAuth2 refresh token in token_secret."""
     token = sociallogin.token
     expires_at = token.expires_at
     if expires_at is not None and expires_at.tzinfo is None:
         expires_at = expires_at.replace(tzinfo=UTC)
-    save_user_token(
+    credentials.save_user_token(
         user,
         access_token=token.token,
         refresh_token=token.token_secret or None,
@@ -95,6 +91,8 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             ) from None
         if role is None:
             log.info("sign-in of %s refused: not a member of %s", login, settings.TRIAGE_ORG)
+            if sociallogin.is_existing:  # left the org since: no role now, not only no session
+                set_role(sociallogin.user, None)
             raise ImmediateHttpResponse(
                 render(
                     request, "rubric_app/signin_refused.html", {"login": login, "org": settings.TRIAGE_ORG}, status=403
@@ -162,15 +160,12 @@ oauth2_login = OAuth2LoginView.adapter_view(GitHubAdapter)
 oauth2_callback = OAuth2CallbackView.adapter_view(GitHubAdapter)
 
 
-def _user_token(user: User) -> str:
-    """The user's own token from credentials.py when it has one, else the site's."""
+def _check_token(user: User) -> str:
+    """The token to read `user`'s memberships with: their own (refreshed by credentials.py when it is
+    about to expire), else the site's GITHUB_TOKEN; "" when there is neither."""
     try:
-        from .credentials import get_user_token  # the writes-as-the-triager work
-    except ImportError:
-        return settings.GITHUB_TOKEN
-    try:
-        return get_user_token(user) or settings.GITHUB_TOKEN
-    except Exception:  # noqa: BLE001 - an expired or undecryptable token: the site's token still answers
+        return credentials.token_for(user)
+    except github.GitHubError:  # none stored, revoked or expired: the site's token still answers
         return settings.GITHUB_TOKEN
 
 
@@ -183,7 +178,7 @@ def refresh_github_roles() -> dict[str, int]:
     counts = {"checked": 0, "changed": 0, "failed": 0}
     for account in SocialAccount.objects.filter(provider="github").select_related("user"):
         user, login = account.user, str(account.extra_data.get("login", ""))
-        token = _user_token(user)
+        token = _check_token(user)
         if not token and github.mode() != "demo":  # nothing to ask with (the demo GitHub needs no token)
             counts["failed"] += 1
             continue

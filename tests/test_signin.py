@@ -10,9 +10,13 @@ import requests
 from allauth.socialaccount.models import SocialAccount, SocialToken
 from django.contrib.auth.models import User
 
-from rubric_app import signin
+from rubric_app import credentials, signin
 from rubric_app.demo_github import DEMO_ORG
+from rubric_app.models import GitHubCredential, TriageDecision
+from rubric_app.tasks import apply_decision_task
+from tests.conftest import make_issue, make_label, wait_until_finished
 from tests.fakegithub import CLIENT_SECRET
+from tests.test_credentials_worker import QUEUE, signed_in_worker  # noqa: F401 - the worker that writes as users
 
 pytestmark = pytest.mark.django_db
 
@@ -76,9 +80,21 @@ def test_it_refuses_an_outsider_and_creates_no_user(client, github_signin):
     assert "_auth_user_id" not in client.session
 
 
-def test_it_stores_no_token_in_allauths_table(client, github_signin):
+def test_it_stores_the_token_encrypted_and_none_in_allauths_table(client, github_signin):
     sign_in_with_github(client, github_signin, "demo-triager")
     assert not SocialToken.objects.exists()
+    (token,) = github_signin.tokens
+    stored = GitHubCredential.objects.get(user__socialaccount__extra_data__login="demo-triager")
+    assert token not in stored.access_token_encrypted and credentials.token_for(stored.user) == token
+    assert stored.scopes == "read:org,public_repo"
+
+
+def test_it_reads_roles_with_the_users_own_token_at_the_daily_check(client, github_signin):
+    sign_in_with_github(client, github_signin, "demo-member")
+    (token,) = github_signin.tokens
+    github_signin.requests.clear()
+    signin.refresh_github_roles()
+    assert {r.actor for r in github_signin.requests_to(r"^/orgs/")} == {"demo-member"}
 
 
 def test_it_demotes_at_the_next_sign_in(client, github_signin):
@@ -149,12 +165,12 @@ def test_it_keeps_tokens_and_the_client_secret_out_of_logs_and_pages(client, git
     landed = sign_in_with_github(client, github_signin, "demo-chair")
     page = client.get(landed["Location"]).content.decode()
     refused = sign_in_with_github(client.__class__(), github_signin, "demo-outsider").content.decode()
-    for secret in [*github_signin.tokens, CLIENT_SECRET]:
+    for secret in [*github_signin.tokens, *github_signin.user_tokens, CLIENT_SECRET]:
         assert secret not in caplog.text and secret not in page and secret not in refused
 
 
 def test_it_writes_label_events_as_the_tokens_user(github_signin):
-    token = github_signin.issue_token("demo-triager")
+    token, _ = github_signin.issue_user_token("demo-triager")
     github_signin.add_issue(7)
     github_signin.add_label("module: inductor")
     me = requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}, timeout=5)
@@ -174,7 +190,7 @@ def test_it_writes_label_events_as_the_tokens_user(github_signin):
     assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
         ("labeled", "module: inductor", "demo-triager")
     ]
-    github_signin.revoke_tokens("demo-triager")
+    github_signin.revoke(token)
     assert requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}).status_code == 401
 
 
@@ -203,3 +219,58 @@ def test_it_refuses_a_triage_team_without_a_known_role(raw):
 
     with pytest.raises(ImproperlyConfigured, match="slug=role"):
         parse_triage_teams(raw)
+
+
+def test_it_refuses_and_strips_the_roles_of_someone_who_left_the_org(client, github_signin):
+    sign_in_with_github(client, github_signin, "demo-triager")
+    client.logout()
+    github_signin.org_members[DEMO_ORG].discard("demo-triager")
+    assert sign_in_with_github(client, github_signin, "demo-triager").status_code == 403
+    assert roles_of("demo-triager") == set()
+    assert "_auth_user_id" not in client.session
+
+
+def test_it_shows_a_refusal_by_github_on_the_dashboards_page(client, github_signin):
+    start = client.post("/accounts/github/login/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    response = client.get(f"/accounts/github/login/callback/?error=access_denied&state={state}", follow=True)
+    assert b"PT2 triage" in response.content and b"Back to sign in" in response.content
+
+
+@pytest.mark.worker
+@pytest.mark.usefixtures("signed_in_worker")
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_as_the_user_who_signed_in_with_github_through_the_worker(client, github_signin):
+    """Sign-in to label: the token from sign-in, stored encrypted, is what the worker writes with,
+    and the demo GitHub records the signed-in user as the label's actor."""
+    sign_in_with_github(client, github_signin, "demo-triager")
+    user = SocialAccount.objects.get(extra_data__login="demo-triager").user
+    github_signin.add_issue(1101, labels=["oncall: pt2"])
+    issue = make_issue(1101, labels=("oncall: pt2",))
+    make_label("module: inductor")
+    decision = TriageDecision.objects.create(
+        issue=issue, user=user, labels_seen=["oncall: pt2"], labels_added=["module: inductor"]
+    )
+
+    apply_decision_task.apply_async((decision.pk,), queue=QUEUE)
+    decision = wait_until_finished(decision, timeout=60)
+
+    assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
+    assert github_signin.label_events == [
+        {"issue": 1101, "event": "labeled", "label": "module: inductor", "actor": "demo-triager"}
+    ]
+
+
+def test_it_keeps_the_client_secret_out_of_a_repros_environment():
+    from rubric_app.bisection.sandbox import scrubbed_env
+
+    host = {"PATH": "/usr/bin", "GITHUB_OAUTH_CLIENT_SECRET": CLIENT_SECRET, "TOKEN_ENCRYPTION_KEY": "k" * 44}
+    env = scrubbed_env("/tmp/repro", host)
+    assert CLIENT_SECRET not in env.values() and not {"GITHUB_OAUTH_CLIENT_SECRET", "TOKEN_ENCRYPTION_KEY"} & set(env)
+
+
+def test_it_lets_no_one_in_when_github_cannot_say_their_memberships(client, github_signin):
+    github_signin.inject("error", path=r"^/orgs/", status=502, times=50)
+    response = sign_in_with_github(client, github_signin, "demo-triager")
+    assert response.status_code == 503 and b"could not tell us" in response.content
+    assert not SocialAccount.objects.exists() and "_auth_user_id" not in client.session
