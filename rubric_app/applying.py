@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app import github, recovery, suggestions
+from rubric_app import credentials, github, recovery, suggestions
 from rubric_app.models import (
     TRIAGE_REVIEW,
     GitHubWrite,
@@ -45,6 +45,7 @@ def _audit(decision: TriageDecision, result: github.WriteResult) -> None:
 
 def _failure_message(result: github.WriteResult, done: list[str]) -> str:
     reasons = {
+        401: "GitHub no longer accepts the token (401): sign in to GitHub again.",
         403: "GitHub refused: the token may not change this issue (403).",
         404: "GitHub could not find the issue, label or repository (404).",
         410: "The issue is gone from GitHub (410).",
@@ -56,6 +57,8 @@ def _failure_message(result: github.WriteResult, done: list[str]) -> str:
         why = f"GitHub had a server error ({result.status}); try again later."
     else:
         why = reasons.get(result.status, f"GitHub answered {result.status}.")
+    if result.status in (401, 403) and "triage" in result.response:  # a triager's own token: what to do
+        why = f"{result.response} (403)."
     if result.action in ("transfer", "read_repository"):  # GraphQL's refusals say why in words
         why += f" {result.response.rstrip('.')}."
     step = f"{result.action.replace('_', ' ')} {result.target!r}"
@@ -110,12 +113,16 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
     if not claimed:
         return decision
     issue = decision.issue
+    stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
     try:
-        gh = gh or github.client()
+        # As the triager (their own token) or as the site; never another identity when theirs is refused.
+        gh = gh or credentials.write_client_for(decision.user)
         remote = gh.issue(issue.number)
+    except github.TokenRefused as exc:
+        _audit(decision, github.WriteResult("credentials", str(decision.user or ""), exc.status, False, exc.message))
+        return _finish(decision, TriageDecision.Status.FAILED, f"Not written to GitHub: {exc.message}{stopped}.")
     except github.GitHubError as exc:
         _audit(decision, github.WriteResult("read_labels", f"#{issue.number}", exc.status, False, exc.message))
-        stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
         return _finish(
             decision,
             TriageDecision.Status.FAILED,

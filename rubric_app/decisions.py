@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app import github
+from rubric_app import credentials, github
 from rubric_app.models import (
     CPU_INDUCTOR_ONCALL,
     HIGH_PRIORITY,
@@ -252,9 +252,12 @@ def request_decision(
         if s.kind == Suggestion.Kind.ADD
     ]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
+    unsigned = credentials.why_not_as(user)  # written as the triager, who has no usable GitHub token
     why = (
         f"Apply is disabled: {off}"
         if off
+        else f"Not sent to GitHub: {unsigned}."
+        if unsigned
         else refusal(
             issue=issue, user=user, plan=plan, meeting_decision=meeting_decision, catalog=catalog, original=original
         )

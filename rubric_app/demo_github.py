@@ -18,8 +18,11 @@ and injects faults on demand (`inject`). Pure Python: no Django import.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import os
 import re
+import secrets
 import socket
 import threading
 import time
@@ -54,6 +57,7 @@ class Recorded:
     status: int = 0
     body: str = ""  # the first 200 characters of the answer
     sent: str = ""  # the request's body
+    actor: str = ""  # who the request's token is (per-token identity), "" when anonymous
 
 
 @dataclass
@@ -124,6 +128,65 @@ class FakeGitHub:
             self.transferred: dict[int, tuple[str, str]] = {}
             # The repositories an issue may be transferred to (G2), as GitHub would find them.
             self.other_repos = set(OTHER_REPOS)
+            self.reset_identities()
+            self.reset_people()
+
+    # --- people: users, their tokens, the org and its teams, OAuth sign-in ----------------------
+
+    def reset_people(self) -> None:
+        with self.lock:
+            self.users: dict[str, dict] = {}
+            self.tokens: dict[str, str] = {}  # access token -> login (per-token identity)
+            self.org_members: dict[str, set[str]] = {}  # org -> logins
+            self.team_members: dict[tuple[str, str], set[str]] = {}  # (org, team slug) -> logins
+            self.oauth_apps: dict[str, str] = {}  # client id -> client secret
+            self.oauth_codes: dict[str, dict] = {}  # code -> {client_id, login, scope, redirect_uri}
+            self.label_events: list[dict] = []  # {"issue", "event", "label", "actor"}, oldest first
+
+    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=()) -> dict:
+        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in."""
+        with self.lock:
+            user = self.users.setdefault(login, {"login": login, "id": 5_000_000 + len(self.users), "name": name})
+            if org:
+                self.org_members.setdefault(org, set()).add(login)
+                for slug in teams:
+                    self.team_members.setdefault((org, slug), set()).add(login)
+            return user
+
+    def remove_from_team(self, login: str, org: str, slug: str) -> None:
+        with self.lock:
+            self.team_members.get((org, slug), set()).discard(login)
+
+    def add_oauth_app(self, client_id: str, client_secret: str) -> None:
+        with self.lock:
+            self.oauth_apps[client_id] = client_secret
+
+    def issue_token(self, login: str) -> str:
+        """A fresh access token that acts as `login` (what the OAuth token endpoint hands out)."""
+        token = "gho_demo_" + secrets.token_hex(16)
+        with self.lock:
+            self.tokens[token] = login
+        return token
+
+    def revoke_tokens(self, login: str) -> None:
+        with self.lock:
+            self.tokens = {t: who for t, who in self.tokens.items() if who != login}
+            for token, user in self.user_tokens.items():
+                if user["login"] == login:
+                    self.revoke(token)
+
+    def user_json(self, login: str) -> dict:
+        user = self.users[login]
+        return {
+            "login": login,
+            "id": user["id"],
+            "node_id": f"U_{login}",
+            "type": "User",
+            "name": user["name"] or login,
+            "email": None,
+            "html_url": f"https://github.com/{login}",
+            "avatar_url": "",
+        }
 
     def tick(self) -> datetime:
         """Return a fresh updated_at, strictly later than every earlier one (second resolution)."""
@@ -219,6 +282,133 @@ class FakeGitHub:
             self.transferred[number] = (repo, url)
             return {"data": {"transferIssue": {"issue": {"number": number, "url": url}}}}
 
+    # --- identities: people's tokens, the GitHub App -----------------------------------------
+
+    def reset_identities(self) -> None:
+        with self.lock:
+            # access token -> {"login", "expires_at" (epoch or None), "revoked"}; refresh token -> login
+            self.user_tokens: dict[str, dict] = {}
+            self.refresh_tokens: dict[str, str] = {}
+            # Who may change labels: None, everyone with a token; else these logins (GitHub's triage role).
+            self.triagers: set[str] | None = None
+            self.user_rate_limits: dict[str, int] = {}  # login -> requests left this hour, per token's owner
+            self.app: dict | None = None  # {"id", "public_key", "installation_id", "slug"}
+            self.installation_tokens: dict[str, float] = {}  # token -> expiry (epoch)
+            self._token_serial = 0
+
+    def issue_user_token(self, login: str, *, expires_in: int | None = None, refresh: bool = True) -> tuple[str, str]:
+        """A user access token for `login` (and a refresh token unless refresh=False), as the OAuth flow
+        would grant; expires_in None: it never expires (an OAuth app's classic token)."""
+        with self.lock:
+            self._token_serial += 1
+            access = f"ghu_{login}_{self._token_serial}_{hashlib.sha1(login.encode()).hexdigest()[:12]}"
+            refresh_token = f"ghr_{login}_{self._token_serial}" if refresh else ""
+            expires_at = time.time() + expires_in if expires_in is not None else None
+            self.user_tokens[access] = {"login": login, "expires_at": expires_at, "revoked": False}
+            self.tokens[access] = login  # /user and the memberships know it too
+            if refresh_token:
+                self.refresh_tokens[refresh_token] = login
+            self.user_rate_limits.setdefault(login, 5000)
+            return access, refresh_token
+
+    def revoke(self, token: str) -> None:
+        """The person revoked the app's access: the token answers 401 from now on."""
+        with self.lock:
+            self.user_tokens[token]["revoked"] = True
+            self.tokens.pop(token, None)
+            for refresh, login in list(self.refresh_tokens.items()):
+                if login == self.user_tokens[token]["login"]:
+                    del self.refresh_tokens[refresh]
+
+    def refresh_grant(self, form: dict[str, str]) -> dict:
+        """POST /login/oauth/access_token with grant_type=refresh_token: a new pair, the old refresh token spent.
+        GitHub answers 200 with an `error` when it refuses."""
+        with self.lock:
+            login = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if login is None:
+                return {"error": "bad_refresh_token", "error_description": "The refresh token passed is incorrect."}
+            access, refresh = self.issue_user_token(login, expires_in=28800)
+            return {
+                "access_token": access,
+                "expires_in": 28800,
+                "refresh_token": refresh,
+                "refresh_token_expires_in": 15811200,
+                "scope": "",
+                "token_type": "bearer",
+            }
+
+    def install_app(self, app_id: str, public_key_pem: str, slug: str = "pt2-triage") -> None:
+        """A GitHub App installed on the repo; its JWTs are checked against public_key_pem (RS256)."""
+        with self.lock:
+            self.app = {"id": str(app_id), "public_key": public_key_pem, "installation_id": 4242, "slug": slug}
+
+    def identity(self, authorization: str) -> tuple[str | None, str]:
+        """Who the Authorization header is: (login, kind) with kind site, user, installation or jwt;
+        (None, why) when GitHub would answer 401."""
+        scheme, _, credential = (authorization or "").partition(" ")
+        with self.lock:
+            if self.token is None and not credential:
+                return DASHBOARD_LOGIN, "site"  # the local demo: no token needed
+            if credential == self.token:
+                return DASHBOARD_LOGIN, "site"
+            user = self.user_tokens.get(credential)
+            if user is not None:
+                if user["revoked"]:
+                    return None, "revoked"
+                if user["expires_at"] is not None and user["expires_at"] <= time.time():
+                    return None, "expired"
+                return user["login"], "user"
+            if credential in self.tokens:  # a token from the OAuth sign-in (no expiry)
+                self.user_rate_limits.setdefault(self.tokens[credential], 5000)  # each person's own budget
+                return self.tokens[credential], "user"
+            if credential.startswith("gho_demo_"):
+                return None, "revoked"  # revoked, or never issued
+            expiry = self.installation_tokens.get(credential)
+            if expiry is not None and expiry > time.time() and self.app:
+                return f"{self.app['slug']}[bot]", "installation"
+            if scheme.lower() == "bearer" and self.app and self._jwt_ok(credential):
+                return f"app:{self.app['slug']}", "jwt"
+            if self.token is None:
+                return DASHBOARD_LOGIN, "site"  # the local demo takes any other token as the site's
+        return None, "bad"
+
+    def _jwt_ok(self, token: str) -> bool:
+        try:
+            import jwt  # PyJWT (a PyGithub dependency): only the App endpoints need it
+
+            claims = jwt.decode(token, self.app["public_key"], algorithms=["RS256"])
+        except Exception:  # any undecodable or badly signed JWT is GitHub's 401
+            return False
+        return str(claims.get("iss")) == self.app["id"]
+
+    def app_route(self, method: str, path: str, kind: str) -> tuple[int, dict, dict] | None:
+        """The App endpoints PyGithub's GithubIntegration calls, with the App's JWT; None: not one of them."""
+        is_installation = path == f"/repos/{self.repo}/installation" and method == "GET"
+        grant = re.fullmatch(r"/app/installations/(\d+)/access_tokens", path) if method == "POST" else None
+        if not (is_installation or grant):
+            return None
+        if kind != "jwt":
+            return 401, {"message": "A JSON web token could not be decoded"}, {}
+        with self.lock:
+            installation_id = self.app["installation_id"]
+            if is_installation:
+                return 200, {"id": installation_id, "app_id": int(self.app["id"]), "account": {"login": "pytorch"}}, {}
+            if int(grant.group(1)) != installation_id:
+                return 404, {"message": "Not Found"}, {}
+            self._token_serial += 1
+            token = f"ghs_installation_{self._token_serial}"
+            expires = time.time() + 3600
+            self.installation_tokens[token] = expires
+            return 201, {"token": token, "expires_at": _iso(datetime.fromtimestamp(expires, UTC))}, {}
+
+    def may_write(self, actor: str, kind: str) -> bool:
+        """GitHub's triage permission: the site and the App may; a person only when in `triagers`."""
+        return kind != "user" or self.triagers is None or actor in self.triagers
+
+    def record_label_event(self, number: int, event: str, label: str, actor: str) -> None:
+        with self.lock:
+            self.label_events.append({"issue": number, "event": event, "label": label, "actor": actor})
+
     def labels_of(self, number: int) -> list[str]:
         with self.lock:
             return sorted(self.issues[number]["labels"])
@@ -270,6 +460,15 @@ class FakeGitHub:
 
     def _base(self) -> str:
         return f"{self.url}/repos/{self.repo}"
+
+    def event_json(self, index: int, event: dict) -> dict:
+        return {
+            "id": 70_000_000 + index,
+            "event": event["event"],
+            "actor": {"login": event["actor"]},
+            "label": {"name": event["label"], "color": self.labels.get(event["label"], {}).get("color", "ededed")},
+            "created_at": _iso(self._clock),
+        }
 
     def label_json(self, name: str) -> dict:
         label = self.labels.get(name) or {"name": name, "color": "ededed", "description": ""}
@@ -401,6 +600,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         with fake.lock:
             fake.requests.append(record)
+        self._record = record
         fault = fake.take_fault(method, path, query)
         extra: dict[str, str] = {}
         if fault and fault.kind == "race":
@@ -432,11 +632,20 @@ class Handler(BaseHTTPRequestHandler):
                 "X-RateLimit-Remaining": "0",
                 "X-RateLimit-Reset": str(int(time.time() + fault.options.get("reset_in", 1))),
             }
-        if fake.token is not None and self.headers.get("Authorization") not in (
-            f"token {fake.token}",
-            f"Bearer {fake.token}",
-        ):
+        if path == "/login/oauth/access_token" and method == "POST" and b"refresh_token" in raw:
+            return self._send(record, 200, fake.refresh_grant({k: v[-1] for k, v in parse_qs(raw.decode()).items()}))
+        if path.startswith("/login/oauth/"):  # GitHub's web side: no API token involved
+            return self._oauth(record, method, path, query, raw)
+        actor, kind = fake.identity(self.headers.get("Authorization", ""))
+        if actor is None:
             return self._send(record, 401, {"message": "Bad credentials"})
+        record.actor = actor
+        if (answer := fake.app_route(method, path, kind)) is not None:
+            return self._send(record, *answer)
+        if kind == "jwt":  # an App's JWT opens only the App endpoints
+            return self._send(record, 401, {"message": "A JSON web token could not be decoded"})
+        if method != "GET" and path.startswith(f"/repos/{fake.repo}/issues/") and not fake.may_write(actor, kind):
+            return self._send(record, 403, {"message": "Must have triage access to change this issue."})
         try:
             status, payload, headers = self._route(method, path, query, raw)
         except KeyError:
@@ -475,6 +684,8 @@ class Handler(BaseHTTPRequestHandler):
             if name not in fake.other_repos:
                 raise KeyError(path)
             return 200, {"full_name": name, "name": name.split("/")[1], "node_id": f"R_{name}"}, {}
+        if path.startswith(("/user", "/orgs/")) and method == "GET":
+            return self._people(path)
         if path == "/graphql" and method == "POST":
             return 200, fake.graphql(json.loads(raw or b"{}")), {}
         if path == f"{base}/issues" and method == "GET":
@@ -510,35 +721,151 @@ class Handler(BaseHTTPRequestHandler):
                         {"message": "Validation Failed", "errors": [{"field": "body", "code": "missing_field"}]},
                         {},
                     )
-                return 201, fake.comment_json(number, fake.add_comment(number, body, user=DASHBOARD_LOGIN)), {}
+                return 201, fake.comment_json(number, fake.add_comment(number, body, user=self._actor())), {}
             if rest == "/comments" and method == "GET":
                 since = _parse_iso(query["since"]) if query.get("since") else None
                 comments = [c for c in issue["comments"] if since is None or c["updated_at"] >= since]
                 rows, link, _ = paginate(comments, query, f"{fake.url}{path}")
                 return 200, [fake.comment_json(number, c) for c in rows], {"Link": link} if link else {}
+            if rest == "/events" and method == "GET":
+                events = [e for e in fake.label_events if e["issue"] == number]
+                return 200, [fake.event_json(i, e) for i, e in enumerate(events)], {}
             if rest == "/labels" and method == "GET":
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
             if rest == "/labels" and method == "POST":
                 body = json.loads(raw or b"[]")
                 names = body.get("labels", []) if isinstance(body, dict) else body
-                fake.set_labels(number, issue["labels"] + [n for n in names if n not in issue["labels"]])
+                added = [n for n in names if n not in issue["labels"]]
+                fake.set_labels(number, issue["labels"] + added)
+                for name in added:
+                    fake.record_label_event(number, "labeled", name, self._actor())
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
             if rest.startswith("/labels/") and method == "DELETE":
                 name = rest[len("/labels/") :]
                 if name not in issue["labels"]:
                     return 404, {"message": "Label does not exist"}, {}
                 fake.set_labels(number, [n for n in issue["labels"] if n != name])
+                fake.record_label_event(number, "unlabeled", name, self._actor())
                 return 200, [fake.label_json(n) for n in issue["labels"]], {}
         raise KeyError(path)
 
+    def _actor(self) -> str:
+        """Who the request being answered acts as (the actor GitHub's timeline shows)."""
+        return self._record.actor
+
+    # --- people and OAuth sign-in (the demo's and the tests' "Sign in with GitHub") ----------
+
+    def _bearer(self) -> str:
+        value = self.headers.get("Authorization") or ""
+        return value.split(" ", 1)[1].strip() if " " in value else ""
+
+    def _people(self, path: str):
+        """GET /user, /user/memberships/orgs/{org}, /orgs/{org}/members/{username} and
+        /orgs/{org}/teams/{team_slug}/memberships/{username}, as GitHub documents them."""
+        fake = self.server.fake
+        with fake.lock:
+            if path == "/user":
+                login = fake.tokens.get(self._bearer())
+                if login is None:
+                    return 401, {"message": "Requires authentication"}, {}
+                return 200, fake.user_json(login), {}
+            if match := re.fullmatch(r"/user/memberships/orgs/([\w.-]+)", path):
+                login, org = fake.tokens.get(self._bearer()), match.group(1)
+                if login is None or login not in fake.org_members.get(org, set()):
+                    raise KeyError(path)
+                return 200, {"state": "active", "role": "member", "organization": {"login": org}}, {}
+            if match := re.fullmatch(r"/orgs/([\w.-]+)/members/([\w.-]+)", path):
+                if match.group(2) not in fake.org_members.get(match.group(1), set()):
+                    raise KeyError(path)
+                return 204, None, {}
+            if match := re.fullmatch(r"/orgs/([\w.-]+)/teams/([\w.-]+)/memberships/([\w.-]+)", path):
+                org, slug, login = match.groups()
+                if login not in fake.team_members.get((org, slug), set()):
+                    raise KeyError(path)
+                return 200, {"state": "active", "role": "member", "url": f"{fake.url}{path}"}, {}
+        raise KeyError(path)
+
+    def _oauth(self, record: Recorded, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
+        """/login/oauth/authorize (a page to pick a seeded user, then back to redirect_uri with a code)
+        and /login/oauth/access_token (the code, with the app's client secret, for a token)."""
+        fake = self.server.fake
+        form = {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()} if raw else {}
+        if path == "/login/oauth/authorize" and method == "GET":
+            if query.get("client_id") not in fake.oauth_apps:
+                return self._send_page(record, 404, "<h1>Unknown OAuth application</h1>")
+            return self._send_page(record, 200, self._authorize_page(query))
+        if path == "/login/oauth/authorize" and method == "POST":
+            login = form.get("login", "")
+            if form.get("client_id") not in fake.oauth_apps or login not in fake.users:
+                return self._send_page(record, 400, "<h1>Pick one of the demo users</h1>")
+            code = secrets.token_hex(10)
+            with fake.lock:
+                fake.oauth_codes[code] = {
+                    "client_id": form["client_id"],
+                    "login": login,
+                    "scope": form.get("scope", ""),
+                    "redirect_uri": form.get("redirect_uri", ""),
+                }
+            target = form.get("redirect_uri", "")
+            target += ("&" if "?" in target else "?") + urlencode({"code": code, "state": form.get("state", "")})
+            return self._send_page(record, 302, "", {"Location": target})
+        if path == "/login/oauth/access_token" and method == "POST":
+            with fake.lock:
+                grant = fake.oauth_codes.pop(form.get("code", ""), None)
+                secret = fake.oauth_apps.get(form.get("client_id", ""))
+            if grant is None or secret is None or form.get("client_secret") != secret:
+                return self._send(record, 200, {"error": "bad_verification_code"})
+            token = fake.issue_token(grant["login"])
+            scope = grant["scope"].replace(" ", ",")
+            return self._send(record, 200, {"access_token": token, "token_type": "bearer", "scope": scope})
+        return self._send(record, 404, {"message": "Not Found"})
+
+    def _authorize_page(self, query: dict[str, str]) -> str:
+        fake = self.server.fake
+        hidden = "".join(
+            f'<input type="hidden" name="{k}" value="{html.escape(query.get(k, ""))}">'
+            for k in ("client_id", "redirect_uri", "scope", "state")
+        )
+        with fake.lock:
+            rows = []
+            for login in sorted(fake.users):
+                orgs = [org for org, members in fake.org_members.items() if login in members]
+                teams = [slug for (org, slug), members in fake.team_members.items() if login in members]
+                where = ", ".join(orgs + teams) or "no organisation"
+                rows.append(
+                    f'<li><button type="submit" name="login" value="{html.escape(login)}">{html.escape(login)}</button>'
+                    f" <small>{html.escape(where)}</small></li>"
+                )
+        return (
+            "<!doctype html><title>Demo GitHub: authorize</title><h1>Demo GitHub: sign in as</h1>"
+            f"<p>The application asks for: <code>{html.escape(query.get('scope', ''))}</code></p>"
+            f'<form method="post" action="/login/oauth/authorize">{hidden}<ul>{"".join(rows)}</ul></form>'
+        )
+
+    def _send_page(self, record: Recorded, status: int, page: str, headers: dict | None = None) -> None:
+        body = page.encode()
+        record.status = status
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
     def _send(self, record: Recorded, status: int, payload, headers: dict | None = None) -> None:
-        self._send_bytes(record, status, json.dumps(payload).encode(), headers or {})
+        body = b"" if status == 204 else json.dumps(payload).encode()  # 204: no body, as HTTP says
+        self._send_bytes(record, status, body, headers or {})
 
     def _send_bytes(self, record: Recorded, status: int, body: bytes, headers: dict) -> None:
         fake = self.server.fake
         etag = 'W/"' + hashlib.sha1(body).hexdigest() + '"'
         if status == 200 and record.method == "GET" and self.headers.get("If-None-Match") == etag:
             status, body = 304, b""  # a conditional hit costs no rate limit
+        elif status != 401 and record.actor in fake.user_rate_limits:  # a person's token: their own budget
+            with fake.lock:
+                fake.user_rate_limits[record.actor] = max(fake.user_rate_limits[record.actor] - 1, 0)
+                headers.setdefault("X-RateLimit-Remaining", str(fake.user_rate_limits[record.actor]))
         elif status != 401:
             with fake.lock:
                 fake.rate_limit_remaining = max(fake.rate_limit_remaining - 1, 0)
@@ -635,6 +962,24 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     return len(issues)
 
 
+# Who can sign in to the demo (the authorize page lists them): one of each kind the dashboard tells apart.
+DEMO_ORG = "pytorch"
+DEMO_PEOPLE = (
+    ("demo-triager", "A pt2-triagers member", DEMO_ORG, ("pt2-triagers",)),
+    ("demo-chair", "A pt2-triage-chairs member", DEMO_ORG, ("pt2-triage-chairs",)),
+    ("demo-member", "A pytorch member in no triage team", DEMO_ORG, ()),
+    ("demo-outsider", "Not in the pytorch organisation", None, ()),
+)
+
+
+def seed_demo_people(fake: FakeGitHub, *, client_id: str = "", client_secret: str = "") -> None:
+    """Add the demo's users, org and teams, and the dashboard's OAuth app when one is given."""
+    for login, name, org, teams in DEMO_PEOPLE:
+        fake.add_user(login, name=name, org=org, teams=teams)
+    if client_id and client_secret:
+        fake.add_oauth_app(client_id, client_secret)
+
+
 def main() -> None:
     import argparse
 
@@ -644,6 +989,12 @@ def main() -> None:
     args = parser.parse_args()
     fake = FakeGitHub(args.repo)
     count = seed_demo(fake)
+    # Sign in with GitHub: the same variables the dashboard reads (scripts/run.sh generates them).
+    seed_demo_people(
+        fake,
+        client_id=os.environ.get("GITHUB_OAUTH_CLIENT_ID", ""),
+        client_secret=os.environ.get("GITHUB_OAUTH_CLIENT_SECRET", ""),
+    )
     server = FakeServer(fake, args.port)
     print(f"demo GitHub: {fake.url} ({count} issues of {args.repo}, {len(fake.labels)} labels)", flush=True)
     try:

@@ -58,6 +58,10 @@ class MalformedResponse(GitHubError):
     """GitHub answered 200 with a body that is not the JSON it should be."""
 
 
+class TokenRefused(GitHubError):
+    """A person's own token cannot be used (revoked, expired, none): they must sign in to GitHub again."""
+
+
 class PageGone(GitHubError):
     """A page of a listing answered 404/410/422 while we paginated (the listing changed)."""
 
@@ -190,9 +194,21 @@ class Client:
     """A connection to one repo. Counts what it asked: `requests_made`, `not_modified` (304s)."""
 
     def __init__(
-        self, *, base_url: str, token: str, repo: str, timeout: float = 15.0, write_interval: float = 1.0
+        self,
+        *,
+        base_url: str,
+        token: str,
+        repo: str,
+        timeout: float = 15.0,
+        write_interval: float = 1.0,
+        on_answer=None,
+        as_user: bool = False,
     ) -> None:
         self.repo = repo
+        # as_user: the token is a person's (sign-in), so a 401 or a 403 names what they must do.
+        self.as_user = as_user
+        # on_answer(status, rate_remaining, rate_reset_at): called after each answer (credentials keeps them).
+        self._on_answer = on_answer
         self.write_interval = write_interval
         self.requests_made = 0
         self.not_modified = 0
@@ -240,9 +256,11 @@ class Client:
             message = (exc.data or {}).get("message", "") if isinstance(exc.data, dict) else str(exc.data)
             if exc.status == 403 and "rate limit" in message.lower():
                 raise RateLimited(f"GitHub rate limit: {message}") from None
-            return _Answer(
+            answer = _Answer(
                 exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data)
             )
+            self._watch_rate_limit(answer)
+            return answer
         except (requests.exceptions.RetryError, urllib3.exceptions.MaxRetryError) as exc:
             raise GitHubUnavailable(f"GitHub kept failing for {verb} {url}: {exc.__class__.__name__}") from None
         except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
@@ -256,11 +274,14 @@ class Client:
     def _watch_rate_limit(self, answer: _Answer) -> None:
         """Note when the budget is spent: the next request waits for the reset (see _before_request)."""
         remaining = answer.headers.get("x-ratelimit-remaining")
-        if remaining is None or not remaining.isdigit():
-            return
-        self.rate_remaining = int(remaining)
         reset = answer.headers.get("x-ratelimit-reset", "")
-        self._spent_until = int(reset) if self.rate_remaining == 0 and reset.isdigit() else 0
+        if remaining is not None and remaining.isdigit():
+            self.rate_remaining = int(remaining)
+            self._spent_until = int(reset) if self.rate_remaining == 0 and reset.isdigit() else 0
+        if self._on_answer is not None:
+            known = remaining is not None and remaining.isdigit()
+            reset_at = datetime.fromtimestamp(int(reset), UTC) if known and reset.isdigit() else None
+            self._on_answer(answer.status, int(remaining) if known else None, reset_at)
 
     def _before_request(self) -> None:
         """Wait for the rate limit's reset if it is near; raise RateLimited if it is far."""
@@ -285,6 +306,8 @@ class Client:
             answer = self._call(self._reader, "GET", url, params=params, headers=headers)
             if answer.status == 304:
                 return answer, None
+            if answer.status == 401 and self.as_user:
+                raise TokenRefused(self._refusal(answer), 401)
             if answer.status in (404, 410, 422):
                 raise PageGone(f"GET {url} answered {answer.status}", answer.status)
             if answer.status >= 500:
@@ -373,6 +396,8 @@ class Client:
             finally:
                 _last_write_at = time.monotonic()
         ok = 200 <= answer.status < 300
+        if self.as_user and answer.status in (401, 403):
+            return WriteResult(action, target, answer.status, False, self._refusal(answer))
         labels = data = None
         if ok:
             try:
@@ -386,6 +411,22 @@ class Client:
         # The audit shows the labels GitHub says the issue has now, rather than raw JSON.
         response = f"labels now: {', '.join(labels)}" if labels is not None else _excerpt(answer.text)
         return WriteResult(action, target, answer.status, ok, response, labels, data)
+
+    def _refusal(self, answer: _Answer) -> str:
+        """What a person must do when GitHub refused their own token (401: revoked or expired; 403: no right)."""
+        try:
+            message = str(json.loads(answer.text).get("message", ""))
+        except (ValueError, AttributeError):
+            message = ""
+        if answer.status == 401:
+            why = _excerpt(message, 100) or "bad credentials"
+            return f"GitHub no longer accepts your token ({why}): sign in to GitHub again"
+        if "rate limit" in message.lower():
+            return f"GitHub's rate limit for your account is spent: {_excerpt(message, 100)}"
+        return (
+            f"GitHub refused: your account lacks triage permission on {self.repo} "
+            f"({_excerpt(message, 100) or 'forbidden'}); ask a maintainer for the triage role"
+        )
 
     def add_label(self, number: int, name: str) -> WriteResult:
         """Add one label (GitHub keeps the others): POST /issues/{n}/labels."""
@@ -467,7 +508,7 @@ def is_local_url(url: str) -> bool:
 def mode() -> str:
     """ "github" with a token; "demo" without one, against a GitHub on this machine (the demo
     GitHub `make run` starts); "off" without a token elsewhere: nothing may be sent there."""
-    if settings.GITHUB_TOKEN:
+    if settings.GITHUB_TOKEN or settings.GITHUB_APP_ID:
         return "github"
     return "demo" if is_local_url(settings.GITHUB_API_URL) else "off"
 
@@ -477,14 +518,16 @@ def off_reason() -> str:
     if mode() != "off":
         return ""
     return (
-        f"no GITHUB_TOKEN, and GITHUB_API_URL ({settings.GITHUB_API_URL}) is not the local demo GitHub: "
+        f"no GITHUB_TOKEN or GITHUB_APP_ID, and GITHUB_API_URL ({settings.GITHUB_API_URL}) "
+        "is not the local demo GitHub: "
         "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
         "which serves the demo GitHub on 127.0.0.1."
     )
 
 
 def client() -> Client:
-    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL (token from settings).
+    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL as the site: GITHUB_TOKEN, or the
+    GitHub App's installation token when GITHUB_APP_ID is set.
 
     Raises GitHubError without a token unless the API is on this machine: an anonymous
     request to api.github.com would leave the machine and fail after its retries.
@@ -493,8 +536,116 @@ def client() -> Client:
         raise GitHubError(f"GitHub is off: {why}")
     return Client(
         base_url=settings.GITHUB_API_URL,
-        token=settings.GITHUB_TOKEN,
+        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
         repo=settings.GITHUB_REPO,
         timeout=settings.GITHUB_TIMEOUT,
         write_interval=settings.GITHUB_WRITE_INTERVAL,
     )
+
+
+# --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
+
+
+def user_client(token: str) -> Client:
+    """A Client that acts with `token` (a signed-in user's, or the site's) at settings.GITHUB_API_URL."""
+    return Client(
+        base_url=settings.GITHUB_API_URL,
+        token=token,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+    )
+
+
+def is_org_member(*, token: str, org: str, login: str) -> bool:
+    """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
+
+    GitHub redirects (302) a token that cannot see the org's private members to the public
+    list; PyGithub follows it and the answer is then 204 or 404 for public membership.
+    Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
+    """
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
+    if answer.status == 204:
+        return True
+    if answer.status == 404:
+        return False
+    raise GitHubError(f"GitHub answered {answer.status} for {org}'s membership of {login}", answer.status)
+
+
+def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
+    """True when `login` is an active member of the team (GET /orgs/{org}/teams/{team_slug}/memberships/{username};
+    a pending invitation does not count). 404: not a member, or a team the token cannot see."""
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/teams/{quote(team_slug)}/memberships/{quote(login)}")
+    if answer.status == 404:
+        return False
+    if answer.status != 200:
+        raise GitHubError(
+            f"GitHub answered {answer.status} for team {team_slug}'s membership of {login}", answer.status
+        )
+    try:
+        return json.loads(answer.text).get("state") == "active"
+    except (ValueError, AttributeError):
+        raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
+
+
+def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
+    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
+    spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
+    cli = Client(
+        base_url=settings.GITHUB_API_URL,
+        token=token,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+        on_answer=on_answer,
+        as_user=True,
+    )
+    if spent_until is not None:
+        cli._spent_until = int(spent_until.timestamp())
+    return cli
+
+
+# The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires
+# (GitHub issues them for an hour): one token request an hour, not one per write.
+INSTALLATION_TOKEN_MARGIN = 300
+_installation_lock = threading.Lock()
+_installation: dict = {}
+
+
+def installation_token() -> str:
+    """A token for the GitHub App's installation on GITHUB_REPO, cached until shortly before it expires.
+
+    Finds the installation with the App's JWT (GET /repos/{repo}/installation), then asks for a token
+    (POST /app/installations/{id}/access_tokens). Raises GitHubError when GitHub refuses either.
+    """
+    from github import GithubIntegration  # only the App setup needs it
+
+    key = (settings.GITHUB_API_URL, settings.GITHUB_APP_ID, settings.GITHUB_REPO)
+    with _installation_lock:
+        cached = _installation.get(key)
+        if cached and cached["expires_at"] > time.time() + INSTALLATION_TOKEN_MARGIN:
+            return cached["token"]
+        integration = GithubIntegration(
+            base_url=settings.GITHUB_API_URL,
+            auth=Auth.AppAuth(settings.GITHUB_APP_ID, settings.GITHUB_APP_PRIVATE_KEY),
+            timeout=max(int(round(settings.GITHUB_TIMEOUT)), 1),
+        )
+        try:
+            installation_id = cached["installation_id"] if cached else None
+            if installation_id is None:
+                owner, name = settings.GITHUB_REPO.split("/", 1)
+                installation_id = integration.get_repo_installation(owner, name).id
+            grant = integration.get_access_token(installation_id)
+        except GithubException as exc:
+            raise GitHubError(
+                f"the GitHub App could not get an installation token ({exc.status})", exc.status
+            ) from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
+            raise GitHubUnavailable(
+                f"GitHub did not answer the App's token request ({exc.__class__.__name__})"
+            ) from None
+        expires_at = grant.expires_at.timestamp() if grant.expires_at else time.time() + 3600
+        _installation[key] = {"token": grant.token, "expires_at": expires_at, "installation_id": installation_id}
+        return grant.token

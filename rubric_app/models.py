@@ -869,3 +869,28 @@ __all__ = [
     "Assignment",
     "QueueVersion",
 ]
+
+
+class GitHubCredential(models.Model):
+    """A person's GitHub user token from sign-in, encrypted at rest (rubric_app/credentials.py owns it).
+
+    The tokens are stored only as Fernet ciphertext; the rate-limit fields are what GitHub's headers
+    said on this token's last request, so one triager's spent budget is visible and does not stop the others.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="github_credential")
+    login = models.CharField(max_length=100, blank=True, help_text="GitHub login the token acts as")
+    access_token_encrypted = models.TextField()
+    refresh_token_encrypted = models.TextField(blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="None: the token does not expire")
+    refresh_expires_at = models.DateTimeField(null=True, blank=True)
+    scopes = models.CharField(max_length=300, blank=True)
+    revoked_at = models.DateTimeField(
+        null=True, blank=True, help_text="GitHub refused the token (401) or its refresh: sign in again"
+    )
+    rate_limit_remaining = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_reset_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"GitHub credential of {self.user_id} ({self.login or '?'})"

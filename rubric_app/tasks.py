@@ -4,14 +4,17 @@ Enqueue with `some_task.delay_on_commit(...)` so a worker never looks for a
 row whose transaction has not committed yet.
 """
 
+import logging
 from datetime import timedelta
 
 from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, sync
+from . import applying, bisecting, signin, sync
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
+
+log = logging.getLogger(__name__)
 
 # Longer than a message normally waits in a queue; older pending work is sent again.
 STUCK_AFTER = timedelta(minutes=15)
@@ -81,3 +84,10 @@ def requeue_stuck_task() -> None:
         run_bisection_task.apply_async((pk,), queue=BisectionRun.QUEUES[device])
     for pk in WebhookDelivery.objects.stuck(before).values_list("pk", flat=True):
         process_webhook_task.delay(pk)
+
+
+@shared_task
+def refresh_github_roles_task() -> None:
+    """Re-read every GitHub-linked user's role from their memberships (beat, daily)."""
+    counts = signin.refresh_github_roles()
+    log.info("GitHub roles re-read: %s", counts)

@@ -34,11 +34,16 @@ if [ -n "${GITHUB_TOKEN:-}" ]; then
   "$PY" manage.py sync_queue
 elif [ -z "${GITHUB_API_URL:-}" ]; then
   step "Demo mode (no GITHUB_TOKEN): starting the demo GitHub on 127.0.0.1 (log: $LOGS/demo-github.log)"
+  # Sign in with GitHub against the demo GitHub: an OAuth app made up for this run (the demo GitHub
+  # and the dashboard read the same two variables; the secret is never printed).
+  export GITHUB_OAUTH_CLIENT_ID="${GITHUB_OAUTH_CLIENT_ID:-demo-dashboard}"
+  GITHUB_OAUTH_CLIENT_SECRET="${GITHUB_OAUTH_CLIENT_SECRET:-$("$PY" -c 'import secrets; print(secrets.token_hex(20))')}"
+  export GITHUB_OAUTH_CLIENT_SECRET
   "$PY" -u -m rubric_app.demo_github --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
   pids+=($!)
   wait_for 30 "the demo GitHub" grep -q "^demo GitHub: http" "$LOGS/demo-github.log"
   demo_github=$(sed -n 's/^demo GitHub: \(http[^ ]*\).*/\1/p' "$LOGS/demo-github.log")
-  export GITHUB_API_URL="$demo_github"
+  export GITHUB_API_URL="$demo_github" GITHUB_URL="$demo_github"
   step "Demo mode: loading the demo issues and accounts, then syncing them from the demo GitHub"
   "$PY" manage.py load_demo --users
   "$PY" manage.py sync_queue --full
@@ -77,6 +82,8 @@ echo "  Dashboard:   http://127.0.0.1:$PORT/"
 echo "  Sign in as:  triager/triager, chair/chair (meeting decisions), viewer/viewer (read-only)"
 if [ -n "$demo_github" ]; then
   echo "  Demo GitHub: $demo_github (no GITHUB_TOKEN: Apply writes there; nothing leaves this machine)"
+  echo "  Or:          Sign in with GitHub, then pick demo-triager, demo-chair, demo-member (viewer) or"
+  echo "               demo-outsider (refused) on the demo GitHub's page"
 fi
 echo "  Logs:        $LOGS/web.log, $LOGS/worker-github.log, $LOGS/worker-cpu.log, $LOGS/worker-auto.log"
 echo "  Stop:        Ctrl-C"

@@ -6,14 +6,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from django.db import connection
 
 from rubric_app.models import Issue
 from tests.factories import make_issue, make_user
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_for_worker
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
 pytest_plugins = ["tests.fakegithub"]
@@ -100,23 +99,13 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    _wait_for_worker(name)
+    wait_for_worker(name)
     yield proc
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-def _wait_for_worker(name: str, timeout: float = 60) -> None:
-    from triage_site.celery import app
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if app.control.ping(destination=[name], timeout=1.0):
-            return
-    raise RuntimeError("the Celery worker did not answer a ping within 60 s")
 
 
 @pytest.fixture(autouse=True)

@@ -37,3 +37,26 @@ def fake_github(fake_github_server, settings) -> FakeGitHub:
     settings.GITHUB_TOKEN = TOKEN
     settings.GITHUB_REPO = fake_github_server.repo
     return fake_github_server
+
+
+CLIENT_ID = "dashboard-test-client"
+CLIENT_SECRET = "dashboard-test-client-secret-not-a-secret"
+
+
+@pytest.fixture
+def github_signin(fake_github, settings) -> FakeGitHub:
+    """The fake GitHub with the demo's people (a pt2-triagers member, a pt2-triage-chairs member, an org
+    member in no team, an outsider) and the dashboard's OAuth app, and sign-in with GitHub pointed at it."""
+    demo_github.seed_demo_people(fake_github, client_id=CLIENT_ID, client_secret=CLIENT_SECRET)
+    settings.GITHUB_URL = fake_github.url
+    settings.GITHUB_OAUTH_CLIENT_ID = CLIENT_ID
+    settings.GITHUB_OAUTH_CLIENT_SECRET = CLIENT_SECRET
+    settings.TRIAGE_ORG = demo_github.DEMO_ORG
+    settings.TRIAGE_TEAMS = {"pt2-triagers": "triager", "pt2-triage-chairs": "meeting chair"}
+    settings.SOCIALACCOUNT_PROVIDERS = {
+        "github": {
+            **settings.SOCIALACCOUNT_PROVIDERS["github"],
+            "APPS": [{"client_id": CLIENT_ID, "secret": CLIENT_SECRET, "key": ""}],
+        }
+    }
+    return fake_github

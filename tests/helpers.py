@@ -86,3 +86,13 @@ def only_this_tests_workers() -> None:
         with connection.cursor() as cursor:
             cursor.execute(f"LOCK TABLE {WorkerHeartbeat._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
     WorkerHeartbeat.objects.all().delete()
+
+
+def wait_for_worker(name: str, timeout: float = 60) -> None:
+    from triage_site.celery import app
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if app.control.ping(destination=[name], timeout=1.0):
+            return
+    raise RuntimeError("the Celery worker did not answer a ping within 60 s")

@@ -65,6 +65,7 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         session = requests.Session()
         login = wait_until(lambda: _get(f"http://127.0.0.1:{port}/accounts/login/", session), timeout=180, interval=1)
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        assert "Sign in with GitHub" in login.text  # against the demo GitHub, with its seeded users
         queue = session.post(
             f"http://127.0.0.1:{port}/accounts/login/",
             data={"username": "triager", "password": "triager", "csrfmiddlewaretoken": token, "next": "/"},

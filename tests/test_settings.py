@@ -139,3 +139,41 @@ def test_it_gives_each_test_process_a_broker_database_of_its_own():
         == "redis://:secret@cache:6379/14?ssl_cert_reqs=none"
     )
     assert broker_for("memory://", "gw1") == "memory://" and broker_for("redis://h/15", "") == "redis://h/15"
+
+
+def test_it_refuses_an_unknown_github_write_as(tmp_path):
+    result = _manage({"GITHUB_WRITE_AS": "bot", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
+    assert result.returncode != 0
+    assert "GITHUB_WRITE_AS must be user or app" in result.stderr
+
+
+def test_it_wants_a_token_encryption_key_for_sign_in_when_debug_is_off(tmp_path):
+    env = {
+        "DEBUG": "false",
+        "HTTPS": "false",
+        "SECRET_KEY": "k" * 60,
+        "GITHUB_OAUTH_CLIENT_ID": "an-oauth-app",
+        "GITHUB_OAUTH_CLIENT_SECRET": "its-secret",
+        "TRIAGE_VAR_DIR": str(tmp_path),
+    }
+    result = _manage(env, "check")
+    assert result.returncode != 0 and "TOKEN_ENCRYPTION_KEY must be set" in result.stderr
+    key = "bm90LXRoZS1rZXktdGhhdC1lbmNyeXB0ZWQtaXQxMjM="
+    assert _manage({**env, "TOKEN_ENCRYPTION_KEY": key}, "check").returncode == 0
+
+
+def test_it_refuses_a_malformed_token_encryption_key_without_echoing_it(tmp_path):
+    result = _manage({"TOKEN_ENCRYPTION_KEY": "short-secret-value", "TRIAGE_VAR_DIR": str(tmp_path)}, "check")
+    assert result.returncode != 0 and "32 url-safe base64-encoded bytes" in result.stderr
+    assert "short-secret-value" not in result.stderr
+
+
+def test_it_reads_the_github_apps_key_from_a_file_and_wants_one(tmp_path):
+    key_file = tmp_path / "app.pem"
+    key_file.write_text("-----BEGIN PRIVATE KEY-----\nnot-a-real-key\n-----END PRIVATE KEY-----\n")
+    env = {"GITHUB_APP_ID": "12345", "TRIAGE_VAR_DIR": str(tmp_path)}
+    read = "from django.conf import settings; print('KEY', 'not-a-real-key' in settings.GITHUB_APP_PRIVATE_KEY)"
+    result = _manage({**env, "GITHUB_APP_PRIVATE_KEY_FILE": str(key_file)}, "shell", "-c", read)
+    assert result.returncode == 0 and "KEY True" in result.stdout, result.stderr
+    missing = _manage(env, "check")
+    assert missing.returncode != 0 and "GITHUB_APP_PRIVATE_KEY or _FILE" in missing.stderr

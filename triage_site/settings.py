@@ -6,6 +6,7 @@ external service needed. The real setup sets DATABASE_URL (PostgreSQL) and
 CELERY_BROKER_URL (Redis).
 """
 
+import base64
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +104,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.github",
     "rubric_app",
 ]
 
@@ -113,6 +118,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "rubric_app.middleware.NotFoundPageMiddleware",
@@ -171,6 +177,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Local accounts (the demo's, an operator's break-glass superuser) and, when configured, GitHub.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "rubric_app:queue"
 LOGOUT_REDIRECT_URL = "login"
@@ -213,10 +224,84 @@ GITHUB_REPO = os.environ.get("GITHUB_REPO", "pytorch/pytorch")
 GITHUB_API_URL = os.environ.get("GITHUB_API_URL", "https://api.github.com").rstrip("/")
 # Several secrets so that a webhook secret can be rotated without dropping deliveries.
 GITHUB_WEBHOOK_SECRETS = env_list("GITHUB_WEBHOOK_SECRETS", os.environ.get("GITHUB_WEBHOOK_SECRET", ""))
+# Sign in with GitHub (django-allauth's GitHub provider), on when both OAuth settings are set.
+# GITHUB_URL is GitHub's web root (/login/oauth/...); the demo and the tests point it at 127.0.0.1.
+GITHUB_URL = os.environ.get("GITHUB_URL", "https://github.com").rstrip("/")
+GITHUB_OAUTH_CLIENT_ID = os.environ.get("GITHUB_OAUTH_CLIENT_ID", "")
+GITHUB_OAUTH_CLIENT_SECRET = os.environ.get("GITHUB_OAUTH_CLIENT_SECRET", "")
+# Who gets in, and as what: members of TRIAGE_ORG; a member of a team in TRIAGE_TEAMS (slug=role,
+# comma-separated) gets that role (the highest if several), any other member is a viewer.
+TRIAGE_ORG = os.environ.get("TRIAGE_ORG", "pytorch")
+
+
+def parse_triage_teams(raw: str) -> dict[str, str]:
+    """Return {team slug: role} from "slug=role,slug=role"; a role that is not one of the dashboard's is an error."""
+    teams = {}
+    for item in [i.strip() for i in raw.split(",") if i.strip()]:
+        slug, sep, role = item.partition("=")
+        if not sep or role.strip() not in ("viewer", "triager", "meeting chair"):
+            raise ImproperlyConfigured(
+                f"TRIAGE_TEAMS item {item!r} is not slug=role with role viewer, triager or meeting chair."
+            )
+        teams[slug.strip()] = role.strip()
+    return teams
+
+
+TRIAGE_TEAMS = parse_triage_teams(
+    os.environ.get("TRIAGE_TEAMS", "pt2-triagers=triager,pt2-triage-chairs=meeting chair")
+)
+SOCIALACCOUNT_PROVIDERS = {
+    "github": {
+        # read:org: org and team memberships (who gets in, as what); public_repo: label issues as you.
+        "SCOPE": ["read:org", "public_repo"],
+        "APPS": (
+            [{"client_id": GITHUB_OAUTH_CLIENT_ID, "secret": GITHUB_OAUTH_CLIENT_SECRET, "key": ""}]
+            if GITHUB_OAUTH_CLIENT_ID and GITHUB_OAUTH_CLIENT_SECRET
+            else []
+        ),
+    },
+}
+SOCIALACCOUNT_ADAPTER = "rubric_app.signin.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "rubric_app.signin.AccountAdapter"
+# The user's token is kept encrypted by rubric_app/credentials.py, never in allauth's plaintext table.
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_LOGIN_ON_GET = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
 GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
+# Whose identity writes to GitHub (sign-in with GitHub is configured above).
+# "user": each decision is written with its triager's own token (GitHub's timeline names them);
+# "app": with the site's token (GITHUB_TOKEN or the GitHub App), the audit still naming the triager.
+# Unset: "user" when sign-in with GitHub is configured (GITHUB_OAUTH_CLIENT_ID), else "app".
+GITHUB_WRITE_AS = os.environ.get("GITHUB_WRITE_AS", "")
+if GITHUB_WRITE_AS not in ("", "user", "app"):
+    raise ImproperlyConfigured(f"GITHUB_WRITE_AS must be user or app, not {GITHUB_WRITE_AS!r}.")
+# The site's own identity may be a GitHub App instead of GITHUB_TOKEN: its installation on GITHUB_REPO.
+GITHUB_APP_ID = os.environ.get("GITHUB_APP_ID", "")
+GITHUB_APP_PRIVATE_KEY = os.environ.get("GITHUB_APP_PRIVATE_KEY", "")
+if not GITHUB_APP_PRIVATE_KEY and os.environ.get("GITHUB_APP_PRIVATE_KEY_FILE"):
+    GITHUB_APP_PRIVATE_KEY = Path(os.environ["GITHUB_APP_PRIVATE_KEY_FILE"]).read_text()
+if GITHUB_APP_ID and not GITHUB_APP_PRIVATE_KEY:
+    raise ImproperlyConfigured("GITHUB_APP_ID is set: give the App's key in GITHUB_APP_PRIVATE_KEY or _FILE.")
+# Fernet keys (comma-separated, newest first, for rotation) that encrypt users' GitHub tokens at rest;
+# without one, a key derived from SECRET_KEY (development).
+TOKEN_ENCRYPTION_KEYS = env_list("TOKEN_ENCRYPTION_KEY")
+for _key in TOKEN_ENCRYPTION_KEYS:
+    try:
+        _valid = len(base64.urlsafe_b64decode(_key.encode())) == 32
+    except ValueError:
+        _valid = False
+    if not _valid:  # said now rather than at the first sign-in; the key itself is not echoed
+        raise ImproperlyConfigured(
+            "TOKEN_ENCRYPTION_KEY: each key must be 32 url-safe base64-encoded bytes "
+            '(make one with python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())").'
+        )
+if not TOKEN_ENCRYPTION_KEYS and not DEBUG and GITHUB_OAUTH_CLIENT_ID:
+    raise ImproperlyConfigured("TOKEN_ENCRYPTION_KEY must be set when sign-in with GitHub is on and DEBUG is off.")
 
 # Celery. The embedded default uses kombu's filesystem transport: a real broker
 # and a real worker process, no service to install.
@@ -255,8 +340,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS["queue_order_strategy"] = "priority"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
+    # Someone who left a team loses its role within a day (and at once at their next sign-in).
+    "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
 }
-if GITHUB_TOKEN:  # without a token there is nothing to sync (demo data), and nothing may leave the machine
+if (
+    GITHUB_TOKEN or GITHUB_APP_ID
+):  # without a token there is nothing to sync (demo data), and nothing may leave the machine
     CELERY_BEAT_SCHEDULE["sync-queue"] = {
         "task": "rubric_app.tasks.sync_queue_task",
         "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
