@@ -15,8 +15,9 @@ changes a label's colour N times a second while the clients run (a sync or webho
 write changes what every queue table shows, so the servers render it again instead of answering
 from their cache (rubric_app/queue_cache.py).
 
-Prints, per server: requests, errors, throughput, p50 and p99, and the CPU each request cost (the
-server's processes with their PostgreSQL backends, and the client's threads, from /proc); then the
+Prints, per server: requests, errors, throughput, p50 and p99, the CPU each request cost (the
+server's processes with their PostgreSQL backends, and the client's threads, from /proc), and its
+connections to PostgreSQL (peak under load, and left open 3 s after it); then the
 ratios gunicorn / runserver (target: gunicorn p50 under 200 ms with 20 clients), and the load average.
 Traffic goes to 127.0.0.1 only; every loop is bounded in time and count.
 """
@@ -52,6 +53,7 @@ def server_env(database_url: str, tmp: Path) -> dict:
         ALLOWED_HOSTS="127.0.0.1",
         CELERY_BROKER_URL="memory://",
         TRIAGE_VAR_DIR=str(tmp),
+        STATIC_ROOT=str(tmp / "static"),
         LOG_LEVEL="WARNING",
         DJANGO_SETTINGS_MODULE="triage_site.settings",
     )
@@ -235,7 +237,19 @@ def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args,
         )
         if args.writes:
             writer.start()
+        peak, sampling = [0], threading.Event()
+
+        def sample() -> None:  # the servers' connections to PostgreSQL while the clients run
+            while not sampling.wait(0.25):
+                peak[0] = max(peak[0], len(backends(args.database_url)))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         result = drive(port, cookie, args.clients, args.duration, args.max_requests)
+        sampling.set()
+        sampler.join(10)
+        time.sleep(3)  # idle: what the server keeps open between requests
+        idle = len(backends(args.database_url))
         stop.set()
         if args.writes:
             writer.join(10)
@@ -249,6 +263,8 @@ def measure(name: str, argv: list[str], env: dict, port: int, cookie: str, args,
             "db_ms": db * 1000 / served,
             "client_ms": client * 1000 / served,
             "writes": writes[0] if writes else 0,
+            "connections_peak": peak[0],
+            "connections_idle": idle,
         }
     finally:
         os.killpg(proc.pid, 15)
@@ -297,6 +313,9 @@ def main() -> None:
         recreate_database(args.database_url)
         started = time.perf_counter()
         cookie = populate(args.issues)
+        # DEBUG off: pages link collectstatic's hashed names, which whitenoise serves
+        collect = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"]
+        subprocess.run(collect, cwd=ROOT, env=env, check=True)
         from django.db import connections
 
         connections.close_all()
@@ -335,13 +354,17 @@ def main() -> None:
         )
         for name, (argv, port) in servers.items():
             label = f"{name} ({args.workers} workers)" if name == "gunicorn" else f"{name} (threaded, 1 process)"
-            r = results[name] = measure(name, argv, env, port, cookie, args, tmp)
+            # As deployed: gunicorn keeps its connections (deploy/ sets DB_CONN_MAX_AGE=60); runserver, as
+            # `make run` starts it, keeps none (a thread per request would each keep one).
+            server_env_ = {**env, "DB_CONN_MAX_AGE": "60" if name == "gunicorn" else "0"}
+            r = results[name] = measure(name, argv, server_env_, port, cookie, args, tmp)
             print(
                 f"{label:32} {r['requests']:9d} {r['errors']:7d} {r['rps']:7.1f} "
                 f"{r['p50'] * 1000:8.1f} {r['p99'] * 1000:8.1f} "
                 f"{r['server_ms']:19.2f} {r['db_ms']:12.2f} {r['client_ms']:7.2f}"
                 + (f"  ({r['writes']} writes)" if args.writes else "")
                 + (f"  errors: {', '.join(r['error_kinds'])}" if r["errors"] else "")
+                + f"  PostgreSQL connections: peak {r['connections_peak']}, idle after {r['connections_idle']}"
             )
         if len(results) == 2:
             g, b = results["gunicorn"], results["runserver"]
