@@ -22,6 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app import rubric, search, search_index
+from rubric_app.rubric.automation import Automation, read_automation
+from rubric_app.rubric.text import sources_of
 
 PT2_ONCALL = "oncall: pt2"
 CPU_INDUCTOR_ONCALL = "oncall: cpu inductor"
@@ -252,6 +254,17 @@ class Issue(models.Model):
         """
         modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label.startswith("module:")]
         return max(modules, key=lambda s: s.confidence, default=None)
+
+    def automation(self, comments: list[Comment]) -> Automation:
+        """What PyTorch's automation said on this issue (the Repro Agent, other agents, the triage bot), read
+        from its mirrored comments (the page's list, no query of its own) and labels (rubric/automation.py)."""
+        text = rubric.IssueText(
+            number=self.number,
+            title=self.title,
+            body=self.body,
+            comments=tuple(rubric.CommentText(body=c.body, author=c.author) for c in comments),
+        )
+        return read_automation(sources_of(text), self.label_names())
 
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when

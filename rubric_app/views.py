@@ -49,6 +49,7 @@ from .models import (
     WorkerHeartbeat,
 )
 from .rubric.agenda import AGENDA_ORDER, agenda_group
+from .rubric.automation import runnable_script
 
 PAGE_SIZE = 50
 
@@ -141,9 +142,14 @@ def _issue_context(issue: Issue, **extra) -> dict:
         s.checkbox = s.label in checkable
         checkable.discard(s.label)
     prev_number, next_number = _neighbours(issue)
+    comments = list(issue.comments.all())
+    automation = issue.automation(comments)
+    agent = automation.latest_agent
     context = {
         "issue": issue,
-        "comments": list(issue.comments.all()),
+        "comments": comments,
+        "automation": automation,
+        "agent_script": runnable_script(agent.script) if agent and agent.script else "",
         "add_suggestions": add,
         "avoid_suggestions": [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.AVOID],
         "form": form,

@@ -330,3 +330,55 @@ def test_it_preselects_the_gpu_when_the_repro_names_cuda(client, triager, triage
     triaged_issue.save(update_fields=["body"])
     html = client.get(_url("issue", 2001)).content.decode()
     assert '<option value="cuda" selected>' in html and "data-repro-cuda" in html
+
+
+AGENT_COMMENT = """**🤖 PT2 Repro Agent**
+
+I tried to reproduce this issue on PyTorch nightly (`2.13.0.dev20260601+cu130`) on NVIDIA H100 and confirmed it \
+reproduces (3/3 runs failed).
+
+All 3 runs failed with a numerical mismatch between eager and compiled outputs (max_abs_diff=0.25).
+
+The compiler bisector identified the offending component:
+- **Backend**: `inductor`
+- **Subsystem**: `lowerings`
+
+<details><summary>Repro script</summary>
+
+```python
+import os
+import torch
+
+def test_fn() -> bool:
+    backend = os.environ.get("TORCH_COMPILE_BACKEND", "inductor")
+    x = torch.randn(8)
+    return torch.allclose(torch.compile(torch.cos, backend=backend)(x), torch.cos(x))
+```
+</details>
+"""
+
+
+def test_it_shows_what_the_automation_said_and_offers_the_agents_script_to_bisect(client, viewer, triager):
+    issue = make_issue(7401, body="cos is wrong under compile", labels=("oncall: pt2", "bot-triaged"))
+    Comment.objects.create(issue=issue, github_id=740101, author="karthickai", body=AGENT_COMMENT)
+    client.force_login(viewer)
+    html = client.get(_url("issue", 7401)).content.decode()
+    panel = html[html.index('id="automation"') : html.index('id="bisection"')]
+    assert 'data-agent="reproduced"' in panel and "(3/3 runs) on H100" in panel
+    assert "2.13.0.dev20260601+cu130" in panel and "silent mismatch" in panel
+    assert "backend <code>inductor</code>, subsystem <code>lowerings</code>" in panel
+    assert 'href="#comment-0"' in panel and "The LLM triage bot labelled it" in panel
+    assert "data-agent-script" not in panel  # viewers do not bisect
+    client.force_login(triager)
+    html = client.get(_url("issue", 7401)).content.decode()
+    form = re.search(r"<form[^>]*data-agent-script>.*?</form>", html, re.S).group(0)
+    code = unescape(re.search(r'name="code" value="([^"]*)"', form).group(1))
+    assert "def test_fn() -> bool:" in code and code.rstrip().endswith(
+        'raise AssertionError("test_fn() returned False: the bug reproduced")'
+    )
+    assert 'name="device" value="cpu"' in form  # the script names no CUDA
+
+
+def test_it_shows_no_automation_panel_where_there_was_none(client, viewer, triaged_issue):
+    client.force_login(viewer)
+    assert 'id="automation"' not in client.get(_url("issue", triaged_issue.number)).content.decode()

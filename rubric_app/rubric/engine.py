@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from . import rules, rules_domain  # noqa: F401  (importing them registers their rules)
+from . import rules, rules_automation, rules_domain  # noqa: F401  (importing them registers their rules)
 from .catalog import catalog_names, is_forbidden
 from .facts import (
     COMPILE_UX,

@@ -155,6 +155,7 @@ class Facts:
     # The backend results the thread reports (thread.backend_results), read once per issue by
     # backend_reports() in rules.py.
     backends: list | None = field(default=None, repr=False)
+    automation: object = field(default=None, repr=False)  # automation.Automation, read once (rules_automation)
     # The environment reports cut out of the body and comments (text.split_environment): only rules that ask
     # about the reporter's setup read them (find_environment).
     environment: list[Source] = field(default_factory=list, repr=False)

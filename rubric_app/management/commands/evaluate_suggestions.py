@@ -7,6 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from rubric_app.bisection import verdict
+from rubric_app.rubric import automation
 from rubric_app.rubric.engine import evaluate, shipped_model
 from rubric_app.rubric.evaluation import (
     COMPONENTS,
@@ -32,6 +33,7 @@ from rubric_app.rubric.evaluation import (
     without_fallback,
 )
 from rubric_app.rubric.model import train
+from rubric_app.rubric.text import sources_of
 
 TARGETS = (
     "targets (held-out slice): component micro-F1 >= 0.80 at precision >= 0.80 on issues with a human component, "
@@ -53,6 +55,12 @@ def targets_met(t: Trust) -> list[tuple[str, bool]]:
             v.recall >= 0.75 and v.precision >= 0.6,
         ),
     ]
+
+
+def carries_automation(record: dict) -> bool:
+    """Whether the record's thread holds a Repro Agent comment or a bisector's result (what the engine reads)."""
+    facts = automation.read_automation(sources_of(issue_from_record(record, use_labels=False)), ())
+    return bool(facts.agent or facts.bisections)
 
 
 def with_verdicts(records: list[dict], cache: str) -> list[dict]:
@@ -98,6 +106,11 @@ class Command(BaseCommand):
             "trained on 25-100%% of the other folds",
         )
         parser.add_argument(
+            "--without-automation",
+            action="store_true",
+            help="read no Repro Agent, bisector or other agents' comment (measures what they add)",
+        )
+        parser.add_argument(
             "--bisections",
             metavar="CACHE",
             help="bisect_pool's cache: each cached issue is scored with its bisection verdict as evidence (R2)",
@@ -125,6 +138,8 @@ class Command(BaseCommand):
             raise CommandError(f"{', '.join(paths)}: no issues")
         if bisections:
             records = with_verdicts(records, bisections)
+        if options.get("without_automation"):
+            automation.READ_AUTOMATION = False
         if len({int(r["number"]) for r in records}) < len(records):
             raise CommandError(f"{', '.join(paths)}: an issue number appears twice (each issue is scored once)")
         if kfold == 1 or kfold < 0 or kfold > len(records):
@@ -241,6 +256,19 @@ class Command(BaseCommand):
             slices.append(
                 ("HELD-OUT slice (never trained on)", [records[i] for i in held], [assessments[i] for i in held])
             )
+        if pool and kfold:
+            # The same out-of-fold answers, on the issues whose thread holds what the automation said.
+            part, judged = slices[0][1], slices[0][2]
+            carrying = [i for i, r in enumerate(part) if carries_automation(r)]
+            if carrying:
+                slices.insert(
+                    1,
+                    (
+                        f"OUT OF FOLD, the {len(carrying)} pool issues with a Repro Agent or bisector result",
+                        [part[i] for i in carrying],
+                        [judged[i] for i in carrying],
+                    ),
+                )
         for name, part, judged in slices:
             self._trust_block(name, part, judged)
 
