@@ -67,6 +67,7 @@ class QueueFilterForm(forms.Form):
         ("cpu", "oncall: cpu inductor"),
         ("review", "triage review"),
         ("repro", "needs reproduction"),
+        ("bot", "bot-triaged, not reviewed"),
         ("all", "all"),
         ("mine", "mine"),
     ]

@@ -29,6 +29,13 @@ TRIAGED = "triaged"
 TRIAGE_REVIEW = "triage review"
 NEEDS_REPRODUCTION = "needs reproduction"
 HIGH_PRIORITY = "high priority"
+# PyTorch's LLM triage bot marks the issues it labelled with BOT_TRIAGED; triagers audit it with BOT_MISLABELED,
+# and the PT2 Repro Agent asks for REPRO_AGENT_INCORRECT when its verdict is wrong. The two feedback labels are
+# not in the shipped catalog (nothing suggests them): a person may add exactly these, where the repo has them.
+BOT_TRIAGED = "bot-triaged"
+BOT_MISLABELED = "bot-mislabeled"
+REPRO_AGENT_INCORRECT = "repro:agent:h100:incorrect"
+FEEDBACK_LABELS = frozenset({BOT_MISLABELED, REPRO_AGENT_INCORRECT})
 
 
 def readable_text_color(background: str) -> str:
@@ -44,6 +51,10 @@ class LabelQuerySet(models.QuerySet):
     def triage_catalog(self) -> frozenset[str]:
         """Names the dashboard may suggest or apply (the catalog minus G7's forbidden ones)."""
         return frozenset(self.filter(allowed_for_triage=True, in_catalog=True).values_list("name", flat=True))
+
+    def feedback_catalog(self) -> frozenset[str]:
+        """The feedback labels (FEEDBACK_LABELS) the repository's synced label list has: only these may be added."""
+        return frozenset(self.filter(name__in=FEEDBACK_LABELS, in_catalog=True).values_list("name", flat=True))
 
 
 class Label(models.Model):
@@ -98,6 +109,30 @@ class IssueQuerySet(models.QuerySet):
             qs = qs.filter(labels__name=TRIAGE_REVIEW)
         elif lane == "repro":
             qs = qs.filter(labels__name=NEEDS_REPRODUCTION)
+        elif lane == "bot":
+            return self.bot_unreviewed()
+        return qs.prefetch_related(
+            "labels",
+            Prefetch(
+                "suggestions",
+                queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence"),
+                to_attr="add_suggestions",
+            ),
+        ).order_by("-updated_at")
+
+    def bot_unreviewed(self, since=None) -> IssueQuerySet:
+        """The lane "bot-triaged, not reviewed": issues in the queue carrying `bot-triaged` (whether or not the bot
+        added `triaged`) that no human decision covers yet: none pending, applying or applied on it (a refused,
+        failed or conflicting one leaves it here). `since`: the window's start, on updated_at. One query, plus
+        for_queue's prefetches.
+        """
+        covering = TriageDecision.objects.filter(
+            issue=OuterRef("pk"),
+            status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING, TriageDecision.Status.APPLIED],
+        )
+        qs = self.in_queue().filter(labels__name=BOT_TRIAGED).exclude(Exists(covering))
+        if since is not None:
+            qs = qs.filter(updated_at__gte=since)
         return qs.prefetch_related(
             "labels",
             Prefetch(
@@ -304,6 +339,8 @@ class Issue(models.Model):
         ]
         if "pt2" in lanes and TRIAGED in names:
             lanes.remove("pt2")
+        if BOT_TRIAGED in names:  # by label only: bot_unreviewed also drops issues a decision covers
+            lanes.append("bot")
         return lanes + ["all"]
 
     @property
@@ -698,6 +735,11 @@ class TriageDecision(models.Model):
     # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id", "preselected"}, ...].
     # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
     suggestions_shown = models.JSONField(null=True, blank=True, default=None)
+    # A review of PyTorch's triage bot: "confirmed" (its labels kept; recorded, nothing sent to GitHub) or
+    # "mislabeled" (labels corrected and `bot-mislabeled` added, one audited write); "" for other decisions.
+    bot_review = models.CharField(
+        max_length=12, blank=True, choices=[("confirmed", "confirmed"), ("mislabeled", "mislabeled")]
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)

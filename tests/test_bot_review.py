@@ -1,0 +1,133 @@
+"""Reviewing PyTorch's triage bot: the "bot-triaged, not reviewed" lane, confirming (a decision, no GitHub write)
+and correcting (one audited write adding `bot-mislabeled`), and the feedback labels refused where the repo lacks them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rubric_app.decisions import apply_decision, confirm_bot, correct_bot
+from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
+from tests.conftest import make_issue, make_label
+
+pytestmark = pytest.mark.django_db
+Status = TriageDecision.Status
+BOT_LABELS = ("oncall: pt2", "module: inductor", "triaged", "bot-triaged")
+
+
+@pytest.fixture
+def bot_issue(fake_github, settings):
+    """#1001, labelled by the bot, on the fake GitHub and locally; the repo has both feedback labels."""
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in ("module: dynamo", "module: inductor", "triaged"):
+        make_label(name)
+    for name in ("bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"):
+        make_label(name, allowed=False)  # on GitHub, not in the shipped catalog
+    fake_github.add_issue(1001, labels=list(BOT_LABELS))
+    return make_issue(1001, labels=BOT_LABELS)
+
+
+def _writes(fake) -> list[tuple[str, str]]:
+    return [(r.method, r.path) for r in fake.requests if r.method != "GET"]
+
+
+def test_it_lists_bot_triaged_issues_no_decision_covers(bot_issue, triager):
+    make_issue(1002, labels=("oncall: pt2", "bot-triaged"))  # the bot did not add triaged: listed too
+    make_issue(1003, labels=("oncall: pt2", "triaged"))  # no bot
+    refused = make_issue(1004, labels=("oncall: pt2", "bot-triaged"))
+    TriageDecision.objects.create(issue=refused, user=triager, status=Status.REFUSED)
+    covered = make_issue(1005, labels=("oncall: pt2", "bot-triaged"))
+    TriageDecision.objects.create(issue=covered, user=triager, status=Status.APPLIED)
+
+    assert sorted(Issue.objects.for_queue("bot").values_list("number", flat=True)) == [1001, 1002, 1004]
+    assert "bot" in bot_issue.queue_lanes()
+
+
+def test_it_reads_the_lane_in_constant_queries(bot_issue, django_assert_num_queries):
+    for number in range(2000, 2020):
+        make_issue(number, labels=("oncall: pt2", "bot-triaged", "module: inductor"))
+
+    with django_assert_num_queries(3):  # the rows, their labels, their suggestions
+        assert len(list(Issue.objects.for_queue("bot"))) == 21
+
+
+def test_it_confirms_the_bots_labels_as_a_decision_with_no_github_write(bot_issue, triager, fake_github):
+    decision = confirm_bot(issue=bot_issue, user=triager, labels_seen=bot_issue.label_names())
+
+    assert (decision.status, decision.bot_review, decision.labels_added) == (Status.APPLIED, "confirmed", [])
+    assert _writes(fake_github) == [] and not GitHubWrite.objects.exists()
+    assert not Issue.objects.for_queue("bot").filter(pk=bot_issue.pk).exists()
+
+
+@pytest.mark.parametrize("persona", ["viewer", "outsider"])
+def test_it_refuses_a_confirmation_without_the_triager_role(bot_issue, persona, request):
+    user = request.getfixturevalue(persona)
+
+    decision = confirm_bot(issue=bot_issue, user=user, labels_seen=bot_issue.label_names())
+
+    assert decision.status == Status.REFUSED and "triager role" in decision.result_message
+    assert Issue.objects.for_queue("bot").filter(pk=bot_issue.pk).exists()
+
+
+def test_it_refuses_to_confirm_an_issue_the_bot_did_not_label(db, triager):
+    issue = make_issue(1009, labels=("oncall: pt2",))
+
+    decision = confirm_bot(issue=issue, user=triager, labels_seen=issue.label_names())
+
+    assert decision.status == Status.REFUSED and "bot-triaged" in decision.result_message
+
+
+def test_it_corrects_the_bot_in_one_audited_decision(bot_issue, triager, fake_github):
+    decision = correct_bot(
+        issue=bot_issue,
+        user=triager,
+        add=["module: dynamo"],
+        remove=["module: inductor"],
+        labels_seen=bot_issue.label_names(),
+        repro_incorrect=True,
+    )
+    assert decision.status == Status.PENDING, decision.result_message
+
+    decision = apply_decision(decision.pk)
+
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert decision.bot_review == "mislabeled"
+    assert decision.labels_added == ["bot-mislabeled", "module: dynamo", "repro:agent:h100:incorrect"]
+    assert fake_github.labels_of(1001) == [
+        "bot-mislabeled",
+        "bot-triaged",
+        "module: dynamo",
+        "oncall: pt2",
+        "repro:agent:h100:incorrect",
+        "triaged",
+    ]
+    audited = list(decision.writes.exclude(action="read_labels").values_list("action", "target"))
+    assert audited == [
+        ("add_label", "bot-mislabeled"),
+        ("add_label", "module: dynamo"),
+        ("add_label", "repro:agent:h100:incorrect"),
+        ("remove_label", "module: inductor"),
+    ]  # each write audited, one per HTTP call
+    assert len(_writes(fake_github)) == len(audited)
+
+
+@pytest.mark.parametrize("missing", ["bot-mislabeled", "repro:agent:h100:incorrect"])
+def test_it_refuses_a_feedback_label_the_repository_lacks(bot_issue, triager, fake_github, missing):
+    Label.objects.filter(name=missing).update(in_catalog=False)  # gone from GitHub at the last label sync
+
+    decision = correct_bot(
+        issue=bot_issue, user=triager, add=[], remove=[], labels_seen=bot_issue.label_names(), repro_incorrect=True
+    )
+
+    assert decision.status == Status.REFUSED and missing in decision.result_message
+    assert _writes(fake_github) == []
+
+
+def test_it_refuses_other_labels_outside_the_catalog(bot_issue, triager):
+    make_label("topic: not suggested", allowed=False)
+
+    decision = correct_bot(
+        issue=bot_issue, user=triager, add=["topic: not suggested"], remove=[], labels_seen=bot_issue.label_names()
+    )
+
+    assert decision.status == Status.REFUSED and "catalog" in decision.result_message
