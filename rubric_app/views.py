@@ -28,6 +28,7 @@ from .bisection import extract_repro
 from .forms import (
     MEETING_DECISIONS,
     BisectForm,
+    BotCorrectionForm,
     DutyForm,
     GroupDecisionForm,
     MeetingDecisionForm,
@@ -36,7 +37,18 @@ from .forms import (
     TriageForm,
     module_label_names,
 )
-from .models import BisectionRun, Comment, Duty, Issue, Label, Meeting, Suggestion, TriageDecision, WorkerHeartbeat
+from .models import (
+    BOT_TRIAGED,
+    BisectionRun,
+    Comment,
+    Duty,
+    Issue,
+    Label,
+    Meeting,
+    Suggestion,
+    TriageDecision,
+    WorkerHeartbeat,
+)
 from .rubric.rules_domain import FLAKY, REGRESSION
 
 PAGE_SIZE = 50
@@ -86,6 +98,17 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
         ),
     )
     return get_object_or_404(qs, number=number)
+
+
+def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
+    """The Automation panel's review part, only for issues the triage bot labelled (two queries then, else none)."""
+    if BOT_TRIAGED not in issue.label_names():
+        return {"bot_form": None, "bot_review": None}
+    reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
+    return {
+        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
+        "bot_review": reviews.first(),
+    }
 
 
 def _triage_form(issue: Issue, data=None) -> TriageForm:
@@ -144,6 +167,7 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "earlier_runs": runs[1:],
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
+        **_bot_context(issue, extra.pop("bot_form", None)),
     }
     return {**context, **extra}
 
@@ -242,6 +266,32 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
         labels_seen=form.cleaned_data["labels_seen"],
         redirect=form.redirect_to(),
     )
+    if request.htmx:
+        context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
+        return render(request, "rubric_app/issue.html#decision", context)
+    return redirect(issue)
+
+
+@login_required
+@require_POST
+def bot_confirm(request: HttpRequest, number: int) -> HttpResponse:
+    """Keep what PyTorch's triage bot labelled: a decision on record, nothing sent to GitHub (`a` in the bot lane)."""
+    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    decision = decisions.confirm_bot(issue=issue, user=request.user, labels_seen=request.POST.getlist("labels_seen"))
+    if request.htmx:
+        return render(request, "rubric_app/issue.html#bot-review", {"decision": decision, "issue": issue})
+    return redirect(issue)
+
+
+@login_required
+@require_POST
+def bot_correct(request: HttpRequest, number: int) -> HttpResponse:
+    """The bot got it wrong: the corrected labels plus `bot-mislabeled` in one audited decision, queued."""
+    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog())
+    if not form.is_valid():
+        return render(request, "rubric_app/issue.html", _issue_context(issue, bot_form=form), status=400)
+    decision = decisions.correct_bot(issue=issue, user=request.user, **form.cleaned_data)
     if request.htmx:
         context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/issue.html#decision", context)

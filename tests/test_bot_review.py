@@ -4,6 +4,8 @@ and correcting (one audited write adding `bot-mislabeled`), and the feedback lab
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rubric_app.decisions import apply_decision, confirm_bot, correct_bot
@@ -131,3 +133,85 @@ def test_it_refuses_other_labels_outside_the_catalog(bot_issue, triager):
     )
 
     assert decision.status == Status.REFUSED and "catalog" in decision.result_message
+
+
+# --- views ------------------------------------------------------------------------------------
+
+HTMX = {"HX-Request": "true"}
+
+
+def _queries(client, url, **kwargs) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as seen:
+        assert client.get(url, **kwargs).status_code == 200
+    return len(seen)
+
+
+def test_it_shows_the_bot_lane_in_queries_constant_in_the_number_of_issues(client, triager, bot_issue):
+    client.force_login(triager)
+    few = _queries(client, "/?lane=bot")
+    for number in range(3000, 3015):
+        make_issue(number, title=f"<script>bad {number}</script>", labels=("oncall: pt2", "bot-triaged"))
+    client.get("/?lane=all")  # any cache built against the smaller table is stale now
+
+    many = _queries(client, "/?lane=bot&x=1")
+    html = client.get("/?lane=bot").content.decode()
+
+    assert many == few
+    assert html.count("data-bot-confirm") == 16 and "<script>bad" not in html  # `a` keeps the bot's labels
+
+
+def test_it_offers_no_confirmation_to_a_viewer_in_the_lane(client, viewer, bot_issue):
+    client.force_login(viewer)
+    html = client.get("/?lane=bot").content.decode()
+    assert "#1001" in html and "data-bot-confirm" not in html
+
+
+def test_it_confirms_from_the_queue_with_htmx_and_without_js(client, triager, bot_issue, fake_github):
+    client.force_login(triager)
+    seen = {"labels_seen": bot_issue.label_names()}
+
+    html = client.post("/issues/1001/bot/confirm", seen, headers=HTMX).content.decode()
+
+    assert 'data-bot-review="confirmed"' in html and "kept" in html and "<html" not in html
+    assert _writes(fake_github) == []
+    TriageDecision.objects.all().delete()
+    response = client.post("/issues/1001/bot/confirm", seen)
+    assert response.status_code == 302 and TriageDecision.objects.get().bot_review == "confirmed"
+
+
+@pytest.mark.parametrize("persona", ["viewer", "outsider"])
+def test_it_forbids_reviewing_the_bot_without_the_triager_role(client, bot_issue, persona, request):
+    client.force_login(request.getfixturevalue(persona))
+    for action in ("confirm", "correct"):
+        assert client.post(f"/issues/1001/bot/{action}", {"labels_seen": "[]"}).status_code == 403
+    assert not TriageDecision.objects.exists()
+
+
+def test_it_shows_the_automation_panel_and_corrects_the_bot(client, triager, bot_issue, fake_github):
+    client.force_login(triager)
+    page = client.get("/issues/1001").content.decode()
+    assert 'id="automation"' in page and "Not reviewed" in page and "data-bot-correct" in page
+    data = {
+        "labels_seen": json.dumps(bot_issue.label_names()),
+        "keep": ["bot-triaged", "oncall: pt2", "triaged"],
+        "add": ["module: dynamo"],
+    }
+
+    response = client.post("/issues/1001/bot/correct", data)
+
+    decision = TriageDecision.objects.get()
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert (decision.bot_review, decision.labels_added, decision.labels_removed) == (
+        "mislabeled",
+        ["bot-mislabeled", "module: dynamo"],
+        ["module: inductor"],
+    )
+
+
+def test_it_shows_no_automation_panel_without_the_bot(client, viewer, db):
+    make_issue(1010, labels=("oncall: pt2",))
+    client.force_login(viewer)
+    assert 'id="automation"' not in client.get("/issues/1010").content.decode()
