@@ -642,6 +642,11 @@ class TriageDecisionQuerySet(models.QuerySet):
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
 
+    def bot_reviews(self):
+        """Applied reviews of the triage bot, newest first: (created_at, labels_seen, labels_removed); one query."""
+        rows = self.filter(status=TriageDecision.Status.APPLIED, bot_review__gt="").order_by("-created_at", "-pk")
+        return rows.values_list("created_at", "labels_seen", "labels_removed")
+
     def outcomes(self) -> Iterator[Outcome]:
         """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
 

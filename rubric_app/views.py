@@ -525,9 +525,9 @@ def rubric_health(request: HttpRequest) -> HttpResponse:
     """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
     _require(request, "view_triagedecision")
     rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
-    return render(
-        request, "rubric_app/rubric.html", {"rules": rules, "added": added, "ticked": metrics.preselection(rules)}
-    )
+    bot = metrics.bot_health(TriageDecision.objects.bot_reviews())
+    context = {"rules": rules, "added": added, "ticked": metrics.preselection(rules), "bot": bot}
+    return render(request, "rubric_app/rubric.html", context)
 
 
 @login_required

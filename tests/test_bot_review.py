@@ -215,3 +215,26 @@ def test_it_shows_no_automation_panel_without_the_bot(client, viewer, db):
     make_issue(1010, labels=("oncall: pt2",))
     client.force_login(viewer)
     assert 'id="automation"' not in client.get("/issues/1010").content.decode()
+
+
+# --- rubric health ----------------------------------------------------------------------------
+
+
+def test_it_counts_what_triagers_kept_and_removed_of_the_bots_labels(client, triager, chair, bot_issue, fake_github):
+    client.force_login(chair)
+    assert "No triager has reviewed the bot yet." in client.get("/rubric").content.decode()
+    confirm_bot(issue=bot_issue, user=triager, labels_seen=bot_issue.label_names())
+    other = make_issue(1011, labels=BOT_LABELS)
+    fake_github.add_issue(1011, labels=list(BOT_LABELS))
+    wrong = correct_bot(
+        issue=other, user=triager, add=["module: dynamo"], remove=["module: inductor"], labels_seen=other.label_names()
+    )
+    apply_decision(wrong.pk)
+
+    html = client.get("/rubric").content.decode()
+
+    row = html.split('data-bot-label="module: inductor"')[1].split("</tr>")[0]
+    assert '<td data-col="kept">1</td>' in row and '<td data-col="removed">1</td>' in row
+    assert 'data-bot-label="bot-triaged"' not in html and 'data-bot-label="bot-mislabeled"' not in html
+    triaged = html.split('data-bot-label="triaged"')[1].split("</tr>")[0]
+    assert '<td data-col="kept">2</td>' in triaged and '<td data-col="removed">0</td>' in triaged
