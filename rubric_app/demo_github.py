@@ -608,7 +608,10 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     for item in load_catalog():
         fake.add_label(item["name"], colour_for(item["name"]), item.get("description", ""))
     with open(path, encoding="utf-8") as fh:
-        issues = json.load(fh)["issues"]
+        demo = json.load(fh)
+    issues = demo["issues"]
+    for name in demo.get("repo_labels", ()):  # the repo's labels besides the catalog's (human feedback on the bot)
+        fake.add_label(name, colour_for(name))
     for data in issues:
         for name in data["labels"]:
             if name not in fake.labels:

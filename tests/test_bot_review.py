@@ -238,3 +238,23 @@ def test_it_counts_what_triagers_kept_and_removed_of_the_bots_labels(client, tri
     assert 'data-bot-label="bot-triaged"' not in html and 'data-bot-label="bot-mislabeled"' not in html
     triaged = html.split('data-bot-label="triaged"')[1].split("</tr>")[0]
     assert '<td data-col="kept">2</td>' in triaged and '<td data-col="removed">0</td>' in triaged
+
+
+# --- the demo ---------------------------------------------------------------------------------
+
+
+def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_repo(fake_github):
+    from django.core.management import call_command
+
+    from rubric_app.demo_github import FakeGitHub, seed_demo
+
+    call_command("load_demo")
+    fake = FakeGitHub("pytorch/pytorch")
+    seed_demo(fake)
+
+    assert sorted(Issue.objects.for_queue("bot").values_list("number", flat=True)) == [170201, 170202, 170203]
+    assert Label.objects.feedback_catalog() == {"bot-mislabeled", "repro:agent:h100:incorrect"}
+    assert not {"bot-mislabeled", "repro:agent:h100:incorrect"} & Label.objects.triage_catalog()  # never suggested
+    assert {"bot-mislabeled", "repro:agent:h100:incorrect"} <= set(fake.labels)
+    agent = Issue.objects.get(number=170201).comments.get().body
+    assert agent.startswith("## 🤖 PT2 Repro Agent") and "def test_fn() -> bool:" in agent
