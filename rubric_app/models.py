@@ -36,6 +36,7 @@ BOT_TRIAGED = "bot-triaged"
 BOT_MISLABELED = "bot-mislabeled"
 REPRO_AGENT_INCORRECT = "repro:agent:h100:incorrect"
 FEEDBACK_LABELS = frozenset({BOT_MISLABELED, REPRO_AGENT_INCORRECT})
+REPRO_AGENT_PREFIX = "repro:agent:"
 
 
 def readable_text_color(background: str) -> str:
@@ -621,6 +622,28 @@ class Meeting(models.Model):
 
     def __str__(self) -> str:
         return f"meeting of {self.started_at:%Y-%m-%d}"
+
+
+class LabelEvent(models.Model):
+    """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
+    `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
+
+    issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="label_events")
+    label = models.CharField(max_length=100)
+    action = models.CharField(max_length=10)  # "labeled" or "unlabeled", as GitHub names them
+    actor = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} {self.action} {self.label} by {self.actor}"
+
+
+def needs_label_events(label_names) -> bool:
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
+    return any(n == BOT_TRIAGED or n.startswith(REPRO_AGENT_PREFIX) for n in label_names)
 
 
 class TriageDecisionQuerySet(models.QuerySet):

@@ -258,3 +258,32 @@ def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_r
     assert {"bot-mislabeled", "repro:agent:h100:incorrect"} <= set(fake.labels)
     agent = Issue.objects.get(number=170201).comments.get().body
     assert agent.startswith("## 🤖 PT2 Repro Agent") and "def test_fn() -> bool:" in agent
+
+
+# --- sync: label events where automation labelled the issue, counted in the request budget ------------
+
+
+def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
+    from rubric_app.models import LabelEvent
+    from rubric_app.sync import sync_queue
+
+    for number in range(1, 21):
+        fake_github.add_issue(number, labels=["oncall: pt2"], comments=["c"])
+    fake_github.add_issue(
+        30, labels=["oncall: pt2", "module: inductor", "bot-triaged"], labelled_by="github-actions[bot]"
+    )
+    fake_github.add_issue(31, labels=["oncall: pt2", "repro:agent:h100:repro_success:reproduce"], user="reporter")
+    fake_github.set_labels(30, ["oncall: pt2", "bot-triaged"], actor="tri-ager")  # a person took a label off
+
+    report = sync_queue(full=True)
+
+    events = fake_github.requests_to(r"/issues/\d+/events$", "GET")
+    assert sorted(r.path.split("/")[-2] for r in events) == ["30", "31"]  # never for the 20 without automation
+    # The floor: a list page per queue label (2), 20 comment pages (30 and 31 have none), the catalog (1); plus
+    # one events page for each of the two issues automation labelled.
+    assert report.requests == len(fake_github.requests) == 2 + 20 + 1 + 2
+    bot = [(e.action, e.label, e.actor) for e in LabelEvent.objects.filter(issue__number=30)]
+    assert ("labeled", "bot-triaged", "github-actions[bot]") in bot
+    assert ("unlabeled", "module: inductor", "tri-ager") in bot
+    report = sync_queue(full=True)  # nothing changed: no event is read again
+    assert len(fake_github.requests_to(r"/issues/\d+/events$", "GET")) == 2

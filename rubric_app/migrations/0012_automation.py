@@ -1,3 +1,4 @@
+import django.db.models.deletion
 from django.db import migrations, models
 
 
@@ -13,5 +14,24 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 blank=True, choices=[("confirmed", "confirmed"), ("mislabeled", "mislabeled")], max_length=12
             ),
+        ),
+        migrations.CreateModel(
+            name="LabelEvent",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("label", models.CharField(max_length=100)),
+                ("action", models.CharField(max_length=10)),
+                ("actor", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField()),
+                (
+                    "issue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="label_events",
+                        to="rubric_app.issue",
+                    ),
+                ),
+            ],
+            options={"ordering": ["created_at", "pk"]},
         ),
     ]
