@@ -101,11 +101,12 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
 
 
 def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
-    """The Automation panel's review part, only for issues the triage bot labelled (two queries then, else none)."""
+    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none)."""
     if BOT_TRIAGED not in issue.label_names():
-        return {"bot_form": None, "bot_review": None}
+        return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
     return {
+        "bot_labelled": issue.label_events.filter(action="labeled", actor__endswith="[bot]").order_by("created_at"),
         "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
         "bot_review": reviews.first(),
     }

@@ -287,3 +287,21 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
     assert ("unlabeled", "module: inductor", "tri-ager") in bot
     report = sync_queue(full=True)  # nothing changed: no event is read again
     assert len(fake_github.requests_to(r"/issues/\d+/events$", "GET")) == 2
+
+
+def test_it_shows_what_the_bot_labelled_from_the_label_events(client, viewer, bot_issue):
+    from django.utils import timezone
+
+    from rubric_app.models import LabelEvent
+
+    for label, actor in (("module: inductor", "github-actions[bot]"), ("oncall: pt2", "<b>reporter</b>")):
+        LabelEvent.objects.create(
+            issue=bot_issue, label=label, action="labeled", actor=actor, created_at=timezone.now()
+        )
+    client.force_login(viewer)
+
+    html = client.get("/issues/1001").content.decode()
+
+    shown = html.split("data-bot-labelled>")[1].split("</p>")[0]
+    assert "module: inductor" in shown and "github-actions[bot]" in shown and "oncall: pt2" not in shown
+    assert "data-bot-correct" not in html  # a viewer sees the panel, not the actions
