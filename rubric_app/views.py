@@ -25,6 +25,7 @@ from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_
 
 from . import bisect_runs, decisions, metrics, queue_cache, sharing, similar
 from .bisection import extract_repro
+from .bisection.extract import fenced_blocks, names_cuda
 from .forms import (
     MEETING_DECISIONS,
     BisectForm,
@@ -117,6 +118,18 @@ def _triage_form(issue: Issue, data=None) -> TriageForm:
     return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
 
 
+def _agent_script(issue: Issue) -> str:
+    """The newest PT2 Repro Agent comment's script (a Python block defining test_fn), or ""; from the prefetched
+    comments, no query. A stand-in until the automation reader's facts are stored."""
+    for comment in reversed(list(issue.comments.all())):
+        if "PT2 Repro Agent" not in comment.body[:200]:
+            continue
+        for lang, code in fenced_blocks(comment.body):
+            if lang in ("python", "py", "") and "def test_fn" in code:
+                return code
+    return ""
+
+
 def _repro_for(issue: Issue) -> str:
     """The best repro found in the issue text (body first, then comments), or "" for the triager to paste one."""
     found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
@@ -169,6 +182,8 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
         **_bot_context(issue, extra.pop("bot_form", None)),
+        "agent_script": (script := _agent_script(issue)),
+        "agent_needs_cuda": bool(script) and names_cuda(script),
     }
     return {**context, **extra}
 
@@ -225,8 +240,11 @@ def _query_without_page(request: HttpRequest) -> str:
 @login_required
 @require_GET
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
+    """The issue page; ?repro=agent puts the PT2 Repro Agent's script in the bisection form (one click, no JS)."""
     issue = _get_issue_for_user(request, number)
-    return render(request, "rubric_app/issue.html", _issue_context(issue))
+    script = _agent_script(issue) if request.GET.get("repro") == "agent" else ""
+    extra = {"bisect_form": BisectForm.for_repro(script, live=WorkerHeartbeat.objects.queues())} if script else {}
+    return render(request, "rubric_app/issue.html", _issue_context(issue, **extra))
 
 
 @login_required

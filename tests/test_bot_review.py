@@ -305,3 +305,27 @@ def test_it_shows_what_the_bot_labelled_from_the_label_events(client, viewer, bo
     shown = html.split("data-bot-labelled>")[1].split("</p>")[0]
     assert "module: inductor" in shown and "github-actions[bot]" in shown and "oncall: pt2" not in shown
     assert "data-bot-correct" not in html  # a viewer sees the panel, not the actions
+
+
+def test_it_offers_the_repro_agents_script_for_bisection_in_one_click(client, triager, bot_issue):
+    from django.utils import timezone
+
+    from rubric_app.models import Comment
+
+    body = (
+        "## 🤖 PT2 Repro Agent\n\n**Outcome:** ✅ Reproduced (3/3 runs)\n\n<details><summary>Repro script</summary>\n\n"
+        "```python\nimport os\nimport torch\n\n\ndef test_fn() -> bool:\n"
+        '    x = torch.ones(2, device="cuda")\n'
+        "    return bool(x.sum() == 2)  # </textarea><script>x</script>\n```\n</details>"
+    )
+    Comment.objects.create(
+        issue=bot_issue, github_id=1, author="pytorch-bot[bot]", body=body, created_at=timezone.now()
+    )
+    client.force_login(triager)
+    page = client.get("/issues/1001").content.decode()
+    assert "data-agent-bisect" in page and "data-agent-cuda" in page  # the script needs CUDA: said so
+
+    page = client.get("/issues/1001?repro=agent").content.decode()
+
+    form = page.split('id="bisect-form"')[1].split("</form>")[0]
+    assert "def test_fn() -&gt; bool:" in form and "<script>x" not in form
