@@ -20,10 +20,14 @@ from django.utils import timezone
 
 from rubric_app import credentials, github
 from rubric_app.models import (
+    BOT_MISLABELED,
+    BOT_TRIAGED,
     CPU_INDUCTOR_ONCALL,
+    FEEDBACK_LABELS,
     HIGH_PRIORITY,
     NEEDS_REPRODUCTION,
     PT2_ONCALL,
+    REPRO_AGENT_INCORRECT,
     TRIAGE_REVIEW,
     TRIAGED,
     Issue,
@@ -197,7 +201,14 @@ def refusal(
     if forbidden:
         return f"RUBRIC G7 forbids changing {', '.join(forbidden)} from the dashboard."
     catalog = Label.objects.triage_catalog() if catalog is None else catalog
-    unknown = sorted(name for name in add if name not in catalog)
+    unknown = sorted(name for name in add if name not in catalog and name not in FEEDBACK_LABELS)
+    feedback = sorted(set(add) & FEEDBACK_LABELS)
+    if feedback:  # human feedback on PyTorch's automation: allowed, where the repository has the label
+        missing = sorted(set(feedback) - Label.objects.feedback_catalog())
+        if missing:
+            return (
+                f"The repository's synced label list lacks {', '.join(missing)}: sync the labels, or add it on GitHub."
+            )
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
     if TRIAGE_REVIEW in add and any(n.startswith("oncall:") and n not in PT2_QUEUES for n in add):
@@ -238,6 +249,7 @@ def request_decision(
     meeting=None,
     catalog: frozenset[str] | None = None,
     original: Issue | None = None,
+    bot_review: str = "",
 ) -> TriageDecision:
     """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
 
@@ -278,6 +290,7 @@ def request_decision(
             transfer_to=plan.transfer_to,
             duplicate_of=plan.duplicate_of,
             suggestions_shown=shown,
+            bot_review=bot_review,
             status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why,
             finished_at=timezone.now() if why else None,
@@ -285,6 +298,43 @@ def request_decision(
         if not why:
             apply_decision_task.delay_on_commit(decision.pk)
     return decision
+
+
+def confirm_bot(*, issue: Issue, user, labels_seen) -> TriageDecision:
+    """A triager keeps what PyTorch's triage bot labelled: recorded as an applied decision, nothing sent to GitHub.
+
+    Takes the issue out of the "bot-triaged, not reviewed" lane (IssueQuerySet.bot_unreviewed); refused (and kept
+    for the audit log) where a triage decision could not be made, or the issue does not carry `bot-triaged`.
+    """
+    why = ""
+    if user is None or not user.has_perm("rubric_app.apply_labels"):
+        why = "You may not review the bot's labels (the triager role is needed)."
+    elif not issue.in_queue or issue.state != Issue.State.OPEN:
+        why = f"#{issue.number} is no longer in the oncall: pt2 queue (closed or relabelled); sync and look again."
+    elif BOT_TRIAGED not in issue.label_names():
+        why = f"#{issue.number} does not carry {BOT_TRIAGED}: there is no bot labelling to confirm."
+    return TriageDecision.objects.create(
+        issue=issue,
+        user=user,
+        labels_seen=sorted(labels_seen),
+        bot_review="confirmed",
+        status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.APPLIED,
+        result_message=why or "Kept the bot's labels; nothing was sent to GitHub.",
+        finished_at=timezone.now(),
+    )
+
+
+def correct_bot(
+    *, issue: Issue, user, add, remove, labels_seen, repro_incorrect: bool = False, redirect: str = ""
+) -> TriageDecision:
+    """The bot got it wrong: fix the labels and add `bot-mislabeled` (and `repro:agent:h100:incorrect` for a
+    wrong Repro Agent verdict) in one decision, validated, audited and applied like any other (request_decision).
+    """
+    feedback = [BOT_MISLABELED] + ([REPRO_AGENT_INCORRECT] if repro_incorrect else [])
+    plan = Plan(add=[*add, *feedback], remove=list(remove))
+    return request_decision(
+        issue=issue, user=user, plan=plan, labels_seen=labels_seen, redirect=redirect, bot_review="mislabeled"
+    )
 
 
 def request_group(

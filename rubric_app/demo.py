@@ -52,7 +52,12 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
     Labels the catalog lacks are created as not allowed for triage, as the sync does.
     """
     with open(path, encoding="utf-8") as fh:
-        issues = json.load(fh)["issues"]
+        demo = json.load(fh)
+    issues = demo["issues"]
+    for name in demo.get("repo_labels", ()):  # on the demo repo, outside the catalog: never suggested
+        Label.objects.update_or_create(
+            name=name, defaults={"in_catalog": True}, create_defaults={"color": colour_for(name)}
+        )
     labels = {label.name: label for label in Label.objects.all()}
     now = timezone.now()
     for data in issues:

@@ -35,6 +35,8 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 REPO = "pytorch/pytorch"
 # Who the dashboard's token is, as the comments it posts show it.
 DASHBOARD_LOGIN = "pt2-triage-dashboard"
+# Who adds the labels of a bot-triaged demo issue: PyTorch's triage workflow runs as GitHub Actions.
+BOT_LOGIN = "github-actions[bot]"
 
 
 def _iso(moment: datetime) -> str:
@@ -124,6 +126,7 @@ class FakeGitHub:
             self.rate_limit_reset = int(time.time()) + 3600
             self._clock = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
             self._next_comment_id = 900_000_001
+            self._next_event_id = 700_000_001
             # Issues moved to another repository (transferIssue): number -> (repository, url there).
             self.transferred: dict[int, tuple[str, str]] = {}
             # The repositories an issue may be transferred to (G2), as GitHub would find them.
@@ -212,8 +215,10 @@ class FakeGitHub:
         pull_request: bool = False,
         user: str = "someone",
         updated_at: datetime | None = None,
+        labelled_by: str = "",
     ) -> dict:
-        """Create (or replace) an issue. comments: strings, or dicts with body/user."""
+        """Create (or replace) an issue. comments: strings, or dicts with body/user. Its labels' `labeled` events
+        name labelled_by (default: the author) as their actor."""
         with self.lock:
             for name in labels:
                 if name not in self.labels:
@@ -230,8 +235,10 @@ class FakeGitHub:
                 "created_at": stamp,
                 "updated_at": stamp,
                 "comments": [],
+                "events": [],
             }
             self.issues[number] = issue
+            self._label_events(issue, (), labels, labelled_by or user, stamp)
             for item in comments:
                 item = {"body": item} if isinstance(item, str) else item
                 self._append_comment(
@@ -413,15 +420,37 @@ class FakeGitHub:
         with self.lock:
             return sorted(self.issues[number]["labels"])
 
-    def set_labels(self, number: int, labels) -> None:
-        """Someone else relabels the issue (bumps updated_at)."""
+    def set_labels(self, number: int, labels, actor: str = "someone") -> None:
+        """Someone else relabels the issue (bumps updated_at, records the label events with their actor)."""
         with self.lock:
             for name in labels:
                 if name not in self.labels:
                     self.add_label(name)
             issue = self.issues[number]
+            before = issue["labels"]
             issue["labels"] = list(labels)
             issue["updated_at"] = self.tick()
+            self._label_events(issue, before, labels, actor, issue["updated_at"])
+
+    def _label_events(self, issue: dict, before, after, actor: str, stamp: datetime) -> None:
+        events = issue.setdefault("events", [])
+        changes = [("labeled", n) for n in after if n not in before] + [
+            ("unlabeled", n) for n in before if n not in after
+        ]
+        for kind, name in changes:
+            events.append(
+                {"id": self._next_event_id, "event": kind, "label": name, "actor": actor, "created_at": stamp}
+            )
+            self._next_event_id += 1
+
+    def event_json(self, event: dict) -> dict:
+        return {
+            "id": event["id"],
+            "event": event["event"],
+            "actor": {"login": event["actor"]},
+            "label": {"name": event["label"], "color": self.labels.get(event["label"], {}).get("color", "ededed")},
+            "created_at": _iso(event["created_at"]),
+        }
 
     def update_issue(self, number: int, **fields) -> None:
         """Change fields (title, body, state, ...) as someone on GitHub would (bumps updated_at)."""
@@ -460,15 +489,6 @@ class FakeGitHub:
 
     def _base(self) -> str:
         return f"{self.url}/repos/{self.repo}"
-
-    def event_json(self, index: int, event: dict) -> dict:
-        return {
-            "id": 70_000_000 + index,
-            "event": event["event"],
-            "actor": {"login": event["actor"]},
-            "label": {"name": event["label"], "color": self.labels.get(event["label"], {}).get("color", "ededed")},
-            "created_at": _iso(self._clock),
-        }
 
     def label_json(self, name: str) -> dict:
         label = self.labels.get(name) or {"name": name, "color": "ededed", "description": ""}
@@ -728,15 +748,15 @@ class Handler(BaseHTTPRequestHandler):
                 rows, link, _ = paginate(comments, query, f"{fake.url}{path}")
                 return 200, [fake.comment_json(number, c) for c in rows], {"Link": link} if link else {}
             if rest == "/events" and method == "GET":
-                events = [e for e in fake.label_events if e["issue"] == number]
-                return 200, [fake.event_json(i, e) for i, e in enumerate(events)], {}
+                rows, link, _ = paginate(issue.get("events", []), query, f"{fake.url}{path}")
+                return 200, [fake.event_json(e) for e in rows], {"Link": link} if link else {}
             if rest == "/labels" and method == "GET":
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
             if rest == "/labels" and method == "POST":
                 body = json.loads(raw or b"[]")
                 names = body.get("labels", []) if isinstance(body, dict) else body
                 added = [n for n in names if n not in issue["labels"]]
-                fake.set_labels(number, issue["labels"] + added)
+                fake.set_labels(number, issue["labels"] + added, actor=self._actor())
                 for name in added:
                     fake.record_label_event(number, "labeled", name, self._actor())
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
@@ -744,7 +764,7 @@ class Handler(BaseHTTPRequestHandler):
                 name = rest[len("/labels/") :]
                 if name not in issue["labels"]:
                     return 404, {"message": "Label does not exist"}, {}
-                fake.set_labels(number, [n for n in issue["labels"] if n != name])
+                fake.set_labels(number, [n for n in issue["labels"] if n != name], actor=self._actor())
                 fake.record_label_event(number, "unlabeled", name, self._actor())
                 return 200, [fake.label_json(n) for n in issue["labels"]], {}
         raise KeyError(path)
@@ -935,7 +955,10 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     for item in load_catalog():
         fake.add_label(item["name"], colour_for(item["name"]), item.get("description", ""))
     with open(path, encoding="utf-8") as fh:
-        issues = json.load(fh)["issues"]
+        demo = json.load(fh)
+    issues = demo["issues"]
+    for name in demo.get("repo_labels", ()):  # the repo's labels besides the catalog's (human feedback on the bot)
+        fake.add_label(name, colour_for(name))
     for data in issues:
         for name in data["labels"]:
             if name not in fake.labels:
@@ -948,6 +971,7 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
             state=data.get("state", "open"),
             user=data.get("author", ""),
             updated_at=_parse_iso(data["updated_at"]),
+            labelled_by=BOT_LOGIN if "bot-triaged" in data["labels"] else "",
             comments=[
                 {
                     "id": c["id"],

@@ -288,6 +288,41 @@ def redirect_of(route: str, handoff_to: str) -> str:
     return "oncall: cpu inductor" if route == "cpu inductor" else ""
 
 
+class BotCorrectionForm(forms.Form):
+    """ "The bot got it wrong": which of the issue's labels to keep, which catalog labels to add, and whether the
+    Repro Agent's verdict was wrong too. Cleans to decisions.correct_bot's keywords (add, remove, labels_seen,
+    repro_incorrect); `bot-mislabeled` is always added by correct_bot itself.
+    """
+
+    keep = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Keep")
+    add = forms.MultipleChoiceField(required=False, label="Add")
+    repro_incorrect = forms.BooleanField(
+        required=False, label="The Repro Agent's verdict is wrong too (adds repro:agent:h100:incorrect)"
+    )
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+    clean_labels_seen = TriageForm.clean_labels_seen
+
+    def __init__(self, *args, issue: Issue, allowed: frozenset[str], **kwargs):
+        current = issue.label_names()
+        kwargs.setdefault("initial", {"keep": current, "labels_seen": json.dumps(current)})
+        super().__init__(*args, **kwargs)
+        self.current = current
+        self.fields["keep"].choices = [(n, n) for n in current]
+        self.fields["add"].choices = [(n, n) for n in sorted(allowed - set(current))]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if self.errors:
+            return data
+        keep = set(data.get("keep") or ())
+        return {
+            "add": list(data.get("add") or ()),
+            "remove": [n for n in self.current if n not in keep],
+            "labels_seen": data["labels_seen"],
+            "repro_incorrect": data.get("repro_incorrect", False),
+        }
+
+
 class BisectForm(forms.Form):
     # strip=False: leading indentation is part of Python code.
     code = forms.CharField(

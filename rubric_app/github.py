@@ -83,6 +83,16 @@ class CommentData:
 
 
 @dataclass(frozen=True)
+class LabelEventData:
+    """Who added (labeled) or removed (unlabeled) which label when, from an issue's events."""
+
+    label: str
+    action: str
+    actor: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class IssueData:
     number: int
     title: str
@@ -161,6 +171,18 @@ def parse_issue(raw: dict) -> IssueData:
         updated_at=parse_time(raw["updated_at"]),
         is_pull_request=bool(raw.get("pull_request")),
         closed_at=parse_time(raw.get("closed_at")),
+    )
+
+
+def parse_label_event(raw: dict) -> LabelEventData | None:
+    """A labeled/unlabeled event; None for the issue's other events."""
+    if raw.get("event") not in ("labeled", "unlabeled"):
+        return None
+    return LabelEventData(
+        label=str((raw.get("label") or {})["name"]),
+        action=raw["event"],
+        actor=str((raw.get("actor") or {}).get("login", "")),
+        created_at=parse_time(raw["created_at"]),
     )
 
 
@@ -354,6 +376,11 @@ class Client:
     def comments(self, number: int) -> list[CommentData]:
         """All comments of an issue, oldest first (one request per 100)."""
         return self._every_page(f"/repos/{self.repo}/issues/{number}/comments", parse=parse_comment)
+
+    def label_events(self, number: int) -> list[LabelEventData]:
+        """The issue's label events (who added or removed which label), oldest first (one request per 100 events)."""
+        events = self._every_page(f"/repos/{self.repo}/issues/{number}/events", parse=parse_label_event)
+        return [e for e in events if e is not None]
 
     def labels(self) -> list[LabelData]:
         """The repo's whole label catalog."""

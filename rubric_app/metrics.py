@@ -30,7 +30,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.db.models.lookups import IsNull, LessThan
 from django.utils import timezone
 
-from .models import PT2_ONCALL, TRIAGED, Issue, Outcome, TriageDecision, week_start
+from .models import BOT_TRIAGED, FEEDBACK_LABELS, PT2_ONCALL, TRIAGED, Issue, Outcome, TriageDecision, week_start
 
 DEFAULT_WEEKS = 12
 MAX_WEEKS = 52
@@ -404,3 +404,44 @@ def write_rubric_csv(out, outcomes, *, per_outcome: bool = False) -> None:
         )
     for a in added:
         writer.writerow(["", a.label, "", "", "", a.count, "", " ".join(f"#{n}" for n in a.issues), "", ""])
+
+
+# --- the triage bot's health: what triagers kept or removed of what PyTorch's triage bot labelled ------
+
+
+@dataclass
+class BotLabel:
+    """One label on bot-triaged issues when a triager reviewed the bot: kept or removed, in all and per week."""
+
+    label: str
+    kept: int = 0
+    removed: int = 0
+    weeks: dict = field(default_factory=dict)  # week's Monday -> [kept, removed], oldest first when read
+
+    @property
+    def kept_share(self) -> float | None:
+        return self.kept / (self.kept + self.removed) if self.kept + self.removed else None
+
+    def by_week(self) -> list[tuple[date, int, int]]:
+        return [(week, k, r) for week, (k, r) in sorted(self.weeks.items())]
+
+
+def bot_health(reviews) -> list[BotLabel]:
+    """Per label (most reviewed first), from applied bot reviews (TriageDecision.objects.bot_reviews()): of the
+    labels the issue carried when a triager reviewed the bot, what the triager kept (confirmed, or left on while
+    correcting) and removed. Until the sync stores label events, the labels present at review stand in for what
+    the bot applied; `bot-triaged` and the feedback labels themselves are left out.
+    """
+    rows: dict[str, BotLabel] = {}
+    for created_at, seen, removed in reviews:
+        week = week_start(created_at)
+        for label in seen:
+            if label == BOT_TRIAGED or label in FEEDBACK_LABELS:
+                continue
+            row = rows.setdefault(label, BotLabel(label))
+            gone = label in removed
+            row.removed += gone
+            row.kept += not gone
+            counts = row.weeks.setdefault(week, [0, 0])
+            counts[1 if gone else 0] += 1
+    return sorted(rows.values(), key=lambda r: (-(r.kept + r.removed), r.label))

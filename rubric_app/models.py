@@ -31,6 +31,14 @@ TRIAGED = "triaged"
 TRIAGE_REVIEW = "triage review"
 NEEDS_REPRODUCTION = "needs reproduction"
 HIGH_PRIORITY = "high priority"
+# PyTorch's LLM triage bot marks the issues it labelled with BOT_TRIAGED; triagers audit it with BOT_MISLABELED,
+# and the PT2 Repro Agent asks for REPRO_AGENT_INCORRECT when its verdict is wrong. The two feedback labels are
+# not in the shipped catalog (nothing suggests them): a person may add exactly these, where the repo has them.
+BOT_TRIAGED = "bot-triaged"
+BOT_MISLABELED = "bot-mislabeled"
+REPRO_AGENT_INCORRECT = "repro:agent:h100:incorrect"
+FEEDBACK_LABELS = frozenset({BOT_MISLABELED, REPRO_AGENT_INCORRECT})
+REPRO_AGENT_PREFIX = "repro:agent:"
 
 
 def readable_text_color(background: str) -> str:
@@ -46,6 +54,10 @@ class LabelQuerySet(models.QuerySet):
     def triage_catalog(self) -> frozenset[str]:
         """Names the dashboard may suggest or apply (the catalog minus G7's forbidden ones)."""
         return frozenset(self.filter(allowed_for_triage=True, in_catalog=True).values_list("name", flat=True))
+
+    def feedback_catalog(self) -> frozenset[str]:
+        """The feedback labels (FEEDBACK_LABELS) the repository's synced label list has: only these may be added."""
+        return frozenset(self.filter(name__in=FEEDBACK_LABELS, in_catalog=True).values_list("name", flat=True))
 
 
 class Label(models.Model):
@@ -93,14 +105,23 @@ class Lane:
     without: tuple[str, ...] = ()
     # Narrowed further per user in the view (the issues assigned to them), not by labels.
     per_user: bool = False
+    # Only the issues no human decision covers yet: none pending, applying or applied (a refused, failed or
+    # conflicting one leaves the issue here). The bot's lane: reviewing it is the task.
+    undecided: bool = False
 
     def filter(self, qs: models.QuerySet) -> models.QuerySet:
         for name in self.labels:
             qs = qs.filter(labels__name=name)
-        return qs.exclude(labels__name__in=self.without) if self.without else qs
+        if self.without:
+            qs = qs.exclude(labels__name__in=self.without)
+        if self.undecided:
+            covering = TriageDecision.objects.filter(issue=OuterRef("pk"), status__in=TriageDecision.COVERING)
+            qs = qs.exclude(Exists(covering))
+        return qs
 
     def lists(self, names: set[str]) -> bool:
-        """Whether an open queue issue carrying `names` is in this lane (a per-user lane: never by labels)."""
+        """Whether an open queue issue carrying `names` is in this lane by its labels (a per-user lane never is;
+        an undecided lane's decisions are not read here)."""
         return not self.per_user and all(n in names for n in self.labels) and not any(n in names for n in self.without)
 
 
@@ -110,6 +131,7 @@ LANES = (
     Lane("cpu", "oncall: cpu inductor", labels=(CPU_INDUCTOR_ONCALL,)),
     Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
     Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
+    Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
     Lane("all", "all"),
     Lane("mine", "mine", per_user=True),
 )
@@ -131,6 +153,12 @@ class IssueQuerySet(models.QuerySet):
                 to_attr="add_suggestions",
             ),
         ).order_by("-updated_at")
+
+    def bot_unreviewed(self, since=None) -> IssueQuerySet:
+        """The "bot-triaged, not reviewed" lane (LANES), with for_queue's prefetches; `since`: the window's start,
+        on updated_at."""
+        qs = self.for_queue("bot")
+        return qs.filter(updated_at__gte=since) if since is not None else qs
 
     def search(self, text: str) -> IssueQuerySet:
         """These issues matching the search `text`, best match first, each annotated with `search_rank`.
@@ -538,6 +566,28 @@ class Meeting(models.Model):
         return f"meeting of {self.started_at:%Y-%m-%d}"
 
 
+class LabelEvent(models.Model):
+    """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
+    `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
+
+    issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="label_events")
+    label = models.CharField(max_length=100)
+    action = models.CharField(max_length=10)  # "labeled" or "unlabeled", as GitHub names them
+    actor = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} {self.action} {self.label} by {self.actor}"
+
+
+def needs_label_events(label_names) -> bool:
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
+    return any(n == BOT_TRIAGED or n.startswith(REPRO_AGENT_PREFIX) for n in label_names)
+
+
 class TriageDecisionQuerySet(models.QuerySet):
     def stuck(self, before) -> TriageDecisionQuerySet:
         """Work to send again: pending since before `before` (its message may never have reached a
@@ -556,6 +606,11 @@ class TriageDecisionQuerySet(models.QuerySet):
 
     def for_audit(self) -> TriageDecisionQuerySet:
         return self.select_related("issue", "user").prefetch_related("writes").order_by("-created_at")
+
+    def bot_reviews(self):
+        """Applied reviews of the triage bot, newest first: (created_at, labels_seen, labels_removed); one query."""
+        rows = self.filter(status=TriageDecision.Status.APPLIED, bot_review__gt="").order_by("-created_at", "-pk")
+        return rows.values_list("created_at", "labels_seen", "labels_removed")
 
     def outcomes(self) -> Iterator[Outcome]:
         """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
@@ -627,6 +682,9 @@ class TriageDecision(models.Model):
         CONFLICT = "conflict"
         REFUSED = "refused"
 
+    # A decision on its way or done: it covers the issue (the bot's lane leaves it out).
+    COVERING = (Status.PENDING, Status.APPLYING, Status.APPLIED)
+
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="decisions")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     labels_seen = models.JSONField(default=list, blank=True)
@@ -650,6 +708,11 @@ class TriageDecision(models.Model):
     # The rubric's add-suggestions on the page when the triager decided: [{"label", "rule_id", "preselected"}, ...].
     # None for decisions recorded before it was kept: their outcomes are unknown, not "nothing shown".
     suggestions_shown = models.JSONField(null=True, blank=True, default=None)
+    # A review of PyTorch's triage bot: "confirmed" (its labels kept; recorded, nothing sent to GitHub) or
+    # "mislabeled" (labels corrected and `bot-mislabeled` added, one audited write); "" for other decisions.
+    bot_review = models.CharField(
+        max_length=12, blank=True, choices=[("confirmed", "confirmed"), ("mislabeled", "mislabeled")]
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)

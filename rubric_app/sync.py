@@ -30,7 +30,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app import auto_bisect, github, suggestions
-from rubric_app.models import TRIAGE_REVIEW, Comment, Issue, Label, SyncState, WebhookDelivery
+from rubric_app.models import (
+    TRIAGE_REVIEW,
+    Comment,
+    Issue,
+    Label,
+    LabelEvent,
+    SyncState,
+    WebhookDelivery,
+    needs_label_events,
+)
 from rubric_app.rubric.catalog import catalog_names, is_forbidden
 
 log = logging.getLogger(__name__)
@@ -260,6 +269,9 @@ def store_issues(
             fetched[ids[data.number]] = gh.comments(data.number) if data.comments_count else []
             report.comments_fetched += len(fetched[ids[data.number]])
     store_comments(fetched, now)
+    if gh is not None:  # label events only where automation labelled the issue, and only when it changed
+        events = {ids[d.number]: gh.label_events(d.number) for d in changed if needs_label_events(d.label_names)}
+        store_label_events(events)
     report.issues_changed += len(changed)
     return list(ids.values())
 
@@ -292,6 +304,21 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
     keep = [c.github_id for comments in fetched.values() for c in comments]
     Comment.objects.filter(issue_id__in=fetched).exclude(github_id__in=keep).delete()
     Issue.objects.filter(pk__in=fetched).update(comments_synced_at=now)
+
+
+def store_label_events(fetched: dict[int, list[github.LabelEventData]]) -> None:
+    """Make each issue's stored label events exactly GitHub's list; two queries whatever the number of issues."""
+    if not fetched:
+        return
+    LabelEvent.objects.filter(issue_id__in=fetched).delete()
+    LabelEvent.objects.bulk_create(
+        [
+            LabelEvent(issue_id=pk, label=e.label[:100], action=e.action, actor=e.actor[:100], created_at=e.created_at)
+            for pk, events in fetched.items()
+            for e in events
+        ],
+        batch_size=500,
+    )
 
 
 def refresh(issue_ids: list[int]) -> None:

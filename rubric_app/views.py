@@ -28,6 +28,7 @@ from .bisection import extract_repro
 from .forms import (
     MEETING_DECISIONS,
     BisectForm,
+    BotCorrectionForm,
     DutyForm,
     GroupDecisionForm,
     MeetingDecisionForm,
@@ -37,6 +38,7 @@ from .forms import (
     module_label_names,
 )
 from .models import (
+    BOT_TRIAGED,
     TRIAGE_REVIEW,
     BisectionRun,
     Comment,
@@ -49,7 +51,6 @@ from .models import (
     WorkerHeartbeat,
 )
 from .rubric.agenda import AGENDA_ORDER, agenda_group
-from .rubric.automation import runnable_script
 
 PAGE_SIZE = 50
 
@@ -100,9 +101,28 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
     return get_object_or_404(qs, number=number)
 
 
+def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
+    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none)."""
+    if BOT_TRIAGED not in issue.label_names():
+        return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
+    reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
+    return {
+        "bot_labelled": issue.label_events.filter(action="labeled", actor__endswith="[bot]").order_by("created_at"),
+        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
+        "bot_review": reviews.first(),
+    }
+
+
 def _triage_form(issue: Issue, data=None) -> TriageForm:
     allowed = Label.objects.triage_catalog()
     return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
+
+
+def _agent_script(issue: Issue, comments: list[Comment] | None = None) -> str:
+    """The newest PT2 Repro Agent comment's script (its test_fn() convention, which the harness runs), or "";
+    from the prefetched comments, no query (rubric/automation.py reads it)."""
+    agent = issue.automation(comments if comments is not None else list(issue.comments.all())).latest_agent
+    return agent.script if agent else ""
 
 
 def _repro_for(issue: Issue) -> str:
@@ -149,7 +169,6 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "issue": issue,
         "comments": comments,
         "automation": automation,
-        "agent_script": runnable_script(agent.script) if agent and agent.script else "",
         "add_suggestions": add,
         "avoid_suggestions": [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.AVOID],
         "form": form,
@@ -161,6 +180,9 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "earlier_runs": runs[1:],
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
+        **_bot_context(issue, extra.pop("bot_form", None)),
+        "agent_script": agent.script if agent else "",
+        "agent_needs_cuda": bool(agent and agent.script_needs_cuda),
     }
     return {**context, **extra}
 
@@ -217,8 +239,11 @@ def _query_without_page(request: HttpRequest) -> str:
 @login_required
 @require_GET
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
+    """The issue page; ?repro=agent puts the PT2 Repro Agent's script in the bisection form (one click, no JS)."""
     issue = _get_issue_for_user(request, number)
-    return render(request, "rubric_app/issue.html", _issue_context(issue))
+    script = _agent_script(issue) if request.GET.get("repro") == "agent" else ""
+    extra = {"bisect_form": BisectForm.for_repro(script, live=WorkerHeartbeat.objects.queues())} if script else {}
+    return render(request, "rubric_app/issue.html", _issue_context(issue, **extra))
 
 
 @login_required
@@ -259,6 +284,32 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
         labels_seen=form.cleaned_data["labels_seen"],
         redirect=form.redirect_to(),
     )
+    if request.htmx:
+        context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
+        return render(request, "rubric_app/issue.html#decision", context)
+    return redirect(issue)
+
+
+@login_required
+@require_POST
+def bot_confirm(request: HttpRequest, number: int) -> HttpResponse:
+    """Keep what PyTorch's triage bot labelled: a decision on record, nothing sent to GitHub (`a` in the bot lane)."""
+    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    decision = decisions.confirm_bot(issue=issue, user=request.user, labels_seen=request.POST.getlist("labels_seen"))
+    if request.htmx:
+        return render(request, "rubric_app/issue.html#bot-review", {"decision": decision, "issue": issue})
+    return redirect(issue)
+
+
+@login_required
+@require_POST
+def bot_correct(request: HttpRequest, number: int) -> HttpResponse:
+    """The bot got it wrong: the corrected labels plus `bot-mislabeled` in one audited decision, queued."""
+    issue = _get_issue_for_user(request, number, perm="apply_labels")
+    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog())
+    if not form.is_valid():
+        return render(request, "rubric_app/issue.html", _issue_context(issue, bot_form=form), status=400)
+    decision = decisions.correct_bot(issue=issue, user=request.user, **form.cleaned_data)
     if request.htmx:
         context = {"decision": decision, "issue": issue, **_waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/issue.html#decision", context)
@@ -454,9 +505,9 @@ def rubric_health(request: HttpRequest) -> HttpResponse:
     """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
     _require(request, "view_triagedecision")
     rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
-    return render(
-        request, "rubric_app/rubric.html", {"rules": rules, "added": added, "ticked": metrics.preselection(rules)}
-    )
+    bot = metrics.bot_health(TriageDecision.objects.bot_reviews())
+    context = {"rules": rules, "added": added, "ticked": metrics.preselection(rules), "bot": bot}
+    return render(request, "rubric_app/rubric.html", context)
 
 
 @login_required

@@ -281,3 +281,11 @@ def test_it_bisects_a_converted_script_with_a_float64_reference():
     assert [r["status"] for r in report.results] == ["passed"] * 5 + ["diverged"]
     assert "(float64 reference)" in report.results[-1]["message"]
     assert [x["label"] for x in report.labels] == ["module: inductor", "triage review"]
+
+
+def test_it_runs_the_repro_agents_test_fn_with_each_backend():
+    by_mode, results, _, _ = run("agent_test_fn")
+
+    assert by_mode["eager"]["status"] == "passed" and by_mode["aot_eager"]["status"] == "passed"
+    assert by_mode["inductor"]["status"] != "passed"
+    assert "test_fn() returned False" in by_mode["inductor"]["message"]

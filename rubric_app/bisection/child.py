@@ -335,6 +335,20 @@ def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
     }
 
 
+def _uncalled_test_fn(code: str, ns: dict) -> bool:
+    """True when the script defines test_fn() at top level and never calls it itself (then the harness does)."""
+    import ast
+
+    if not callable(ns.get("test_fn")):
+        return False
+    tree = ast.parse(code)
+    if not any(isinstance(n, ast.FunctionDef) and n.name == "test_fn" for n in tree.body):
+        return False
+    return not any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "test_fn" for n in ast.walk(tree)
+    )
+
+
 def run(spec: dict, res_fd: int, workdir: str) -> None:
     """Run spec["code"] under spec["mode"]; emit the result event; the caller then leaves with os._exit."""
     global _res_fd
@@ -365,11 +379,17 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         module.__file__ = os.path.join(workdir, "repro.py")
         sys.modules[module.__name__] = module
         code = compile(spec["code"], module.__file__, "exec")
+        # The PT2 Repro Agent's convention: the script reads its backend from TORCH_COMPILE_BACKEND and defines
+        # test_fn() -> bool (False or an exception: the failure); the eager reference gets "eager".
+        os.environ["TORCH_COMPILE_BACKEND"] = BACKENDS.get(spec["mode"], "eager")
         try:
             exec(code, module.__dict__)
         except SystemExit as exc:
             if exc.code not in (None, 0):
                 raise RuntimeError(f"the script exited with status {exc.code!r}") from None
+        if spec["style"] == "script" and not spec.get("narrow") and _uncalled_test_fn(spec["code"], module.__dict__):
+            if module.__dict__["test_fn"]() is False:
+                raise AssertionError("test_fn() returned False: the repro's own check failed")
         if spec.get("narrow"):
             torch.manual_seed(0)
             narrowed = _narrow(module.__dict__, spec["device"], recorder.original)

@@ -298,17 +298,3 @@ def _bot_added(events: Iterable[tuple[str, str, str]]) -> tuple[str, ...]:
 
 def _is_bot(login: str) -> bool:
     return login.endswith("[bot]") or login in ("pytorch-bot", "pytorchbot", "pytorch-auto-revert")
-
-
-def runnable_script(script: str) -> str:
-    """The agent's script as the harness runs it: its convention is a test_fn() that returns False (or raises)
-    when the bug shows, with the backend read from TORCH_COMPILE_BACKEND, which the harness sets mode by mode."""
-    if "def test_fn" not in script or re.search(
-        r"^\s{0,8}(?:if not |assert |result = |ok = )?test_fn\(\)", script, re.M
-    ):
-        return script
-    return (
-        script.rstrip()
-        + "\n\n\n# Added by the dashboard: the PT2 Repro Agent's test_fn() returns False when the bug shows.\n"
-        + 'if not test_fn():\n    raise AssertionError("test_fn() returned False: the bug reproduced")\n'
-    )

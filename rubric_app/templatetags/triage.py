@@ -156,6 +156,16 @@ def queue_row(context, issue) -> SafeString:
         if can_apply and issue.add_suggestions
         else ""
     )
+    if context.get("lane") == "bot" and can_apply:  # reviewing the bot: `a` keeps its labels (no GitHub write)
+        seen = "".join(
+            f'<input type="hidden" name="labels_seen" value="{escape_html(n)}">' for n in issue.label_names()
+        )
+        accept = (
+            f'<form method="post" action="{url}/bot/confirm" hx-post="{url}/bot/confirm" '
+            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}{seen}'
+            '<button type="submit" class="accept" data-accept data-bot-confirm title="Keep the bot\'s labels (a)">'
+            "Bot was right</button></form>"
+        )
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
     suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
