@@ -39,7 +39,9 @@ def _free_port() -> int:
 
 def _env(**extra) -> dict:
     db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_TOKEN", "PYTEST_XDIST_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_TOKEN", "PYTEST_XDIST_", "DJANGO_ALLOW_ASYNC"))
+    }
     return {**env, "DATABASE_URL": db_url, "PYTHONUNBUFFERED": "1", **extra}
 
 

@@ -12,7 +12,8 @@ from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluat
 from rubric_app.rubric.engine import facts_of
 from rubric_app.rubric.facts import RULES, Finding
 
-RULE_FNS = dict(RULES)
+# A rule id may have several functions (rules.py's text rule and rules_automation.py's): all of them.
+RULE_FNS = {rule_id: [fn for rid, fn in RULES if rid == rule_id] for rule_id, _ in RULES}
 
 TRACE_DYNAMO = """```
 Traceback (most recent call last):
@@ -39,7 +40,8 @@ def issue(
 
 
 def findings(rule_id: str, case: IssueText) -> list[Finding]:
-    return list(RULE_FNS[rule_id](facts_of(case)))
+    facts = facts_of(case)
+    return [x for fn in RULE_FNS[rule_id] for x in fn(facts)]
 
 
 def matches(found: list[Finding], kind: str, label: str = "", state: str = "") -> bool:

@@ -187,8 +187,9 @@ def test_it_writes_label_events_as_the_tokens_user(github_signin):
         headers={"Authorization": f"token {token}"},
         timeout=5,
     ).json()
-    assert [(e["event"], e["label"]["name"], e["actor"]["login"]) for e in events] == [
-        ("labeled", "module: inductor", "demo-triager")
+    # The issue's own labels were added by its author when it was opened; the write is the token's user's.
+    assert [(e["event"], e["label"]["name"]) for e in events if e["actor"]["login"] == "demo-triager"] == [
+        ("labeled", "module: inductor")
     ]
     github_signin.revoke(token)
     assert requests.get(f"{github_signin.url}/user", headers={"Authorization": f"token {token}"}).status_code == 401

@@ -367,16 +367,14 @@ def test_it_shows_what_the_automation_said_and_offers_the_agents_script_to_bisec
     assert 'data-agent="reproduced"' in panel and "(3/3 runs) on H100" in panel
     assert "2.13.0.dev20260601+cu130" in panel and "silent mismatch" in panel
     assert "backend <code>inductor</code>, subsystem <code>lowerings</code>" in panel
-    assert 'href="#comment-0"' in panel and "The LLM triage bot labelled it" in panel
-    assert "data-agent-script" not in panel  # viewers do not bisect
+    assert 'href="#comment-0"' in panel and "triage bot labelled this issue" in panel
+    assert "data-agent-bisect" not in panel  # viewers do not bisect
     client.force_login(triager)
     html = client.get(_url("issue", 7401)).content.decode()
-    form = re.search(r"<form[^>]*data-agent-script>.*?</form>", html, re.S).group(0)
-    code = unescape(re.search(r'name="code" value="([^"]*)"', form).group(1))
-    assert "def test_fn() -> bool:" in code and code.rstrip().endswith(
-        'raise AssertionError("test_fn() returned False: the bug reproduced")'
-    )
-    assert 'name="device" value="cpu"' in form  # the script names no CUDA
+    assert 'href="?repro=agent#bisection"' in html
+    form = client.get(_url("issue", 7401) + "?repro=agent").content.decode()
+    code = unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", form, re.S).group(1))
+    assert "def test_fn() -> bool:" in code and "TORCH_COMPILE_BACKEND" in code  # the harness calls test_fn()
 
 
 def test_it_shows_no_automation_panel_where_there_was_none(client, viewer, triaged_issue):

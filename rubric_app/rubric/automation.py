@@ -47,7 +47,8 @@ _RUNS_OF = re.compile(r"\b(\d{1,2})/(\d{1,2}) runs\b")
 _NOT_REPRODUCED = re.compile(r"\b(?:could not|couldn't|could n't|unable to|did not|failed to) reproduce", re.I)
 _MITIGATION = re.compile(r"\bPREDEFINED_MITIGATION\b|\bmitigation\b", re.I)
 _REPRODUCED = re.compile(
-    r"\bResult: (?:REPRODUCED|REPRODUCE)\b|\bconfirmed (?:that )?it reproduces\b|\breproduced (?:it|the issue|in \d)"
+    r"\bResult: (?:REPRODUCED|REPRODUCE)\b|\bconfirmed (?:that )?it reproduces\b"
+    r"|\breproduced (?:it|the issue|in \d|\(\d)"
     r"|\bAll \d{1,2} runs failed",
     re.I,
 )
@@ -187,9 +188,11 @@ def _agent_report(text: str, source: str) -> AgentReport:
         if match:
             outcome, evidence = name, _line_of(prose, match.start())
             break
-    if not outcome or not (nightly or gpu):
-        # Our mark but not the format we know: say so rather than guess.
-        return AgentReport(source, "unreadable", evidence=_line_of(prose, 0))
+    if not outcome:
+        # Our mark but not the format we know: say so rather than guess (its script is still its script).
+        return AgentReport(
+            source, "unreadable", script=script, script_needs_cuda=_needs_cuda(script), evidence=_line_of(prose, 0)
+        )
     runs = _RUNS_OF.search(prose)
     all_runs = _RUNS.search(prose)
     count = (
@@ -209,9 +212,13 @@ def _agent_report(text: str, source: str) -> AgentReport:
         mitigation=config.group(1) if config else "",
         bisector=_bisector(prose, source),
         script=script,
-        script_needs_cuda=bool(re.search(r"""["']cuda(?::\d)?["']|\.cuda\(\)""", script)),
+        script_needs_cuda=_needs_cuda(script),
         evidence=evidence,
     )
+
+
+def _needs_cuda(script: str) -> bool:
+    return bool(re.search(r"""["']cuda(?::\d)?["']|\.cuda\(\)""", script))
 
 
 def _bisector(prose: str, source: str) -> BisectorResult | None:
