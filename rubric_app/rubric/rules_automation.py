@@ -98,44 +98,21 @@ def r2_4_agent_on_gpu(f: Facts) -> list[Finding]:
 
 @rule("R2")
 def r2_automation(f: Facts) -> list[Finding]:
-    """What the agents' runs leave to a triager: a mitigation that hides the bug, a run that did not reproduce
-    it on a newer build, a comment in a format we cannot read."""
-    auto = automation_of(f)
-    report = auto.latest_agent
-    found = []
-    if report is not None and report.outcome == "mitigated" and report.mitigation:
-        found.append(
-            Finding(
-                "R2",
-                "check",
-                evidence=report.mitigation,
-                source=report.source,
-                state="needs_human",
-                reason=f"A predefined mitigation hides it{_ran_on(report)}: {report.mitigation}. "
-                "The component is whatever that setting changes.",
-            )
-        )
-    if report is not None and report.outcome == "not reproduced":
-        found.append(
-            Finding(
-                "R2",
-                "check",
-                evidence=report.evidence,
-                source=report.source,
-                state="needs_human",
-                reason=f"The PT2 Repro Agent could not reproduce it{_ran_on(report)}: it may be fixed; "
-                "ask the reporter to confirm on that build.",
-            )
-        )
-    if report is not None and report.outcome == "unreadable":
-        found.append(
-            Finding(
-                "R2",
-                "check",
-                evidence=report.evidence,
-                source=report.source,
-                state="needs_human",
-                reason="A PT2 Repro Agent comment we could not read: read its result yourself.",
-            )
-        )
-    return found
+    """What the agent's run leaves to a triager: a mitigation that hides the bug, a run that did not reproduce it
+    on a newer build, a comment in a format we cannot read."""
+    report = automation_of(f).latest_agent
+    if report is None:
+        return []
+    said = {
+        "mitigated": f"A predefined mitigation hides it{_ran_on(report)}: {report.mitigation}. "
+        "The component is whatever that setting changes."
+        if report.mitigation
+        else "",
+        "not reproduced": f"The PT2 Repro Agent could not reproduce it{_ran_on(report)}: it may be fixed; "
+        "ask the reporter to confirm on that build.",
+        "unreadable": "A PT2 Repro Agent comment we could not read: read its result yourself.",
+    }.get(report.outcome, "")
+    if not said:
+        return []
+    evidence = report.mitigation if report.outcome == "mitigated" else report.evidence
+    return [Finding("R2", "check", evidence=evidence, source=report.source, state="needs_human", reason=said)]
