@@ -397,8 +397,12 @@ def test_it_has_the_fork_server_itself_refuse_when_not_root():
 
 # ---- Nothing outlives its worker (item 3)
 
+# A Celery worker installs its own SIGINT handling (warm shutdown) whatever it inherited; this stand-in does too.
+# Inheriting it from the test process is not the product's concern: under pytest-xdist, a test run earlier in the
+# same process (a browser session's driver) can leave SIGINT ignored, and the stand-in would then never stop.
 WORKER = """
-import sys, uuid
+import signal, sys, uuid
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {project!r})
 from rubric_app.bisection import ForkServer, Limits
 server = ForkServer()
