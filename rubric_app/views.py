@@ -118,13 +118,6 @@ def _triage_form(issue: Issue, data=None) -> TriageForm:
     return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
 
 
-def _agent_script(issue: Issue, comments: list[Comment] | None = None) -> str:
-    """The newest PT2 Repro Agent comment's script (its test_fn() convention, which the harness runs), or "";
-    from the prefetched comments, no query (rubric/automation.py reads it)."""
-    agent = issue.automation(comments if comments is not None else list(issue.comments.all())).latest_agent
-    return agent.script if agent else ""
-
-
 def _repro_for(issue: Issue) -> str:
     """The best repro found in the issue text (body first, then comments), or "" for the triager to paste one."""
     found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
@@ -151,8 +144,9 @@ def _waiting(
     }
 
 
-def _issue_context(issue: Issue, **extra) -> dict:
-    """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan)."""
+def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
+    """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan). agent_repro: the
+    bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text."""
     runs = list(issue.bisection_runs.all())
     live = WorkerHeartbeat.objects.queues()
     form = extra.pop("form", None) or _triage_form(issue)
@@ -165,6 +159,9 @@ def _issue_context(issue: Issue, **extra) -> dict:
     comments = list(issue.comments.all())
     automation = issue.automation(comments)
     agent = automation.latest_agent
+    bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
+        agent.script if agent_repro and agent and agent.script else _repro_for(issue), live=live
+    )
     context = {
         "issue": issue,
         "comments": comments,
@@ -174,7 +171,7 @@ def _issue_context(issue: Issue, **extra) -> dict:
         "form": form,
         "prev_number": prev_number,
         "next_number": next_number,
-        "bisect_form": extra.pop("bisect_form", None) or BisectForm.for_repro(_repro_for(issue), live=live),
+        "bisect_form": bisect_form,
         "run": runs[0] if runs else None,
         **_waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
@@ -241,9 +238,8 @@ def _query_without_page(request: HttpRequest) -> str:
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
     """The issue page; ?repro=agent puts the PT2 Repro Agent's script in the bisection form (one click, no JS)."""
     issue = _get_issue_for_user(request, number)
-    script = _agent_script(issue) if request.GET.get("repro") == "agent" else ""
-    extra = {"bisect_form": BisectForm.for_repro(script, live=WorkerHeartbeat.objects.queues())} if script else {}
-    return render(request, "rubric_app/issue.html", _issue_context(issue, **extra))
+    context = _issue_context(issue, agent_repro=request.GET.get("repro") == "agent")
+    return render(request, "rubric_app/issue.html", context)
 
 
 @login_required
