@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from rubric_app import credentials, github
 from rubric_app.models import (
-    BOT_MISLABELED,
     BOT_TRIAGED,
     CPU_INDUCTOR_ONCALL,
     FEEDBACK_LABELS,
@@ -35,6 +34,7 @@ from rubric_app.models import (
     Suggestion,
     TriageDecision,
 )
+from rubric_app.rubric.automation import BOT_MISLABELED
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
 from rubric_app.rubric.flow import change_breaks_g4
 from rubric_app.tasks import apply_decision_task

@@ -22,7 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app import rubric, search, search_index
-from rubric_app.rubric.automation import Automation, read_automation
+from rubric_app.rubric.automation import AGENT_INCORRECT, BOT_TRIAGED, Automation, read_automation
+from rubric_app.rubric.automation import FEEDBACK_LABELS as AUTOMATION_FEEDBACK_LABELS
 from rubric_app.rubric.text import sources_of
 
 PT2_ONCALL = "oncall: pt2"
@@ -32,12 +33,11 @@ TRIAGE_REVIEW = "triage review"
 NEEDS_REPRODUCTION = "needs reproduction"
 HIGH_PRIORITY = "high priority"
 # PyTorch's LLM triage bot marks the issues it labelled with BOT_TRIAGED; triagers audit it with BOT_MISLABELED,
-# and the PT2 Repro Agent asks for REPRO_AGENT_INCORRECT when its verdict is wrong. The two feedback labels are
-# not in the shipped catalog (nothing suggests them): a person may add exactly these, where the repo has them.
-BOT_TRIAGED = "bot-triaged"
-BOT_MISLABELED = "bot-mislabeled"
-REPRO_AGENT_INCORRECT = "repro:agent:h100:incorrect"
-FEEDBACK_LABELS = frozenset({BOT_MISLABELED, REPRO_AGENT_INCORRECT})
+# and the PT2 Repro Agent asks for REPRO_AGENT_INCORRECT when its verdict is wrong (the names are the automation
+# reader's, rubric/automation.py). The two feedback labels are not in the shipped catalog (nothing suggests them):
+# a person may add exactly these, where the repo has them.
+REPRO_AGENT_INCORRECT = AGENT_INCORRECT
+FEEDBACK_LABELS = frozenset(AUTOMATION_FEEDBACK_LABELS)
 REPRO_AGENT_PREFIX = "repro:agent:"
 
 
