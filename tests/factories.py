@@ -33,3 +33,23 @@ def make_issue(
     )
     issue.labels.set([make_label(name) for name in labels])
     return issue
+
+
+def opened_issue_payload(number: int, *, repo: str, title: str, body: str, author: str) -> dict:
+    """An `issues` webhook's payload as GitHub sends it when an oncall: pt2 issue is opened."""
+    return {
+        "action": "opened",
+        "repository": {"full_name": repo},
+        "issue": {
+            "number": number,
+            "title": title,
+            "body": body,
+            "state": "open",
+            "user": {"login": author},
+            "labels": [{"name": "oncall: pt2", "color": "ededed"}],
+            "html_url": f"https://github.com/pytorch/pytorch/issues/{number}",
+            "created_at": "2026-12-01T10:00:00Z",
+            "updated_at": "2026-12-01T10:00:00Z",
+            "comments": 0,
+        },
+    }

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from rubric_app import auto_bisect, bisect_runs, bisecting, sync
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
-from tests.factories import make_issue
+from tests.factories import make_issue, opened_issue_payload
 from tests.helpers import wait_until
 from triage_site.celery import app
 
@@ -112,22 +112,9 @@ def test_it_leaves_cuda_repros_to_a_live_gpu_worker_and_runs_nothing_when_off(au
 
 
 def test_it_bisects_a_repro_that_arrives_by_webhook(auto, django_capture_on_commit_callbacks):
-    payload = {
-        "action": "opened",
-        "repository": {"full_name": auto.GITHUB_REPO},
-        "issue": {
-            "number": 5500,
-            "title": "sin + 1 fails under torch.compile",
-            "body": body(),
-            "state": "open",
-            "user": {"login": "newcomer"},
-            "labels": [{"name": "oncall: pt2", "color": "ededed"}],
-            "html_url": "https://github.com/pytorch/pytorch/issues/5500",
-            "created_at": "2026-12-01T10:00:00Z",
-            "updated_at": "2026-12-01T10:00:00Z",
-            "comments": 0,
-        },
-    }
+    payload = opened_issue_payload(
+        5500, repo=auto.GITHUB_REPO, title="sin + 1 fails under torch.compile", body=body(), author="newcomer"
+    )
     delivery = WebhookDelivery.objects.create(delivery_id="d-5500", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
         sync.process_webhook(delivery.pk)

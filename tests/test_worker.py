@@ -4,6 +4,7 @@ import pytest
 
 from rubric_app.models import Issue, WebhookDelivery
 from rubric_app.tasks import process_webhook_task
+from tests.factories import opened_issue_payload
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -11,22 +12,13 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_process, fake_github_server):
     # A webhook delivery as the receiver stores it: the worker mirrors the issue and refreshes its suggestions.
-    payload = {
-        "action": "opened",
-        "repository": {"full_name": fake_github_server.repo},
-        "issue": {
-            "number": 4242,
-            "title": "torch.compile fails with dynamic=True",
-            "body": "torch.compile fails",
-            "state": "open",
-            "user": {"login": "reporter"},
-            "labels": [{"name": "oncall: pt2", "color": "ededed"}],
-            "html_url": "https://github.com/pytorch/pytorch/issues/4242",
-            "created_at": "2026-12-01T10:00:00Z",
-            "updated_at": "2026-12-01T10:00:00Z",
-            "comments": 0,
-        },
-    }
+    payload = opened_issue_payload(
+        4242,
+        repo=fake_github_server.repo,
+        title="torch.compile fails with dynamic=True",
+        body="torch.compile fails",
+        author="reporter",
+    )
     delivery = WebhookDelivery.objects.create(delivery_id="worker-round-trip", event="issues", payload=payload)
 
     process_webhook_task.delay(delivery.pk)
