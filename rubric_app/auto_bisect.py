@@ -13,7 +13,6 @@ Each automatic run is a BisectionRun with automatic=True and caused_by saying wh
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import bisection
+from .bisection.builds import repro_hash
 from .models import BisectionRun, Issue, WorkerHeartbeat
 
 # A repro that fetches weights, data sets or anything else over the network: it cannot pass in the sandbox.
@@ -41,12 +41,6 @@ class Outcome:
 
     run: BisectionRun | None
     reason: str
-
-
-def repro_hash(code: str) -> str:
-    """The repro's identity: its code without trailing spaces or blank edges (an edit elsewhere changes nothing)."""
-    normalized = "\n".join(line.rstrip() for line in code.strip().splitlines())
-    return hashlib.sha256(normalized.encode()).hexdigest()
 
 
 def queue_for_issues(issue_ids: list[int], *, cause: str) -> list[Outcome]:
@@ -111,12 +105,22 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
     return Outcome(run, "queued")
 
 
+def over_hourly_budget(now=None) -> str:
+    """Why the hourly budget of all automatic runs (arrivals and re-checks alike) refuses one more ("" if not)."""
+    now = now or timezone.now()
+    automatic = BisectionRun.objects.filter(automatic=True, created_at__gte=now - timedelta(hours=1))
+    if automatic.count() >= settings.AUTO_BISECT_PER_HOUR:
+        return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
+    return ""
+
+
 def _over_budget(poster: str) -> str:
     """Why the budgets refuse another automatic run now ("" when they allow it)."""
     now = timezone.now()
     automatic = BisectionRun.objects.filter(automatic=True)
-    if automatic.filter(created_at__gte=now - timedelta(hours=1)).count() >= settings.AUTO_BISECT_PER_HOUR:
-        return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
+    hourly = over_hourly_budget(now)
+    if hourly:
+        return hourly
     if poster:
         today = automatic.filter(caused_by_login=poster, created_at__gte=now - timedelta(days=1)).count()
         if today >= settings.AUTO_BISECT_PER_AUTHOR:

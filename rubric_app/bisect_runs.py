@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 
 from . import bisection
+from .bisection.builds import repro_hash
 from .models import BisectionRun
 from .tasks import run_bisection_task
 
@@ -25,20 +26,36 @@ def queue_for(device: str) -> str:
         raise ValueError(f"unknown device {device!r}: choose cpu, cuda or both") from None
 
 
-def start_bisection(*, issue, user, code: str, device: str) -> BisectionRun:
-    """Record a queued BisectionRun with the exact code and enqueue it on the device's queue; return the run.
+def start_bisection(
+    *, issue, user, code: str, device: str, builds: list[str] | tuple[str, ...] = ("",)
+) -> BisectionRun:
+    """Record a queued BisectionRun with the exact code for each torch build asked for (a name of the workers'
+    TORCH_BUILDS; "" for their first) and enqueue each on the device's queue after commit; return the first run.
 
-    Raises PermissionDenied without rubric_app.run_bisection (checked here too:
-    untrusted code must never run for someone without it) and ValueError for
-    empty code or an unknown device.
+    Several builds run the same repro on each: bisection.builds.compare() reads them together once they finish
+    ("passes on 2.12.1, fails on 2.13.0" is a regression, R11). Raises PermissionDenied without
+    rubric_app.run_bisection (checked here too: untrusted code must never run for someone without it) and
+    ValueError for empty code, an unknown device or no build.
     """
     if user is None or not user.has_perm("rubric_app.run_bisection"):
         raise PermissionDenied("running a bisection needs the run_bisection permission")
     queue = queue_for(device)
     if not code.strip():
         raise ValueError("the repro is empty")
-    run = BisectionRun.objects.create(
-        issue=issue, requested_by=user, device=device, repro_code=code, repro_style=bisection.detect_style(code)
-    )
-    run_bisection_task.apply_async_on_commit((run.pk,), queue=queue)
-    return run
+    if not builds:
+        raise ValueError("choose at least one torch build")
+    runs = [
+        BisectionRun.objects.create(
+            issue=issue,
+            requested_by=user,
+            device=device,
+            repro_code=code,
+            repro_style=bisection.detect_style(code),
+            repro_hash=repro_hash(code),
+            build=build,
+        )
+        for build in dict.fromkeys(builds)
+    ]
+    for run in runs:
+        run_bisection_task.apply_async_on_commit((run.pk,), queue=queue)
+    return runs[0]

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import bisection, recovery, suggestions
+from . import bisection, build_checks, recovery, suggestions
+from .bisection import builds
 from .models import BisectionRun, queue_state
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,17 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
             error=f"this worker serves {settings.BISECTION_DEVICE}, the run asked for {run.device}",
         )
 
+    hosted = settings.TORCH_BUILDS
+    build = run.build or next(iter(hosted))
+    if build not in hosted:
+        return _finish(
+            run,
+            BisectionRun.Status.FAILED,
+            error=f"this worker hosts the torch builds {', '.join(hosted)} (TORCH_BUILDS); the run asked for "
+            f"{build!r}. Every worker of a queue should host the same builds.",
+        )
+    run.build = build
+
     def progress(mode: str, results: list[dict]) -> None:
         run.current_mode, run.results = mode, capped_results(results)
         run.save(update_fields=["current_mode", "results"])
@@ -124,7 +136,12 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
         # "both" bisects on CPU; on this GPU worker the harness re-runs an Inductor failure on cuda (R2.4).
         device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
         report = bisection.bisect(
-            run.repro_code, device=device, style=run.repro_style, limits=limits(), on_progress=progress
+            run.repro_code,
+            device=device,
+            style=run.repro_style,
+            limits=limits(),
+            on_progress=progress,
+            server=server_for(hosted[build]),
         )
     except bisection.SandboxRefused as exc:
         # No isolation, no run: say why, and what isolation there was, on the run's page.
@@ -135,12 +152,29 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     run.results = capped_results(report.results)
     run.verdict_labels, run.verdict_summary = report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
-    # The verdict feeds the rubric engine through Issue.as_issue_text(). One transaction: whoever
-    # sees the run done (the issue page's poll) also sees the suggestions it produced.
+    run.outcome = builds.outcome(report.results)
+    # The verdict feeds the rubric engine through Issue.as_issue_text(), and so does what this run says next to
+    # the same repro's runs on other builds (a regression). One transaction: whoever sees the run done (the
+    # issue page's poll) also sees the suggestions it produced.
     with transaction.atomic():
         _finish(run, BisectionRun.Status.DONE)
+        build_checks.compare_issue(run.issue)
         suggestions.refresh_issue(run.issue)
     return run
+
+
+def server_for(python: str) -> bisection.ForkServer:
+    """The warm fork server of the build at `python`, restarted first when that build was upgraded in place (a
+    new nightly installed under a running worker): a run must record, and run on, the torch installed now."""
+    server = bisection.shared_server(python)
+    if server.alive and server.installed != builds.installed_version(python):
+        server.close()
+    return server
+
+
+def hosted_versions() -> dict[str, str]:
+    """{build name: installed torch version} for this worker's TORCH_BUILDS, for its heartbeat."""
+    return {name: builds.installed_version(python) for name, python in settings.TORCH_BUILDS.items()}
 
 
 # The harness caps every field a child sends; this bounds the row whatever it holds, so no page
@@ -160,6 +194,8 @@ def capped_results(results: list[dict]) -> list[dict]:
 
 FINISH_FIELDS = [
     "status",
+    "build",
+    "outcome",
     "error",
     "current_mode",
     "finished_at",

@@ -24,6 +24,7 @@ from rubric_app.models import (
     CPU_INDUCTOR_ONCALL,
     FEEDBACK_LABELS,
     HIGH_PRIORITY,
+    MAY_BE_FIXED,
     NEEDS_REPRODUCTION,
     PT2_ONCALL,
     REPRO_AGENT_INCORRECT,
@@ -43,6 +44,8 @@ MEETING_DECISIONS = ("high priority", "triaged", "needs reproduction", "low prio
 PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
 # The routes that stop labelling (G1, G2, a duplicate): what each one sends instead.
 QUESTION, MORE_INFO, TRANSFER, DUPLICATE = "question", "more info", "transfer", "duplicate"
+# The issue's repro passes on a newer torch build: ask the reporter to confirm on it (build_checks.py).
+CONFIRM_FIXED = "confirm fixed"
 CLOSE_REASONS = ("completed", "not_planned", "duplicate")
 
 
@@ -56,6 +59,8 @@ class Plan:
     close_reason: str = ""  # "" (stays open), or GitHub's state_reason: completed, not_planned, duplicate
     transfer_to: str = ""  # G2: the repository the issue moves to, last
     duplicate_of: int | None = None  # the original's number, named by the "duplicate" reply
+    fixed_on: str = ""  # the torch version the "confirm_fixed" reply asks the reporter to try
+    fixed_summary: str = ""  # what the runs showed, quoted in that reply
 
     @property
     def comment(self) -> str:
@@ -63,6 +68,8 @@ class Plan:
         if not self.reply:
             return ""
         text = load_replies()[self.reply]["comment"]
+        if self.fixed_on:
+            text = text.replace("{version}", self.fixed_on).replace("{summary}", self.fixed_summary)
         return text.replace("{original}", f"#{self.duplicate_of}") if self.duplicate_of else text
 
     @property
@@ -79,6 +86,15 @@ def plan_duplicate(original: int) -> Plan:
     return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
 
 
+def plan_confirm_fixed(issue: Issue) -> Plan:
+    """Ask the reporter to confirm on the newer build where the repro now passes (no label, no close): the issue's
+    "may be fixed" finding names the build. ValueError when it has none."""
+    comparison = issue.build_comparison if issue.build_finding == MAY_BE_FIXED else {}
+    if not comparison.get("newer_version"):
+        raise ValueError("no run shows that this issue may be fixed on a newer torch build")
+    return Plan(reply="confirm_fixed", fixed_on=comparison["newer_version"], fixed_summary=comparison["summary"])
+
+
 def plan_changes(
     issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "", duplicate_of: int | None = None
 ) -> Plan:
@@ -93,7 +109,8 @@ def plan_changes(
     Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
     logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2), "duplicate" closes it as a
-    duplicate of #duplicate_of with the standard comment.
+    duplicate of #duplicate_of with the standard comment, "confirm fixed" asks the reporter to confirm on the
+    newer build where the repro passes (plan_confirm_fixed).
     """
     if route == QUESTION:
         return Plan(reply="redirect_to_forum", close_reason="not_planned")
@@ -103,6 +120,8 @@ def plan_changes(
         return Plan(transfer_to=transfer_to)
     if route == DUPLICATE:
         return plan_duplicate(duplicate_of)
+    if route == CONFIRM_FIXED:
+        return plan_confirm_fixed(issue)
     current = set(issue.label_names())
     target = set(current) | set(chosen)
     if not route:  # no routing choice: the issue stays in the PT2 lane it is in

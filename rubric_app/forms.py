@@ -11,7 +11,17 @@ from django.db.models import Exists, OuterRef, QuerySet
 from . import decisions
 from .bisection import names_cuda
 from .metrics import DEFAULT_WEEKS, MAX_WEEKS
-from .models import CPU_INDUCTOR_ONCALL, LANES, TRIAGE_REVIEW, TRIAGED, BisectionRun, Issue, Label, Suggestion
+from .models import (
+    CPU_INDUCTOR_ONCALL,
+    LANES,
+    MAY_BE_FIXED,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    BisectionRun,
+    Issue,
+    Label,
+    Suggestion,
+)
 from .rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
 from .rubric.facts import CORE
 from .rubric.flow import change_breaks_g4
@@ -26,8 +36,15 @@ ROUTES = [
     (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
     (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
     (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment"),
+    # Offered only where the issue's runs say it may be fixed (Issue.build_finding).
+    (
+        decisions.CONFIRM_FIXED,
+        "May be fixed: it passes on a newer torch build; ask the reporter to confirm there (a reply, nothing closed)",
+    ),
 ]
-STOPS_LABELLING = frozenset({decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER, decisions.DUPLICATE})
+STOPS_LABELLING = frozenset(
+    {decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER, decisions.DUPLICATE, decisions.CONFIRM_FIXED}
+)
 # The status flags have their own controls (the review checkbox, and `triaged`, which
 # plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
 FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
@@ -155,6 +172,8 @@ class TriageForm(forms.Form):
         self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
         self.not_in_catalog = [n for n in names if n not in allowed]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        if issue.build_finding != MAY_BE_FIXED:
+            self.fields["route"].choices = [c for c in ROUTES if c[0] != decisions.CONFIRM_FIXED]
         self.suggested = self.suggested_initial(suggestions)
         if not self.is_bound:
             self.initial.update(self.suggested)
@@ -332,11 +351,25 @@ class BisectForm(forms.Form):
         label="Repro (runs sandboxed; edit freely)",
     )
     device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
+    # The torch builds the live workers host (TORCH_BUILDS): ticking two runs the same repro on each, and the
+    # issue page compares them (a regression, R11). None ticked: the workers' first build.
+    builds = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Torch builds (tick two to compare)"
+    )
 
-    def __init__(self, *args, live: dict[str, list[str]] | None = None, **kwargs) -> None:
-        """live: WorkerHeartbeat.objects.queues(); each device choice whose queue has no live worker says so."""
+    def __init__(
+        self, *args, live: dict[str, list[str]] | None = None, hosted: dict[str, dict] | None = None, **kwargs
+    ) -> None:
+        """live: WorkerHeartbeat.objects.queues(); each device choice whose queue has no live worker says so.
+        hosted: WorkerHeartbeat.objects.hosted_builds(), the builds offered (each with its version)."""
         super().__init__(*args, **kwargs)
-        self.live = live
+        self.live, self.hosted = live, hosted or {}
+        offered: dict[str, str] = {}
+        for versions in self.hosted.values():
+            for name, version in versions.items():
+                offered.setdefault(name, version)
+        self.fields["builds"].choices = [(name, f"{name} (torch {version})") for name, version in offered.items()]
+        self.offers_builds = len(offered) > 1
         if live is not None:
             self.fields["device"].choices = [
                 (
@@ -358,13 +391,27 @@ class BisectForm(forms.Form):
             )
         return device
 
+    def clean(self) -> dict:
+        """Each ticked build must be hosted by a live worker of the device's queue: elsewhere it would only fail."""
+        cleaned = super().clean()
+        device, chosen = cleaned.get("device"), cleaned.get("builds") or []
+        if device and chosen and self.hosted:
+            queue = BisectionRun.QUEUES[device]
+            missing = [name for name in chosen if name not in self.hosted.get(queue, {})]
+            if missing:
+                self.add_error("builds", f"No live {queue} worker hosts {', '.join(missing)}: pick another build.")
+        cleaned["builds"] = chosen or [""]
+        return cleaned
+
     @classmethod
-    def for_repro(cls, code: str, live: dict[str, list[str]] | None = None) -> BisectForm:
+    def for_repro(cls, code: str, live: dict[str, list[str]] | None = None, hosted: dict | None = None) -> BisectForm:
         """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
         since on a CPU worker it would only fail for want of one."""
         cuda = names_cuda(code)
         form = cls(
-            initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU}, live=live
+            initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU},
+            live=live,
+            hosted=hosted,
         )
         form.names_cuda = cuda
         return form

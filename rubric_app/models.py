@@ -22,8 +22,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app import rubric, search, search_index
+from rubric_app.bisection.builds import newer as newer_version
 from rubric_app.rubric.automation import AGENT_INCORRECT, BOT_TRIAGED, Automation, read_automation
 from rubric_app.rubric.automation import FEEDBACK_LABELS as AUTOMATION_FEEDBACK_LABELS
+from rubric_app.rubric.catalog import known_label
 from rubric_app.rubric.text import sources_of
 
 PT2_ONCALL = "oncall: pt2"
@@ -39,6 +41,9 @@ HIGH_PRIORITY = "high priority"
 REPRO_AGENT_INCORRECT = AGENT_INCORRECT
 FEEDBACK_LABELS = frozenset(AUTOMATION_FEEDBACK_LABELS)
 REPRO_AGENT_PREFIX = "repro:agent:"
+# What runs of one repro on several torch builds can say (Issue.build_finding, rubric_app/bisection/builds.py).
+REGRESSION, MAY_BE_FIXED = "regression", "may_be_fixed"
+MODULE_REGRESSION = "module: regression"
 
 
 def readable_text_color(background: str) -> str:
@@ -108,8 +113,12 @@ class Lane:
     # Only the issues no human decision covers yet: none pending, applying or applied (a refused, failed or
     # conflicting one leaves the issue here). The bot's lane: reviewing it is the task.
     undecided: bool = False
+    # Only the issues whose runs across torch builds say this (Issue.build_finding): "may_be_fixed".
+    finding: str = ""
 
     def filter(self, qs: models.QuerySet) -> models.QuerySet:
+        if self.finding:
+            qs = qs.filter(build_finding=self.finding)
         for name in self.labels:
             qs = qs.filter(labels__name=name)
         if self.without:
@@ -119,10 +128,15 @@ class Lane:
             qs = qs.exclude(Exists(covering))
         return qs
 
-    def lists(self, names: set[str]) -> bool:
-        """Whether an open queue issue carrying `names` is in this lane by its labels (a per-user lane never is;
-        an undecided lane's decisions are not read here)."""
-        return not self.per_user and all(n in names for n in self.labels) and not any(n in names for n in self.without)
+    def lists(self, names: set[str], finding: str = "") -> bool:
+        """Whether an open queue issue carrying `names`, with build finding `finding`, is in this lane (a per-user
+        lane never is; an undecided lane's decisions are not read here)."""
+        return (
+            not self.per_user
+            and (not self.finding or finding == self.finding)
+            and all(n in names for n in self.labels)
+            and not any(n in names for n in self.without)
+        )
 
 
 # The queue's lanes, in the order the page lists them: adding a lane is adding a line here.
@@ -132,6 +146,8 @@ LANES = (
     Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
     Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
     Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
+    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
+    Lane("fixed", "may be fixed", finding=MAY_BE_FIXED),
     Lane("all", "all"),
     Lane("mine", "mine", per_user=True),
 )
@@ -247,6 +263,10 @@ class Issue(models.Model):
     signature = models.CharField(max_length=16, blank=True, db_index=True)
     signature_text = models.CharField(max_length=400, blank=True, help_text="exception: message in innermost frame")
     signature_parts = models.JSONField(default=dict, blank=True)
+    # What its repro's runs on several torch builds say (build_checks.py): "regression", "may_be_fixed", or ""
+    # (nothing to compare, fails or passes on both), and the comparison itself for the page.
+    build_finding = models.CharField(max_length=20, blank=True, db_index=True)
+    build_comparison = models.JSONField(default=dict, blank=True)
 
     objects = IssueQuerySet.as_manager()
 
@@ -301,12 +321,15 @@ class Issue(models.Model):
         if runs is None:
             runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
         runs = runs[:3]
-        bisection = tuple(
-            rubric.BisectionEvidence(
-                label=item["label"], rule_id=item["rule_id"], evidence=item.get("evidence", ""), run_id=run.pk
+        bisection = (
+            tuple(
+                rubric.BisectionEvidence(
+                    label=item["label"], rule_id=item["rule_id"], evidence=item.get("evidence", ""), run_id=run.pk
+                )
+                for run in runs
+                for item in run.verdict_labels
             )
-            for run in runs
-            for item in run.verdict_labels
+            + self.regression_evidence()
         )
         return rubric.IssueText(
             number=self.number,
@@ -321,12 +344,22 @@ class Issue(models.Model):
             neighbours=neighbours,
         )
 
+    def regression_evidence(self) -> tuple[rubric.BisectionEvidence, ...]:
+        """A repro that passes on an older build and fails on a newer one is a regression: R11 flags it for the
+        meeting, with `module: regression` where the catalog has it."""
+        if self.build_finding != REGRESSION:
+            return ()
+        summary, run_id = self.build_comparison.get("summary", ""), self.build_comparison.get("newer")
+        evidence = f"a regression: {summary}"
+        labels = [TRIAGE_REVIEW] + ([MODULE_REGRESSION] if known_label(MODULE_REGRESSION) else [])
+        return tuple(rubric.BisectionEvidence(label=x, rule_id="R11", evidence=evidence, run_id=run_id) for x in labels)
+
     def queue_lanes(self) -> list[str]:
         """The codes of the queue lanes (LANES) that list this issue; [] when it left the queue."""
         if not self.in_queue or self.state != self.State.OPEN:
             return []
         names = set(self.label_names())
-        return [lane.code for lane in LANES if lane.lists(names)]
+        return [lane.code for lane in LANES if lane.lists(names, self.build_finding)]
 
     @property
     def lane(self) -> str:
@@ -453,8 +486,10 @@ class BisectionRun(models.Model):
 
     # The Celery queue whose workers serve each device: a GPU box has a CPU too, so "both" goes to gpu.
     QUEUES = {Device.CPU: "cpu", Device.CUDA: "gpu", Device.BOTH: "gpu"}
-    # Automatic runs (auto_bisect.py) wait in queues of their own, which a worker reads after the human ones.
+    # Automatic runs (auto_bisect.py) wait in queues of their own, which a worker reads after the human ones,
+    # and re-checks on a new build (rechecks.py) in the last ones it reads.
     AUTO_QUEUES = {Device.CPU: "cpu_auto", Device.CUDA: "gpu_auto", Device.BOTH: "gpu_auto"}
+    RECHECK_QUEUES = {Device.CPU: "cpu_recheck", Device.CUDA: "gpu_recheck", Device.BOTH: "gpu_recheck"}
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="bisection_runs")
     requested_by = models.ForeignKey(
@@ -486,6 +521,13 @@ class BisectionRun(models.Model):
     caused_by = models.CharField(max_length=200, blank=True)
     caused_by_login = models.CharField(max_length=100, blank=True, help_text="for AUTO_BISECT_PER_AUTHOR")
     repro_hash = models.CharField(max_length=64, blank=True, help_text="sha256 of the repro: one run per repro")
+    # The torch build it ran on (a name of the worker's TORCH_BUILDS; "" for the worker's first): with
+    # torch_version, what compares the same repro across builds (rubric_app/bisection/builds.py).
+    build = models.CharField(max_length=40, blank=True)
+    # A re-check of an earlier run on a newer build (rechecks.py): automatic, in the lowest-priority queues.
+    recheck_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="rechecks")
+    # Once done: reproduced, passed or inconclusive (builds.outcome): what comparisons and re-checks query.
+    outcome = models.CharField(max_length=20, blank=True)
 
     objects = BisectionRunQuerySet.as_manager()
 
@@ -507,6 +549,8 @@ class BisectionRun(models.Model):
     @property
     def queue_name(self) -> str:
         """The Celery queue its workers consume (QUEUES): cuda and "both" need a GPU worker."""
+        if self.recheck_of_id:
+            return self.RECHECK_QUEUES[self.device]
         return (self.AUTO_QUEUES if self.automatic else self.QUEUES)[self.device]
 
     @property
@@ -845,6 +889,21 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
                     found[queue].append(name)
         return found
 
+    def hosted_builds(self, now=None) -> dict[str, dict[str, str]]:
+        """{"cpu": {build name: torch version}, "gpu": {...}}: the builds the live workers of each bisection queue
+        host (TORCH_BUILDS; a worker of the automatic or re-check queues counts for its device), in one query.
+        Where two workers disagree on a build's version, the newer."""
+        found: dict[str, dict[str, str]] = {"cpu": {}, "gpu": {}}
+        for row_queues, device, hosted in self.live(now).values_list("queues", "device", "builds"):
+            for queue, versions in found.items():
+                serves = {queue, f"{queue}_auto", f"{queue}_recheck"}
+                if serves.isdisjoint(row_queues) or (queue == "gpu" and device != "cuda"):
+                    continue
+                for name, version in (hosted or {}).items():
+                    if version and (name not in versions or newer_version(version, versions[name])):
+                        versions[name] = version
+        return found
+
 
 # The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
 WORKER_QUEUES = ("cpu", "gpu", "github")
@@ -864,6 +923,8 @@ class WorkerHeartbeat(models.Model):
     name = models.CharField(max_length=200, unique=True)
     queues = models.JSONField(default=list)
     device = models.CharField(max_length=10, blank=True, help_text="The worker's BISECTION_DEVICE.")
+    # {build name: torch version} of the builds it hosts (TORCH_BUILDS), as installed at its last beat.
+    builds = models.JSONField(default=dict, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerHeartbeatQuerySet.as_manager()

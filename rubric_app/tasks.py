@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, signin, sync
+from . import applying, bisecting, build_checks, signin, sync
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ def requeue_stuck_task() -> None:
     worker, and decisions left `applying` by a worker that died (resumed from GitHub's state).
     Ended with the reason: bisections running longer than any run can last (their worker died),
     and bisections or decisions that no worker of their queue took within QUEUE_WAIT_TIMEOUT_MINUTES.
+    Re-checked: repros an older torch build reproduced, once a worker hosts a newer one (build_checks.py).
     Each task claims its row with a conditional UPDATE, so a message that was only slow makes
     the second run a no-op.
     """
@@ -84,6 +85,8 @@ def requeue_stuck_task() -> None:
         run_bisection_task.apply_async((pk,), queue=BisectionRun.QUEUES[device])
     for pk in WebhookDelivery.objects.stuck(before).values_list("pk", flat=True):
         process_webhook_task.delay(pk)
+    # A worker reporting a newer torch build: re-run what an older one reproduced (budgeted, lowest priority).
+    build_checks.queue_rechecks(now)
 
 
 @shared_task

@@ -22,7 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, decisions, metrics, queue_cache, sharing, similar
+from . import bisect_runs, build_checks, decisions, metrics, queue_cache, sharing, similar
 from . import health as health_check
 from .bisection import extract_repro
 from .forms import (
@@ -160,7 +160,9 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     automation = issue.automation(comments)
     agent = automation.latest_agent
     bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
-        agent.script if agent_repro and agent and agent.script else _repro_for(issue), live=live
+        agent.script if agent_repro and agent and agent.script else _repro_for(issue),
+        live=live,
+        hosted=WorkerHeartbeat.objects.hosted_builds(),
     )
     context = {
         "issue": issue,
@@ -175,6 +177,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
         "run": runs[0] if runs else None,
         **_waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
+        "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
         **_bot_context(issue, extra.pop("bot_form", None)),
@@ -331,12 +334,17 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
 def bisect(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number, perm="run_bisection")
     live = WorkerHeartbeat.objects.queues()
-    form = BisectForm(request.POST, live=live)  # refuses cuda and "both" while no GPU worker is online
+    # Refuses cuda and "both" while no GPU worker is online, and a build no live worker hosts.
+    form = BisectForm(request.POST, live=live, hosted=WorkerHeartbeat.objects.hosted_builds())
     run = None
     if form.is_valid():
         try:
             run = bisect_runs.start_bisection(
-                issue=issue, user=request.user, code=form.cleaned_data["code"], device=form.cleaned_data["device"]
+                issue=issue,
+                user=request.user,
+                code=form.cleaned_data["code"],
+                device=form.cleaned_data["device"],
+                builds=form.cleaned_data["builds"],
             )
         except ValueError as exc:  # the harness's own checks: say why, keep the code in the form
             form.add_error(None, str(exc))

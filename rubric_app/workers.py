@@ -1,7 +1,7 @@
 """Which Celery queues have a live worker: each worker writes its own heartbeat row.
 
 A worker process starts a daemon thread when it is ready (triage_site/celery.py connects the
-signals) that upserts a WorkerHeartbeat (name, queues, BISECTION_DEVICE, now) every
+signals) that upserts a WorkerHeartbeat (name, queues, BISECTION_DEVICE, torch builds, now) every
 WORKER_HEARTBEAT_S, and deletes it on a clean shutdown. A thread, not the worker's timer: a
 solo-pool worker's event loop is blocked for the whole of a bisection, and a busy worker is alive.
 The dashboard reads the rows (one small query, no broker round trip) through
@@ -18,11 +18,19 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from . import recovery
-from .models import WorkerHeartbeat
+from . import bisecting, recovery
+from .models import BisectionRun, WorkerHeartbeat
 from .tasks import apply_decision_task
 
 log = logging.getLogger(__name__)
+
+# A worker that runs bisections says which torch builds it hosts, and their versions (re-read on each beat: a
+# nightly upgraded in place shows up, and rechecks.py re-runs the repros an older build reproduced).
+BISECTION_QUEUES = {
+    *BisectionRun.QUEUES.values(),
+    *BisectionRun.AUTO_QUEUES.values(),
+    *BisectionRun.RECHECK_QUEUES.values(),
+}
 
 _stop = threading.Event()
 _thread: threading.Thread | None = None
@@ -35,9 +43,12 @@ def beat(name: str, queues: list[str]) -> None:
     One INSERT ... ON CONFLICT statement, no transaction around a read and a write: a periodic
     writer must never hold a lock while it asks for another (the test suite truncates tables).
     """
-    row = WorkerHeartbeat(name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, seen_at=timezone.now())
+    hosted = bisecting.hosted_versions() if any(q in BISECTION_QUEUES for q in queues) else {}
+    row = WorkerHeartbeat(
+        name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, builds=hosted, seen_at=timezone.now()
+    )
     WorkerHeartbeat.objects.bulk_create(
-        [row], update_conflicts=True, unique_fields=["name"], update_fields=["queues", "device", "seen_at"]
+        [row], update_conflicts=True, unique_fields=["name"], update_fields=["queues", "device", "builds", "seen_at"]
     )
 
 

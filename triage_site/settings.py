@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from rubric_app.bisection.builds import parse as parse_torch_builds
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
 
@@ -363,6 +365,12 @@ QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")
 BISECTION_TIMEOUT_S = env_float("BISECTION_TIMEOUT_S", 120)
 BISECTION_MEMORY_MB = int(env_float("BISECTION_MEMORY_MB", 6144))
+# The torch builds this worker hosts, each an interpreter with its own torch ("release=/opt/torch-2.13/bin/python,
+# nightly=/opt/torch-nightly/bin/python"; docs/bisection.md#torch-builds). Unset: this interpreter, "default".
+try:
+    TORCH_BUILDS = parse_torch_builds(os.environ.get("TORCH_BUILDS", ""))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 # Bisect each repro as it arrives (rubric_app/auto_bisect.py): off, cpu (repros without CUDA) or all.
 # `make run`'s demo turns it on (scripts/run.sh); untrusted code, so bounded by these budgets.
 AUTO_BISECT = os.environ.get("AUTO_BISECT", "off").strip().lower()

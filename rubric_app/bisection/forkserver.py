@@ -90,8 +90,19 @@ def _warm_imports() -> str:
 
 
 def _visible() -> list[str]:
-    """The Python install the repro needs to see (read-only): interpreter, stdlib, venv, site-packages."""
-    return sorted({sys.base_prefix, sys.prefix, *site.getsitepackages()})
+    """The Python install the repro needs to see (read-only): interpreter, stdlib, venv, site-packages, and the
+    directories a .pth file there adds (a build's venv may take torch from another install that way).
+
+    Never the project: the boot put it first on sys.path, and the repro must not read the dashboard's files.
+    """
+    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    installs = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
+    added = [
+        p
+        for p in sys.path
+        if p and p != project and os.path.isdir(p) and not any(p == i or p.startswith(i + os.sep) for i in installs)
+    ]
+    return sorted({*installs, *added})
 
 
 def _run_child(spec: dict, limits: Limits, cgroup: RunCgroup, res_w: int, out_w: int, ctl_w: int) -> None:

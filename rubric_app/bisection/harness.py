@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from . import builds
 from . import verdict as verdict_rules
 from .child import MODES
 from .extract import detect_style
@@ -56,6 +57,7 @@ class ForkServer:
         self.proc: subprocess.Popen | None = None
         self.base = ""
         self.torch_version = ""
+        self.installed = ""  # the build's torch version by its metadata when the server started (builds.py)
         self.cuda = False
         self.uid = -1
         self.lock = threading.Lock()
@@ -67,6 +69,7 @@ class ForkServer:
             require_root()  # before anything starts: a repro must never run as the worker's own uid
         except SandboxError as exc:
             raise SandboxRefused(str(exc)) from None
+        self.installed = builds.installed_version(self.python)
         self.base = tempfile.mkdtemp(prefix="bisect-server-")
         # The server (and through it every sandbox) dies with this process: no repro outlives its worker.
         boot = (
@@ -159,16 +162,16 @@ class ForkServer:
             self.base = ""
 
 
-_server: ForkServer | None = None
+_servers: dict[str, ForkServer] = {}
 
 
-def shared_server() -> ForkServer:
-    """This process's fork server (a Celery worker process keeps one warm across runs)."""
-    global _server
-    if _server is None:
-        _server = ForkServer()
-        atexit.register(_server.close)
-    return _server
+def shared_server(python: str = sys.executable) -> ForkServer:
+    """This process's fork server for the build at `python` (a Celery worker keeps one warm per build it hosts,
+    TORCH_BUILDS: each build's repros run on the torch installed for that interpreter)."""
+    if python not in _servers:
+        _servers[python] = ForkServer(python)
+        atexit.register(_servers[python].close)
+    return _servers[python]
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "data" / "pytorch_labels.json"
@@ -29,13 +30,36 @@ def catalog_names(path: Path = CATALOG_FILE) -> frozenset[str]:
     return frozenset(item["name"] for item in load_catalog(path) if not is_forbidden(item["name"]))
 
 
+@cache
+def known_label(name: str) -> bool:
+    """Whether the shipped catalog has the label (and G7 allows it)."""
+    return name in catalog_names()
+
+
 REPLIES_FILE = Path(__file__).resolve().parent.parent / "data" / "pytorch_triage_templates.json"
 
 
 def load_replies(path: Path = REPLIES_FILE) -> dict[str, dict]:
-    """PyTorch's standard triage replies by name: {"action", "use_when", "comment"} (redirect_to_forum, ...)."""
+    """PyTorch's standard triage replies by name: {"action", "use_when", "comment"} (redirect_to_forum, ...), and
+    the dashboard's own (OWN_REPLIES)."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)["templates"]
+        return {**json.load(fh)["templates"], **OWN_REPLIES}
+
+
+# Replies of our own, where PyTorch's set has none. {version} and {summary} are filled from the issue's runs.
+OWN_REPLIES = {
+    "confirm_fixed": {
+        "action": "Add comment and stop",
+        "use_when": "The issue's repro reproduced on an older torch build (or the reporter's) and passes on a newer "
+        "one: ask the reporter to confirm before anything is closed",
+        "comment": "Thanks for the report! We ran the repro from this issue in a sandbox, and it no longer fails "
+        "on torch {version} ({summary}).\n\n"
+        "Could you check whether it is fixed for you on torch {version} or newer (for a nightly: "
+        "`pip install --pre torch --index-url https://download.pytorch.org/whl/nightly`)? If it still fails, please "
+        "reply with the error and the output of `python -m torch.utils.collect_env`, and we will look again. If it "
+        "is fixed, feel free to close the issue.",
+    },
+}
 
 
 # G2's destinations: the repositories of the PyTorch organisation an issue may be transferred to,

@@ -174,9 +174,26 @@ def queue_row(context, issue) -> SafeString:
         f'<td><a href="{url}">#{issue.number}</a></td>'
         f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
         f"{escape_html(issue.author or '?')}{taken}</div>{take}</td><td>{labels}</td><td>{suggested}</td>"
-        f'<td class="verdict">{escape_html(issue.latest_verdict or "")}</td><td title="opened {opened}">'
+        f'<td class="verdict">{_build_marker(issue)}{escape_html(issue.latest_verdict or "")}</td>'
+        f'<td title="opened {opened}">'
         f"{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>"
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
+    )
+
+
+# What the repro's runs across torch builds say, as the queue marks it (Issue.build_finding).
+BUILD_MARKERS = {"regression": ("regression", "R11"), "may_be_fixed": ("may be fixed", "")}
+
+
+def _build_marker(issue) -> str:
+    if issue.build_finding not in BUILD_MARKERS:
+        return ""
+    text, rule = BUILD_MARKERS[issue.build_finding]
+    summary = escape_html(str(issue.build_comparison.get("summary", "")))
+    rule = f" ({rule})" if rule else ""
+    return (
+        f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
+        f'title="{summary}">{text}{rule}</span> '
     )
 
 

@@ -1,0 +1,159 @@
+"""An issue's repro across torch builds (issue #29): what its runs on several builds say, and re-checking the repros
+an older build reproduced once a worker reports a newer one.
+
+compare_issue() runs when a bisection finishes: the same repro's runs, newest version first, go to
+bisection.builds.compare(); "regression" (passes on an older build, fails on a newer: R11) and "may_be_fixed"
+(reproduced on an older build, or the reporter's, and passes on a newer) are stored on the issue for the queue's
+markers, its "may be fixed" lane and the suggestions (Issue.regression_evidence).
+
+queue_rechecks() runs with the sweep (every 5 minutes) and from `manage.py recheck_builds`: for each open queue
+issue whose repro reproduced on its newest run, and whose queue's live workers host a newer torch, it queues a re-run
+on that build in the lowest-priority queues (cpu_recheck, gpu_recheck), within the automatic budget
+(AUTO_BISECT_PER_HOUR, shared with auto_bisect.py): untrusted code run without anyone asking is bounded alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .auto_bisect import TASK, over_hourly_budget
+from .bisection import builds
+from .models import MAY_BE_FIXED, REGRESSION, BisectionRun, Issue, WorkerHeartbeat
+
+FINDINGS = (REGRESSION, MAY_BE_FIXED)
+# A re-check that failed (no worker, a refused sandbox) is not tried again for this long: the budget is for runs.
+RETRY_AFTER = timedelta(days=1)
+
+
+def compare_issue(issue: Issue) -> builds.Comparison | None:
+    """Compare the runs of the issue's latest repro across torch versions; store the finding on the issue."""
+    runs = list(
+        issue.bisection_runs.filter(status=BisectionRun.Status.DONE)
+        .exclude(torch_version="")
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", "repro_hash", "build", "torch_version", "results")
+    )
+    comparison = None
+    if runs:
+        current = runs[0][1]
+        same = [
+            builds.BuildRun(pk, build, version, results)
+            for pk, code, build, version, results in runs
+            if code == current
+        ]
+        comparison = builds.compare(same, builds.reported_version(issue.body))
+    issue.build_finding = comparison.kind if comparison and comparison.kind in FINDINGS else ""
+    issue.build_comparison = comparison.as_dict() if comparison else {}
+    Issue.objects.filter(pk=issue.pk).update(build_finding=issue.build_finding, build_comparison=issue.build_comparison)
+    return comparison
+
+
+def side_by_side(runs: list[BisectionRun]) -> list[BisectionRun]:
+    """Of an issue's runs (newest first), the latest repro's finished runs, one per torch version (its newest run),
+    oldest version first; [] unless there are two versions to set side by side (the issue page's table)."""
+    if not runs:
+        return []
+    current, per_version = runs[0].repro_hash, {}
+    for run in runs:
+        if run.repro_hash == current and run.status == BisectionRun.Status.DONE and run.torch_version:
+            per_version.setdefault(run.torch_version, run)
+    if len(per_version) < 2:
+        return []
+    return sorted(per_version.values(), key=lambda r: builds.version_key(r.torch_version))
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """One issue considered for a re-check: the run queued (or None) and why."""
+
+    issue_number: int
+    run: BisectionRun | None
+    reason: str
+
+
+def queue_rechecks(now=None) -> list[Recheck]:
+    """Queue a re-run, on the newest live build, of each queue issue whose newest run reproduced on an older one."""
+    if settings.AUTO_BISECT == "off":
+        return []
+    now = now or timezone.now()
+    newest = {queue: _newest(hosted) for queue, hosted in WorkerHeartbeat.objects.hosted_builds(now).items()}
+    if settings.AUTO_BISECT != "all":
+        newest["gpu"] = None
+    done: list[Recheck] = []
+    for run in _latest_runs():
+        target = newest[BisectionRun.QUEUES[run.device]]
+        if target is None or run.outcome != "reproduced" or not builds.newer(target[1], run.torch_version):
+            continue
+        done.append(_queue_one(run, *target, now=now))
+        if done[-1].reason.startswith("over"):
+            break
+    return done
+
+
+def _newest(hosted: dict[str, str]) -> tuple[str, str] | None:
+    """(build name, version) of the newest build in `hosted`, or None."""
+    if not hosted:
+        return None
+    return max(hosted.items(), key=lambda item: builds.version_key(item[1]))
+
+
+def _latest_runs() -> list[BisectionRun]:
+    """Each open queue issue's newest finished run (by torch version, then time) of its latest repro, oldest
+    checked first."""
+    rows = (
+        BisectionRun.objects.filter(
+            status=BisectionRun.Status.DONE, issue__in_queue=True, issue__state=Issue.State.OPEN
+        )
+        .exclude(torch_version="")
+        .select_related("issue")
+        .defer("log", "results", "sandbox_report")
+        .order_by("issue_id", "-finished_at", "-pk")
+    )
+    latest: dict[int, BisectionRun] = {}
+    current: dict[int, str] = {}
+    for run in rows:
+        current.setdefault(run.issue_id, run.repro_hash)
+        if run.repro_hash != current[run.issue_id]:
+            continue
+        kept = latest.get(run.issue_id)
+        if kept is None or builds.newer(run.torch_version, kept.torch_version):
+            latest[run.issue_id] = run
+    return sorted(latest.values(), key=lambda r: (r.finished_at, r.pk))
+
+
+def _queue_one(run: BisectionRun, build: str, version: str, *, now) -> Recheck:
+    issue = run.issue
+    with transaction.atomic():
+        Issue.objects.select_for_update().filter(pk=issue.pk).first()
+        others = BisectionRun.objects.filter(issue=issue, repro_hash=run.repro_hash)
+        if others.filter(status__in=[BisectionRun.Status.QUEUED, BisectionRun.Status.RUNNING]).exists():
+            return Recheck(issue.number, None, "a run of this repro is already waiting or running")
+        if others.filter(status=BisectionRun.Status.DONE, torch_version=version).exists():
+            return Recheck(issue.number, None, f"already run on {version}")
+        if others.filter(
+            recheck_of__isnull=False, status=BisectionRun.Status.FAILED, finished_at__gte=now - RETRY_AFTER
+        ):
+            return Recheck(issue.number, None, "a re-check failed within the last day")
+        refusal = over_hourly_budget(now)
+        if refusal:
+            return Recheck(issue.number, None, refusal)
+        recheck = BisectionRun.objects.create(
+            issue=issue,
+            device=run.device,
+            repro_code=run.repro_code,
+            repro_style=run.repro_style,
+            repro_hash=run.repro_hash,
+            build=build,
+            automatic=True,
+            recheck_of=run,
+            caused_by=f"a newer build: {build} {version} (re-check of run {run.pk} on {run.torch_version})",
+        )
+        queue = recheck.queue_name
+        transaction.on_commit(lambda: current_app.send_task(TASK, args=(recheck.pk,), queue=queue))
+    return Recheck(issue.number, recheck, "queued")
