@@ -17,6 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -162,7 +163,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
         agent.script if agent_repro and agent and agent.script else _repro_for(issue),
         live=live,
-        hosted=WorkerHeartbeat.objects.hosted_builds(),
+        hosted=SimpleLazyObject(WorkerHeartbeat.objects.hosted_builds),
     )
     context = {
         "issue": issue,

@@ -13,6 +13,7 @@ from django.db import connection
 from rubric_app.models import Issue
 from tests.factories import make_issue, make_user
 from tests.helpers import ROOT, wait_for_worker
+from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
 pytest_plugins = ["tests.fakegithub"]
@@ -48,12 +49,20 @@ def issue(db) -> Issue:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server):
+def patched_build(tmp_path_factory) -> str:
+    """A second torch build (tests/torch_builds.py): the interpreter of a virtualenv whose torch reports a newer
+    nightly and whose Inductor refuses torch.sin."""
+    return make_patched_build(tmp_path_factory.mktemp("torch-nightly") / "venv")
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server, patched_build):
     """A real `celery worker` process consuming the test broker, writing to the test database.
 
     Tests that use it need `transactional_db`, so that the rows they create are
     committed and visible to the worker. It talks to the session's fake GitHub
-    server, and paces GitHub writes at the real 1 s (GITHUB_WRITE_INTERVAL).
+    server, and paces GitHub writes at the real 1 s (GITHUB_WRITE_INTERVAL). It hosts two torch builds
+    (TORCH_BUILDS): "default", this interpreter, first; and "nightly", the patched build.
     """
     from tests.fakegithub import TOKEN
 
@@ -68,6 +77,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         "GITHUB_TOKEN": TOKEN,
         "GITHUB_REPO": fake_github_server.repo,
         "GITHUB_WRITE_INTERVAL": "1.0",
+        "TORCH_BUILDS": f"default={sys.executable},nightly={patched_build}",
     }
     name = f"test-{os.getpid()}@{socket.gethostname()}"
     log = (
@@ -84,7 +94,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
             "triage_site",
             "worker",
             "-Q",
-            "default,github,cpu,cpu_auto",
+            "default,github,cpu,cpu_auto,cpu_recheck",
             "--concurrency",
             "1",
             "--pool",

@@ -27,12 +27,15 @@ SECRET = "ghp_" + uuid.uuid4().hex  # unique per session, so finding it anywhere
 PROJECT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def server():
+# Every attack runs on both torch builds a worker may host (issue #29): this interpreter, and a second one (its own
+# virtualenv taking torch through a .pth file, tests/torch_builds.py), whose install the sandbox must bind too.
+@pytest.fixture(scope="module", params=["default", "second build"])
+def server(request):
     """A fork server started by a process whose environment holds secrets, as a Celery worker's does."""
+    python = sys.executable if request.param == "default" else request.getfixturevalue("patched_build")
     saved = {k: os.environ.get(k) for k in ("GITHUB_TOKEN", "SECRET_KEY", "AWS_SECRET_ACCESS_KEY")}
     os.environ.update(GITHUB_TOKEN=SECRET, SECRET_KEY=SECRET, AWS_SECRET_ACCESS_KEY=SECRET)
-    fork_server = ForkServer()
+    fork_server = ForkServer(python)
     try:
         fork_server.start()
         yield fork_server
@@ -281,7 +284,7 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
             except OSError as exc:
                 print(path, "refused:", exc.strerror)
         sockets = []
-        python = {sorted(set(sandbox_python()))!r}
+        python = {sorted(set(sandbox_python(server.python)))!r}
         for top, dirs, files in os.walk("/"):
             # The toolchain and the Python install are read-only binds of host dirs without sockets;
             # walking them all takes minutes on a loaded machine.
@@ -317,18 +320,20 @@ def test_it_shows_the_repro_no_host_socket_and_no_host_state(server):
         "/etc/ld.so.conf",
         "/etc/localtime",
         "/sys/devices/system/cpu",
-        *sandbox_python(),
+        *sandbox_python(server.python),
     }
     assert set(sandbox["visible"]) <= allowed and "/usr" in sandbox["visible"]
     assert "read-only" in sandbox["root"]
 
 
-def sandbox_python() -> list[str]:
-    """The Python install the sandbox binds (as the fork server computes it), by path and real path."""
-    import site
-    import sys
-
-    paths = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
+def sandbox_python(python: str) -> list[str]:
+    """The Python install of `python` the sandbox may bind, by path and real path: its prefixes, site-packages and
+    what a .pth file there adds (as the fork server computes it; never the project)."""
+    probe = (
+        "import json, site, sys; print(json.dumps([sys.base_prefix, sys.prefix, *site.getsitepackages(), *sys.path]))"
+    )
+    paths = {p for p in json.loads(subprocess.check_output([python, "-I", "-c", probe], text=True)) if p}
+    assert str(PROJECT) not in paths
     return sorted(paths | {os.path.realpath(p) for p in paths})
 
 

@@ -182,11 +182,12 @@ def compare(runs: list[BuildRun], reported: str = "") -> Comparison | None:
     return said("passes_on_both", earlier[0]) if earlier else None
 
 
-# collect_env's "PyTorch version:" line; else a `torch==` pin, "torch version: 2.5.1", "PyTorch 2.6.0.dev20241112".
+# collect_env's "PyTorch version:" line; else a `torch==` pin or a "torch version: 2.5.1" line. Never a version in
+# prose ("it worked in torch 2.3.1"): that may be where it passed, not where the reporter saw it fail.
 _COLLECT_ENV = re.compile(r"(?:^|\n)\s*PyTorch version\s*:\s*(\d+\.\d+(?:\.\d+)?(?:\.dev\d{8}|rc\d+|a\d+)?)")
 _VERSION_LINE = re.compile(
     r"\btorch\s*==\s*(\d+\.\d+(?:\.\d+)?(?:\.dev\d{8}|rc\d+|a\d+)?)"
-    r"|\b(?:torch|pytorch)(?:\s+version)?\s*[:=]?\s*v?(\d+\.\d+\.\d+(?:\.dev\d{8}|rc\d+|a\d+)?)\b",
+    r"|\b(?:py)?torch(?:\.__version__|\s+version)\s*[:=]?\s*['\"]?v?(\d+\.\d+\.\d+(?:\.dev\d{8}|rc\d+|a\d+)?)",
     re.IGNORECASE,
 )
 

@@ -1,0 +1,382 @@
+"""One repro across torch builds (issue #29): the comparison stored on the issue, what the triager sees (the queue's
+markers, the "may be fixed" lane, the issue page's runs side by side, the bisect form's builds), the reply asking
+the reporter to confirm, and the re-checks queued when a worker hosts a newer build (budgeted, lowest priority).
+
+The worker tests use the session worker's two real builds (tests/conftest.py): "default", this interpreter with
+torch 2.13.0, and "nightly", a second virtualenv whose torch reports a newer nightly and whose Inductor refuses
+torch.sin (tests/torch_builds.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from rubric_app import bisect_runs, bisecting, build_checks, suggestions
+from rubric_app.applying import apply_decision
+from rubric_app.bisection import builds
+from rubric_app.decisions import CONFIRM_FIXED, plan_changes
+from rubric_app.models import BisectionRun, GitHubWrite, Issue, Suggestion, TriageDecision, WorkerHeartbeat
+from rubric_app.rubric.catalog import load_replies
+from tests.factories import make_issue, make_label
+from tests.helpers import wait_until, wait_until_finished
+from tests.torch_builds import NEWER_VERSION, REGRESSION_MESSAGE, SIN_REPRO, make_patched_build
+
+RELEASE = "2.13.0+cpu"
+PASSED = [
+    {"mode": m, "status": "passed", "phase": "", "exception": "", "message": "", "wall_s": 0.1, "probes": {}}
+    for m in ("eager", "dynamo_eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
+]
+INDUCTOR_RAISED = PASSED[:-1] + [
+    {
+        "mode": "inductor",
+        "status": "raised",
+        "phase": "backend_compile",
+        "exception": "torch._dynamo.exc.BackendCompilerFailed",
+        "message": "lowering failed",
+        "wall_s": 0.3,
+        "probes": {},
+    }
+]
+COS_REPRO = "import torch\n\ndef f(x):\n    return torch.cos(x) + 1\n\nprint(torch.compile(f)(torch.randn(8)))\n"
+
+
+def done_run(issue, *, build="", version=RELEASE, results=PASSED, code=SIN_REPRO, ago=60, **fields) -> BisectionRun:
+    finished = timezone.now() - timedelta(minutes=ago)
+    return BisectionRun.objects.create(
+        issue=issue,
+        status=BisectionRun.Status.DONE,
+        repro_code=code,
+        repro_hash=builds.repro_hash(code),
+        build=build,
+        torch_version=version,
+        results=results,
+        outcome=builds.outcome(results),
+        verdict_summary="First failure: inductor" if results is INDUCTOR_RAISED else "No failure reproduced",
+        created_at=finished - timedelta(seconds=30),
+        started_at=finished - timedelta(seconds=20),
+        finished_at=finished,
+        **fields,
+    )
+
+
+def heartbeat(name="w1", queues=("cpu", "cpu_auto", "cpu_recheck"), hosted=None, device="cpu") -> WorkerHeartbeat:
+    return WorkerHeartbeat.objects.create(
+        name=name, queues=list(queues), device=device, builds=hosted or {"default": RELEASE, "nightly": NEWER_VERSION}
+    )
+
+
+@pytest.fixture
+def regression(db) -> Issue:
+    """#6001: its repro passes on the release build and fails in inductor on the nightly."""
+    for name in ("triage review", "module: regression", "module: inductor", "triaged"):
+        make_label(name)
+    issue = make_issue(6001, title="sin fails to compile on the nightly", body=f"```python\n{SIN_REPRO}```")
+    done_run(issue, build="default", results=PASSED, ago=30)
+    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
+    build_checks.compare_issue(issue)
+    suggestions.refresh_issue(issue)
+    return issue
+
+
+@pytest.fixture
+def may_be_fixed(db) -> Issue:
+    """#6002: its repro reproduced on the release build and passes on the nightly."""
+    issue = make_issue(6002, title="cos miscompiles", body=f"```python\n{COS_REPRO}```")
+    done_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO, ago=30)
+    done_run(issue, build="nightly", version=NEWER_VERSION, results=PASSED, code=COS_REPRO, ago=10)
+    build_checks.compare_issue(issue)
+    return issue
+
+
+# --- the comparison and what it suggests -----------------------------------------------------------------
+
+
+def test_it_calls_passes_on_release_and_fails_on_nightly_a_regression_for_the_meeting(regression):
+    regression.refresh_from_db()
+    assert regression.build_finding == "regression"
+    assert regression.build_comparison["summary"] == (
+        f"passes on {RELEASE}; fails on {NEWER_VERSION} (nightly): inductor raised"
+    )
+    added = {s.label: s for s in regression.suggestions.filter(kind=Suggestion.Kind.ADD)}
+    assert added["triage review"].rule_id == "R11" and added["triage review"].source == "bisection"
+    assert "a regression: passes on 2.13.0+cpu" in added["triage review"].evidence
+    assert added["module: regression"].rule_id == "R11"
+
+
+def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
+    issue = make_issue(6003, body=f"```python\n{SIN_REPRO}```")
+    done_run(issue, results=INDUCTOR_RAISED, ago=30)
+    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
+    assert build_checks.compare_issue(issue).kind == "fails_on_both"
+    issue.refresh_from_db()
+    assert issue.build_finding == "" and issue.build_comparison["kind"] == "fails_on_both"
+    assert issue.regression_evidence() == ()
+
+
+def test_it_compares_only_the_latest_repros_runs(db):
+    issue = make_issue(6004, body=f"```python\n{COS_REPRO}```")
+    done_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
+    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
+    assert build_checks.compare_issue(issue) is None  # one version of the current repro: nothing to compare
+
+
+def test_it_calls_a_repro_passing_on_a_build_newer_than_the_reporters_may_be_fixed(db):
+    issue = make_issue(6005, body=f"PyTorch version: 2.5.1+cu124\n\n```python\n{COS_REPRO}```")
+    done_run(issue, results=PASSED, code=COS_REPRO)
+    comparison = build_checks.compare_issue(issue)
+    assert (comparison.kind, comparison.summary) == ("may_be_fixed", f"reported on 2.5.1; passes on {RELEASE}")
+    assert Issue.objects.get(pk=issue.pk).queue_lanes() == ["pt2", "fixed", "all"]
+
+
+# --- what the triager sees ---------------------------------------------------------------------------------------
+
+
+def test_it_lists_may_be_fixed_issues_in_their_lane_with_the_markers_on_each_row(
+    client, triager, regression, may_be_fixed
+):
+    client.force_login(triager)
+    assert list(Issue.objects.for_queue("fixed")) == [may_be_fixed]
+
+    fixed = client.get(reverse("rubric_app:queue"), {"lane": "fixed"}).content.decode()
+    assert "#6002" in fixed and "#6001" not in fixed
+    assert 'data-build-finding="may_be_fixed"' in fixed and ">may be fixed</span>" in fixed
+
+    every = client.get(reverse("rubric_app:queue"), {"lane": "all"}).content.decode()
+    assert 'data-build-finding="regression"' in every and "regression (R11)</span>" in every
+    assert 'title="passes on 2.13.0+cpu; fails on 2.14.0.dev20261201+cpu (nightly): inductor raised"' in every
+
+
+def test_it_shows_each_builds_result_side_by_side_on_the_issue_page(client, triager, regression):
+    client.force_login(triager)
+    page = client.get(regression.get_absolute_url()).content.decode()
+    table = page.split('id="build-comparison"')[1].split("</table>")[0]
+    assert table.index(RELEASE) < table.index(NEWER_VERSION)  # oldest build first
+    assert 'data-build-run="default" class="outcome-passed"' in table
+    assert 'data-build-run="nightly" class="outcome-reproduced"' in table
+    assert "regression (R11)" in page
+
+
+def test_it_offers_the_builds_the_live_workers_host_and_runs_the_repro_on_each(
+    client, triager, issue, django_capture_on_commit_callbacks
+):
+    heartbeat()
+    client.force_login(triager)
+    page = client.get(issue.get_absolute_url()).content.decode()
+    assert "data-builds" in page and f"nightly (torch {NEWER_VERSION})" in page
+
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        response = client.post(
+            reverse("rubric_app:bisect", args=[issue.number]),
+            {"code": SIN_REPRO, "device": "cpu", "builds": ["default", "nightly"]},
+        )
+    assert response.status_code == 302 and len(sent) == 2
+    runs = BisectionRun.objects.filter(issue=issue).order_by("pk")
+    assert [(r.build, r.repro_hash) for r in runs] == [
+        ("default", builds.repro_hash(SIN_REPRO)),
+        ("nightly", builds.repro_hash(SIN_REPRO)),
+    ]
+
+
+def test_it_refuses_a_build_no_live_worker_hosts(client, triager, issue):
+    heartbeat(hosted={"default": RELEASE})
+    client.force_login(triager)
+    response = client.post(
+        reverse("rubric_app:bisect", args=[issue.number]), {"code": SIN_REPRO, "device": "cpu", "builds": ["nightly"]}
+    )
+    assert response.status_code == 400 and not BisectionRun.objects.exists()
+    assert "Select a valid choice. nightly is not one of the available choices." in response.content.decode()
+
+
+def test_it_offers_no_build_choice_with_one_build(client, triager, issue):
+    heartbeat(hosted={"default": RELEASE})
+    client.force_login(triager)
+    assert "data-builds" not in client.get(issue.get_absolute_url()).content.decode()
+
+
+# --- asking the reporter to confirm -----------------------------------------------------------------------------
+
+
+def test_it_asks_the_reporter_to_confirm_on_the_newer_build_and_never_closes(may_be_fixed):
+    plan = plan_changes(may_be_fixed, chosen=["module: inductor"], route=CONFIRM_FIXED, review=True)
+    assert (plan.add, plan.remove, plan.close, plan.reply) == ([], [], False, "confirm_fixed")
+    assert f"no longer fails on torch {NEWER_VERSION} (fails on {RELEASE}: inductor raised; passes on" in plan.comment
+    assert "{version}" not in plan.comment and "collect_env" in plan.comment
+    assert "confirm_fixed" in load_replies()
+
+
+def test_it_offers_the_confirm_route_only_where_the_runs_say_may_be_fixed(client, triager, may_be_fixed, regression):
+    client.force_login(triager)
+    assert 'value="confirm fixed"' in client.get(may_be_fixed.get_absolute_url()).content.decode()
+    assert 'value="confirm fixed"' not in client.get(regression.get_absolute_url()).content.decode()
+    posted = client.post(
+        reverse("rubric_app:issue_apply", args=[regression.number]),
+        {"route": CONFIRM_FIXED, "labels_seen": json.dumps(regression.label_names())},
+    )
+    assert posted.status_code == 400 and not TriageDecision.objects.exists()
+
+
+def test_it_posts_the_confirm_reply_to_github_audited_and_changes_nothing_else(
+    fake_github, client, triager, may_be_fixed, settings
+):
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    fake_github.add_issue(6002, labels=["oncall: pt2"])
+    client.force_login(triager)
+    posted = client.post(
+        reverse("rubric_app:issue_apply", args=[may_be_fixed.number]),
+        {"route": CONFIRM_FIXED, "labels_seen": json.dumps(may_be_fixed.label_names())},
+    )
+    assert posted.status_code == 302
+    decision = apply_decision(TriageDecision.objects.get(issue=may_be_fixed).pk)
+    assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
+    [comment] = fake_github.issues[6002]["comments"]
+    assert f"no longer fails on torch {NEWER_VERSION}" in comment["body"]
+    assert fake_github.issues[6002]["state"] == "open" and fake_github.labels_of(6002) == ["oncall: pt2"]
+    writes = GitHubWrite.objects.filter(decision=decision).values_list("action", "ok")
+    assert ("comment", True) in writes and not any(action in ("close", "add_labels") for action, _ in writes)
+
+
+# --- re-checks on a newer build -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rechecks(db, settings):
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 20
+    return settings
+
+
+def test_it_rechecks_what_an_older_build_reproduced_on_the_newest_live_build(
+    rechecks, django_capture_on_commit_callbacks
+):
+    heartbeat()
+    issue = make_issue(6020, body=f"```python\n{COS_REPRO}```")
+    old = done_run(issue, results=INDUCTOR_RAISED, code=COS_REPRO)
+    passed = make_issue(6021)
+    done_run(passed, results=PASSED)  # passing already: a newer build can teach nothing
+    current = make_issue(6022)
+    done_run(current, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED)  # already on the newest
+
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        [done] = build_checks.queue_rechecks()
+    run = done.run
+    assert (done.issue_number, done.reason, len(sent)) == (6020, "queued", 1)
+    assert (run.build, run.recheck_of, run.automatic, run.queue_name) == ("nightly", old, True, "cpu_recheck")
+    assert run.repro_code == COS_REPRO and run.caused_by.startswith(f"a newer build: nightly {NEWER_VERSION}")
+    assert [r.reason for r in build_checks.queue_rechecks()] == ["a run of this repro is already waiting or running"]
+
+
+def test_it_holds_the_automatic_budget_for_rechecks(rechecks):
+    rechecks.AUTO_BISECT_PER_HOUR = 1
+    heartbeat()
+    for number in (6030, 6031, 6032):
+        done_run(make_issue(number), results=INDUCTOR_RAISED, ago=number - 6000)
+    reasons = [r.reason for r in build_checks.queue_rechecks()]
+    assert reasons == ["queued", "over the hourly budget (1 automatic runs an hour, AUTO_BISECT_PER_HOUR)"]
+    assert BisectionRun.objects.filter(recheck_of__isnull=False).count() == 1
+
+
+def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newer_build(rechecks):
+    done_run(make_issue(6040), results=INDUCTOR_RAISED)
+    heartbeat(hosted={"default": RELEASE})
+    assert build_checks.queue_rechecks() == []
+    WorkerHeartbeat.objects.all().delete()
+    heartbeat(queues=("github",))  # not a bisection worker: its builds do not count
+    assert build_checks.queue_rechecks() == []
+    heartbeat(name="w2")
+    rechecks.AUTO_BISECT = "off"
+    assert build_checks.queue_rechecks() == []
+
+
+def test_it_waits_a_day_before_retrying_a_failed_recheck(rechecks):
+    heartbeat()
+    issue = make_issue(6050)
+    old = done_run(issue, results=INDUCTOR_RAISED)
+    BisectionRun.objects.create(
+        issue=issue,
+        status=BisectionRun.Status.FAILED,
+        repro_code=old.repro_code,
+        repro_hash=old.repro_hash,
+        build="nightly",
+        automatic=True,
+        recheck_of=old,
+        finished_at=timezone.now() - timedelta(hours=2),
+    )
+    assert [r.reason for r in build_checks.queue_rechecks()] == ["a re-check failed within the last day"]
+
+
+# --- the real worker, on two real builds ------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_runs_one_repro_on_two_builds_and_finds_the_regression(celery_worker_process, triager):
+    for name in ("triage review", "module: regression", "module: inductor"):
+        make_label(name)
+    issue = make_issue(6100, body=f"Worked before the nightly.\n\n```python\n{SIN_REPRO}```")
+    wait_until(lambda: WorkerHeartbeat.objects.hosted_builds()["cpu"].get("nightly") == NEWER_VERSION)
+    first = bisect_runs.start_bisection(
+        issue=issue, user=triager, code=SIN_REPRO, device="cpu", builds=["default", "nightly"]
+    )
+    runs = list(BisectionRun.objects.filter(issue=issue).order_by("pk"))
+    assert runs[0] == first and len(runs) == 2
+    for run in runs:
+        wait_until_finished(run, timeout=240)
+    release, nightly = (BisectionRun.objects.get(pk=r.pk) for r in runs)
+    assert (release.build, release.torch_version, release.outcome) == ("default", RELEASE, "passed")
+    assert (nightly.build, nightly.torch_version, nightly.outcome) == ("nightly", NEWER_VERSION, "reproduced")
+    assert REGRESSION_MESSAGE in nightly.results[-1]["message"]
+    assert nightly.sandbox_report["netns"] and nightly.sandbox_report["uid"] > 0  # the same isolation on build two
+    issue.refresh_from_db()
+    assert issue.build_finding == "regression"
+    review = issue.suggestions.get(label="triage review", kind=Suggestion.Kind.ADD)
+    assert (review.rule_id, review.source) == ("R11", "bisection")
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_rechecks_on_the_newer_build_the_worker_reports_and_finds_it_may_be_fixed(celery_worker_process, settings):
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 20
+    issue = make_issue(6110, body=f"```python\n{COS_REPRO}```")
+    # What an earlier run saw on the release build; the cos repro passes on both builds here.
+    old = done_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO)
+    worker = celery_worker_process.args[-1]
+    wait_until(lambda: WorkerHeartbeat.objects.filter(name=worker, builds__nightly=NEWER_VERSION).exists())
+    assert WorkerHeartbeat.objects.get(name=worker).builds == {"default": RELEASE, "nightly": NEWER_VERSION}
+
+    [done] = build_checks.queue_rechecks()
+    run = wait_until_finished(done.run, timeout=240)
+    assert (run.status, run.build, run.torch_version, run.outcome) == ("done", "nightly", NEWER_VERSION, "passed")
+    assert run.recheck_of == old
+    issue.refresh_from_db()
+    assert issue.build_finding == "may_be_fixed" and issue.queue_lanes() == ["pt2", "fixed", "all"]
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_fails_a_run_asking_for_a_build_the_worker_does_not_host(celery_worker_process, triager, issue):
+    run = bisect_runs.start_bisection(issue=issue, user=triager, code=SIN_REPRO, device="cpu", builds=["weekly"])
+    run = wait_until_finished(run)
+    assert run.status == "failed"
+    assert run.error.startswith("this worker hosts the torch builds default, nightly (TORCH_BUILDS); the run asked")
+
+
+@pytest.mark.torch
+def test_it_restarts_a_builds_fork_server_when_the_build_was_upgraded_in_place(tmp_path, settings):
+    python = make_patched_build(tmp_path / "venv")
+    server = bisecting.server_for(python)
+    try:
+        server.start()
+        assert server.installed == NEWER_VERSION and bisecting.server_for(python).alive
+        # pip installs a newer nightly into that venv while the worker runs:
+        dist = next((tmp_path / "venv").glob("lib/python*/site-packages/torch-*.dist-info"))
+        metadata = dist / "METADATA"
+        metadata.write_text(metadata.read_text().replace(NEWER_VERSION, "2.14.0.dev20261202+cpu"))
+        assert bisecting.server_for(python) is server and not server.alive  # the next request starts it anew
+    finally:
+        server.close()
