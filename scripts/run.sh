@@ -67,9 +67,10 @@ pids+=($!)
   -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-cpu.log" 2>&1 &
 pids+=($!)
 
-# auto: the automatic bisections (AUTO_BISECT), one at a time in a worker of their own: kombu's filesystem
-# broker has no queue priority, so sharing the cpu worker would make a person's run wait behind them.
-"$PY" -m celery -A triage_site worker -n auto@%h -Q cpu_auto --concurrency 1 --loglevel INFO \
+# auto: the automatic bisections (AUTO_BISECT) and the re-checks on a newer torch build, one at a time in a worker of
+# their own: kombu's filesystem broker has no queue priority, so sharing the cpu worker would make a person's run
+# wait behind them.
+"$PY" -m celery -A triage_site worker -n auto@%h -Q cpu_auto,cpu_recheck --concurrency 1 --loglevel INFO \
   >"$LOGS/worker-auto.log" 2>&1 &
 pids+=($!)
 

@@ -13,6 +13,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
@@ -380,3 +381,13 @@ def test_it_restarts_a_builds_fork_server_when_the_build_was_upgraded_in_place(t
         assert bisecting.server_for(python) is server and not server.alive  # the next request starts it anew
     finally:
         server.close()
+
+
+def test_it_rechecks_from_the_command_line_and_refuses_when_automatic_runs_are_off(rechecks, capsys):
+    heartbeat()
+    done_run(make_issue(6060), results=INDUCTOR_RAISED)
+    call_command("recheck_builds")
+    assert capsys.readouterr().out == "#6060: queued\n1 re-checks queued, 0 not\n"
+    rechecks.AUTO_BISECT = "off"
+    with pytest.raises(CommandError, match="AUTO_BISECT is off"):
+        call_command("recheck_builds")
