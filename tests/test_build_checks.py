@@ -24,7 +24,7 @@ from rubric_app.decisions import CONFIRM_FIXED, plan_changes
 from rubric_app.models import BisectionRun, GitHubWrite, Issue, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.catalog import load_replies
 from tests.factories import make_issue, make_label
-from tests.helpers import wait_until, wait_until_finished
+from tests.helpers import only_this_tests_workers, wait_until, wait_until_finished
 from tests.torch_builds import NEWER_VERSION, REGRESSION_MESSAGE, SIN_REPRO, make_patched_build
 
 RELEASE = "2.13.0+cpu"
@@ -65,7 +65,14 @@ def done_run(issue, *, build="", version=RELEASE, results=PASSED, code=SIN_REPRO
     )
 
 
-def heartbeat(name="w1", queues=("cpu", "cpu_auto", "cpu_recheck"), hosted=None, device="cpu") -> WorkerHeartbeat:
+@pytest.fixture
+def heartbeat(db):
+    """Write a worker's heartbeat, and no other (the session's worker beats into the same database)."""
+    only_this_tests_workers()
+    return _heartbeat
+
+
+def _heartbeat(name="w1", queues=("cpu", "cpu_auto", "cpu_recheck"), hosted=None, device="cpu") -> WorkerHeartbeat:
     return WorkerHeartbeat.objects.create(
         name=name, queues=list(queues), device=device, builds=hosted or {"default": RELEASE, "nightly": NEWER_VERSION}
     )
@@ -163,7 +170,7 @@ def test_it_shows_each_builds_result_side_by_side_on_the_issue_page(client, tria
 
 
 def test_it_offers_the_builds_the_live_workers_host_and_runs_the_repro_on_each(
-    client, triager, issue, django_capture_on_commit_callbacks
+    client, triager, issue, django_capture_on_commit_callbacks, heartbeat
 ):
     heartbeat()
     client.force_login(triager)
@@ -183,7 +190,7 @@ def test_it_offers_the_builds_the_live_workers_host_and_runs_the_repro_on_each(
     ]
 
 
-def test_it_refuses_a_build_no_live_worker_hosts(client, triager, issue):
+def test_it_refuses_a_build_no_live_worker_hosts(client, triager, issue, heartbeat):
     heartbeat(hosted={"default": RELEASE})
     client.force_login(triager)
     response = client.post(
@@ -193,7 +200,7 @@ def test_it_refuses_a_build_no_live_worker_hosts(client, triager, issue):
     assert "Select a valid choice. nightly is not one of the available choices." in response.content.decode()
 
 
-def test_it_offers_no_build_choice_with_one_build(client, triager, issue):
+def test_it_offers_no_build_choice_with_one_build(client, triager, issue, heartbeat):
     heartbeat(hosted={"default": RELEASE})
     client.force_login(triager)
     assert "data-builds" not in client.get(issue.get_absolute_url()).content.decode()
@@ -251,7 +258,7 @@ def rechecks(db, settings):
 
 
 def test_it_rechecks_what_an_older_build_reproduced_on_the_newest_live_build(
-    rechecks, django_capture_on_commit_callbacks
+    rechecks, django_capture_on_commit_callbacks, heartbeat
 ):
     heartbeat()
     issue = make_issue(6020, body=f"```python\n{COS_REPRO}```")
@@ -270,7 +277,7 @@ def test_it_rechecks_what_an_older_build_reproduced_on_the_newest_live_build(
     assert [r.reason for r in build_checks.queue_rechecks()] == ["a run of this repro is already waiting or running"]
 
 
-def test_it_holds_the_automatic_budget_for_rechecks(rechecks):
+def test_it_holds_the_automatic_budget_for_rechecks(rechecks, heartbeat):
     rechecks.AUTO_BISECT_PER_HOUR = 1
     heartbeat()
     for number in (6030, 6031, 6032):
@@ -280,7 +287,7 @@ def test_it_holds_the_automatic_budget_for_rechecks(rechecks):
     assert BisectionRun.objects.filter(recheck_of__isnull=False).count() == 1
 
 
-def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newer_build(rechecks):
+def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newer_build(rechecks, heartbeat):
     done_run(make_issue(6040), results=INDUCTOR_RAISED)
     heartbeat(hosted={"default": RELEASE})
     assert build_checks.queue_rechecks() == []
@@ -292,7 +299,7 @@ def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newe
     assert build_checks.queue_rechecks() == []
 
 
-def test_it_waits_a_day_before_retrying_a_failed_recheck(rechecks):
+def test_it_waits_a_day_before_retrying_a_failed_recheck(rechecks, heartbeat):
     heartbeat()
     issue = make_issue(6050)
     old = done_run(issue, results=INDUCTOR_RAISED)
@@ -383,7 +390,7 @@ def test_it_restarts_a_builds_fork_server_when_the_build_was_upgraded_in_place(t
         server.close()
 
 
-def test_it_rechecks_from_the_command_line_and_refuses_when_automatic_runs_are_off(rechecks, capsys):
+def test_it_rechecks_from_the_command_line_and_refuses_when_automatic_runs_are_off(rechecks, capsys, heartbeat):
     heartbeat()
     done_run(make_issue(6060), results=INDUCTOR_RAISED)
     call_command("recheck_builds")

@@ -85,6 +85,7 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
         assert sorted(q for queues in live.values() for q in re.findall(r'"(\w+)"', queues)) == [
             "cpu",
             "cpu_auto",
+            "cpu_recheck",
             "default",
             "github",
         ]

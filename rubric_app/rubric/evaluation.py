@@ -740,10 +740,37 @@ class Trust:
     preselected_routes: Counts = field(default_factory=Counts)  # pre-selected oncall: labels, on all issues
     review: Counts = field(default_factory=Counts)
     points: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) of every scored suggestion
+    flagged: int = 0  # issues the engine flags `triage review`
+    # Operating curves: (confidence, right) of suggested components on labelled issues; each issue's most
+    # confident component (0.0: none); each issue's review confidence (0.0: not suggested) and its truth.
+    component_points: list[tuple[float, bool]] = field(default_factory=list)
+    top_component: list[float] = field(default_factory=list)
+    review_points: list[tuple[float, bool]] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
         return self.covered / self.issues if self.issues else 0.0
+
+    @property
+    def flagged_share(self) -> float:
+        return self.flagged / self.issues if self.issues else 0.0
+
+    def precision_at_coverage(self, share: float) -> tuple[float, float]:
+        """(threshold, precision): pre-selecting every component at or above the confidence that gives `share` of
+        the issues one, how often those components are right (on issues with a human component)."""
+        ranked = sorted(self.top_component, reverse=True)
+        if not ranked:
+            return 1.01, 0.0
+        threshold = ranked[min(len(ranked) - 1, max(0, round(share * len(ranked)) - 1))]
+        above = [right for conf, right in self.component_points if conf >= threshold and threshold > 0]
+        return threshold, (sum(above) / len(above) if above else 0.0)
+
+    def review_recall_at_share(self, share: float) -> float:
+        """The recall of escalated issues if the `share` of issues with the highest review confidence were flagged."""
+        ranked = sorted(self.review_points, key=lambda p: -p[0])
+        escalated = sum(right for _, right in ranked)
+        top = ranked[: round(share * len(ranked))]
+        return sum(right for conf, right in top if conf > 0) / escalated if escalated else 0.0
 
 
 def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: bool = False) -> Trust:
@@ -764,6 +791,8 @@ def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: 
         labelled = has_component(record)
         out.labelled += labelled
         confidence = a.confidence()
+        out.flagged += REVIEW in verdict
+        out.top_component.append(max((c for label, c in confidence.items() if label in COMPONENTS), default=0.0))
         for label in (*COMPONENTS, *routes):
             actual = truth(record, label, strict)
             if label in COMPONENTS and not labelled:
@@ -771,6 +800,8 @@ def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: 
             if label in COMPONENTS:
                 out.components.add(label in verdict, actual)
                 out.preselected.add(label in ticked, actual)
+                if label in confidence and actual is not None:
+                    out.component_points.append((confidence[label], actual))
             elif label in confidence:  # the queue's own label (G0, the CPU lane) is no suggestion
                 out.preselected_routes.add(label in ticked, actual)
             if label in confidence and actual is not None:
@@ -778,4 +809,6 @@ def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: 
         actual = review_truth(record, strict)
         if REVIEW in confidence and actual is not None:
             out.points.append((confidence[REVIEW], actual))
+        if actual is not None:
+            out.review_points.append((confidence.get(REVIEW, 0.0), actual))
     return out
