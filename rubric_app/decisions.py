@@ -21,6 +21,7 @@ from django.utils import timezone
 from rubric_app import credentials, github
 from rubric_app.models import (
     BOT_TRIAGED,
+    CONFIRM_FIXED_REPLY,
     CPU_INDUCTOR_ONCALL,
     FEEDBACK_LABELS,
     HIGH_PRIORITY,
@@ -92,7 +93,7 @@ def plan_confirm_fixed(issue: Issue) -> Plan:
     comparison = issue.build_comparison if issue.build_finding == MAY_BE_FIXED else {}
     if not comparison.get("newer_version"):
         raise ValueError("no run shows that this issue may be fixed on a newer torch build")
-    return Plan(reply="confirm_fixed", fixed_on=comparison["newer_version"], fixed_summary=comparison["summary"])
+    return Plan(reply=CONFIRM_FIXED_REPLY, fixed_on=comparison["newer_version"], fixed_summary=comparison["summary"])
 
 
 def plan_changes(
@@ -306,6 +307,7 @@ def request_decision(
             close_issue=plan.close,
             close_reason=plan.close_reason,
             comment=plan.comment,
+            reply=plan.reply,
             transfer_to=plan.transfer_to,
             duplicate_of=plan.duplicate_of,
             suggestions_shown=shown,

@@ -43,6 +43,7 @@ FEEDBACK_LABELS = frozenset(AUTOMATION_FEEDBACK_LABELS)
 REPRO_AGENT_PREFIX = "repro:agent:"
 # What runs of one repro on several torch builds can say (Issue.build_finding, rubric_app/bisection/builds.py).
 REGRESSION, MAY_BE_FIXED = "regression", "may_be_fixed"
+CONFIRM_FIXED_REPLY = "confirm_fixed"  # our reply asking the reporter to confirm (rubric/catalog.py OWN_REPLIES)
 MODULE_REGRESSION = "module: regression"
 
 
@@ -115,6 +116,8 @@ class Lane:
     undecided: bool = False
     # Only the issues whose runs across torch builds say this (Issue.build_finding): "may_be_fixed".
     finding: str = ""
+    # ...and that no decision (pending, applying or applied) has answered with this reply yet: asked, it is done.
+    unanswered_by: str = ""
 
     def filter(self, qs: models.QuerySet) -> models.QuerySet:
         if self.finding:
@@ -126,11 +129,16 @@ class Lane:
         if self.undecided:
             covering = TriageDecision.objects.filter(issue=OuterRef("pk"), status__in=TriageDecision.COVERING)
             qs = qs.exclude(Exists(covering))
+        if self.unanswered_by:
+            replied = TriageDecision.objects.filter(
+                issue=OuterRef("pk"), status__in=TriageDecision.COVERING, reply=self.unanswered_by
+            )
+            qs = qs.exclude(Exists(replied))
         return qs
 
     def lists(self, names: set[str], finding: str = "") -> bool:
         """Whether an open queue issue carrying `names`, with build finding `finding`, is in this lane (a per-user
-        lane never is; an undecided lane's decisions are not read here)."""
+        lane never is; the decisions of an undecided or unanswered_by lane are not read here)."""
         return (
             not self.per_user
             and (not self.finding or finding == self.finding)
@@ -147,7 +155,7 @@ LANES = (
     Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
     Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
     # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
-    Lane("fixed", "may be fixed", finding=MAY_BE_FIXED),
+    Lane("fixed", "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),
     Lane("all", "all"),
     Lane("mine", "mine", per_user=True),
 )
@@ -742,8 +750,9 @@ class TriageDecision(models.Model):
     close_issue = models.BooleanField(default=False)
     # GitHub's state_reason for the close: completed, not_planned (a usage question, G1), duplicate.
     close_reason = models.CharField(max_length=20, blank=True)
-    # A standard reply (rubric_app/data/pytorch_triage_templates.json) posted before the other changes.
+    # A standard reply (rubric_app/data/pytorch_triage_templates.json) posted before the other changes, and its name.
     comment = models.TextField(blank=True)
+    reply = models.CharField(max_length=40, blank=True)
     # The repository the issue is moved to (G2), last, after everything else.
     transfer_to = models.CharField(max_length=100, blank=True)
     # The issue this one was closed as a duplicate of (close_reason "duplicate", with the standard comment).

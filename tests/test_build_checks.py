@@ -20,7 +20,7 @@ from django.utils import timezone
 from rubric_app import bisect_runs, bisecting, build_checks, suggestions
 from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
-from rubric_app.decisions import CONFIRM_FIXED, plan_changes
+from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
 from rubric_app.models import BisectionRun, GitHubWrite, Issue, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.catalog import load_replies
 from tests.factories import make_issue, make_label
@@ -398,3 +398,16 @@ def test_it_rechecks_from_the_command_line_and_refuses_when_automatic_runs_are_o
     rechecks.AUTO_BISECT = "off"
     with pytest.raises(CommandError, match="AUTO_BISECT is off"):
         call_command("recheck_builds")
+
+
+def test_it_takes_an_issue_out_of_the_may_be_fixed_lane_once_the_reporter_was_asked(triager, may_be_fixed):
+    assert list(Issue.objects.for_queue("fixed")) == [may_be_fixed]
+    request_decision(
+        issue=may_be_fixed,
+        user=triager,
+        plan=plan_changes(may_be_fixed, chosen=[], route=CONFIRM_FIXED, review=False),
+        labels_seen=may_be_fixed.label_names(),
+    )
+    assert TriageDecision.objects.get().reply == "confirm_fixed"
+    assert list(Issue.objects.for_queue("fixed")) == []
+    assert Issue.objects.get(pk=may_be_fixed.pk).build_finding == "may_be_fixed"  # still marked in the queue

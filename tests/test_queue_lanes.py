@@ -20,6 +20,11 @@ def test_it_lists_in_each_lane_exactly_the_issues_whose_own_lanes_name_it(triage
     make_issue(901, labels=("oncall: pt2",), in_queue=False)
     decided = make_issue(902, labels=("bot-triaged",))
     TriageDecision.objects.create(issue=decided, user=triager, status=TriageDecision.Status.APPLIED)
+    make_issue(903, labels=("oncall: pt2", "triaged"), build_finding="may_be_fixed")
+    asked = make_issue(904, labels=("oncall: pt2", "triaged"), build_finding="may_be_fixed")
+    TriageDecision.objects.create(
+        issue=asked, user=triager, status=TriageDecision.Status.APPLIED, reply="confirm_fixed"
+    )
     issues = list(Issue.objects.prefetch_related("labels"))
     for lane in LANES:
         if lane.per_user:
@@ -28,8 +33,11 @@ def test_it_lists_in_each_lane_exactly_the_issues_whose_own_lanes_name_it(triage
         own = {i.number for i in issues if lane.code in i.queue_lanes()}
         if lane.undecided:
             own.discard(902)  # a decision covers it: the lane's one rule that labels cannot show
+        if lane.unanswered_by:
+            own.discard(904)  # the reporter was asked already
         assert listed == own, lane.code
     assert 900 not in listed and 901 not in listed
+    assert set(Issue.objects.for_queue("fixed").values_list("number", flat=True)) == {903}
 
 
 def test_it_offers_every_lane_in_the_filter_form():

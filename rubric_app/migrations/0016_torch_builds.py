@@ -65,5 +65,10 @@ class Migration(migrations.Migration):
             name="outcome",
             field=models.CharField(blank=True, max_length=20),
         ),
+        migrations.AddField(
+            model_name="triagedecision",
+            name="reply",
+            field=models.CharField(blank=True, max_length=40),
+        ),
         migrations.RunPython(hash_repros, migrations.RunPython.noop),
     ]
