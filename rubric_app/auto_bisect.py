@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import bisection
+from .bisection import builds
 from .bisection.builds import repro_hash
 from .models import BisectionRun, Issue, WorkerHeartbeat
 
@@ -79,9 +80,13 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
         refusal = _over_budget(poster)
         if refusal:
             return Outcome(None, refusal)
+        # The newest build a live worker hosts (a nightly, when there is one): a verdict on a build older than the
+        # report says little, and one on the reporter's build or newer is the evidence R2 means.
+        newest = builds.newest(WorkerHeartbeat.objects.hosted_builds()[BisectionRun.QUEUES[device]])
         run = BisectionRun.objects.create(
             issue=issue,
             device=device,
+            build=newest[0] if newest else "",
             repro_code=repro.code,
             repro_style=repro.style,
             repro_hash=code_hash,

@@ -82,7 +82,7 @@ def queue_rechecks(now=None) -> list[Recheck]:
     if settings.AUTO_BISECT == "off":
         return []
     now = now or timezone.now()
-    newest = {queue: _newest(hosted) for queue, hosted in WorkerHeartbeat.objects.hosted_builds(now).items()}
+    newest = {queue: builds.newest(hosted) for queue, hosted in WorkerHeartbeat.objects.hosted_builds(now).items()}
     if settings.AUTO_BISECT != "all":
         newest["gpu"] = None
     done: list[Recheck] = []
@@ -94,13 +94,6 @@ def queue_rechecks(now=None) -> list[Recheck]:
         if done[-1].reason.startswith("over"):
             break
     return done
-
-
-def _newest(hosted: dict[str, str]) -> tuple[str, str] | None:
-    """(build name, version) of the newest build in `hosted`, or None."""
-    if not hosted:
-        return None
-    return max(hosted.items(), key=lambda item: builds.version_key(item[1]))
 
 
 def _latest_runs() -> list[BisectionRun]:

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import bisect_runs, bisecting, build_checks, suggestions
+from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions
 from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
 from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
@@ -411,3 +411,10 @@ def test_it_takes_an_issue_out_of_the_may_be_fixed_lane_once_the_reporter_was_as
     assert TriageDecision.objects.get().reply == "confirm_fixed"
     assert list(Issue.objects.for_queue("fixed")) == []
     assert Issue.objects.get(pk=may_be_fixed.pk).build_finding == "may_be_fixed"  # still marked in the queue
+
+
+def test_it_bisects_a_repro_that_arrives_on_the_newest_build_a_live_worker_hosts(rechecks, heartbeat):
+    heartbeat(hosted={"release": RELEASE, "nightly": NEWER_VERSION})
+    issue = make_issue(6070, body=f"```python\n{COS_REPRO}```", author="reporter")
+    [outcome] = auto_bisect.queue_for_issues([issue.pk], cause="webhook")
+    assert (outcome.reason, outcome.run.build) == ("queued", "nightly")

@@ -82,6 +82,13 @@ def newer(a: str, b: str) -> bool:
     return version_key(a) > version_key(b)
 
 
+def newest(hosted: dict[str, str]) -> tuple[str, str] | None:
+    """(name, version) of the newest build in {name: version}, or None when there is none."""
+    if not hosted:
+        return None
+    return max(hosted.items(), key=lambda item: version_key(item[1]))
+
+
 def outcome(results: list[dict]) -> str:
     """One run's outcome: "reproduced" (a mode raised, diverged, crashed or ran out of memory), "passed" (every
     mode passed), or "inconclusive" (a timeout or a resource limit, or nothing ran)."""
