@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from rubric_app.models import Issue, Label
+from rubric_app.bisection import builds
+from rubric_app.models import BisectionRun, Issue, Label
 from rubric_app.roles import ensure_roles
+from tests.torch_builds import SIN_REPRO
 
 
 def make_user(username: str, role: str | None):
@@ -53,3 +57,46 @@ def opened_issue_payload(number: int, *, repo: str, title: str, body: str, autho
             "comments": 0,
         },
     }
+
+
+# The project's torch, and per-mode results of a finished run on it: every mode passing, and Inductor raising.
+RELEASE = "2.13.0+cpu"
+PASSED = [
+    {"mode": m, "status": "passed", "phase": "", "exception": "", "message": "", "wall_s": 0.1, "probes": {}}
+    for m in ("eager", "dynamo_eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
+]
+INDUCTOR_RAISED = PASSED[:-1] + [
+    {
+        "mode": "inductor",
+        "status": "raised",
+        "phase": "backend_compile",
+        "exception": "torch._dynamo.exc.BackendCompilerFailed",
+        "message": "lowering failed",
+        "wall_s": 0.3,
+        "probes": {},
+    }
+]
+
+
+def make_finished_run(
+    issue, *, code: str = SIN_REPRO, build="", version=RELEASE, results=PASSED, ago=60, **fields
+) -> BisectionRun:
+    """A bisection run that finished `ago` minutes ago on `build` (torch `version`) with these per-mode results."""
+    finished = timezone.now() - timedelta(minutes=ago)
+    return BisectionRun.objects.create(
+        issue=issue,
+        status=BisectionRun.Status.DONE,
+        repro_code=code,
+        repro_hash=builds.repro_hash(code),
+        build=build,
+        torch_version=version,
+        results=results,
+        outcome=builds.outcome(results),
+        verdict_summary=f"First failure: {builds.first_failure(results)}"
+        if builds.first_failure(results)
+        else "No failure",
+        created_at=finished - timedelta(seconds=30),
+        started_at=finished - timedelta(seconds=20),
+        finished_at=finished,
+        **fields,
+    )

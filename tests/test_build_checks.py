@@ -23,46 +23,11 @@ from rubric_app.bisection import builds
 from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
 from rubric_app.models import BisectionRun, GitHubWrite, Issue, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.catalog import load_replies
-from tests.factories import make_issue, make_label
+from tests.factories import INDUCTOR_RAISED, PASSED, RELEASE, make_finished_run, make_issue, make_label
 from tests.helpers import only_this_tests_workers, wait_until, wait_until_finished
 from tests.torch_builds import NEWER_VERSION, REGRESSION_MESSAGE, SIN_REPRO, make_patched_build
 
-RELEASE = "2.13.0+cpu"
-PASSED = [
-    {"mode": m, "status": "passed", "phase": "", "exception": "", "message": "", "wall_s": 0.1, "probes": {}}
-    for m in ("eager", "dynamo_eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
-]
-INDUCTOR_RAISED = PASSED[:-1] + [
-    {
-        "mode": "inductor",
-        "status": "raised",
-        "phase": "backend_compile",
-        "exception": "torch._dynamo.exc.BackendCompilerFailed",
-        "message": "lowering failed",
-        "wall_s": 0.3,
-        "probes": {},
-    }
-]
 COS_REPRO = "import torch\n\ndef f(x):\n    return torch.cos(x) + 1\n\nprint(torch.compile(f)(torch.randn(8)))\n"
-
-
-def done_run(issue, *, build="", version=RELEASE, results=PASSED, code=SIN_REPRO, ago=60, **fields) -> BisectionRun:
-    finished = timezone.now() - timedelta(minutes=ago)
-    return BisectionRun.objects.create(
-        issue=issue,
-        status=BisectionRun.Status.DONE,
-        repro_code=code,
-        repro_hash=builds.repro_hash(code),
-        build=build,
-        torch_version=version,
-        results=results,
-        outcome=builds.outcome(results),
-        verdict_summary="First failure: inductor" if results is INDUCTOR_RAISED else "No failure reproduced",
-        created_at=finished - timedelta(seconds=30),
-        started_at=finished - timedelta(seconds=20),
-        finished_at=finished,
-        **fields,
-    )
 
 
 @pytest.fixture
@@ -84,8 +49,8 @@ def regression(db) -> Issue:
     for name in ("triage review", "module: regression", "module: inductor", "triaged"):
         make_label(name)
     issue = make_issue(6001, title="sin fails to compile on the nightly", body=f"```python\n{SIN_REPRO}```")
-    done_run(issue, build="default", results=PASSED, ago=30)
-    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
+    make_finished_run(issue, build="default", results=PASSED, ago=30)
+    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
     build_checks.compare_issue(issue)
     suggestions.refresh_issue(issue)
     return issue
@@ -95,8 +60,8 @@ def regression(db) -> Issue:
 def may_be_fixed(db) -> Issue:
     """#6002: its repro reproduced on the release build and passes on the nightly."""
     issue = make_issue(6002, title="cos miscompiles", body=f"```python\n{COS_REPRO}```")
-    done_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO, ago=30)
-    done_run(issue, build="nightly", version=NEWER_VERSION, results=PASSED, code=COS_REPRO, ago=10)
+    make_finished_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO, ago=30)
+    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=PASSED, code=COS_REPRO, ago=10)
     build_checks.compare_issue(issue)
     return issue
 
@@ -118,8 +83,8 @@ def test_it_calls_passes_on_release_and_fails_on_nightly_a_regression_for_the_me
 
 def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
     issue = make_issue(6003, body=f"```python\n{SIN_REPRO}```")
-    done_run(issue, results=INDUCTOR_RAISED, ago=30)
-    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
+    make_finished_run(issue, results=INDUCTOR_RAISED, ago=30)
+    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, ago=10)
     assert build_checks.compare_issue(issue).kind == "fails_on_both"
     issue.refresh_from_db()
     assert issue.build_finding == "" and issue.build_comparison["kind"] == "fails_on_both"
@@ -128,14 +93,14 @@ def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
 
 def test_it_compares_only_the_latest_repros_runs(db):
     issue = make_issue(6004, body=f"```python\n{COS_REPRO}```")
-    done_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
-    done_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
+    make_finished_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
+    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
     assert build_checks.compare_issue(issue) is None  # one version of the current repro: nothing to compare
 
 
 def test_it_calls_a_repro_passing_on_a_build_newer_than_the_reporters_may_be_fixed(db):
     issue = make_issue(6005, body=f"PyTorch version: 2.5.1+cu124\n\n```python\n{COS_REPRO}```")
-    done_run(issue, results=PASSED, code=COS_REPRO)
+    make_finished_run(issue, results=PASSED, code=COS_REPRO)
     comparison = build_checks.compare_issue(issue)
     assert (comparison.kind, comparison.summary) == ("may_be_fixed", f"reported on 2.5.1; passes on {RELEASE}")
     assert Issue.objects.get(pk=issue.pk).queue_lanes() == ["pt2", "fixed", "all"]
@@ -262,11 +227,11 @@ def test_it_rechecks_what_an_older_build_reproduced_on_the_newest_live_build(
 ):
     heartbeat()
     issue = make_issue(6020, body=f"```python\n{COS_REPRO}```")
-    old = done_run(issue, results=INDUCTOR_RAISED, code=COS_REPRO)
+    old = make_finished_run(issue, results=INDUCTOR_RAISED, code=COS_REPRO)
     passed = make_issue(6021)
-    done_run(passed, results=PASSED)  # passing already: a newer build can teach nothing
+    make_finished_run(passed, results=PASSED)  # passing already: a newer build can teach nothing
     current = make_issue(6022)
-    done_run(current, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED)  # already on the newest
+    make_finished_run(current, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED)  # already on the newest
 
     with django_capture_on_commit_callbacks(execute=False) as sent:
         [done] = build_checks.queue_rechecks()
@@ -281,14 +246,14 @@ def test_it_holds_the_automatic_budget_for_rechecks(rechecks, heartbeat):
     rechecks.AUTO_BISECT_PER_HOUR = 1
     heartbeat()
     for number in (6030, 6031, 6032):
-        done_run(make_issue(number), results=INDUCTOR_RAISED, ago=number - 6000)
+        make_finished_run(make_issue(number), results=INDUCTOR_RAISED, ago=number - 6000)
     reasons = [r.reason for r in build_checks.queue_rechecks()]
     assert reasons == ["queued", "over the hourly budget (1 automatic runs an hour, AUTO_BISECT_PER_HOUR)"]
     assert BisectionRun.objects.filter(recheck_of__isnull=False).count() == 1
 
 
 def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newer_build(rechecks, heartbeat):
-    done_run(make_issue(6040), results=INDUCTOR_RAISED)
+    make_finished_run(make_issue(6040), results=INDUCTOR_RAISED)
     heartbeat(hosted={"default": RELEASE})
     assert build_checks.queue_rechecks() == []
     WorkerHeartbeat.objects.all().delete()
@@ -302,7 +267,7 @@ def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newe
 def test_it_waits_a_day_before_retrying_a_failed_recheck(rechecks, heartbeat):
     heartbeat()
     issue = make_issue(6050)
-    old = done_run(issue, results=INDUCTOR_RAISED)
+    old = make_finished_run(issue, results=INDUCTOR_RAISED)
     BisectionRun.objects.create(
         issue=issue,
         status=BisectionRun.Status.FAILED,
@@ -352,7 +317,7 @@ def test_it_rechecks_on_the_newer_build_the_worker_reports_and_finds_it_may_be_f
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 20
     issue = make_issue(6110, body=f"```python\n{COS_REPRO}```")
     # What an earlier run saw on the release build; the cos repro passes on both builds here.
-    old = done_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO)
+    old = make_finished_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO)
     worker = celery_worker_process.args[-1]
     wait_until(lambda: WorkerHeartbeat.objects.filter(name=worker, builds__nightly=NEWER_VERSION).exists())
     assert WorkerHeartbeat.objects.get(name=worker).builds == {"default": RELEASE, "nightly": NEWER_VERSION}
@@ -392,7 +357,7 @@ def test_it_restarts_a_builds_fork_server_when_the_build_was_upgraded_in_place(t
 
 def test_it_rechecks_from_the_command_line_and_refuses_when_automatic_runs_are_off(rechecks, capsys, heartbeat):
     heartbeat()
-    done_run(make_issue(6060), results=INDUCTOR_RAISED)
+    make_finished_run(make_issue(6060), results=INDUCTOR_RAISED)
     call_command("recheck_builds")
     assert capsys.readouterr().out == "#6060: queued\n1 re-checks queued, 0 not\n"
     rechecks.AUTO_BISECT = "off"
