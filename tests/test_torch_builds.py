@@ -145,3 +145,27 @@ def test_it_reads_collect_env_before_a_version_mentioned_in_prose():
 def test_it_hashes_a_repro_by_its_code_only():
     assert builds.repro_hash("import torch\nx = 1  \n\n") == builds.repro_hash("\nimport torch\nx = 1")
     assert builds.repro_hash("x = 1") != builds.repro_hash("x = 2")
+
+
+def test_it_measures_may_be_fixed_on_cached_pool_runs(tmp_path, capsys):
+    import json
+
+    from django.core.management import call_command
+
+    records = [
+        {"number": 1, "state": "closed", "labels": [], "body": "PyTorch version: 2.5.0\n"},  # passes here: may be fixed
+        {"number": 2, "state": "open", "labels": [], "body": "no version given"},
+        {"number": 3, "state": "open", "labels": [], "body": "PyTorch version: 2.5.0\n"},  # still fails here
+    ]
+    mode = {"phase": "", "exception": "", "message": "", "wall_s": 0.1, "probes": {}}
+    passed = [{**mode, "mode": "eager", "status": "passed"}, {**mode, "mode": "inductor", "status": "passed"}]
+    raised = [passed[0], {**mode, "mode": "inductor", "status": "raised", "phase": "backend_compile"}]
+    runs = [{"number": n, "torch": "2.13.0+cpu", "results": r} for n, r in ((1, passed), (2, passed), (3, raised))]
+    (tmp_path / "pool.jsonl").write_text("\n".join(map(json.dumps, records)))
+    (tmp_path / "runs.jsonl").write_text("\n".join(map(json.dumps, runs)))
+    call_command("evaluate_verdicts", cache=str(tmp_path / "runs.jsonl"), input=[str(tmp_path / "pool.jsonl")])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "may be fixed: the reporter's version is readable on 2 of 3; 1 pass here on a newer build than theirs, 1 of "
+        "them closed since (1.00; of every issue run: 1 of 3, 0.33; of every run that passes here, whatever the "
+        "reporter's version: 1 of 2, 0.50)"
+    )
