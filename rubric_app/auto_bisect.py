@@ -110,22 +110,13 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
     return Outcome(run, "queued")
 
 
-def over_hourly_budget(now=None) -> str:
-    """Why the hourly budget of all automatic runs (arrivals and re-checks alike) refuses one more ("" if not)."""
-    now = now or timezone.now()
-    automatic = BisectionRun.objects.filter(automatic=True, created_at__gte=now - timedelta(hours=1))
-    if automatic.count() >= settings.AUTO_BISECT_PER_HOUR:
-        return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
-    return ""
-
-
 def _over_budget(poster: str) -> str:
-    """Why the budgets refuse another automatic run now ("" when they allow it)."""
+    """Why the budgets refuse another automatic run now ("" when they allow it). Re-checks on a new build have a
+    budget of their own (build_checks.py) and do not count here."""
     now = timezone.now()
-    automatic = BisectionRun.objects.filter(automatic=True)
-    hourly = over_hourly_budget(now)
-    if hourly:
-        return hourly
+    automatic = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True)
+    if automatic.filter(created_at__gte=now - timedelta(hours=1)).count() >= settings.AUTO_BISECT_PER_HOUR:
+        return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
     if poster:
         today = automatic.filter(caused_by_login=poster, created_at__gte=now - timedelta(days=1)).count()
         if today >= settings.AUTO_BISECT_PER_AUTHOR:

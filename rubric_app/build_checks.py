@@ -1,5 +1,5 @@
-"""An issue's repro across torch builds (issue #29): what its runs on several builds say, and re-checking the repros
-an older build reproduced once a worker reports a newer one.
+"""An issue's repro across torch builds (issue #29): what its runs on several builds say, and re-checking the open
+issues' repros on a newer build once a worker reports one.
 
 compare_issue() runs when a bisection finishes: the same repro's runs, newest version first, go to
 bisection.builds.compare(); "regression" (passes on an older build, fails on a newer: R11) and "may_be_fixed"
@@ -7,9 +7,11 @@ bisection.builds.compare(); "regression" (passes on an older build, fails on a n
 markers, its "may be fixed" lane and the suggestions (Issue.regression_evidence).
 
 queue_rechecks() runs with the sweep (every 5 minutes) and from `manage.py recheck_builds`: for each open queue
-issue whose repro reproduced on its newest run, and whose queue's live workers host a newer torch, it queues a re-run
-on that build in the lowest-priority queues (cpu_recheck, gpu_recheck), within the automatic budget
-(AUTO_BISECT_PER_HOUR, shared with auto_bisect.py): untrusted code run without anyone asking is bounded alike.
+issue whose repro's newest run (reproduced or passed: a timeout tells nothing) was on an older torch than a live
+worker of its queue hosts, it queues a re-run on that build in the lowest-priority queues (cpu_recheck,
+gpu_recheck). What reproduced goes first (passing now: may be fixed); then what passed (failing now: a regression,
+or a report against the nightly the release could not show). Bounded as every automatic run is, by a budget of its
+own (RECHECK_PER_HOUR) so a new nightly's backlog never takes the arrivals' (AUTO_BISECT_PER_HOUR).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .auto_bisect import TASK, over_hourly_budget
+from .auto_bisect import TASK
 from .bisection import builds
 from .models import MAY_BE_FIXED, REGRESSION, BisectionRun, Issue, WorkerHeartbeat
 
 FINDINGS = (REGRESSION, MAY_BE_FIXED)
+RECHECKED = ("reproduced", "passed")
 # A re-check that failed (no worker, a refused sandbox) is not tried again for this long: the budget is for runs.
 RETRY_AFTER = timedelta(days=1)
 
@@ -78,7 +81,7 @@ class Recheck:
 
 
 def queue_rechecks(now=None) -> list[Recheck]:
-    """Queue a re-run, on the newest live build, of each queue issue whose newest run reproduced on an older one."""
+    """Queue a re-run, on the newest live build, of each queue issue whose newest run was on an older one."""
     if settings.AUTO_BISECT == "off":
         return []
     now = now or timezone.now()
@@ -86,9 +89,10 @@ def queue_rechecks(now=None) -> list[Recheck]:
     if settings.AUTO_BISECT != "all":
         newest["gpu"] = None
     done: list[Recheck] = []
-    for run in _latest_runs():
+    # What reproduced first: passing on the newer build is the finding triagers act on (may be fixed).
+    for run in sorted(_latest_runs(), key=lambda r: r.outcome != "reproduced"):
         target = newest[BisectionRun.QUEUES[run.device]]
-        if target is None or run.outcome != "reproduced" or not builds.newer(target[1], run.torch_version):
+        if target is None or run.outcome not in RECHECKED or not builds.newer(target[1], run.torch_version):
             continue
         done.append(_queue_one(run, *target, now=now))
         if done[-1].reason.startswith("over"):
@@ -133,9 +137,13 @@ def _queue_one(run: BisectionRun, build: str, version: str, *, now) -> Recheck:
             recheck_of__isnull=False, status=BisectionRun.Status.FAILED, finished_at__gte=now - RETRY_AFTER
         ):
             return Recheck(issue.number, None, "a re-check failed within the last day")
-        refusal = over_hourly_budget(now)
-        if refusal:
-            return Recheck(issue.number, None, refusal)
+        recent = BisectionRun.objects.filter(recheck_of__isnull=False, created_at__gte=now - timedelta(hours=1))
+        if recent.count() >= settings.RECHECK_PER_HOUR:
+            return Recheck(
+                issue.number,
+                None,
+                f"over the hourly budget ({settings.RECHECK_PER_HOUR} re-checks an hour, RECHECK_PER_HOUR)",
+            )
         recheck = BisectionRun.objects.create(
             issue=issue,
             device=run.device,

@@ -218,38 +218,45 @@ def test_it_posts_the_confirm_reply_to_github_audited_and_changes_nothing_else(
 
 @pytest.fixture
 def rechecks(db, settings):
-    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 20
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.RECHECK_PER_HOUR = "cpu", 20, 10
     return settings
 
 
-def test_it_rechecks_what_an_older_build_reproduced_on_the_newest_live_build(
+def test_it_rechecks_on_the_newest_live_build_what_an_older_one_reproduced_first(
     rechecks, django_capture_on_commit_callbacks, heartbeat
 ):
     heartbeat()
+    passed = make_issue(6021)
+    make_finished_run(passed, results=PASSED, ago=90)  # failing on the newer build would be a regression
     issue = make_issue(6020, body=f"```python\n{COS_REPRO}```")
     old = make_finished_run(issue, results=INDUCTOR_RAISED, code=COS_REPRO)
-    passed = make_issue(6021)
-    make_finished_run(passed, results=PASSED)  # passing already: a newer build can teach nothing
     current = make_issue(6022)
     make_finished_run(current, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED)  # already on the newest
+    timed_out = make_issue(6023)
+    make_finished_run(timed_out, results=PASSED[:1] + [{**PASSED[1], "status": "timeout"}])  # tells nothing
 
     with django_capture_on_commit_callbacks(execute=False) as sent:
-        [done] = build_checks.queue_rechecks()
-    run = done.run
-    assert (done.issue_number, done.reason, len(sent)) == (6020, "queued", 1)
+        done = build_checks.queue_rechecks()
+    assert [(d.issue_number, d.reason) for d in done] == [(6020, "queued"), (6021, "queued")] and len(sent) == 2
+    run = done[0].run
     assert (run.build, run.recheck_of, run.automatic, run.queue_name) == ("nightly", old, True, "cpu_recheck")
     assert run.repro_code == COS_REPRO and run.caused_by.startswith(f"a newer build: nightly {NEWER_VERSION}")
-    assert [r.reason for r in build_checks.queue_rechecks()] == ["a run of this repro is already waiting or running"]
+    assert [r.reason for r in build_checks.queue_rechecks()] == [
+        "a run of this repro is already waiting or running"
+    ] * 2
 
 
-def test_it_holds_the_automatic_budget_for_rechecks(rechecks, heartbeat):
-    rechecks.AUTO_BISECT_PER_HOUR = 1
+def test_it_holds_the_recheck_budget_apart_from_the_arrivals(rechecks, heartbeat):
+    rechecks.RECHECK_PER_HOUR, rechecks.AUTO_BISECT_PER_HOUR = 1, 1
     heartbeat()
     for number in (6030, 6031, 6032):
         make_finished_run(make_issue(number), results=INDUCTOR_RAISED, ago=number - 6000)
     reasons = [r.reason for r in build_checks.queue_rechecks()]
-    assert reasons == ["queued", "over the hourly budget (1 automatic runs an hour, AUTO_BISECT_PER_HOUR)"]
+    assert reasons == ["queued", "over the hourly budget (1 re-checks an hour, RECHECK_PER_HOUR)"]
     assert BisectionRun.objects.filter(recheck_of__isnull=False).count() == 1
+    # The re-check took nothing from the arrivals' budget: a repro that arrives now is still bisected.
+    arrival = make_issue(6033, body=f"```python\n{COS_REPRO}```", author="reporter")
+    assert auto_bisect.queue_for_issues([arrival.pk], cause="webhook")[0].reason == "queued"
 
 
 def test_it_rechecks_nothing_when_automatic_runs_are_off_or_no_worker_has_a_newer_build(rechecks, heartbeat):
@@ -314,7 +321,7 @@ def test_it_runs_one_repro_on_two_builds_and_finds_the_regression(celery_worker_
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_rechecks_on_the_newer_build_the_worker_reports_and_finds_it_may_be_fixed(celery_worker_process, settings):
-    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 20
+    settings.AUTO_BISECT, settings.RECHECK_PER_HOUR = "cpu", 10
     issue = make_issue(6110, body=f"```python\n{COS_REPRO}```")
     # What an earlier run saw on the release build; the cos repro passes on both builds here.
     old = make_finished_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO)

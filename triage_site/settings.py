@@ -378,6 +378,9 @@ if AUTO_BISECT not in ("off", "cpu", "all"):
     raise ImproperlyConfigured(f"AUTO_BISECT={AUTO_BISECT!r}: choose off, cpu or all")
 AUTO_BISECT_PER_HOUR = int(env_float("AUTO_BISECT_PER_HOUR", 20))
 AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
+# Re-checks of open issues' repros on a newer torch build (rubric_app/build_checks.py): a budget of their own, so a
+# new nightly's backlog never takes the arrivals' runs.
+RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
 
 LOGGING = {
     "version": 1,
