@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from rubric_app import build_checks
-from rubric_app.models import BisectionRun, Issue
+from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
 from tests.browser.conftest import screenshot
 from tests.factories import INDUCTOR_RAISED, PASSED, make_finished_run, make_issue, make_label
 from tests.helpers import wait_until
@@ -29,6 +29,8 @@ def test_it_bisects_on_two_builds_and_shows_the_regression_side_by_side(
     for name in ("oncall: pt2", "triage review", "module: regression", "module: inductor"):
         make_label(name)
     make_issue(6300, title="sin no longer compiles on the nightly", body=f"```python\n{SIN_REPRO}```")
+    # The worker's next beat after the previous test's flush: the form offers the builds the live workers host.
+    wait_until(lambda: WorkerHeartbeat.objects.hosted_builds()["cpu"].get("nightly") == NEWER_VERSION)
     page = make_page(triager.username)
     page.goto("/issues/6300")
     builds = page.locator("[data-builds]")
