@@ -495,7 +495,7 @@ class BisectionRun(models.Model):
     # The Celery queue whose workers serve each device: a GPU box has a CPU too, so "both" goes to gpu.
     QUEUES = {Device.CPU: "cpu", Device.CUDA: "gpu", Device.BOTH: "gpu"}
     # Automatic runs (auto_bisect.py) wait in queues of their own, which a worker reads after the human ones,
-    # and re-checks on a new build (rechecks.py) in the last ones it reads.
+    # and re-checks on a new build (build_checks.py) in the last ones it reads.
     AUTO_QUEUES = {Device.CPU: "cpu_auto", Device.CUDA: "gpu_auto", Device.BOTH: "gpu_auto"}
     RECHECK_QUEUES = {Device.CPU: "cpu_recheck", Device.CUDA: "gpu_recheck", Device.BOTH: "gpu_recheck"}
 
@@ -532,7 +532,7 @@ class BisectionRun(models.Model):
     # The torch build it ran on (a name of the worker's TORCH_BUILDS; "" for the worker's first): with
     # torch_version, what compares the same repro across builds (rubric_app/bisection/builds.py).
     build = models.CharField(max_length=40, blank=True)
-    # A re-check of an earlier run on a newer build (rechecks.py): automatic, in the lowest-priority queues.
+    # A re-check of an earlier run on a newer build (build_checks.py): automatic, in the lowest-priority queues.
     recheck_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="rechecks")
     # Once done: reproduced, passed or inconclusive (builds.outcome): what comparisons and re-checks query.
     outcome = models.CharField(max_length=20, blank=True)

@@ -25,7 +25,7 @@ from .tasks import apply_decision_task
 log = logging.getLogger(__name__)
 
 # A worker that runs bisections says which torch builds it hosts, and their versions (re-read on each beat: a
-# nightly upgraded in place shows up, and rechecks.py re-runs the repros an older build reproduced).
+# nightly upgraded in place shows up, and build_checks.py re-runs the open issues' repros on it).
 BISECTION_QUEUES = {
     *BisectionRun.QUEUES.values(),
     *BisectionRun.AUTO_QUEUES.values(),
