@@ -390,3 +390,18 @@ def test_it_bisects_a_repro_that_arrives_on_the_newest_build_a_live_worker_hosts
     issue = make_issue(6070, body=f"```python\n{COS_REPRO}```", author="reporter")
     [outcome] = auto_bisect.queue_for_issues([issue.pk], cause="webhook")
     assert (outcome.reason, outcome.run.build) == ("queued", "nightly")
+
+
+def test_it_makes_a_in_the_may_be_fixed_lane_preview_the_reply_asking_to_confirm(client, triager, may_be_fixed):
+    client.force_login(triager)
+    row = client.get(reverse("rubric_app:queue"), {"lane": "fixed"}).content.decode()
+    form = row.split("data-confirm-fixed")[0].rsplit("<form", 1)[1]
+    assert 'name="route" value="confirm fixed"' in form and f'action="/issues/{may_be_fixed.number}/preview"' in form
+    seen = json.dumps(may_be_fixed.label_names())
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[may_be_fixed.number]),
+        {"route": CONFIRM_FIXED, "labels_seen": seen, "in_queue": "1"},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+    assert 'data-reply="confirm_fixed"' in preview and "data-apply" in preview
+    assert '<li class="add">' not in preview  # a reply, no label

@@ -166,6 +166,17 @@ def queue_row(context, issue) -> SafeString:
             '<button type="submit" class="accept" data-accept data-bot-confirm title="Keep the bot\'s labels (a)">'
             "Bot was right</button></form>"
         )
+    if context.get("lane") == "fixed" and can_apply:  # may be fixed: `a` previews the reply asking to confirm
+        seen = escape_html(json.dumps(issue.label_names()))
+        accept = (
+            f'<form method="post" action="{preview_url}" hx-post="{preview_url}" '
+            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}'
+            f'<input type="hidden" name="route" value="confirm fixed"><input type="hidden" name="labels_seen" '
+            f'value="{seen}"><input type="hidden" name="in_queue" value="1">'
+            '<button type="submit" class="accept" data-accept data-confirm-fixed '
+            'title="Preview the reply asking the reporter to confirm on the newer build (a)">Ask to confirm…</button>'
+            "</form>"
+        )
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
     suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
