@@ -35,20 +35,21 @@ RETRY_AFTER = timedelta(days=1)
 
 
 def compare_issue(issue: Issue) -> builds.Comparison | None:
-    """Compare the runs of the issue's latest repro across torch versions; store the finding on the issue."""
+    """Compare the runs of the issue's latest repro, on the latest run's device, across torch versions; store the
+    finding on the issue. (A CUDA run passing where a CPU run failed says nothing about a fix.)"""
     runs = list(
         issue.bisection_runs.filter(status=BisectionRun.Status.DONE)
         .exclude(torch_version="")
         .order_by("-finished_at", "-pk")
-        .values_list("pk", "repro_hash", "build", "torch_version", "results")
+        .values_list("pk", "repro_hash", "device", "build", "torch_version", "results")
     )
     comparison = None
     if runs:
-        current = runs[0][1]
+        current = runs[0][1:3]
         same = [
             builds.BuildRun(pk, build, version, results)
-            for pk, code, build, version, results in runs
-            if code == current
+            for pk, code, device, build, version, results in runs
+            if (code, device) == current
         ]
         comparison = builds.compare(same, builds.reported_version(issue.body))
     issue.build_finding = comparison.kind if comparison and comparison.kind in FINDINGS else ""
@@ -58,13 +59,13 @@ def compare_issue(issue: Issue) -> builds.Comparison | None:
 
 
 def side_by_side(runs: list[BisectionRun]) -> list[BisectionRun]:
-    """Of an issue's runs (newest first), the latest repro's finished runs, one per torch version (its newest run),
-    oldest version first; [] unless there are two versions to set side by side (the issue page's table)."""
+    """Of an issue's runs (newest first), the latest repro's finished runs on its device, one per torch version (its
+    newest run), oldest version first; [] unless there are two versions to set side by side (the issue page)."""
     if not runs:
         return []
-    current, per_version = runs[0].repro_hash, {}
+    current, per_version = (runs[0].repro_hash, runs[0].device), {}
     for run in runs:
-        if run.repro_hash == current and run.status == BisectionRun.Status.DONE and run.torch_version:
+        if (run.repro_hash, run.device) == current and run.status == BisectionRun.Status.DONE and run.torch_version:
             per_version.setdefault(run.torch_version, run)
     if len(per_version) < 2:
         return []

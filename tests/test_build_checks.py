@@ -91,11 +91,12 @@ def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
     assert issue.regression_evidence() == ()
 
 
-def test_it_compares_only_the_latest_repros_runs(db):
+def test_it_compares_only_the_latest_repros_runs_on_one_device(db):
     issue = make_issue(6004, body=f"```python\n{COS_REPRO}```")
     make_finished_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
+    make_finished_run(issue, results=PASSED, code=COS_REPRO, device="cuda", ago=30)
     make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
-    assert build_checks.compare_issue(issue) is None  # one version of the current repro: nothing to compare
+    assert build_checks.compare_issue(issue) is None  # one version of the current repro on cpu: nothing to compare
 
 
 def test_it_calls_a_repro_passing_on_a_build_newer_than_the_reporters_may_be_fixed(db):
