@@ -1,7 +1,8 @@
 """An issue's repro across torch builds (issue #29): what its runs on several builds say, and re-checking the open
 issues' repros on a newer build once a worker reports one.
 
-compare_issue() runs when a bisection finishes: the same repro's runs, newest version first, go to
+compare_issue() runs when a bisection finishes, and compare_issues() when the sync or a webhook changes issues (an
+edit may give the reporter's version): the same repro's runs on one device, newest version first, go to
 bisection.builds.compare(); "regression" (passes on an older build, fails on a newer: R11) and "may_be_fixed"
 (reproduced on an older build, or the reporter's, and passes on a newer) are stored on the issue for the queue's
 markers, its "may be fixed" lane and the suggestions (Issue.regression_evidence).
@@ -16,6 +17,7 @@ own (RECHECK_PER_HOUR) so a new nightly's backlog never takes the arrivals' (AUT
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -34,28 +36,58 @@ RECHECKED = ("reproduced", "passed")
 RETRY_AFTER = timedelta(days=1)
 
 
+COMPARED = ("pk", "repro_hash", "device", "build", "torch_version", "results")
+
+
 def compare_issue(issue: Issue) -> builds.Comparison | None:
     """Compare the runs of the issue's latest repro, on the latest run's device, across torch versions; store the
     finding on the issue. (A CUDA run passing where a CPU run failed says nothing about a fix.)"""
-    runs = list(
-        issue.bisection_runs.filter(status=BisectionRun.Status.DONE)
-        .exclude(torch_version="")
-        .order_by("-finished_at", "-pk")
-        .values_list("pk", "repro_hash", "device", "build", "torch_version", "results")
-    )
-    comparison = None
-    if runs:
-        current = runs[0][1:3]
-        same = [
-            builds.BuildRun(pk, build, version, results)
-            for pk, code, device, build, version, results in runs
-            if (code, device) == current
-        ]
-        comparison = builds.compare(same, builds.reported_version(issue.body))
-    issue.build_finding = comparison.kind if comparison and comparison.kind in FINDINGS else ""
-    issue.build_comparison = comparison.as_dict() if comparison else {}
+    runs = list(_finished(issue.bisection_runs.all()).values_list(*COMPARED))
+    comparison = _compare(runs, issue.body)
+    issue.build_finding, issue.build_comparison = _stored(comparison)
     Issue.objects.filter(pk=issue.pk).update(build_finding=issue.build_finding, build_comparison=issue.build_comparison)
     return comparison
+
+
+def compare_issues(issue_ids: list[int]) -> int:
+    """Compare again the issues whose text changed (the reporter's version may have), reading all their runs in
+    one query; store the findings that changed and return how many did."""
+    runs: dict[int, list] = defaultdict(list)
+    for issue_id, *row in _finished(BisectionRun.objects.filter(issue_id__in=issue_ids)).values_list(
+        "issue_id", *COMPARED
+    ):
+        runs[issue_id].append(row)
+    changed = 0
+    for issue in Issue.objects.filter(pk__in=list(runs)).only("pk", "body", "build_finding", "build_comparison"):
+        finding, comparison = _stored(_compare(runs[issue.pk], issue.body))
+        if (finding, comparison) != (issue.build_finding, issue.build_comparison):
+            Issue.objects.filter(pk=issue.pk).update(build_finding=finding, build_comparison=comparison)
+            changed += 1
+    return changed
+
+
+def _finished(runs):
+    return runs.filter(status=BisectionRun.Status.DONE).exclude(torch_version="").order_by("-finished_at", "-pk")
+
+
+def _compare(runs: list[tuple], body: str) -> builds.Comparison | None:
+    """runs: COMPARED rows, newest first. The latest run's repro and device are the ones compared."""
+    if not runs:
+        return None
+    current = tuple(runs[0][1:3])
+    same = [
+        builds.BuildRun(pk, build, version, results)
+        for pk, code, device, build, version, results in runs
+        if (code, device) == current
+    ]
+    return builds.compare(same, builds.reported_version(body))
+
+
+def _stored(comparison: builds.Comparison | None) -> tuple[str, dict]:
+    """(Issue.build_finding, Issue.build_comparison) for a comparison."""
+    if comparison is None:
+        return "", {}
+    return (comparison.kind if comparison.kind in FINDINGS else ""), comparison.as_dict()
 
 
 def side_by_side(runs: list[BisectionRun]) -> list[BisectionRun]:

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rubric_app import auto_bisect, github, suggestions
+from rubric_app import auto_bisect, build_checks, github, suggestions
 from rubric_app.models import (
     TRIAGE_REVIEW,
     Comment,
@@ -322,8 +322,10 @@ def store_label_events(fetched: dict[int, list[github.LabelEventData]]) -> None:
 
 
 def refresh(issue_ids: list[int]) -> None:
-    """Recompute the rubric's suggestions of the issues that changed (one catalog read for all)."""
+    """Recompute the rubric's suggestions of the issues that changed (one catalog read for all), after what their
+    runs across torch builds say (an edit may have given the reporter's version)."""
     if issue_ids:
+        build_checks.compare_issues(issue_ids)
         suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
 
 

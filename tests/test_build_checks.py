@@ -17,13 +17,29 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions
+from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions, sync
 from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
 from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
-from rubric_app.models import BisectionRun, GitHubWrite, Issue, Suggestion, TriageDecision, WorkerHeartbeat
+from rubric_app.models import (
+    BisectionRun,
+    GitHubWrite,
+    Issue,
+    Suggestion,
+    TriageDecision,
+    WebhookDelivery,
+    WorkerHeartbeat,
+)
 from rubric_app.rubric.catalog import load_replies
-from tests.factories import INDUCTOR_RAISED, PASSED, RELEASE, make_finished_run, make_issue, make_label
+from tests.factories import (
+    INDUCTOR_RAISED,
+    PASSED,
+    RELEASE,
+    make_finished_run,
+    make_issue,
+    make_label,
+    opened_issue_payload,
+)
 from tests.helpers import only_this_tests_workers, wait_until, wait_until_finished
 from tests.torch_builds import NEWER_VERSION, REGRESSION_MESSAGE, SIN_REPRO, make_patched_build
 
@@ -406,3 +422,34 @@ def test_it_makes_a_in_the_may_be_fixed_lane_preview_the_reply_asking_to_confirm
     ).content.decode()
     assert 'data-reply="confirm_fixed"' in preview and "data-apply" in preview
     assert '<li class="add">' not in preview  # a reply, no label
+
+
+def test_it_compares_again_when_an_edit_gives_the_reporters_version(db, fake_github):
+    issue = make_issue(6080, body=f"```python\n{COS_REPRO}```")
+    make_finished_run(issue, results=PASSED, code=COS_REPRO)
+    assert build_checks.compare_issue(issue) is None
+    issue.body = f"PyTorch version: 2.6.0\n\n```python\n{COS_REPRO}```"
+    issue.save(update_fields=["body"])
+    assert build_checks.compare_issues([issue.pk, make_issue(6081).pk]) == 1  # #6081 has no run: not read
+    issue.refresh_from_db()
+    assert issue.build_finding == "may_be_fixed" and issue.build_comparison["older_version"] == "2.6.0"
+    assert build_checks.compare_issues([issue.pk]) == 0  # nothing changed since
+
+
+def test_it_compares_again_when_an_edit_arrives_by_webhook(db, settings, django_capture_on_commit_callbacks):
+    issue = make_issue(6090, body=f"```python\n{COS_REPRO}```")
+    make_finished_run(issue, results=PASSED, code=COS_REPRO)
+    build_checks.compare_issue(issue)
+    edited = f"Versions:\nPyTorch version: 2.7.1+cu126\n\n```python\n{COS_REPRO}```"
+    payload = {
+        **opened_issue_payload(6090, repo=settings.GITHUB_REPO, title="cos", body=edited, author="reporter"),
+        "action": "edited",
+    }
+    payload["issue"]["updated_at"] = (timezone.now() + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # newer
+    delivery = WebhookDelivery.objects.create(delivery_id="d-6090", event="issues", payload=payload)
+    with django_capture_on_commit_callbacks(execute=False):
+        sync.process_webhook(delivery.pk)
+    issue.refresh_from_db()
+    assert issue.build_finding == "may_be_fixed"
+    assert issue.build_comparison["summary"] == "reported on 2.7.1; passes on 2.13.0+cpu"
+    assert list(Issue.objects.for_queue("fixed")) == [issue]
