@@ -168,7 +168,7 @@ def _queue_one(run: BisectionRun, build: str, version: str, *, now) -> Recheck:
             return Recheck(issue.number, None, f"already run on {version}")
         if others.filter(
             recheck_of__isnull=False, status=BisectionRun.Status.FAILED, finished_at__gte=now - RETRY_AFTER
-        ):
+        ).exists():
             return Recheck(issue.number, None, "a re-check failed within the last day")
         recent = BisectionRun.objects.filter(recheck_of__isnull=False, created_at__gte=now - timedelta(hours=1))
         if recent.count() >= settings.RECHECK_PER_HOUR:
