@@ -361,11 +361,15 @@ class BisectForm(forms.Form):
         self, *args, live: dict[str, list[str]] | None = None, hosted: dict[str, dict] | None = None, **kwargs
     ) -> None:
         """live: WorkerHeartbeat.objects.queues(); each device choice whose queue has no live worker says so.
-        hosted: WorkerHeartbeat.objects.hosted_builds(), the builds offered (each with its version); read only when
-        the form is shown or validated (the page passes it lazily: a viewer sees no form)."""
+        hosted: WorkerHeartbeat.objects.hosted_builds(), the builds offered (each with its version)."""
         super().__init__(*args, **kwargs)
-        self.live, self.hosted = live, hosted if hosted is not None else {}
-        self.fields["builds"].choices = lambda: [(name, f"{name} (torch {v})") for name, v in self.offered().items()]
+        self.live, self.hosted = live, hosted or {}
+        offered: dict[str, str] = {}  # every build a live bisection worker hosts
+        for versions in self.hosted.values():
+            for name, version in versions.items():
+                offered.setdefault(name, version)
+        self.fields["builds"].choices = [(name, f"{name} (torch {version})") for name, version in offered.items()]
+        self.offers_builds = len(offered) > 1
         if live is not None:
             self.fields["device"].choices = [
                 (
@@ -376,18 +380,6 @@ class BisectForm(forms.Form):
                 )
                 for value, label in BisectionRun.Device.choices
             ]
-
-    def offered(self) -> dict[str, str]:
-        """{build name: torch version} of every build a live bisection worker hosts."""
-        offered: dict[str, str] = {}
-        for versions in self.hosted.values():
-            for name, version in versions.items():
-                offered.setdefault(name, version)
-        return offered
-
-    @property
-    def offers_builds(self) -> bool:
-        return len(self.offered()) > 1
 
     def clean_device(self) -> str:
         """Refuse a GPU run while no GPU worker is online: it would wait in the queue for nothing."""

@@ -879,6 +879,18 @@ class GitHubWrite(models.Model):
         return f"{self.action} {self.target}: {self.status_code}"
 
 
+# Each device queue, and every queue whose workers run its bisections: a person's, the automatic ones, the re-checks.
+BISECTION_QUEUES = {
+    queue: {
+        name
+        for table in (BisectionRun.QUEUES, BisectionRun.AUTO_QUEUES, BisectionRun.RECHECK_QUEUES)
+        for device, name in table.items()
+        if BisectionRun.QUEUES[device] == queue
+    }
+    for queue in dict.fromkeys(BisectionRun.QUEUES.values())
+}
+
+
 class WorkerHeartbeatQuerySet(models.QuerySet):
     def live(self, now=None) -> WorkerHeartbeatQuerySet:
         """Workers heard from within WORKER_HEARTBEAT_STALE_S."""
@@ -886,32 +898,35 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
         return self.filter(seen_at__gte=now - timedelta(seconds=settings.WORKER_HEARTBEAT_STALE_S))
 
     def queues(self, now=None) -> dict[str, list[str]]:
-        """{queue: names of its live workers} for the `cpu`, `gpu` and `github` queues, in one query.
+        """{queue: names of its live workers} for the `cpu`, `gpu` and `github` queues, in one query (liveness)."""
+        return self.liveness(now)[0]
 
-        A worker on `gpu` counts only if it declares BISECTION_DEVICE=cuda: one that serves cpu
-        would fail every GPU run it took.
+    def hosted_builds(self, now=None) -> dict[str, dict[str, str]]:
+        """{"cpu": {build name: torch version}, "gpu": {...}}, in one query (liveness)."""
+        return self.liveness(now)[1]
+
+    def liveness(self, now=None) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+        """What the live workers' heartbeats say, read in one query: ({queue: names of its live workers} for the
+        `cpu`, `gpu` and `github` queues, {"cpu": {build name: torch version}, "gpu": {...}}).
+
+        A worker on `gpu` counts only if it declares BISECTION_DEVICE=cuda: one that serves cpu would fail every
+        GPU run it took. A worker's builds (TORCH_BUILDS) count for the device queue whose person's, automatic or
+        re-check runs it consumes; where two workers disagree on a build's version, the newer.
         """
         found: dict[str, list[str]] = {name: [] for name in WORKER_QUEUES}
-        for name, queues, device in self.live(now).order_by("name").values_list("name", "queues", "device"):
+        hosted: dict[str, dict[str, str]] = {queue: {} for queue in BISECTION_QUEUES}
+        rows = self.live(now).order_by("name").values_list("name", "queues", "device", "builds")
+        for name, queues, device, builds in rows:
             for queue in queues:
                 if queue in found and (queue != "gpu" or device == "cuda"):
                     found[queue].append(name)
-        return found
-
-    def hosted_builds(self, now=None) -> dict[str, dict[str, str]]:
-        """{"cpu": {build name: torch version}, "gpu": {...}}: the builds the live workers of each bisection queue
-        host (TORCH_BUILDS; a worker of the automatic or re-check queues counts for its device), in one query.
-        Where two workers disagree on a build's version, the newer."""
-        found: dict[str, dict[str, str]] = {"cpu": {}, "gpu": {}}
-        for row_queues, device, hosted in self.live(now).values_list("queues", "device", "builds"):
-            for queue, versions in found.items():
-                serves = {queue, f"{queue}_auto", f"{queue}_recheck"}
-                if serves.isdisjoint(row_queues) or (queue == "gpu" and device != "cuda"):
+            for queue, versions in hosted.items():
+                if BISECTION_QUEUES[queue].isdisjoint(queues) or (queue == "gpu" and device != "cuda"):
                     continue
-                for name, version in (hosted or {}).items():
-                    if version and (name not in versions or newer_version(version, versions[name])):
-                        versions[name] = version
-        return found
+                for build, version in (builds or {}).items():
+                    if version and (build not in versions or newer_version(version, versions[build])):
+                        versions[build] = version
+        return found, hosted
 
 
 # The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.

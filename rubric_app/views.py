@@ -17,7 +17,6 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -149,7 +148,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan). agent_repro: the
     bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text."""
     runs = list(issue.bisection_runs.all())
-    live = WorkerHeartbeat.objects.queues()
+    live, hosted = WorkerHeartbeat.objects.liveness()
     form = extra.pop("form", None) or _triage_form(issue)
     checkable = {name for name, _ in form.fields["labels"].choices}
     add = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
@@ -163,7 +162,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
         agent.script if agent_repro and agent and agent.script else _repro_for(issue),
         live=live,
-        hosted=SimpleLazyObject(WorkerHeartbeat.objects.hosted_builds),
+        hosted=hosted,
     )
     context = {
         "issue": issue,
@@ -334,9 +333,9 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def bisect(request: HttpRequest, number: int) -> HttpResponse:
     issue = _get_issue_for_user(request, number, perm="run_bisection")
-    live = WorkerHeartbeat.objects.queues()
+    live, hosted = WorkerHeartbeat.objects.liveness()
     # Refuses cuda and "both" while no GPU worker is online, and a build no live worker hosts.
-    form = BisectForm(request.POST, live=live, hosted=WorkerHeartbeat.objects.hosted_builds())
+    form = BisectForm(request.POST, live=live, hosted=hosted)
     run = None
     if form.is_valid():
         try:

@@ -19,18 +19,10 @@ from django.db import connection
 from django.utils import timezone
 
 from . import bisecting, recovery
-from .models import BisectionRun, WorkerHeartbeat
+from .models import BISECTION_QUEUES, WorkerHeartbeat
 from .tasks import apply_decision_task
 
 log = logging.getLogger(__name__)
-
-# A worker that runs bisections says which torch builds it hosts, and their versions (re-read on each beat: a
-# nightly upgraded in place shows up, and build_checks.py re-runs the open issues' repros on it).
-BISECTION_QUEUES = {
-    *BisectionRun.QUEUES.values(),
-    *BisectionRun.AUTO_QUEUES.values(),
-    *BisectionRun.RECHECK_QUEUES.values(),
-}
 
 _stop = threading.Event()
 _thread: threading.Thread | None = None
@@ -43,7 +35,10 @@ def beat(name: str, queues: list[str]) -> None:
     One INSERT ... ON CONFLICT statement, no transaction around a read and a write: a periodic
     writer must never hold a lock while it asks for another (the test suite truncates tables).
     """
-    hosted = bisecting.hosted_versions() if any(q in BISECTION_QUEUES for q in queues) else {}
+    # A worker that runs bisections says which torch builds it hosts, and their versions (re-read on each beat: a
+    # nightly upgraded in place shows up, and build_checks.py re-runs the open issues' repros on it).
+    runs_bisections = any(not served.isdisjoint(queues) for served in BISECTION_QUEUES.values())
+    hosted = bisecting.hosted_versions() if runs_bisections else {}
     row = WorkerHeartbeat(
         name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, builds=hosted, seen_at=timezone.now()
     )
