@@ -12,7 +12,7 @@ from django.db import connection
 
 from rubric_app.models import Issue
 from tests.factories import make_issue, make_user
-from tests.helpers import ROOT, wait_for_worker
+from tests.helpers import ROOT, running_worker
 from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
@@ -85,37 +85,8 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         if (ROOT / "var").is_dir()
         else subprocess.DEVNULL
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "triage_site",
-            "worker",
-            "-Q",
-            "default,github,cpu,cpu_auto,cpu_recheck",
-            "--concurrency",
-            "1",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "INFO",
-            "-n",
-            name,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    wait_for_worker(name)
-    yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with running_worker(name, "default,github,cpu,cpu_auto,cpu_recheck", env=env, log=log) as proc:
+        yield proc
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,35 @@ def wait_for_worker(name: str, timeout: float = 60) -> None:
         if app.control.ping(destination=[name], timeout=1.0):
             return
     raise RuntimeError("the Celery worker did not answer a ping within 60 s")
+
+
+def worker_command(name: str, queues: str, *, pool: str = "solo", loglevel: str = "INFO") -> list[str]:
+    """The command line of a real `celery worker` named `name` consuming `queues` ("a,b"), one task at a time."""
+    return [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues] + [
+        "--concurrency",
+        "1",
+        "--pool",
+        pool,
+        "--loglevel",
+        loglevel,
+        "-n",
+        name,
+    ]
+
+
+@contextmanager
+def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "INFO"):
+    """Start a real worker (worker_command) writing to `log`, wait until it answers a ping, yield its process; stop it
+    afterwards (SIGTERM: a warm shutdown, then SIGKILL after 20 s)."""
+    proc = subprocess.Popen(
+        worker_command(name, queues, loglevel=loglevel), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        wait_for_worker(name)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

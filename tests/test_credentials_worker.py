@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -23,7 +21,7 @@ from rubric_app.models import TriageDecision
 from rubric_app.tasks import apply_decision_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN
-from tests.helpers import ROOT, wait_for_worker, wait_until_finished
+from tests.helpers import running_worker, wait_until_finished
 
 QUEUE = "github-as-user-test"
 
@@ -47,22 +45,8 @@ def signed_in_worker(django_db_setup, django_db_blocker, fake_github_server, tmp
         "GITHUB_WRITE_INTERVAL": "0.05",
     }
     name = f"as-user-{os.getpid()}@{socket.gethostname()}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", QUEUE]
-            + ["--concurrency", "1", "--pool", "solo", "--loglevel", "DEBUG", "-n", name],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    wait_for_worker(name)
-    yield log_path
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with open(log_path, "w") as log, running_worker(name, QUEUE, env=env, log=log, loglevel="DEBUG"):
+        yield log_path
 
 
 def test_it_writes_as_the_triager_through_the_worker(transactional_db, signed_in_worker, triager, fake_github):

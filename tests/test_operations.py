@@ -20,7 +20,7 @@ from django.db import connection
 from django.urls import reverse
 
 from rubric_app.models import SyncState, WorkerHeartbeat
-from tests.helpers import ROOT, only_this_tests_workers, wait_until
+from tests.helpers import ROOT, only_this_tests_workers, wait_until, worker_command
 from triage_site.sentry import scrub_event
 
 PRODUCTION = {
@@ -97,7 +97,7 @@ def test_it_answers_503_naming_the_queue_once_its_worker_stops(client, settings)
     name = f"health-{secrets.token_hex(4)}@{socket.gethostname()}"
     env = _env(BISECTION_DEVICE="cuda", WORKER_HEARTBEAT_S="1")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", "gpu", "--pool", "solo", "-n", name],
+        worker_command(name, "gpu"),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

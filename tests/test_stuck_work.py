@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerH
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN, FakeGitHub
-from tests.helpers import ROOT, only_this_tests_workers, wait_until, wait_until_finished
+from tests.helpers import ROOT, only_this_tests_workers, wait_until, wait_until_finished, worker_command
 from triage_site.celery import app
 
 Status = TriageDecision.Status
@@ -212,24 +211,7 @@ class Broker:
         log_dir = ROOT / "var"
         log = open(log_dir / f"test-{name.split('@')[0]}.log", "w") if log_dir.is_dir() else subprocess.DEVNULL
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "triage_site",
-                "worker",
-                "-Q",
-                ",".join(queues),
-                "--concurrency",
-                "1",
-                "--pool",
-                pool,
-                "--loglevel",
-                "INFO",
-                "-n",
-                name,
-            ],
+            worker_command(name, ",".join(queues), pool=pool),
             cwd=ROOT,
             env=full_env,
             stdout=log,
