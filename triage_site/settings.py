@@ -124,6 +124,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "rubric_app.middleware.NotFoundPageMiddleware",
+    # A GitHub user's role is re-read from GitHub at least every 10 minutes while signed in (rubric_app/identity.py).
+    "rubric_app.middleware.CurrentRoleMiddleware",
 ]
 
 if not DEBUG:
@@ -179,10 +181,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Local accounts (the demo's, an operator's break-glass superuser) and, when configured, GitHub.
+# Local accounts (the demo's, an operator's break-glass superuser) sign in with a password; an account linked to
+# GitHub never does (rubric_app/auth_backends.py), and a GitHub sign-in's session names the second backend.
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
-    "allauth.account.auth_backends.AuthenticationBackend",
+    "rubric_app.auth_backends.LocalAccountBackend",
+    "rubric_app.auth_backends.GitHubSignInBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "rubric_app:queue"
@@ -267,7 +270,11 @@ SOCIALACCOUNT_ADAPTER = "rubric_app.signin.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "rubric_app.signin.AccountAdapter"
 # The user's token is kept encrypted by rubric_app/credentials.py, never in allauth's plaintext table.
 SOCIALACCOUNT_STORE_TOKENS = False
+# The account is made from what GitHub vouches for (the login, the name), never through allauth's sign-up form,
+# which would let anyone pick a username and an e-mail, and keep the pending token in the session meanwhile.
 SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_QUERY_EMAIL = False
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_LOGIN_ON_GET = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
