@@ -174,8 +174,10 @@ class FakeGitHub:
         """Whether GitHub shows `requester` the org's private members: the org's own members, and the site's
         identities (the dashboard's account and its App are in the org); anyone else is sent to the public list."""
         with self.lock:
-            return requester == DASHBOARD_LOGIN or requester.endswith("[bot]") or requester in self.org_members.get(
-                org, set()
+            return (
+                requester == DASHBOARD_LOGIN
+                or requester.endswith("[bot]")
+                or requester in self.org_members.get(org, set())
             )
 
     def add_oauth_app(self, client_id: str, client_secret: str) -> None:
