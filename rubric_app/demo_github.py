@@ -147,10 +147,13 @@ class FakeGitHub:
             self.oauth_codes: dict[str, dict] = {}  # code -> {client_id, login, scope, redirect_uri}
             self.label_events: list[dict] = []  # {"issue", "event", "label", "actor"}, oldest first
 
-    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=()) -> dict:
-        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in."""
+    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=(), email: str = "") -> dict:
+        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in; email: the public
+        e-mail on their profile (anyone may type any address there)."""
         with self.lock:
-            user = self.users.setdefault(login, {"login": login, "id": 5_000_000 + len(self.users), "name": name})
+            user = self.users.setdefault(
+                login, {"login": login, "id": 5_000_000 + len(self.users), "name": name, "email": email}
+            )
             if org:
                 self.org_members.setdefault(org, set()).add(login)
                 for slug in teams:
@@ -206,7 +209,7 @@ class FakeGitHub:
             "node_id": f"U_{login}",
             "type": "User",
             "name": user["name"] or login,
-            "email": None,
+            "email": user.get("email") or None,
             "html_url": f"https://github.com/{login}",
             "avatar_url": "",
         }

@@ -56,7 +56,8 @@ def held_role(user) -> str | None:
 
 def forget_permissions(user) -> None:
     for cache in _PERMISSION_CACHES:
-        user.__dict__.pop(cache, None)
+        if hasattr(user, cache):  # through getattr/delattr: request.user is a lazy object around the User
+            delattr(user, cache)
 
 
 def recheck(user, *, max_age: timedelta, now=None) -> RoleCheck:

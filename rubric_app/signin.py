@@ -132,7 +132,11 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         """The new account from what GitHub vouches for: its login as the username (allauth makes it unique when a
         local account has it) and the name; no e-mail (GitHub's public one is unverified, and nothing is mailed)."""
         sociallogin.email_addresses = []
-        return super().populate_user(request, sociallogin, {**data, "email": None})
+        user = super().populate_user(request, sociallogin, {**data, "email": None})
+        login = str(data.get("username") or "")
+        if login and User.objects.filter(username__iexact=login).exists():
+            user.username = f"{login}@github"  # a local account holds the login: this one says where it is from
+        return user
 
     def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form=None) -> User:
         user = super().save_user(request, sociallogin, form)
