@@ -407,6 +407,8 @@ LOGGING = {
 # sync may be (judged only with a GitHub token) before the check answers 503.
 HEALTH_QUEUES = env_list("HEALTH_QUEUES", "github,cpu")
 HEALTH_SYNC_STALE_MINUTES = env_float("HEALTH_SYNC_STALE_MINUTES", 60)
+# Anonymous /health says only up or down; this bearer token (and signed-in staff) also gets the parts.
+HEALTH_TOKEN = os.environ.get("HEALTH_TOKEN", "")
 # The proxy's and the orchestrator's plain-http probe is answered, not redirected to https.
 SECURE_REDIRECT_EXEMPT = [r"^health$"]
 
