@@ -149,6 +149,14 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
+    except (SystemExit, KeyboardInterrupt):
+        # The worker is stopping (SIGTERM: a cold shutdown, triage_site/celery.py) and gives the message back to the
+        # broker: the run goes back in the queue, so the message delivered again starts it afresh instead of
+        # reading "running" with its own task id as a worker that died mid-run.
+        BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, task_id=task_id).update(
+            status=BisectionRun.Status.QUEUED, started_at=None, worker="", task_id="", current_mode="", results=[]
+        )
+        raise
     run.results = capped_results(report.results)
     run.verdict_labels, run.verdict_summary = report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log

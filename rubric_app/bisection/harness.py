@@ -237,13 +237,21 @@ def bisect(
         server or shared_server(),
         on_progress or (lambda mode, results: None),
     )
+    stopping = False
     try:
         failed = run.chain()
         if failed is not None:
             run.probe(failed, repeats, run.server.cuda if cuda_probe is None else cuda_probe, narrow)
+    except (SystemExit, KeyboardInterrupt):
+        # The worker is stopping (its SIGTERM handler raised): the server is busy with the running mode and would
+        # answer `forget` only once that mode ends (minutes). Closing it kills the mode's sandbox with it.
+        stopping = True
+        run.server.close()
+        raise
     finally:
         try:
-            run.server.forget(run.key)
+            if not stopping:
+                run.server.forget(run.key)
         except ForkServerError:
             pass
     report = run.report
