@@ -67,7 +67,7 @@ def broker_reachable() -> bool:
 
 
 def may_see_details(request) -> bool:
-    """Whether the caller gets the report's parts (else only its status): signed-in staff, or the HEALTH_TOKEN bearer."""
+    """Whether the caller gets the report's parts (else only its status): signed-in staff, the HEALTH_TOKEN bearer."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if settings.HEALTH_TOKEN and scheme.lower() == "bearer":
         return hmac.compare_digest(token.strip().encode(), settings.HEALTH_TOKEN.encode())
