@@ -385,6 +385,9 @@ if AUTO_BISECT not in ("off", "cpu", "all"):
     raise ImproperlyConfigured(f"AUTO_BISECT={AUTO_BISECT!r}: choose off, cpu or all")
 AUTO_BISECT_PER_HOUR = int(env_float("AUTO_BISECT_PER_HOUR", 20))
 AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
+# An automatic run's compile modes and probes together, after the eager reference: one per-mode timeout by default,
+# so a repro that runs every mode to just under its limit costs one limit, not one per mode (harness.bisect).
+AUTO_BISECT_BUDGET_S = env_float("AUTO_BISECT_BUDGET_S", BISECTION_TIMEOUT_S)
 # Re-checks of open issues' repros on a newer torch build (rubric_app/build_checks.py): a budget of their own, so a
 # new nightly's backlog never takes the arrivals' runs.
 RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
