@@ -271,3 +271,46 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
         BisectionRun.objects.filter(automatic=True, status="queued").update(status="failed", error="test over")
         with app.connection_for_write() as conn:
             conn.default_channel.queue_purge("cpu_auto")
+
+
+SLEEPS = """import time
+import torch
+
+def fn(x):
+    time.sleep(5)
+    return x + {n}
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(celery_worker_process, triager, settings):
+    """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both (`-Q cpu,cpu_auto`).
+    Now the automatic run makes way at its next mode, and goes back to its own queue."""
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 100
+    issue = make_issue(5900, body=f"```python\n{SLEEPS.format(n=1)}```\n", author="reporter")
+    [outcome] = queue(issue)
+    automatic, asked = outcome.run, None
+    try:
+        wait_until(lambda: BisectionRun.objects.filter(pk=automatic.pk, current_mode="aot_eager").exists(), timeout=240)
+        quick = SLEEPS.format(n=2).replace("time.sleep(5)", "pass")
+        asked = bisect_runs.start_bisection(issue=issue, user=triager, code=quick, device="cpu")
+        wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=120)
+        asked.refresh_from_db()
+        waited = (asked.started_at - asked.created_at).total_seconds()
+        # At most the rest of the mode it was in (a 5 s sleep), the 2 s a free worker gets to take the run first,
+        # and the hand-over; the whole automatic run would have been ~40 s more.
+        assert waited < 5 + bisecting.MAKE_WAY_AFTER.total_seconds() + 6, waited
+        automatic.refresh_from_db()
+        # Back in its queue behind the triager's run (or started again once that one was taken).
+        assert automatic.status == "queued" or automatic.started_at > asked.started_at
+    finally:
+        BisectionRun.objects.filter(pk__in=[automatic.pk]).update(status="failed", error="test over")
+        if asked is not None:
+            wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).is_finished, timeout=240)
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge("cpu_auto")
