@@ -169,8 +169,9 @@ def run_bisection(run_id: int, *, task_id: str = "", consumed: frozenset[str] = 
             limits=limits(),
             on_progress=progress,
             server=server_for(hosted[build]),
-            # Untrusted code nobody asked for: its compile modes share one budget (auto_bisect.py, issue 35).
-            budget_s=settings.AUTO_BISECT_BUDGET_S if run.automatic else None,
+            # Untrusted code nobody asked for: its compile modes share one budget (auto_bisect.py, issue 35). A re-check
+            # on a newer build re-runs a repro that already reproduced, with the limits its first run had.
+            budget_s=settings.AUTO_BISECT_BUDGET_S if run.automatic and not run.recheck_of_id else None,
         )
     except bisection.SandboxRefused as exc:
         # No isolation, no run: say why, and what isolation there was, on the run's page.
