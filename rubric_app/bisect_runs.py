@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 
-from . import bisection
+from . import bisection, repro_sources
 from .bisection.builds import repro_hash
 from .models import BisectionRun
 from .tasks import run_bisection_task
@@ -44,6 +44,8 @@ def start_bisection(
         raise ValueError("the repro is empty")
     if not builds:
         raise ValueError("choose at least one torch build")
+    # Whose repro this is: another commenter's runs never conclude on their own (repro_sources.py).
+    author, counts = repro_sources.standing(repro_sources.posted_repros(issue), code)
     runs = [
         BisectionRun.objects.create(
             issue=issue,
@@ -53,6 +55,8 @@ def start_bisection(
             repro_style=bisection.detect_style(code),
             repro_hash=repro_hash(code),
             build=build,
+            repro_author=author,
+            repro_counts=counts,
         )
         for build in dict.fromkeys(builds)
     ]

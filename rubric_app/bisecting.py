@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import bisection, build_checks, recovery, suggestions
+from . import bisection, build_checks, hardware, recovery, suggestions
 from .bisection import builds
 from .models import BisectionRun, queue_state
 
@@ -150,6 +150,8 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     run.results = capped_results(report.results)
+    # Which device and ISA ran it: a report naming hardware the run lacked is not fixed by its pass (build_checks).
+    run.hardware = {"device": "cuda" if device == "cuda" else "cpu", **hardware.this_machine()}
     run.verdict_labels, run.verdict_summary = report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
     run.outcome = builds.outcome(report.results)
@@ -205,6 +207,7 @@ FINISH_FIELDS = [
     "torch_version",
     "sandbox_report",
     "log",
+    "hardware",
 ]
 
 

@@ -22,9 +22,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, build_checks, decisions, metrics, queue_cache, sharing, similar
+from . import bisect_runs, build_checks, decisions, metrics, queue_cache, repro_sources, sharing, similar
 from . import health as health_check
-from .bisection import extract_repro
 from .forms import (
     MEETING_DECISIONS,
     BisectForm,
@@ -51,6 +50,7 @@ from .models import (
     WorkerHeartbeat,
 )
 from .rubric.agenda import AGENDA_ORDER, agenda_group
+from .vocabulary import is_bot
 
 PAGE_SIZE = 50
 
@@ -106,8 +106,9 @@ def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
     if BOT_TRIAGED not in issue.label_names():
         return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
+    labelled = issue.label_events.filter(action="labeled").order_by("created_at")
     return {
-        "bot_labelled": issue.label_events.filter(action="labeled", actor__endswith="[bot]").order_by("created_at"),
+        "bot_labelled": [e for e in labelled if is_bot(e.actor, settings.AUTOMATION_ACCOUNTS)],
         "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
         "bot_review": reviews.first(),
     }
@@ -118,10 +119,11 @@ def _triage_form(issue: Issue, data=None) -> TriageForm:
     return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
 
 
-def _repro_for(issue: Issue) -> str:
-    """The best repro found in the issue text (body first, then comments), or "" for the triager to paste one."""
-    found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
-    return found.code if found else ""
+def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str:
+    """The repro the bisection form holds: one a triager chose among those offered (?repro=comment:<id>), else the
+    reporter's or a maintainer's best (never another commenter's on its own), or "" for the triager to paste one."""
+    chosen = next((p for p in posted if p.source == choice), None) or repro_sources.default_repro(posted)
+    return chosen.repro.code if chosen else ""
 
 
 def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
@@ -144,9 +146,10 @@ def _waiting(
     }
 
 
-def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
+def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = "", **extra) -> dict:
     """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan). agent_repro: the
-    bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text."""
+    bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text; repro_choice: the
+    source ("comment:<github id>") of an offered repro a triager chose instead."""
     runs = list(issue.bisection_runs.all())
     live, hosted = WorkerHeartbeat.objects.liveness()
     form = extra.pop("form", None) or _triage_form(issue)
@@ -158,9 +161,10 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     prev_number, next_number = _neighbours(issue)
     comments = list(issue.comments.all())
     automation = issue.automation(comments)
-    agent = automation.latest_agent
+    agent = automation.latest_agent  # the Repro Agent's own account's: a claim is never offered as a script
+    posted = repro_sources.posted_repros(issue, comments)
     bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
-        agent.script if agent_repro and agent and agent.script else _repro_for(issue),
+        agent.script if agent_repro and agent and agent.script else _repro_for(posted, repro_choice),
         live=live,
         hosted=hosted,
     )
@@ -182,6 +186,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
         "similar": similar.neighbours(issue),
         **_bot_context(issue, extra.pop("bot_form", None)),
         "agent_script": agent.script if agent else "",
+        "offered_repros": repro_sources.offered_repros(posted),
         "agent_needs_cuda": bool(agent and agent.script_needs_cuda),
     }
     return {**context, **extra}
@@ -241,7 +246,8 @@ def _query_without_page(request: HttpRequest) -> str:
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
     """The issue page; ?repro=agent puts the PT2 Repro Agent's script in the bisection form (one click, no JS)."""
     issue = _get_issue_for_user(request, number)
-    context = _issue_context(issue, agent_repro=request.GET.get("repro") == "agent")
+    choice = request.GET.get("repro", "")
+    context = _issue_context(issue, agent_repro=choice == "agent", repro_choice=choice)
     return render(request, "rubric_app/issue.html", context)
 
 

@@ -319,9 +319,7 @@ def test_it_offers_the_repro_agents_script_for_bisection_in_one_click(client, tr
         '    x = torch.ones(2, device="cuda")\n'
         "    return bool(x.sum() == 2)  # </textarea><script>x</script>\n```\n</details>"
     )
-    Comment.objects.create(
-        issue=bot_issue, github_id=1, author="pytorch-bot[bot]", body=body, created_at=timezone.now()
-    )
+    Comment.objects.create(issue=bot_issue, github_id=1, author="karthickai", body=body, created_at=timezone.now())
     client.force_login(triager)
     page = client.get("/issues/1001").content.decode()
     assert "data-agent-bisect" in page and "data-agent-cuda" in page  # the script needs CUDA: said so

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rubric_app.vocabulary import DEFAULT as DEFAULT_ACCOUNTS
+from rubric_app.vocabulary import AutomationAccounts
+
 
 @dataclass(frozen=True)
 class CommentText:
     body: str
     author: str = ""
     github_id: int | None = None
+    association: str = ""  # GitHub's author_association of the author (MEMBER, CONTRIBUTOR, NONE...), "" unknown
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class IssueText:
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
+    # Who may speak for PyTorch's automation (rubric_app/vocabulary.py; settings.AUTOMATION_ACCOUNTS on the site).
+    automation_accounts: AutomationAccounts = DEFAULT_ACCOUNTS
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import conditional_escape, escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from rubric_app import hardware
 from rubric_app.forms import module_label_names
 from rubric_app.markdown import MarkdownBudget, render_markdown
 from rubric_app.markdown import summary as markdown_summary
@@ -202,9 +203,11 @@ def _build_marker(issue) -> str:
     text, rule = BUILD_MARKERS[issue.build_finding]
     summary = escape_html(str(issue.build_comparison.get("summary", "")))
     rule = f" ({rule})" if rule else ""
+    # "May be fixed" is a claim a triager repeats to the reporter: its evidence is on the row, not only on hover.
+    shown = f'<span class="muted" data-build-evidence>{summary}</span> ' if issue.build_finding == "may_be_fixed" else ""
     return (
         f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
-        f'title="{summary}">{text}{rule}</span> '
+        f'title="{summary}">{text}{rule}</span> {shown}'
     )
 
 
@@ -306,3 +309,9 @@ def state_name(state: str) -> str:
 def reply_name(name: str) -> str:
     """A reply template's or close reason's name in words: "redirect_to_forum" -> "redirect to forum"."""
     return name.replace("_", " ")
+
+
+@register.filter
+def ran_on(run_hardware: dict) -> str:
+    """Which device and ISA ran a bisection (BisectionRun.hardware), in a few words; "" when it was not recorded."""
+    return hardware.describe(run_hardware or {})
