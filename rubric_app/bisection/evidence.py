@@ -223,7 +223,7 @@ def decide(report: Report, repros: list[Repro]) -> builds.Comparison | None:
             newest = latest[max(latest, key=builds.version_key)] if latest else None
             if newest is not None and newest.outcome == "reproduced":
                 failing.append(f"{_whose(repro)} still fails on {newest.version} (run {newest.run_id})")
-            reported = report.reported if repro.by_reporter and device == report.device else ""
+            reported = report.reported if repro.by_reporter else ""  # on another device: held back below, saying so
             comparison = builds.compare(
                 [builds.BuildRun(r.run_id, r.build, r.version, r.results) for r in runs], reported
             )
