@@ -589,5 +589,10 @@ def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_rep
         builds.reported_version(issue.body),
     )
     assert latest_only.kind == "may_be_fixed"
-    # Now every current repro counts, and the reporter's still fails on that very build.
+    # Now every current repro counts, and the reporter's still fails on that very build: the page says so.
     assert issue.build_finding == "" and not Issue.objects.for_queue("fixed").exists()
+    assert issue.build_comparison["held_back"] == f"@reporter's repro still fails on {NEWER_VERSION} (run {first.pk})"
+    assert (
+        "Not in “may be fixed”: @reporter&#x27;s repro still fails"
+        in client.get(issue.get_absolute_url()).content.decode()
+    )

@@ -214,6 +214,7 @@ def decide(report: Report, repros: list[Repro]) -> builds.Comparison | None:
     on evidence, else what there is to show, with `held_back` saying why a pass is not "may be fixed"."""
     compared: list[tuple[Repro, str, builds.Comparison, dict[str, Run]]] = []
     failing: list[str] = []
+    passing = False
     for repro in repros:
         for device in ("cpu", "cuda"):
             runs = [r for r in repro.runs if r.device == device]
@@ -223,6 +224,7 @@ def decide(report: Report, repros: list[Repro]) -> builds.Comparison | None:
             newest = latest[max(latest, key=builds.version_key)] if latest else None
             if newest is not None and newest.outcome == "reproduced":
                 failing.append(f"{_whose(repro)} still fails on {newest.version} (run {newest.run_id})")
+            passing = passing or (newest is not None and newest.outcome == "passed")
             reported = report.reported if repro.by_reporter else ""  # on another device: held back below, saying so
             comparison = builds.compare(
                 [builds.BuildRun(r.run_id, r.build, r.version, r.results) for r in runs], reported
@@ -230,7 +232,12 @@ def decide(report: Report, repros: list[Repro]) -> builds.Comparison | None:
             if comparison is not None:
                 compared.append((repro, device, comparison, latest))
     if not compared:
-        return None
+        # One version each, nothing to compare; but where one repro passes beside one that fails, say which fails.
+        return (
+            builds.Comparison("still_fails", failing[0], None, None, held_back=failing[0])
+            if passing and failing
+            else None
+        )
     for repro, _device, comparison, _latest in compared:
         if comparison.kind == "regression" and repro.counts:
             return comparison

@@ -204,7 +204,9 @@ def _build_marker(issue) -> str:
     summary = escape_html(str(issue.build_comparison.get("summary", "")))
     rule = f" ({rule})" if rule else ""
     # "May be fixed" is a claim a triager repeats to the reporter: its evidence is on the row, not only on hover.
-    shown = f'<span class="muted" data-build-evidence>{summary}</span> ' if issue.build_finding == "may_be_fixed" else ""
+    shown = (
+        f'<span class="muted" data-build-evidence>{summary}</span> ' if issue.build_finding == "may_be_fixed" else ""
+    )
     return (
         f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
         f'title="{summary}">{text}{rule}</span> {shown}'
