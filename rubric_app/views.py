@@ -50,6 +50,7 @@ from .models import (
     WorkerHeartbeat,
 )
 from .rubric.agenda import AGENDA_ORDER, agenda_group
+from .rubric.automation import AGENT_LABEL
 from .vocabulary import is_bot
 
 PAGE_SIZE = 50
@@ -112,6 +113,13 @@ def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
         "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
         "bot_review": reviews.first(),
     }
+
+
+def _agent_labelled_by(issue: Issue) -> str:
+    """Who added the Repro Agent's repro:agent:h100:* label (the label events' actor: a label says nothing of its
+    poster), or "" when the events are not synced yet. One query, only for an issue carrying that label."""
+    event = issue.label_events.filter(action="labeled", label__startswith=AGENT_LABEL).order_by("-created_at").first()
+    return event.actor if event else ""
 
 
 def _triage_form(issue: Issue, data=None) -> TriageForm:
@@ -186,6 +194,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "similar": similar.neighbours(issue),
         **_bot_context(issue, extra.pop("bot_form", None)),
         "agent_script": agent.script if agent else "",
+        "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",
         "offered_repros": repro_sources.offered_repros(posted),
         "agent_needs_cuda": bool(agent and agent.script_needs_cuda),
     }

@@ -376,3 +376,19 @@ def test_it_shows_who_posted_each_automation_fact_and_uses_only_the_automations_
         assert f'data-poster="{poster}">posted by @{poster}' in panel and f"posted by @{unable_by}" in panel
         assert "data-claimed" not in panel and "data-agent-bisect" in page
         assert {c["rule_id"] for c in cited} == {"R11", "R2.1", "R2.4"}
+
+
+def test_it_names_who_added_the_repro_agents_label_from_the_label_events(client, viewer, db):
+    from django.utils import timezone
+
+    from rubric_app.models import LabelEvent
+
+    label = "repro:agent:h100:repro_success:reproduce"
+    issue = make_issue(1030, labels=("oncall: pt2", label))
+    LabelEvent.objects.create(issue=issue, label=label, action="labeled", actor="karthickai", created_at=timezone.now())
+    client.force_login(viewer)
+
+    html = client.get("/issues/1030").content.decode()
+
+    line = html.split("data-agent-label>")[1].split("</li>")[0]
+    assert "reproduced" in line and 'data-labelled-by="karthickai">labelled by @karthickai' in line
