@@ -154,7 +154,8 @@ LANES = (
     Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
     Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
     Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
-    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
+    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one, only on evidence
+    # (bisection/evidence.py: same device and hardware, no other repro still failing): ask them to confirm.
     Lane("fixed", "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),
     Lane("all", "all"),
     Lane("mine", "mine", per_user=True),

@@ -117,3 +117,25 @@ def test_it_calls_a_regression_only_on_a_repro_that_counts():
     assert decide(report("sin fails"), [reporters(*regressed)]).kind == "regression"
     stranger = decide(report("sin fails"), [reporters(*regressed, author="drive-by", counts=False)])
     assert stranger.kind == "regression_unconfirmed"  # shown, never a finding (R11 stays off)
+
+
+def test_it_reads_the_cpus_model_and_isa_from_proc_cpuinfo_for_the_heartbeat():
+    from rubric_app import hardware
+
+    cpuinfo = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+        "flags\t\t: fpu vme sse4_2 avx avx2 avx512f avx512_bf16 amx_tile amx_bf16 made_up_flag\n\nprocessor\t: 1\n"
+    )
+    model, isa = hardware.read_cpuinfo(cpuinfo)
+    assert (model, isa) == (
+        "Intel(R) Xeon(R) Platinum 8480+",
+        ["amx_bf16", "amx_tile", "avx", "avx2", "avx512_bf16", "avx512f", "sse4_2"],
+    )
+    assert hardware.read_cpuinfo("Features\t: fp asimd sve sve2\nHardware\t: Graviton\n") == (
+        "Graviton",
+        ["asimd", "sve", "sve2"],
+    )
+    assert hardware.describe({"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"}) == "GPU (NVIDIA H100 80GB HBM3)"
+    assert hardware.describe({"device": "cpu", "cpu": "AMD EPYC", "isa": ["avx2", "sse4_2"]}) == "CPU (AMD EPYC; avx2)"
+    this = hardware.this_machine()  # what this machine's heartbeat reports
+    assert set(this) == {"cpu", "isa", "gpu"} and set(this["isa"]) <= hardware.ISA_FLAGS
