@@ -110,12 +110,21 @@ def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
     assert issue.regression_evidence() == ()
 
 
-def test_it_compares_only_the_latest_repros_runs_on_one_device(db):
-    issue = make_issue(6004, body=f"```python\n{COS_REPRO}```")
-    make_finished_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
+def test_it_compares_each_repro_on_each_device_apart_and_says_which_still_fails(db):
+    issue = make_issue(6004, body=f"```python\n{COS_REPRO}```", author="reporter")
+    make_finished_run(issue, results=PASSED, code="import torch  # a triager's own repro", ago=50)
     make_finished_run(issue, results=PASSED, code=COS_REPRO, device="cuda", ago=30)
-    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
-    assert build_checks.compare_issue(issue) is None  # one version of the current repro on cpu: nothing to compare
+    last = make_finished_run(
+        issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10
+    )
+    # A CUDA pass beside a CPU failure is neither a fix nor a regression: one version per device, nothing to compare;
+    # and what passes elsewhere is weighed against the repro that still fails.
+    comparison = build_checks.compare_issue(issue)
+    assert (comparison.kind, comparison.held_back) == (
+        "still_fails",
+        f"@reporter's repro still fails on {NEWER_VERSION} (run {last.pk})",
+    )
+    assert Issue.objects.get(pk=issue.pk).build_finding == ""
 
 
 def test_it_calls_a_repro_passing_on_a_build_newer_than_the_reporters_may_be_fixed(db):
