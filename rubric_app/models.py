@@ -248,7 +248,7 @@ class Issue(models.Model):
     is_pull_request = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, help_text="GitHub's updated_at.")
-    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/metrics.py).
+    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/triage/metrics.py).
     closed_at = models.DateTimeField(null=True, blank=True)
     # When its first decision from the dashboard was made (that decision applied): time to triage,
     # kept here so the metrics page reads the window's issues, not the whole audit log.
@@ -324,7 +324,7 @@ class Issue(models.Model):
 
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
-        given, its most similar issues (rubric_app/similar.py)."""
+        given, its most similar issues (rubric_app/triage/similar.py)."""
         runs = getattr(self, "finished_runs", None)  # prefetched by suggestions.refresh
         if runs is None:
             runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
@@ -382,7 +382,7 @@ class IssueTerm(models.Model):
 
     A term is a word or one of the failure signature's terms ("sig:<key>", "frame:<file:function>");
     weight is its share of the unit-length vector, so the dot product of two issues is their cosine.
-    Rewritten with the issue's suggestions (rubric_app/similar.py).
+    Rewritten with the issue's suggestions (rubric_app/triage/similar.py).
     """
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -774,7 +774,7 @@ class TriageDecision(models.Model):
     # heartbeat is old lost its worker, and the sweep resumes it from what GitHub shows.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # "host:pid" of the process applying it: a worker that sees that process gone (or its host silent)
-    # resumes the decision at once (rubric_app/recovery.py) instead of waiting for the sweep.
+    # resumes the decision at once (rubric_app/github/recovery.py) instead of waiting for the sweep.
     worker = models.CharField(max_length=200, blank=True)
     # The Celery message that claimed it: the same message delivered again while the row is applying
     # means its worker died (acks_late), so it resumes at once instead of waiting for the sweep.
@@ -850,7 +850,7 @@ class Assignment(models.Model):
 class QueueVersion(models.Model):
     """One row whose token changes with every committed write to what the queue table shows.
 
-    Database triggers change it (rubric_app/queue_cache.py lists the tables and columns), so
+    Database triggers change it (rubric_app/web/queue_cache.py lists the tables and columns), so
     every write path (the sync's bulk upserts, webhooks, decisions, the admin, `update()`) is
     covered; the queue page keeps its rendered table under the token it read (queue_cache.table).
     """
@@ -1033,7 +1033,7 @@ __all__ = [
 
 
 class GitHubCredential(models.Model):
-    """A person's GitHub user token from sign-in, encrypted at rest (rubric_app/credentials.py owns it).
+    """A person's GitHub user token from sign-in, encrypted at rest (rubric_app/github/credentials.py owns it).
 
     The tokens are stored only as Fernet ciphertext; the rate-limit fields are what GitHub's headers
     said on this token's last request, so one triager's spent budget is visible and does not stop the others.

@@ -1,6 +1,6 @@
 """The house's boundaries, read from the code's imports (every import, function-level ones included):
 no import circle among the project's modules, the rubric engine and the bisection harness free of Django,
-and PyGithub behind rubric_app/github.py alone."""
+and PyGithub behind rubric_app/github/client.py alone."""
 
 from __future__ import annotations
 
@@ -132,4 +132,4 @@ def test_it_lets_only_rubric_app_github_import_pygithub():
     importers = sorted(
         {name for name, path in modules.items() for target, _ in imported(name, path, modules) if target == "github"}
     )
-    assert importers == ["rubric_app.github"], importers
+    assert importers == ["rubric_app.github.client"], importers

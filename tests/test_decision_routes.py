@@ -16,12 +16,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
-from rubric_app.forms import TriageForm
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.tasks import apply_decision_task
+from rubric_app.triage.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
+from rubric_app.web.forms import TriageForm
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until, wait_until_finished
 from tests.test_stuck_work import _children, _private_queue, broker  # noqa: F401  (the broker fixture)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import Plan, plan_changes, request_decision
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.triage.decisions import Plan, plan_changes, request_decision
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 

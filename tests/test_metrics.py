@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from rubric_app import metrics
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import Plan, request_decision
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, Suggestion, TriageDecision
-from rubric_app.sync import sync_queue
+from rubric_app.triage import metrics
+from rubric_app.triage.decisions import Plan, request_decision
 from tests.factories import make_issue, make_label
 from tests.helpers import passes_on_sqlite
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.offline.evaluation import (
     Counts,
     answer,
     g4_ceiling,

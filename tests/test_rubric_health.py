@@ -8,8 +8,8 @@ import io
 import pytest
 from django.urls import reverse
 
-from rubric_app import metrics
 from rubric_app.models import Outcome, TriageDecision
+from rubric_app.triage import metrics
 from tests.factories import make_issue, make_user
 
 URL = reverse("rubric_app:rubric_health")

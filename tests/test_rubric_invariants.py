@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, Neighbour, evaluate, rules, rules_domain
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
-from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
+from rubric_app.rubric.offline.evaluation import training_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -275,7 +275,7 @@ def test_it_says_the_same_in_every_process_whatever_its_hash_seed():
     code = (
         "import json\n"
         "from rubric_app.rubric import evaluate\n"
-        "from rubric_app.rubric.evaluation import issue_from_record, output_line, read_jsonl\n"
+        "from rubric_app.rubric.offline.evaluation import issue_from_record, output_line, read_jsonl\n"
         "records = list(read_jsonl(open('tests/data/pt2_dev.jsonl')))[:80]\n"
         "print(json.dumps([output_line(int(r['number']), evaluate(issue_from_record(r, use_labels=False)))"
         " for r in records], sort_keys=True))\n"

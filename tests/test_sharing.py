@@ -9,8 +9,8 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import sharing
 from rubric_app.models import Assignment, Duty, Suggestion, week_start
+from rubric_app.triage import sharing
 from tests.factories import make_issue, make_user
 
 MEETING = reverse("rubric_app:meeting")

@@ -9,9 +9,9 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from rubric_app import similar
 from rubric_app.bisection import extract_repro
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion, TriageDecision
+from rubric_app.triage import similar
 from tests.factories import make_issue, make_label
 
 HTMX = {"HX-Request": "true"}

@@ -8,8 +8,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Comment, Issue, Label, Suggestion
+from rubric_app.triage import suggestions
 from tests.factories import make_issue, make_label
 
 URL = reverse("rubric_app:queue")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 from rubric_app.rubric import CommentText, IssueText
 from rubric_app.rubric.signature import signature_of
 from rubric_app.rubric.similarity import terms_of
-from rubric_app.similar import SIGNATURE_FIELDS, signature_fields
+from rubric_app.triage.similar import SIGNATURE_FIELDS, signature_fields
 
 
 def index_existing(apps, schema_editor):

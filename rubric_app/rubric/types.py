@@ -24,7 +24,8 @@ class BisectionEvidence:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+    """A similar issue (rubric_app/triage/similar.py) with the labels it carries: evidence for
+    similarity.similar_findings."""
 
     number: int
     labels: tuple[str, ...]

@@ -17,8 +17,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Issue, Suggestion, TriageDecision
+from rubric_app.triage import suggestions
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -268,7 +268,7 @@ def test_it_keeps_hostile_issue_text_inert(transactional_db, triager, make_page)
     for url in ("/", "/issues/5008", "/meeting"):
         page.goto(url)
         assert page.evaluate("document.scripts.length") == 2  # htmx and keys.js, nothing from the issue
-        # The dashboard's own charts (svg.chart, drawn by rubric_app/charts.py) are the only svg allowed.
+        # The dashboard's own charts (svg.chart, drawn by rubric_app/web/charts.py) are the only svg allowed.
         assert (
             page.evaluate("document.querySelectorAll('img, svg:not(.chart), iframe, [onerror], [onload]').length") == 0
         )
@@ -292,7 +292,7 @@ def test_it_triages_without_javascript(transactional_db, celery_worker_process, 
 
 
 def test_it_screenshots_every_page_with_the_demo_data(transactional_db, chair, make_page):
-    from rubric_app.demo import load_catalog_labels, load_demo_issues
+    from rubric_app.demo.loading import load_catalog_labels, load_demo_issues
 
     load_catalog_labels()
     load_demo_issues()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
+from rubric_app.rubric.offline.evaluation import (
     ALIASES,
     COMPONENTS,
     InputError,
@@ -15,7 +16,6 @@ from rubric_app.rubric.evaluation import (
     split_held_out,
     training_examples,
 )
-from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
 
 
 class Command(BaseCommand):
