@@ -16,28 +16,6 @@ pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
 
 
-@pytest.fixture
-def synced(fake_github, settings):
-    """Issue #1001 on the fake GitHub and locally, with the same labels."""
-    # Pacing is proven by the worker test below at the real 1 s; here it would only slow things.
-    settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in (
-        "module: dynamo",
-        "module: dynamic shapes",
-        "triaged",
-        "triage review",
-        "oncall: cpu inductor",
-        "oncall: export",
-        "high priority",
-        "low priority",
-        "needs reproduction",
-    ):
-        make_label(name)
-    issue = make_issue(1001, labels=("oncall: pt2",))
-    fake_github.add_issue(1001, labels=["oncall: pt2"])
-    return issue
-
-
 def _request(issue, user, add=(), remove=(), close=False, **kwargs) -> TriageDecision:
     plan = Plan(list(add), list(remove), close_reason="completed" if close else "")
     return request_decision(issue=issue, user=user, plan=plan, labels_seen=issue.label_names(), **kwargs)

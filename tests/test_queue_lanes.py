@@ -4,7 +4,8 @@ from itertools import combinations
 
 import pytest
 
-from rubric_app.models import LANES, Issue, TriageDecision
+from rubric_app.lanes import LANES
+from rubric_app.models import Issue, TriageDecision
 from rubric_app.web.forms import QueueFilterForm
 from tests.factories import make_issue
 

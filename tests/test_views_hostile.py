@@ -10,10 +10,10 @@ from django.db import connection
 from django.test import override_settings
 from django.urls import reverse
 
-from rubric_app.models import BisectionRun, Comment, Label, Meeting, Suggestion, TriageDecision
+from rubric_app.models import BisectionRun, Comment, Label, Meeting, TriageDecision
 from rubric_app.web.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
 from tests.bounded import run_bounded
-from tests.factories import make_issue
+from tests.factories import make_issue, make_suggestion
 
 HOSTILE = [
     "<script>alert('x')</script>",
@@ -50,10 +50,10 @@ def hostile_issue(db):
     )
     issue.labels.add(label)
     Comment.objects.create(issue=issue, github_id=77, author="<b>mallory</b>", body=BODY)
-    Suggestion.objects.create(
-        issue=issue,
-        label="<script>s()</script>",
-        rule_id="<i>R1</i>",
+    make_suggestion(
+        issue,
+        "<script>s()</script>",
+        "<i>R1</i>",
         reason="<svg onload=x>",
         evidence="<script>alert('x')</script>",
         evidence_source="body",

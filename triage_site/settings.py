@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from rubric_app.bisection.builds import parse as parse_torch_builds
+from rubric_app.vocabulary import QUEUE_LABELS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
@@ -277,7 +278,7 @@ SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_LOGIN_ON_GET = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
-GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
+GITHUB_QUEUE_LABELS = list(QUEUE_LABELS)
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)

@@ -32,6 +32,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from rubric_app.vocabulary import BOT_TRIAGED, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED
+
 REPO = "pytorch/pytorch"
 # Who the dashboard's token is, as the comments it posts show it.
 DASHBOARD_LOGIN = "pt2-triage-dashboard"
@@ -209,7 +211,7 @@ class FakeGitHub:
         number: int,
         title: str = "torch.compile fails",
         body: str = "",
-        labels=("oncall: pt2",),
+        labels=(PT2_ONCALL,),
         comments=(),
         state: str = "open",
         pull_request: bool = False,
@@ -933,9 +935,9 @@ PREFIX_COLOURS = [
     ("oncall:", "e99695"),
     ("module:", "c5def5"),
     ("topic:", "bfd4f2"),
-    ("triage review", "fbca04"),
-    ("triaged", "0e8a16"),
-    ("high priority", "b60205"),
+    (TRIAGE_REVIEW, "fbca04"),
+    (TRIAGED, "0e8a16"),
+    (HIGH_PRIORITY, "b60205"),
     ("needs", "d4c5f9"),
 ]
 
@@ -971,7 +973,7 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
             state=data.get("state", "open"),
             user=data.get("author", ""),
             updated_at=_parse_iso(data["updated_at"]),
-            labelled_by=BOT_LOGIN if "bot-triaged" in data["labels"] else "",
+            labelled_by=BOT_LOGIN if BOT_TRIAGED in data["labels"] else "",
             comments=[
                 {
                     "id": c["id"],

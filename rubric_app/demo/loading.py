@@ -15,9 +15,10 @@ from django.utils import timezone
 
 # One source for the demo's file and label colours: the demo GitHub serves the same ones.
 from rubric_app.demo.github_server import DEMO_FILE, colour_for  # noqa: F401 - DEMO_FILE is load_demo's default
-from rubric_app.models import TRIAGE_REVIEW, Comment, Issue, Label
-from rubric_app.rubric.catalog import is_forbidden, load_catalog
+from rubric_app.models import Comment, Issue, Label
+from rubric_app.rubric.catalog import load_catalog
 from rubric_app.triage import suggestions
+from rubric_app.vocabulary import TRIAGE_REVIEW, allowed_for_triage
 
 
 def load_catalog_labels() -> int:
@@ -28,12 +29,12 @@ def load_catalog_labels() -> int:
             name=item["name"],
             defaults={
                 "description": item["description"],
-                "allowed_for_triage": not is_forbidden(item["name"]),
+                "allowed_for_triage": allowed_for_triage(item["name"]),
                 "in_catalog": True,
             },
             create_defaults={
                 "description": item["description"],
-                "allowed_for_triage": not is_forbidden(item["name"]),
+                "allowed_for_triage": allowed_for_triage(item["name"]),
                 "color": colour_for(item["name"]),
             },
         )

@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import credentials, recovery
-from rubric_app.models import TRIAGE_REVIEW, GitHubWrite, Issue, Label, TriageDecision, queue_state
+from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision, queue_state
 from rubric_app.triage import suggestions
+from rubric_app.vocabulary import TRIAGE_REVIEW
 
 
 def _finish(decision: TriageDecision, status: str, message: str) -> TriageDecision:

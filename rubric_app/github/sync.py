@@ -30,19 +30,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.models import (
-    TRIAGE_REVIEW,
-    Comment,
-    Issue,
-    Label,
-    LabelEvent,
-    SyncState,
-    WebhookDelivery,
-    needs_label_events,
-)
-from rubric_app.rubric.catalog import catalog_names, is_forbidden
+from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState, WebhookDelivery
 from rubric_app.runs import auto_bisect, build_checks
 from rubric_app.triage import suggestions
+from rubric_app.vocabulary import TRIAGE_REVIEW, allowed_for_triage, is_automation_label
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +58,11 @@ ISSUE_FIELDS = [
     "review_flagged_at",
     "closed_at",
 ]
+
+
+def needs_label_events(label_names) -> bool:
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
+    return any(is_automation_label(n) for n in label_names)
 
 
 @dataclass
@@ -111,11 +107,10 @@ def sync_labels(gh: github.Client) -> int:
     labels GitHub no longer has keep their row with in_catalog=False.
     """
     remote = gh.labels()
-    allowed = catalog_names()
     existing = {label.name: label for label in Label.objects.all()}
     with transaction.atomic():
         for data in remote:
-            ok = data.name in allowed and not is_forbidden(data.name)
+            ok = allowed_for_triage(data.name)
             label = existing.get(data.name)
             if label is None:
                 Label.objects.create(
@@ -631,7 +626,7 @@ def _apply_label_event(payload: dict) -> str:
         renamed.delete()
     label = label or renamed or Label(name=data.name)
     label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
-    label.allowed_for_triage = data.name in catalog_names() and not is_forbidden(data.name)
+    label.allowed_for_triage = allowed_for_triage(data.name)
     label.event_stamp = stamp or label.event_stamp
     label.save()
     return ""

@@ -27,8 +27,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from rubric_app.bisection import builds
-from rubric_app.models import MAY_BE_FIXED, REGRESSION, BisectionRun, Issue, WorkerHeartbeat
+from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
 from rubric_app.runs.auto_bisect import TASK
+from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION
 
 FINDINGS = (REGRESSION, MAY_BE_FIXED)
 RECHECKED = ("reproduced", "passed")

@@ -19,9 +19,10 @@ from django.db import connection
 from django.utils import timezone
 
 from rubric_app.github import recovery
-from rubric_app.models import BISECTION_QUEUES, WorkerHeartbeat
+from rubric_app.models import WorkerHeartbeat
 from rubric_app.runs import bisecting
 from rubric_app.tasks import apply_decision_task
+from rubric_app.vocabulary import BISECTION_QUEUES
 
 log = logging.getLogger(__name__)
 

@@ -20,29 +20,29 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import credentials
-from rubric_app.models import (
+from rubric_app.models import Issue, Label, Suggestion, TriageDecision
+from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
+from rubric_app.rubric.flow import change_breaks_g4
+from rubric_app.tasks import apply_decision_task
+from rubric_app.vocabulary import AGENT_INCORRECT as REPRO_AGENT_INCORRECT
+from rubric_app.vocabulary import (
+    BOT_MISLABELED,
     BOT_TRIAGED,
     CONFIRM_FIXED_REPLY,
     CPU_INDUCTOR_ONCALL,
     FEEDBACK_LABELS,
     HIGH_PRIORITY,
+    LOW_PRIORITY,
     MAY_BE_FIXED,
     NEEDS_REPRODUCTION,
     PT2_ONCALL,
-    REPRO_AGENT_INCORRECT,
     TRIAGE_REVIEW,
     TRIAGED,
-    Issue,
-    Label,
-    Suggestion,
-    TriageDecision,
+    is_module,
+    is_oncall,
 )
-from rubric_app.rubric.automation import BOT_MISLABELED
-from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
-from rubric_app.rubric.flow import change_breaks_g4
-from rubric_app.tasks import apply_decision_task
 
-MEETING_DECISIONS = ("high priority", "triaged", "needs reproduction", "low priority", "close")
+MEETING_DECISIONS = (HIGH_PRIORITY, TRIAGED, NEEDS_REPRODUCTION, LOW_PRIORITY, "close")
 PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
 # The routes that stop labelling (G1, G2, a duplicate): what each one sends instead.
 QUESTION, MORE_INFO, TRANSFER, DUPLICATE = "question", "more info", "transfer", "duplicate"
@@ -133,11 +133,11 @@ def plan_changes(
     elif route in ("cpu inductor", CPU_INDUCTOR_ONCALL):
         oncall = CPU_INDUCTOR_ONCALL
     else:
-        oncall = route if route.startswith("oncall:") else f"oncall: {route}"
+        oncall = route if is_oncall(route) else f"oncall: {route}"
     handoff = oncall not in PT2_QUEUES
-    target = {name for name in target if not name.startswith("oncall:")} | {oncall}
+    target = {name for name in target if not is_oncall(name)} | {oncall}
     if handoff:
-        target = {name for name in target if not name.startswith("module:") and name != TRIAGED}
+        target = {name for name in target if not is_module(name) and name != TRIAGED}
     if review:
         target.add(TRIAGE_REVIEW)
     else:  # unticked on a flagged issue: the flag goes, shown in the preview (never `triaged` beside it, R11)
@@ -232,7 +232,7 @@ def refusal(
             )
     if unknown:
         return f"Not in the triage label catalog (G7): {', '.join(unknown)}."
-    if TRIAGE_REVIEW in add and any(n.startswith("oncall:") and n not in PT2_QUEUES for n in add):
+    if TRIAGE_REVIEW in add and any(is_oncall(n) and n not in PT2_QUEUES for n in add):
         return HANDOFF_REVIEW_MESSAGE
     if not close and change_breaks_g4(issue.label_names(), add, remove):
         if meeting_decision:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import csv
 import math
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import cached_property
+from typing import NamedTuple
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import connections
@@ -30,20 +32,69 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.db.models.lookups import IsNull, LessThan
 from django.utils import timezone
 
-from rubric_app.models import (
-    BOT_TRIAGED,
-    FEEDBACK_LABELS,
-    PT2_ONCALL,
-    TRIAGED,
-    Issue,
-    Outcome,
-    TriageDecision,
-    week_start,
-)
+from rubric_app.models import Issue, TriageDecision, week_start
+from rubric_app.vocabulary import BOT_TRIAGED, FEEDBACK_LABELS, PT2_ONCALL, TRIAGED
 
 DEFAULT_WEEKS = 12
 MAX_WEEKS = 52
 AGE_BUCKETS = [("< 1 week", 0, 7), ("1–4 weeks", 7, 28), ("1–3 months", 28, 91), ("> 3 months", 91, None)]
+
+
+class Outcome(NamedTuple):
+    """One label of one triage decision, against what the rubric suggested (decision_outcomes())."""
+
+    decision_id: int
+    issue_id: int
+    issue_number: int
+    label: str
+    rule_id: str  # "" for a label no rule suggested
+    shown: bool
+    applied: bool
+    unticked: bool
+    added: bool
+    # Ticked for `a` when the triager decided; None where unknown (a label no rule suggested, or a decision
+    # recorded before the page's ticks were kept).
+    preselected: bool | None = None
+
+
+def decision_outcomes() -> Iterator[Outcome]:
+    """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
+
+    Only applied triage decisions that recorded what they were shown (suggestions_shown) count;
+    meeting decisions settle the review, not the labels. A shown suggestion was applied (the
+    decision added it), unticked (neither added nor already there) or already on the issue
+    (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
+    one query. Used by the rubric health page (/rubric). train_label_model --from-db reads the decisions
+    itself (decision_examples): it also learns from labels removed, and from decisions recorded before
+    suggestions_shown was kept.
+    """
+    rows = TriageDecision.objects.filter(
+        status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False
+    )
+    rows = rows.order_by("-created_at", "-pk").values_list(
+        "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown"
+    )
+    for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
+        shown_labels = set()
+        for item in shown:
+            label, rule_id = item.get("label", ""), item.get("rule_id", "")
+            shown_labels.add(label)
+            applied = label in added
+            yield Outcome(
+                pk,
+                issue_id,
+                number,
+                label,
+                rule_id,
+                True,
+                applied,
+                not applied and label not in seen,
+                False,
+                item.get("preselected"),
+            )
+        for label in added:
+            if label not in shown_labels:
+                yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
 
 
 @dataclass

@@ -10,7 +10,8 @@ from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q
 from django.utils import timezone
 
-from rubric_app.models import LANE_BY_CODE, Assignment, Duty, Issue, Suggestion, week_start
+from rubric_app.lanes import LANE_BY_CODE
+from rubric_app.models import Assignment, Duty, Issue, Suggestion, week_start
 
 
 def untriaged():

@@ -24,6 +24,7 @@ from rubric_app import rubric
 from rubric_app.models import BisectionRun, Issue, IssueTerm
 from rubric_app.rubric.signature import Signature, signature_of
 from rubric_app.rubric.similarity import shared_words, terms_of
+from rubric_app.vocabulary import is_module
 
 CHAMPIONS = 200  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
 CANDIDATES = 30  # scored exactly
@@ -68,7 +69,7 @@ def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
         for name, value in signature_fields(signature).items():
             setattr(issue, name, value)
         issue.similarity_vector = terms_of(text, signature)
-        labelled = any(name.startswith("module:") for name in text.labels)  # it may vote (neighbours_for_votes)
+        labelled = any(is_module(name) for name in text.labels)  # it may vote (neighbours_for_votes)
         rows += [(issue.pk, term, weight, labelled) for term, weight in issue.similarity_vector.items()]
     ids = [issue.pk for issue in issues]
     with transaction.atomic():

@@ -9,23 +9,22 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
 from rubric_app.bisection import names_cuda
-from rubric_app.models import (
-    CPU_INDUCTOR_ONCALL,
-    LANES,
-    MAY_BE_FIXED,
-    TRIAGE_REVIEW,
-    TRIAGED,
-    BisectionRun,
-    Issue,
-    Label,
-    Suggestion,
-)
-from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog, transfer_repo
+from rubric_app.lanes import LANES
+from rubric_app.models import BisectionRun, Issue, Label, Suggestion
+from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog
 from rubric_app.rubric.facts import CORE
 from rubric_app.rubric.flow import change_breaks_g4
 from rubric_app.search import issue_number
-from rubric_app.triage import decisions
+from rubric_app.triage import accepting, decisions
 from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS
+from rubric_app.vocabulary import (
+    MAY_BE_FIXED,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    is_home_oncall,
+    is_module,
+    is_oncall,
+)
 
 ROUTES = [
     ("pt2", "Keep in oncall: pt2"),
@@ -62,7 +61,7 @@ def catalog() -> list[dict]:
 
 
 def module_label_names() -> list[str]:
-    return sorted(item["name"] for item in catalog() if item["name"].startswith("module:"))
+    return sorted(item["name"] for item in catalog() if is_module(item["name"]))
 
 
 def known_module_labels() -> list[str]:
@@ -73,8 +72,7 @@ def known_module_labels() -> list[str]:
 
 def handoff_oncalls() -> list[str]:
     """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two."""
-    own = {"oncall: pt2", "oncall: cpu inductor"}
-    return sorted(item["name"] for item in catalog() if item["name"].startswith("oncall:") and item["name"] not in own)
+    return sorted(item["name"] for item in catalog() if is_oncall(item["name"]) and not is_home_oncall(item["name"]))
 
 
 class QueueFilterForm(forms.Form):
@@ -165,7 +163,7 @@ class TriageForm(forms.Form):
         checkable = [
             s
             for s in suggestions
-            if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS and not s.label.startswith("oncall:")
+            if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS and not is_oncall(s.label)
         ]
         names = list(dict.fromkeys(s.label for s in checkable))
         # A label outside the triage catalog is shown but never offered for applying (R7.4, G7).
@@ -179,43 +177,11 @@ class TriageForm(forms.Form):
             self.initial.update(self.suggested)
 
     def suggested_initial(self, suggestions: list[Suggestion]) -> dict:
-        """The rubric's answer as form values: what "accept the suggestions" means.
-
-        Only the pre-selected labels are ticked (their calibrated confidence clears the threshold); the
-        others stay unticked as "possible". The route stays the suggested one (its own choice below).
-        """
-        add = [s.label for s in suggestions if s.kind == Suggestion.Kind.ADD]
-        ticked = {s.label for s in suggestions if s.kind == Suggestion.Kind.ADD and s.preselected}
-        handoff = next((n for n in add if n.startswith("oncall:") and n in dict(self.fields["handoff_to"].choices)), "")
-        return {
-            "labels": [n for n, _ in self.fields["labels"].choices if n in ticked],
-            "route": self.suggested_route_choice(ticked, handoff),
-            "handoff_to": handoff,
-            "transfer_to": self.suggested_transfer(),
-            # Already flagged: the box starts ticked, so unticking it (and the flag going) is a choice.
-            "review": TRIAGE_REVIEW in ticked or self.issue.has_label(TRIAGE_REVIEW),
-            "labels_seen": json.dumps(self.issue.label_names()),
-        }
-
-    def suggested_route_choice(self, ticked: set[str], handoff: str) -> str:
-        """The route `a` accepts: the issue's own lane, unless the rubric's redirect is pre-selected (its
-        oncall label ticked). A redirect or transfer that is only "possible" is shown as the suggested
-        route, for the triager to pick."""
-        lane = "cpu inductor" if self.issue.has_label(CPU_INDUCTOR_ONCALL) else "pt2"
-        route = self.issue.suggested_route
-        if route == "handoff" and handoff in ticked:
-            return "handoff"
-        if route == "cpu inductor" and CPU_INDUCTOR_ONCALL in ticked:
-            return "cpu inductor"
-        return lane
-
-    def suggested_transfer(self) -> str:
-        """The repository G2's checklist item says the issue belongs in, when the engine routed it
-        there ("transfer") and it is one the dashboard transfers to; else ""."""
-        if self.issue.suggested_route != decisions.TRANSFER:
-            return ""
-        item = next((i for i in self.issue.checklist if i.get("rule_id") == "G2"), None)
-        return transfer_repo(item.get("evidence", "")) if item else ""
+        """The rubric's answer as form values: what "accept the suggestions" means (accepting.accepted)."""
+        handoffs = {n for n, _ in self.fields["handoff_to"].choices if n}
+        offered = [n for n, _ in self.fields["labels"].choices]
+        values = accepting.accepted(self.issue, suggestions, offered=offered, handoffs=handoffs)
+        return {**values, "labels_seen": json.dumps(self.issue.label_names())}
 
     def clean_labels_seen(self) -> list[str]:
         try:
@@ -243,29 +209,8 @@ class TriageForm(forms.Form):
         if not self.errors:
             plan = self.plan()
             if change_breaks_g4(self.issue.label_names(), plan.add, plan.remove):
-                self.add_error(None, self._g4_reason())
+                self.add_error(None, accepting.g4_advice(self.issue, self.suggested, data.get("route")))
         return data
-
-    def _g4_reason(self) -> str:
-        """G4's refusal, pointing at the route the rubric suggests when that route needs no module label:
-        a hand-off (G5), a transfer (G2), or a usage question (G1)."""
-        route, suggested = self.issue.suggested_route, self.suggested
-        if route == "handoff" and suggested["handoff_to"] and self.cleaned_data.get("route") != "handoff":
-            return (
-                f"G5: the rubric suggests handing it off to {suggested['handoff_to']}: pick that route. "
-                + decisions.G4_MESSAGE
-            )
-        if suggested["transfer_to"] and self.cleaned_data.get("route") != decisions.TRANSFER:
-            return (
-                f"G2: the thread says it belongs in {suggested['transfer_to']}: pick the transfer route. "
-                + decisions.G4_MESSAGE
-            )
-        if any(item.get("rule_id") == "G1" and "question" in item.get("text", "") for item in self.issue.checklist):
-            return (
-                'G1: the rubric reads this as a usage question, not a bug: choose "A usage question" to close it '
-                "with the forum reply. " + decisions.G4_MESSAGE
-            )
-        return decisions.G4_MESSAGE
 
     def plan(self) -> decisions.Plan:
         """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""
@@ -289,22 +234,10 @@ class TriageForm(forms.Form):
     def route_value(self) -> str:
         """plan_changes' route: "pt2", "cpu inductor", the `oncall:` label handed off to, or a route
         that stops labelling (question, more info, transfer)."""
-        return route_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+        return accepting.route_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
 
     def redirect_to(self) -> str:
-        return redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
-
-
-def route_of(route: str, handoff_to: str) -> str:
-    """plan_changes' route for a form's choice: the `oncall:` label handed off to, else the choice itself."""
-    return handoff_to if route == "handoff" else route
-
-
-def redirect_of(route: str, handoff_to: str) -> str:
-    """The oncall queue a decision redirects to (TriageDecision.redirect): the hand-off's, the CPU lane, or ""."""
-    if route == "handoff":
-        return handoff_to
-    return "oncall: cpu inductor" if route == "cpu inductor" else ""
+        return accepting.redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
 
 
 class BotCorrectionForm(forms.Form):
@@ -432,29 +365,8 @@ class MeetingDecisionForm(forms.Form):
     clean_labels_seen = TriageForm.clean_labels_seen
 
     def plan(self, issue: Issue) -> decisions.Plan:
-        """Return the Plan of the decision: it settles the review, so `triage review` goes.
-
-        Only the meeting may add `high priority` (R11); request_decision enforces who may.
-        """
-        decision = self.cleaned_data["decision"]
-        current = set(issue.label_names())
-        wanted = {
-            "high priority": ["high priority", TRIAGED],
-            "triaged": [TRIAGED],
-            "needs reproduction": ["needs reproduction"],
-            "low priority": ["low priority", TRIAGED],
-            "close": [],
-        }[decision]
-        add = [name for name in wanted if name not in current]
-        remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
-        if TRIAGED in add and not issue.module_labels:
-            # G4: triaged needs a component. Only one the rubric suggested for this issue is taken;
-            # without one, request_decision refuses the decision and says why.
-            suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}
-            component = self.cleaned_data["component"]
-            if component.startswith("module:") and component in suggested:
-                add.append(component)
-        return decisions.Plan(add, remove, close_reason="completed" if decision == "close" else "")
+        """The Plan of the chosen outcome (accepting.meeting_plan)."""
+        return accepting.meeting_plan(issue, self.cleaned_data["decision"], self.cleaned_data["component"])
 
 
 class MetricsForm(forms.Form):
@@ -517,7 +429,7 @@ class GroupDecisionForm(forms.Form):
         suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
         counts: dict[str, int] = {name: 0 for name in CORE}
         for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
-            if name.startswith("module:"):
+            if is_module(name):
                 counts[name] = counts.get(name, 0) + 1
         self.fields["labels"].choices = [
             (name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed
@@ -566,7 +478,7 @@ class GroupDecisionForm(forms.Form):
     def plans(self) -> list[tuple[Issue, decisions.Plan | None]]:
         """(issue, its Plan) for every ticked issue, in number order; None for the original of a duplicates decision."""
         data = self.cleaned_data
-        route = route_of(data["route"], data["handoff_to"])
+        route = accepting.route_of(data["route"], data["handoff_to"])
         out = []
         for number in sorted(set(data["issues"])):
             issue = self.members[number]
@@ -586,4 +498,4 @@ class GroupDecisionForm(forms.Form):
         return out
 
     def redirect_to(self) -> str:
-        return redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+        return accepting.redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])

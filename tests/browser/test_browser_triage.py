@@ -17,10 +17,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app.models import BisectionRun, Issue, Suggestion, TriageDecision
+from rubric_app.models import BisectionRun, Issue, TriageDecision
 from rubric_app.triage import suggestions
 from tests.browser.conftest import screenshot
-from tests.factories import make_issue, make_label
+from tests.factories import make_issue, make_label, make_suggestion
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
@@ -60,10 +60,10 @@ def _issue_on_both(
         review_flagged_at=timezone.now() if "triage review" in labels else None,
     )
     for label, rule in suggest:
-        Suggestion.objects.create(
-            issue=issue,
-            label=label,
-            rule_id=rule,
+        make_suggestion(
+            issue,
+            label,
+            rule,
             confidence=0.9,
             evidence="graph break",
             evidence_source="body",
@@ -257,10 +257,10 @@ def test_it_keeps_hostile_issue_text_inert(transactional_db, triager, make_page)
     issue = make_issue(
         5008, title=hostile, body=hostile + "\n\n<svg onload=alert(4)>", labels=("oncall: pt2", "triage review")
     )
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamo",
-        rule_id="R1.2",
+    make_suggestion(
+        issue,
+        "module: dynamo",
+        "R1.2",
         evidence="<script>alert(2)</script>",
         evidence_source="body",
     )
@@ -400,10 +400,10 @@ def test_it_applies_nothing_when_accept_would_mark_it_triaged_without_a_componen
     transactional_db, celery_worker_process, fake_github, triager, make_page
 ):
     issue = _issue_on_both(fake_github, 5010, "Something odd under torch.compile", suggest=())
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamo",
-        rule_id="R1.2",
+    make_suggestion(
+        issue,
+        "module: dynamo",
+        "R1.2",
         confidence=0.55,
         preselected=False,
         evidence="graph break",

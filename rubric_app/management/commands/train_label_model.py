@@ -16,6 +16,7 @@ from rubric_app.rubric.offline.evaluation import (
     split_held_out,
     training_examples,
 )
+from rubric_app.vocabulary import TRIAGED
 
 
 class Command(BaseCommand):
@@ -79,7 +80,7 @@ class Command(BaseCommand):
     def _from_db(self):
         from rubric_app.models import Issue
 
-        issues = Issue.objects.filter(labels__name="triaged").prefetch_related("labels", "comments").distinct()
+        issues = Issue.objects.filter(labels__name=TRIAGED).prefetch_related("labels", "comments").distinct()
         return [issue_record(i) for i in issues]
 
 

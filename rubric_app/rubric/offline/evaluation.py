@@ -21,6 +21,7 @@ from rubric_app.rubric.facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCA
 from rubric_app.rubric.model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from rubric_app.rubric.text import split_thread_authored
 from rubric_app.rubric.types import Assessment, BisectionEvidence, CommentText, IssueText
+from rubric_app.vocabulary import HIGH_PRIORITY, is_module, is_oncall
 
 # The component labels scored by micro-F1: every `module:` label RUBRIC.md governs (R1-R9, R7.3).
 # Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
@@ -50,7 +51,7 @@ COMPONENTS = (
 # catalog folds into pt2-dispatcher; `module: cpu inductor` was the CPU Inductor lane before the oncall.
 ALIASES = {"module: aotdispatch": DISPATCHER, "module: cpu inductor": CPU_ONCALL}
 # Review flag: R11 sends what used to get `high priority` straight away through `triage review`.
-REVIEW_TRUTH = (REVIEW, "high priority")
+REVIEW_TRUTH = (REVIEW, HIGH_PRIORITY)
 
 
 # Reference points scored on the same data: what a keyword labeler does, one regex per label.
@@ -237,8 +238,7 @@ def route_labels(records: list[dict[str, Any]]) -> list[str]:
     engine emits."""
     seen = {ALIASES.get(l, l) for r in records for l in r.get("labels", [])}
     return sorted(
-        {l for l in seen if l.startswith("oncall:") and l != PT2_ONCALL}
-        | {CPU_ONCALL, "oncall: export", "oncall: distributed"}
+        {l for l in seen if is_oncall(l) and l != PT2_ONCALL} | {CPU_ONCALL, "oncall: export", "oncall: distributed"}
     )
 
 
@@ -309,7 +309,7 @@ def g4_ceiling(records: list[dict[str, Any]]) -> list[list[str]]:
     for record in records:
         shown = {ALIASES.get(l, l) for l in record.get("labels", [])}
         components = [l for l in COMPONENTS if l in shown]
-        routed = any(l.startswith("oncall:") and l != PT2_ONCALL for l in shown)
+        routed = any(is_oncall(l) and l != PT2_ONCALL for l in shown)
         predictions.append(components or ([] if routed else [COMPILE_UX]))
     return predictions
 
@@ -320,7 +320,7 @@ CURVE = (0.0, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
 def without_fallback(labels: list[str]) -> list[str]:
     """The labels minus a lone `module: compile ux`, which is what G4's fallback produces."""
-    modules = [l for l in labels if l.startswith("module:")]
+    modules = [l for l in labels if is_module(l)]
     return [l for l in labels if l != COMPILE_UX] if modules == [COMPILE_UX] else labels
 
 
@@ -587,7 +587,7 @@ def _choose_thresholds(
                 continue  # not ticked even at a zero bar (engine._preselect): no part of the bar
             if s.label in COMPONENTS and i in labelled_set:
                 modules.append((s.confidence, actual))
-            elif s.label.startswith("oncall:") and s.label != PT2_ONCALL:
+            elif is_oncall(s.label) and s.label != PT2_ONCALL:
                 routes.append((s.confidence, actual))
             elif s.label == REVIEW:
                 review.append((s.confidence, actual))

@@ -20,6 +20,7 @@ from rubric_app.rubric.offline.evaluation import ALIASES, COMPONENTS, Counts, is
 from rubric_app.rubric.signature import signature_of
 from rubric_app.rubric.similarity import MemoryIndex, Vocabulary, terms_of, vote, words_of
 from rubric_app.rubric.types import Neighbour
+from rubric_app.vocabulary import is_module
 
 
 def components(record: dict[str, Any]) -> frozenset[str]:
@@ -120,9 +121,7 @@ def evaluate_similarity(
 def _score_engine(report: SimilarityReport, records, issues, index: MemoryIndex, signatures, truth) -> None:
     """The engine (rules + shipped model) on every record, without and with its neighbours' vote (the others'
     labels only: leave-one-out). The held-out slice is the honest figure: the model never trained on it."""
-    labelled = {
-        n: tuple(sorted(l for l in r.get("labels", []) if l.startswith("module:"))) for n, r in zip(truth, records)
-    }
+    labelled = {n: tuple(sorted(l for l in r.get("labels", []) if is_module(l))) for n, r in zip(truth, records)}
     for with_vote in (False, True):
         predictions = []
         for issue in issues:

@@ -15,7 +15,6 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import conditional_escape, escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from rubric_app.models import readable_text_color
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 from rubric_app.web.forms import module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
@@ -25,6 +24,15 @@ from rubric_app.web.queue_cache import age, age_marker
 register = template.Library()
 
 _HEX = re.compile(r"^[0-9a-fA-F]{6}$")
+
+
+def readable_text_color(background: str) -> str:
+    """Black or white, whichever reads better on a label's hex colour (as GitHub does)."""
+    try:
+        r, g, b = (int(background[i : i + 2], 16) for i in (0, 2, 4))
+    except ValueError:
+        return "000000"
+    return "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
 
 
 @register.filter
@@ -306,3 +314,32 @@ def state_name(state: str) -> str:
 def reply_name(name: str) -> str:
     """A reply template's or close reason's name in words: "redirect_to_forum" -> "redirect to forum"."""
     return name.replace("_", " ")
+
+
+@register.filter
+def isolation(run) -> str:
+    """What sandbox was in force for a run, in one line from its sandbox_report ("" before it ran)."""
+    report = run.sandbox_report or {}
+    if report.get("refused"):
+        return f"refused, the repro did not run: {report['refused']}"
+    if not report:
+        return ""
+    parts = [
+        name
+        for name, key in (
+            ("no network", "netns"),
+            ("own pid namespace", "pidns"),
+            ("read-only allow-list root", "root"),
+        )
+        if report.get(key)
+    ]
+    if report.get("uid", -1) > 0:
+        parts.append(f"uid {report['uid']}")
+    cgroup = report.get("cgroup") or {}
+    if cgroup.get("memory_max_mb"):
+        parts.append(f"cgroup {cgroup.get('version', '')} memory {cgroup['memory_max_mb']} MB".replace("  ", " "))
+    else:
+        parts.append("no cgroup memory cap (per-process limits only)")
+    if cgroup.get("pids_max"):
+        parts.append(f"pids {cgroup['pids_max']}")
+    return ", ".join(parts)

@@ -10,17 +10,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from rubric_app.bisection import extract_repro
-from rubric_app.models import (
-    BOT_TRIAGED,
-    BisectionRun,
-    Issue,
-    Label,
-    Suggestion,
-    TriageDecision,
-    WorkerHeartbeat,
-)
+from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.runs import bisect_runs, build_checks
 from rubric_app.triage import decisions, similar
+from rubric_app.vocabulary import BOT_TRIAGED, is_bot
 from rubric_app.web.forms import (
     BisectForm,
     BotCorrectionForm,
@@ -35,7 +28,9 @@ def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
         return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
     return {
-        "bot_labelled": issue.label_events.filter(action="labeled", actor__endswith="[bot]").order_by("created_at"),
+        "bot_labelled": [
+            e for e in issue.label_events.filter(action="labeled").order_by("created_at") if is_bot(e.actor)
+        ],
         "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
         "bot_review": reviews.first(),
     }

@@ -54,7 +54,7 @@ def metrics_page(request: HttpRequest) -> HttpResponse:
 def rubric_health(request: HttpRequest) -> HttpResponse:
     """Per rule id: its suggestions shown, applied, unticked, and its precision, from applied decisions."""
     require(request, "view_triagedecision")
-    rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    rules, added = metrics.rubric_health(metrics.decision_outcomes())
     bot = metrics.bot_health(TriageDecision.objects.bot_reviews())
     context = {"rules": rules, "added": added, "ticked": metrics.preselection(rules), "bot": bot}
     return render(request, "rubric_app/rubric.html", context)
@@ -68,7 +68,7 @@ def rubric_health_csv(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="rubric-health.csv"'
     metrics.write_rubric_csv(
-        response, TriageDecision.objects.outcomes(), per_outcome=request.GET.get("rows") == "outcomes"
+        response, metrics.decision_outcomes(), per_outcome=request.GET.get("rows") == "outcomes"
     )
     return response
 

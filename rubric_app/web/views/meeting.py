@@ -12,15 +12,10 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from rubric_app.models import (
-    TRIAGE_REVIEW,
-    Duty,
-    Issue,
-    Meeting,
-    TriageDecision,
-)
+from rubric_app.models import Duty, Issue, Meeting, TriageDecision
 from rubric_app.rubric.agenda import AGENDA_ORDER, agenda_group
 from rubric_app.triage import decisions, metrics, sharing
+from rubric_app.vocabulary import TRIAGE_REVIEW
 from rubric_app.web.forms import (
     MEETING_DECISIONS,
     DutyForm,
