@@ -67,9 +67,7 @@ def rubric_health_csv(request: HttpRequest) -> HttpResponse:
     require(request, "view_triagedecision")
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="rubric-health.csv"'
-    metrics.write_rubric_csv(
-        response, metrics.decision_outcomes(), per_outcome=request.GET.get("rows") == "outcomes"
-    )
+    metrics.write_rubric_csv(response, metrics.decision_outcomes(), per_outcome=request.GET.get("rows") == "outcomes")
     return response
 
 
