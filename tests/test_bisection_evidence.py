@@ -120,7 +120,7 @@ def test_it_calls_a_regression_only_on_a_repro_that_counts():
 
 
 def test_it_reads_the_cpus_model_and_isa_from_proc_cpuinfo_for_the_heartbeat():
-    from rubric_app import hardware
+    from rubric_app.runs import hardware
 
     cpuinfo = (
         "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"

@@ -17,11 +17,10 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions, sync
-from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
 from rubric_app.bisection.extract import to_module_style
-from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
+from rubric_app.github import sync
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import (
     BisectionRun,
     GitHubWrite,
@@ -32,6 +31,9 @@ from rubric_app.models import (
     WorkerHeartbeat,
 )
 from rubric_app.rubric.catalog import load_replies
+from rubric_app.runs import auto_bisect, bisect_runs, bisecting, build_checks
+from rubric_app.triage import suggestions
+from rubric_app.triage.decisions import CONFIRM_FIXED, plan_changes, request_decision
 from tests.factories import (
     INDUCTOR_RAISED,
     PASSED,
@@ -552,8 +554,8 @@ def test_it_lists_as_may_be_fixed_only_what_real_runs_show_on_the_reports_device
 def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_reporters_failing_one(
     celery_worker_process, client, triager, fake_github, settings
 ):
-    from rubric_app import repro_sources
-    from rubric_app.sync import sync_queue
+    from rubric_app.github.sync import sync_queue
+    from rubric_app.runs import repro_sources
 
     settings.AUTO_BISECT = "cpu"
     _wait_for_hardware(celery_worker_process.args[-1])

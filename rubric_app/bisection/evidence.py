@@ -8,7 +8,7 @@ An issue enters the "may be fixed" lane only on evidence:
 Never for a performance, compile-time, recompilation, graph-break or UX report (nothing can pass there), never from
 a run on another device than the report's, never when the report names hardware the run lacked (an ISA such as
 AVX512 or AMX, a GPU model: BisectionRun.hardware), never from another commenter's repro alone, and never while
-another current repro still fails. A regression needs a repro that counts too (rubric_app/repro_sources.py).
+another current repro still fails. A regression needs a repro that counts too (rubric_app/runs/repro_sources.py).
 
 decide() returns the comparison stored on the issue (builds.Comparison): for "may be fixed" its summary states the
 evidence ("reproduced on 2.12.0 (run 41), passes on 2.13.0 (run 57), same repro, CPU"), which the lane and the
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from rubric_app.rubric.text import split_environment
 
+from ..vocabulary import MAY_BE_FIXED, REGRESSION
 from . import builds
 from .extract import names_cuda, parse
 
@@ -56,7 +57,7 @@ KINDS = (
     ),
 )
 
-# Hardware a report can name, and what a run's record (hardware.py) must show for its pass to count. The first
+# Hardware a report can name, and what a run's record (runs/hardware.py) must show for its pass to count. The first
 # pattern that matches a name wins: "AVX512-BF16" needs avx512_bf16, plain "AVX512" needs avx512f.
 ISA_NAMES = (
     (re.compile(r"\bavx[-_ ]?512[-_ ]?bf16\b", I), "avx512_bf16", "AVX512-BF16"),
@@ -239,18 +240,18 @@ def decide(report: Report, repros: list[Repro]) -> builds.Comparison | None:
             else None
         )
     for repro, _device, comparison, _latest in compared:
-        if comparison.kind == "regression" and repro.counts:
+        if comparison.kind == REGRESSION and repro.counts:
             return comparison
     held: list[str] = []
     for repro, device, comparison, latest in compared:
-        if comparison.kind != "may_be_fixed":
+        if comparison.kind != MAY_BE_FIXED:
             continue
         why = _not_evidence(report, repro, device, comparison, latest, failing)
         if not why:
             return replace(comparison, summary=_evidence(report, repro, device, comparison, latest))
         held.append(why)
     shown = next((c for r, _d, c, _l in compared if r.counts), compared[0][2])
-    if shown.kind in ("may_be_fixed", "regression"):  # only another commenter's repro says it: not on its own
+    if shown.kind in (MAY_BE_FIXED, REGRESSION):  # only another commenter's repro says it: not on its own
         shown = replace(shown, kind=f"{shown.kind}_unconfirmed")
     return replace(shown, held_back=held[0] if held else "")
 

@@ -138,7 +138,7 @@ def extract_repro(texts: list[str], sources: Collection[int] | None = None) -> R
     Ties go to the earliest text: the body's repro is usually the reference one.
     A block must import torch to be considered. Linear and bounded (see MAX_TEXT).
     sources: the indexes of the texts whose repro may be chosen (None: any): whose repro counts is the caller's
-    to say (the reporter's or a maintainer's, rubric_app/repro_sources.py); another commenter's is only offered.
+    to say (the reporter's or a maintainer's, rubric_app/runs/repro_sources.py); another commenter's is only offered.
     """
     best: Repro | None = None
     for repro in repros_by_text(texts, convert=False):

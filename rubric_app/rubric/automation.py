@@ -26,16 +26,21 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from rubric_app.vocabulary import AGENT, DEFAULT, REPRO_AGENT, AutomationAccounts, is_bot, is_maintainer
-
+from ..vocabulary import (
+    AGENT,
+    AGENT_INCORRECT,
+    BOT_MISLABELED,
+    BOT_TRIAGED,
+    DEFAULT,
+    REPRO_AGENT,
+    AutomationAccounts,
+    is_bot,
+    is_maintainer,
+)
 from .text import Source
 
 AGENT_MARK = re.compile(r"^\W{0,12}(?:🤖\s{0,3})?\**\s{0,3}PT2 Repro Agent\b")
 AGENT_LABEL = "repro:agent:h100:"
-AGENT_INCORRECT = "repro:agent:h100:incorrect"
-BOT_TRIAGED = "bot-triaged"
-BOT_MISLABELED = "bot-mislabeled"
-FEEDBACK_LABELS = (BOT_MISLABELED, AGENT_INCORRECT)  # what a triager adds to say the automation was wrong
 # The agent's label outcomes, by prefix (copies cut at 40 characters keep these prefixes).
 LABEL_OUTCOMES = (
     ("repro_success:reproduce", "reproduced"),

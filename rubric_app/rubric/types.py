@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rubric_app.vocabulary import DEFAULT as DEFAULT_ACCOUNTS
-from rubric_app.vocabulary import AutomationAccounts
+from rubric_app.vocabulary import PT2_ONCALL, AutomationAccounts
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class BisectionEvidence:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+    """A similar issue (rubric_app/triage/similar.py) with the labels it carries: evidence for
+    similarity.similar_findings."""
 
     number: int
     labels: tuple[str, ...]
@@ -105,7 +106,7 @@ class Assessment:
     avoid: list[Avoided] = field(default_factory=list)
     route: str = "pt2"
     checklist: list[ChecklistItem] = field(default_factory=list)
-    queue: str = "oncall: pt2"
+    queue: str = PT2_ONCALL
 
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""
