@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from . import rubric, similar
+from . import evidence, rubric, similar
 from .models import BisectionRun, Issue, IssueQuerySet, Label, Suggestion
 
 
@@ -45,18 +45,21 @@ def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> rubric
     return _store([issue], catalog)[0]
 
 
-def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessment]:
+def _store(issues: list[Issue], catalog: frozenset[str], siblings: bool = True) -> list[rubric.Assessment]:
     """Run the engine on each issue and replace their stored suggestions, route and checklist.
 
     The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
-    and a finished bisection) never leave both sets of suggestions behind.
+    and a finished bisection) never leave both sets of suggestions behind. The other open issues sharing
+    a failure signature with them take their components from the same evidence (evidence.shared_evidence):
+    with `siblings`, they are refreshed next.
     """
     now = timezone.now()
     texts = [issue.as_issue_text() for issue in issues]
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
+    shared, others = evidence.shared_evidence(issues, texts)
     assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ()), shared=shared.get(issue.pk, ())), catalog)
         for issue, text in zip(issues, texts)
     ]
     rows = []
@@ -99,4 +102,6 @@ def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessme
         Suggestion.objects.filter(issue_id__in=ids).delete()
         Suggestion.objects.bulk_create(rows)
         Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
+    if others and siblings:
+        _store(others, catalog, siblings=False)
     return assessments

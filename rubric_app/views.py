@@ -22,7 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, build_checks, decisions, metrics, queue_cache, sharing, similar
+from . import bisect_runs, build_checks, decisions, evidence, metrics, queue_cache, sharing, similar
 from . import health as health_check
 from .bisection import extract_repro
 from .forms import (
@@ -175,6 +175,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
         "next_number": next_number,
         "bisect_form": bisect_form,
         "run": runs[0] if runs else None,
+        "run_notes": evidence.run_notes(runs[0] if runs else None, issue, comments),
         **_waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
         "build_runs": build_checks.side_by_side(runs),
@@ -372,6 +373,8 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
+    if run.is_finished:  # where the run and the thread differ (verdicts weighed, issue #36)
+        context["run_notes"] = evidence.run_notes(run, run.issue)
     if run.status == BisectionRun.Status.QUEUED:  # only then: is a worker of its queue there to take it?
         context.update(_waiting(WorkerHeartbeat.objects.queues(), run=run))
     response = _polled(request, "bisection-run", context, run.is_finished)
@@ -631,6 +634,7 @@ def signature_group(request: HttpRequest, key: str) -> HttpResponse:
         "others": others,
         "form": _group_form(members),
         "text": (members or others)[0].signature_text,
+        "disagreement": evidence.group_components(members),
     }
     return render(request, "rubric_app/group.html", context)
 

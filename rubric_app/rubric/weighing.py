@@ -17,8 +17,6 @@ labeler's, the neighbours'), and engine._preselect and engine._checklist read ba
   run (a feature AOTAutograd does not support, such as double backward; a missing module; a timeout; the
   worker's memory budget) is scored like a rule's finding instead of decisively, and the checklist says what the
   thread says and what the run saw. Where it contradicts the thread, its component is not pre-selected.
-- A CompilerBisector result quoted in the thread holds back the pre-selection of another core component, unless
-  the thread settles that one itself (held).
 - Issues sharing a failure signature take their components from the same evidence (shared_findings): what
   settles a component on one (a backend result, a diagnosis, a verdict) is evidence on the others, unless an
   issue settles its own, where the checklist says where they disagree.
@@ -135,6 +133,12 @@ def _line_span(text: str, start: int, end: int) -> str:
     return text[begin:stop].strip()
 
 
+# What a slowdown regresses, just before R11's "regression": a performance regression, not "worked in version X".
+_MEASURED = re.compile(
+    r"(?:compil\w{0,6}[- ]?time|perf\w{0,9}|throughput|speed|latency|memory|runtime|time|fps|qps|slowdown)\W{0,3}$", I
+)
+
+
 # R11's reasons as rules_domain.r11_review words them, with what it reads each in and its weight there.
 R11_READS = (
     (CRASH_TITLE, "a crash", "title", 0.8),
@@ -160,7 +164,13 @@ def text_evidence(facts: Facts, x: Finding) -> Finding | None:
     named = first >= 0 and in_file_name(text, first, first + len(x.evidence))
     if x.origin == "model":  # the learned flag's top feature: no file name as its evidence
         return replace(x, evidence="", source="") if named or _FILE_TAIL.search(x.evidence) else x
-    if not named or x.origin != "rule" or x.rule_id != "R11":
+    if x.origin != "rule" or x.rule_id != "R11":
+        return x
+    if not named and x.reason.startswith("a regression") and first >= 0 and _MEASURED.search(text[:first]):
+        # "compile time regression", "throughput regression": R11's performance clause, a judgement (important
+        # model? more than 10%?), not a "worked in version X"
+        return replace(x, reason="a performance regression: the weekly meeting decides priority")
+    if not named:
         return x
     for pattern, why, source, weight in R11_READS:
         where = _text_of(facts, source) or ""
@@ -401,29 +411,6 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def held_by_bisector(facts: Facts, findings: list[Finding]) -> list[Finding]:
-    """A hold on every core component other than the one a CompilerBisector quoted in the thread names, unless
-    the issue's own evidence settles it."""
-    quoted = quoted_bisector(facts)
-    if quoted is None:
-        return []
-    label, rule_id, x = quoted
-    own = {y.label for y in findings if settles(y)}
-    return [
-        Finding(
-            rule_id,
-            HOLD,
-            other,
-            evidence=x.evidence,
-            source=x.source,
-            reason=f"held back: torch's CompilerBisector, quoted in the thread, stops at {x.reason} "
-            f"({rule_id}: {label})",
-        )
-        for other in CORE
-        if other != label and other not in own
-    ]
-
-
 # --- issues sharing a failure -------------------------------------------------------------------------
 
 
@@ -475,9 +462,8 @@ def cited(x: Finding) -> Finding:
 
 def weigh(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """Every finding weighed (the module's docstring): R11's evidence, the verdicts, the issues sharing the
-    failure, the holds. engine.decide() calls it once every finding is in."""
+    failure. engine.decide() calls it once every finding is in."""
     out = [y for y in (text_evidence(facts, cited(x)) for x in findings) if y is not None]
     out += silent_wrong(facts, out)
     out = weigh_verdicts(facts, out)
-    out += shared_findings(facts, out)
-    return out + held_by_bisector(facts, out)
+    return out + shared_findings(facts, out)
