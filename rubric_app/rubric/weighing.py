@@ -166,7 +166,12 @@ def text_evidence(facts: Facts, x: Finding) -> Finding | None:
         return replace(x, evidence="", source="") if named or _FILE_TAIL.search(x.evidence) else x
     if x.origin != "rule" or x.rule_id != "R11":
         return x
-    if not named and x.reason.startswith("a regression") and first >= 0 and _MEASURED.search(text[:first]):
+    if (
+        not named
+        and x.reason.startswith("a regression")
+        and first >= 0
+        and _MEASURED.search(text[max(0, first - 40) : first])
+    ):
         # "compile time regression", "throughput regression": R11's performance clause, a judgement (important
         # model? more than 10%?), not a "worked in version X"
         return replace(x, reason="a performance regression: the weekly meeting decides priority")
@@ -366,10 +371,13 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """findings with each verdict that contradicts the thread or rests on a harness limit weighed (scored as a
     rule's finding, source "run:<id>"), a checklist question per weighed run, and a hold on a contradicted
     component."""
+    verdicts = [x for x in findings if x.kind == "add" and x.origin == "rule" and x.source.startswith("bisection")]
+    if not verdicts:
+        return findings
     said = thread_says(facts, findings)
     weighed: dict[str, tuple[str, bool]] = {}  # a run's source -> (why, contradicted)
-    for x in findings:
-        if x.kind != "add" or x.origin != "rule" or not x.source.startswith("bisection") or x.source in weighed:
+    for x in verdicts:
+        if x.source in weighed:
             continue
         limit = limitation(x.evidence)
         against = contradiction(facts, x, said)
