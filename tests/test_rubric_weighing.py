@@ -136,6 +136,9 @@ def test_it_reads_a_verdicts_crash_as_binding(use_model):
         ('File "/home/ana/crash.py", line 3', "crash", True),
         ("see https://example.com/segfault-report", "segfault", True),
         ("it dies with a segfault.", "segfault", False),
+        ("[torch.compile] Clarification/regression: Dynamo cache lookup", "regression", False),  # pool #185886
+        ("a fused kernel ~15x slower than eager", "15x", False),
+        ("~/repro/crash_it.py", "repro", True),
         ("Segmentation fault (core dumped)", "Segmentation fault", False),
     ],
 )

@@ -94,8 +94,10 @@ def r11_item(review: Finding | None) -> ChecklistItem:
 
 # --- R11's evidence is the issue's text -----------------------------------------------------------------
 
-_PATHISH = re.compile(r"[\w.~+@\-/\\]")
-_FILE_TAIL = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$|[/\\]")
+_PATHISH = re.compile(r"[\w.~+@\-/\\:]")
+# A file name ends in an extension; a path starts at a root or a home, names a scheme (a URL) or has two
+# separators. One slash between words is prose: "Clarification/regression", "CPU/GPU", "and/or".
+_FILE_TAIL = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$|^~?[/\\]|://|[/\\][^/\\]*[/\\]")
 SPAN = 80  # characters either side of a mention cited instead of a file name's
 
 
@@ -106,7 +108,7 @@ def in_file_name(text: str, start: int, end: int) -> bool:
         left -= 1
     while right < min(len(text), end + 200) and _PATHISH.match(text[right]):
         right += 1
-    token = text[left:right].rstrip(".")  # a sentence's full stop is no extension
+    token = text[left:right].rstrip(".:")  # a sentence's full stop is no extension
     return token != text[start:end] and bool(_FILE_TAIL.search(token))
 
 
