@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from rubric_app import suggestions
-from rubric_app.demo import load_catalog_labels
+from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
+from rubric_app.triage import suggestions
 from tests.factories import make_issue
 
 

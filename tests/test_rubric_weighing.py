@@ -17,12 +17,12 @@ import pytest
 
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import shipped_model
-from rubric_app.rubric.evaluation import is_held_out, issue_from_record
+from rubric_app.rubric.offline.evaluation import is_held_out, issue_from_record
 from rubric_app.rubric.settled import run_notes, settled, shared_among
 from rubric_app.rubric.weighing import in_file_name, limitation
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_FILE = ROOT / "rubric_app" / "fixtures" / "demo_issues.json"
+DEMO_FILE = ROOT / "rubric_app" / "demo" / "demo_issues.json"
 POOL_FILES = (ROOT / "tests" / "data" / "pt2_dev.jsonl", ROOT / "tests" / "data" / "pt2_train.jsonl")
 
 # What a CPU bisection of #170032's repro on torch 2.13.0+cpu concluded (`manage.py bisect_repro`: eager and the

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from rubric_app import suggestions
-from rubric_app.demo import load_catalog_labels
+from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import Comment, Issue, Suggestion
+from rubric_app.triage import suggestions
 from tests.factories import PASSED, make_finished_run, make_issue
 
 pytestmark = pytest.mark.django_db
@@ -21,7 +21,7 @@ HTMX = {"HX-Request": "true"}
 DEMO = {
     item["number"]: item
     for item in json.loads(
-        (Path(__file__).resolve().parent.parent / "rubric_app" / "fixtures" / "demo_issues.json").read_text()
+        (Path(__file__).resolve().parent.parent / "rubric_app" / "demo" / "demo_issues.json").read_text()
     )["issues"]
 }
 

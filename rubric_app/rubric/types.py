@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rubric_app.vocabulary import PT2_ONCALL
+
 
 @dataclass(frozen=True)
 class CommentText:
@@ -24,7 +26,8 @@ class BisectionEvidence:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+    """A similar issue (rubric_app/triage/similar.py) with the labels it carries: evidence for
+    similarity.similar_findings."""
 
     number: int
     labels: tuple[str, ...]
@@ -114,7 +117,7 @@ class Assessment:
     avoid: list[Avoided] = field(default_factory=list)
     route: str = "pt2"
     checklist: list[ChecklistItem] = field(default_factory=list)
-    queue: str = "oncall: pt2"
+    queue: str = PT2_ONCALL
 
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .facts import CORE, REVIEW, Facts, Finding
+from .facts import CORE, FUZZER_TOPIC, REVIEW, Facts, Finding
 from .rules import CONCLUDED_BY_OTHERS, SILENT_WRONG, backend_reports
 from .rules_automation import BISECTED, automation_of
 from .rules_domain import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, PERF_REGRESSION, REGRESSION
@@ -211,7 +211,7 @@ def silent_wrong(facts: Facts, findings: list[Finding]) -> list[Finding]:
     title, then the body, where R11 found nothing (a fuzzer's report goes through R12 instead)."""
     if any(x.kind == "flag" and x.rule_id == "R11" and x.origin == "rule" for x in findings):
         return []
-    if "topic: fuzzer" in facts.labels or facts.has(FUZZER, "title"):
+    if FUZZER_TOPIC in facts.labels or facts.has(FUZZER, "title"):
         return []
     for source, weight in (("title", 0.8), ("body", 0.6)):
         text = _text_of(facts, source) or ""
