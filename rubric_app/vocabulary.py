@@ -48,6 +48,8 @@ FUNCTORCH = "module: functorch"
 HELION = "module: helion"
 COMPILE_UX = "module: compile ux"
 MODULE_REGRESSION = "module: regression"
+# R12: a fuzzer's report (its repro's tolerances, not a silently wrong result for R11).
+FUZZER_TOPIC = "topic: fuzzer"
 
 # PyTorch's automation (rubric/automation.py reads it): the LLM triage bot marks what it labelled with BOT_TRIAGED;
 # triagers audit it with BOT_MISLABELED; the PT2 Repro Agent's labels start with REPRO_AGENT_PREFIX and ask for

@@ -168,3 +168,39 @@ def _assert_inert(html: str) -> None:
 
     Tags().feed(html)
     assert not found
+
+
+def test_it_counts_only_what_a_decision_said_about_labels(triager):
+    # Issue #36: a duplicate-close, a usage question, a transfer or a reply alone says nothing about the labels, and
+    # a hand-off (G5) only about the route: none of their module labels was "unticked".
+    shown = [*SHOWN, {"label": "oncall: export", "rule_id": "G5", "preselected": True}]
+    _decision(1, triager, added=[], shown=shown, close_reason="duplicate", reply="duplicate", duplicate_of=9)
+    _decision(2, triager, added=[], shown=shown, close_reason="not_planned", reply="redirect_to_forum")
+    _decision(3, triager, added=[], shown=shown, transfer_to="pytorch/vision")
+    _decision(4, triager, added=[], shown=shown, reply="request_more_info")
+    _decision(5, triager, added=["oncall: export"], shown=shown, redirect="oncall: export")
+    _decision(
+        6, triager, added=["oncall: cpu inductor", "module: dynamo"], shown=SHOWN, redirect="oncall: cpu inductor"
+    )
+    outcomes = list(metrics.decision_outcomes())
+    assert {o.issue_number for o in outcomes} == {5, 6}
+    handed_off = [(o.label, o.applied, o.unticked) for o in outcomes if o.issue_number == 5]
+    assert handed_off == [("oncall: pt2", False, False), ("oncall: export", True, False)]
+    # The CPU lane is PT2's own: its labels were decided like any other.
+    assert {o.label for o in outcomes if o.issue_number == 6 and o.unticked} == {"triaged", "module: compile ux"}
+    rules, added = metrics.rubric_health(outcomes)
+    assert {r.rule_id: (r.applied, r.unticked) for r in rules}["G4"] == (0, 1)
+
+
+def test_it_counts_triaged_that_a_applied_as_g6s_not_as_a_label_no_rule_suggested(triager):
+    # The engine suggests no `triaged` beside a flag; where the triager left the flag off, the plan adds `triaged`
+    # itself (G6), and a `bot-mislabeled` says what they thought of the bot, not of the rubric.
+    flagged = [{"label": "module: inductor", "rule_id": "R2.2", "preselected": True}]
+    _decision(1, triager, added=["module: inductor", "triaged"], shown=flagged)
+    review = [*flagged, {"label": "triage review", "rule_id": "R11", "preselected": True}]
+    _decision(2, triager, added=["module: inductor", "triaged", "bot-mislabeled"], shown=review)
+    rules, added = metrics.rubric_health(metrics.decision_outcomes())
+    assert added == []
+    g6 = {r.rule_id: r for r in rules}["G6"]
+    assert (g6.shown, g6.applied, g6.ticked, g6.ticked_kept) == (2, 2, 1, 1)  # #2: the triager unticked the flag
+    assert {r.rule_id: (r.applied, r.unticked) for r in rules}["R11"] == (0, 1)

@@ -40,10 +40,10 @@ from .facts import (
 from .flow import ends_with_component
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
 from .rules import CONCLUDED_BY_OTHERS, DEFAULT_BACKEND_GUESS, thread_facts
-from .rules_domain import CRASH
 from .similarity import similar_findings
 from .text import code_blocks, read_code, read_sources
 from .types import Assessment, Avoided, ChecklistItem, IssueText, Suggested
+from .weighing import HOLD, binding_review, r11_item, weigh
 
 # Holistic labels name a symptom: they yield to a core component (a UX complaint only to one shown
 # with at least HOLISTIC_YIELDS_TO).
@@ -181,6 +181,8 @@ def decide(
         findings += _model_findings(learned, feats, predictions, findings)
     # After the model's features: its neighbours' labels are no feature the model learned from.
     findings += similar_findings(facts.issue)
+    # R11's text evidence, verdicts weighed against the thread, the issues sharing the failure (weighing.py).
+    findings = weigh(facts, findings)
     return _assess(
         facts,
         findings,
@@ -663,23 +665,12 @@ def _cpu_only_shown(findings: list[Finding], checks: list[Finding]) -> bool:
 
 
 def _crash(findings: list[Finding]) -> Finding | None:
-    """R11's crash finding when the text names one of its crashes outright (segfault, SIGSEGV, illegal memory
-    access, device-side assert, core dumped), or None. The rubric leaves no judgement there: a crash is
-    flagged for the meeting, so it is suggested and pre-selected whatever the learned review curve says
-    (the humans' labels are a poor proxy for the flag: meetings remove it once they decide). A loose
-    "crashes" in a title is not one of them."""
-    return next(
-        (
-            x
-            for x in findings
-            if x.kind == "flag"
-            and x.label == REVIEW
-            and x.origin == "rule"
-            and x.rule_id == "R11"
-            and CRASH.search(x.evidence)
-        ),
-        None,
-    )
+    """R11's flag where the rubric leaves no judgement (weighing.binds), or None: a crash it names outright
+    (segfault, SIGSEGV, illegal memory access, device-side assert, core dumped), a silently wrong result, a
+    regression or a flaky test read in the text, or one a verdict shows. It is suggested and pre-selected
+    whatever the learned review curve says (the humans' labels are a poor proxy for the flag: meetings remove
+    it once they decide), so `a` never marks such an issue `triaged`. A loose "crashes" in a title is not one."""
+    return binding_review(findings)
 
 
 def _calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
@@ -723,6 +714,7 @@ def _preselect(
     bisected = [x for x in findings if x.source.startswith("bisection")]
     cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
     guessed = {l for l, x in rule_adds.items() if x.reason == DEFAULT_BACKEND_GUESS and not bisected}
+    held = {x.label: x.reason for x in findings if x.kind == HOLD}  # weighing: the thread contradicts it
     ticked, held_back = [], {}
     for s in out.add:
         threshold = bars["oncall"] if is_oncall(s.label) else bars.get(s.label, bar)
@@ -736,6 +728,8 @@ def _preselect(
         if pick and (unmeasured or s.label in guessed):
             pick = False
             held_back[s.label] = BISECT_FIRST if s.label in guessed else UNMEASURED
+        if pick and s.label in held:
+            pick, held_back[s.label] = False, held[s.label]
         if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == REVIEW and crashed):
             pick = True
         if question and is_module(s.label):
@@ -830,14 +824,7 @@ def _checklist(
                 ", ".join(ticked or modules),
             )
         )
-        items.append(
-            ChecklistItem(
-                "R11",
-                "Crash, silent wrong result, regression or important user: flag triage review.",
-                "satisfied" if review else "not_applicable",
-                review.evidence if review else "",
-            )
-        )
+        items.append(r11_item(review))
         items.append(
             ChecklistItem(
                 "G6",

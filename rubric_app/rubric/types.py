@@ -38,6 +38,20 @@ class Neighbour:
 
 
 @dataclass(frozen=True)
+class SharedEvidence:
+    """What settles a component on another open issue with the very same failure signature (signature.py): a
+    backend result or a diagnosis in its thread, or its bisection's verdict. Issues sharing one failure take
+    their components from the same evidence (weighing.shared_findings); evidence is the exact text on #number."""
+
+    number: int
+    label: str
+    rule_id: str
+    evidence: str
+    reason: str = ""
+    weight: float = 0.0
+
+
+@dataclass(frozen=True)
 class IssueText:
     number: int
     title: str
@@ -47,6 +61,7 @@ class IssueText:
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
+    shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure
     # Who may speak for PyTorch's automation (rubric_app/vocabulary.py; settings.AUTOMATION_ACCOUNTS on the site).
     automation_accounts: AutomationAccounts = DEFAULT_ACCOUNTS
 

@@ -33,7 +33,15 @@ from django.db.models.lookups import IsNull, LessThan
 from django.utils import timezone
 
 from rubric_app.models import Issue, TriageDecision, week_start
-from rubric_app.vocabulary import BOT_TRIAGED, FEEDBACK_LABELS, PT2_ONCALL, TRIAGED
+from rubric_app.vocabulary import (
+    BOT_TRIAGED,
+    FEEDBACK_LABELS,
+    PT2_ONCALL,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    is_home_oncall,
+    is_oncall,
+)
 
 DEFAULT_WEEKS = 12
 MAX_WEEKS = 52
@@ -60,25 +68,47 @@ class Outcome(NamedTuple):
 def decision_outcomes() -> Iterator[Outcome]:
     """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
 
-    Only applied triage decisions that recorded what they were shown (suggestions_shown) count;
-    meeting decisions settle the review, not the labels. A shown suggestion was applied (the
-    decision added it), unticked (neither added nor already there) or already on the issue
-    (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
-    one query. Used by the rubric health page (/rubric). train_label_model --from-db reads the decisions
-    itself (decision_examples): it also learns from labels removed, and from decisions recorded before
+    Only applied triage decisions that recorded what they were shown (suggestions_shown) count, and only what
+    they decided about labels: meeting decisions settle the review; a close (a duplicate, a usage question),
+    a transfer or a reply alone says nothing about the labels, and a hand-off (G5) only about the route, so
+    those count for their `oncall:` labels alone. A shown suggestion was applied (the decision added it),
+    unticked (neither added nor already there) or already on the issue (neither); a label added that no rule
+    suggested is `added`, with rule_id "", except `triaged`, which the plan adds itself wherever nothing is
+    flagged: G6's, pre-selected when `a` did not flag the meeting; the feedback labels (`bot-mislabeled`)
+    say what the triager thought of the automation, not of the rubric. Newest first, one query. Used by the
+    rubric health page (/rubric). train_label_model --from-db reads the decisions itself
+    (decision_examples): it also learns from labels removed, and from decisions recorded before
     suggestions_shown was kept.
     """
     rows = TriageDecision.objects.filter(
         status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False
     )
     rows = rows.order_by("-created_at", "-pk").values_list(
-        "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown"
+        "pk",
+        "issue_id",
+        "issue__number",
+        "labels_seen",
+        "labels_added",
+        "suggestions_shown",
+        "labels_removed",
+        "close_reason",
+        "transfer_to",
+        "reply",
+        "redirect",
     )
-    for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
+    for pk, issue_id, number, seen, added, shown, removed, close, transfer, reply, redirect in rows.iterator(
+        chunk_size=2000
+    ):
+        if close or transfer or (reply and not added and not removed):
+            continue
+        handoff = bool(redirect) and not is_home_oncall(redirect)
+        decided = is_oncall if handoff else (lambda label: True)
         shown_labels = set()
         for item in shown:
             label, rule_id = item.get("label", ""), item.get("rule_id", "")
             shown_labels.add(label)
+            if not decided(label):
+                continue
             applied = label in added
             yield Outcome(
                 pk,
@@ -92,8 +122,13 @@ def decision_outcomes() -> Iterator[Outcome]:
                 False,
                 item.get("preselected"),
             )
+        flagged = any(item.get("label") == TRIAGE_REVIEW and item.get("preselected") for item in shown)
         for label in added:
-            if label not in shown_labels:
+            if label in shown_labels or label in FEEDBACK_LABELS or not decided(label):
+                continue
+            if label == TRIAGED:
+                yield Outcome(pk, issue_id, number, label, "G6", True, True, False, False, not flagged)
+            else:
                 yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
 
 

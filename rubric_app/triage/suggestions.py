@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from rubric_app import rubric
 from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, Suggestion
-from rubric_app.triage import similar
+from rubric_app.triage import evidence, similar
 
 
 def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
@@ -35,7 +35,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
                 "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
             )
         )
-        _store(list(chunk), catalog)
+        _store(list(chunk), catalog, later=frozenset(ids[start + batch :]))
     return len(ids)
 
 
@@ -46,18 +46,23 @@ def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> rubric
     return _store([issue], catalog)[0]
 
 
-def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessment]:
+def _store(
+    issues: list[Issue], catalog: frozenset[str], siblings: bool = True, later: frozenset[int] = frozenset()
+) -> list[rubric.Assessment]:
     """Run the engine on each issue and replace their stored suggestions, route and checklist.
 
     The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
-    and a finished bisection) never leave both sets of suggestions behind.
+    and a finished bisection) never leave both sets of suggestions behind. The other open issues sharing
+    a failure signature with them take their components from the same evidence (evidence.shared_evidence):
+    with `siblings`, they are refreshed next, but those a later batch of the same refresh stores (`later`).
     """
     now = timezone.now()
     texts = [issue.as_issue_text() for issue in issues]
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
+    shared, others = evidence.shared_evidence(issues, texts)
     assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ()), shared=shared.get(issue.pk, ())), catalog)
         for issue, text in zip(issues, texts)
     ]
     rows = []
@@ -100,4 +105,7 @@ def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessme
         Suggestion.objects.filter(issue_id__in=ids).delete()
         Suggestion.objects.bulk_create(rows)
         Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
+    others = [other for other in others if other.pk not in later]
+    if others and siblings:
+        _store(others, catalog, siblings=False)
     return assessments

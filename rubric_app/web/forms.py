@@ -447,6 +447,10 @@ class GroupDecisionForm(forms.Form):
                     "issues": list(self.members),
                     "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
                     "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
+                    # R11 binds: one crash or silent wrong result flagged for the meeting flags the shared failure.
+                    "review": any(
+                        s.label == TRIAGE_REVIEW and s.preselected for issue in members for s in issue.suggestions.all()
+                    ),
                     "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
                 }
             )

@@ -262,12 +262,17 @@ def percent(value: float) -> str:
 
 @register.filter
 def source_label(source: str) -> str:
-    """'comment:2' -> 'comment 3' (people count from one), 'bisection:7' -> 'bisection run 7'."""
+    """'comment:2' -> 'comment 3' (people count from one), 'bisection:7' -> 'bisection run 7', 'run:7' -> a run
+    weighed against the thread (rubric/weighing.py), 'issue:170014' -> the issue sharing the failure."""
     kind, _, rest = (source or "").partition(":")
     if kind == "comment" and rest.isdigit():
         return f"comment {int(rest) + 1}"
     if kind == "bisection":
         return f"bisection run {rest}"
+    if kind == "run":
+        return f"bisection run {rest}, weighed" if rest else "bisection, weighed"
+    if kind == "issue":
+        return f"#{rest}, same failure"
     return kind or "—"
 
 

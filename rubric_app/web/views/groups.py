@@ -16,7 +16,7 @@ from rubric_app.models import (
     TriageDecision,
     WorkerHeartbeat,
 )
-from rubric_app.triage import decisions
+from rubric_app.triage import decisions, evidence
 from rubric_app.web.forms import (
     GroupDecisionForm,
 )
@@ -60,6 +60,7 @@ def signature_group(request: HttpRequest, key: str) -> HttpResponse:
         "others": others,
         "form": _group_form(members),
         "text": (members or others)[0].signature_text,
+        "disagreement": evidence.group_components(members),
     }
     return render(request, "rubric_app/group.html", context)
 

@@ -13,7 +13,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.automation import AGENT_LABEL
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
-from rubric_app.triage import decisions, similar
+from rubric_app.triage import decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, is_bot
 from rubric_app.web.forms import (
     BisectForm,
@@ -96,6 +96,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "next_number": next_number,
         "bisect_form": bisect_form,
         "run": runs[0] if runs else None,
+        "run_notes": evidence.run_notes(runs[0] if runs else None, issue, comments),
         **waiting(live, run=runs[0] if runs else None),
         "earlier_runs": runs[1:],
         "build_runs": build_checks.side_by_side(runs),
@@ -247,6 +248,8 @@ def bisection_status(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(f"{run.issue.get_absolute_url()}#bisection")
     context = {"run": run, "issue": run.issue, "just_finished": run.is_finished}
+    if run.is_finished:  # where the run and the thread differ (verdicts weighed, issue #36)
+        context["run_notes"] = evidence.run_notes(run, run.issue)
     if run.status == BisectionRun.Status.QUEUED:  # only then: is a worker of its queue there to take it?
         context.update(waiting(WorkerHeartbeat.objects.queues(), run=run))
     response = polled(request, "bisection-run", context, run.is_finished)
