@@ -93,7 +93,8 @@ LANES = (
     Lane(LANE_REVIEW, TRIAGE_REVIEW, labels=(TRIAGE_REVIEW,)),
     Lane(LANE_REPRO, NEEDS_REPRODUCTION, labels=(NEEDS_REPRODUCTION,)),
     Lane(LANE_BOT, "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
-    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
+    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one, only on evidence
+    # (bisection/evidence.py: same device and hardware, no other repro still failing): ask them to confirm.
     Lane(LANE_FIXED, "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),
     Lane(LANE_ALL, "all"),
     Lane(LANE_MINE, "mine", per_user=True),

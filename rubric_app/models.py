@@ -238,9 +238,12 @@ class Issue(models.Model):
             number=self.number,
             title=self.title,
             body=self.body,
-            comments=tuple(rubric.CommentText(body=c.body, author=c.author) for c in comments),
+            comments=tuple(
+                rubric.CommentText(body=c.body, author=c.author, association=c.author_association) for c in comments
+            ),
+            author=self.author,
         )
-        return read_automation(sources_of(text), self.label_names())
+        return read_automation(sources_of(text), self.label_names(), accounts=settings.AUTOMATION_ACCOUNTS)
 
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
@@ -264,12 +267,16 @@ class Issue(models.Model):
             title=self.title,
             body=self.body,
             comments=tuple(
-                rubric.CommentText(body=c.body, author=c.author, github_id=c.github_id) for c in self.comments.all()
+                rubric.CommentText(
+                    body=c.body, author=c.author, github_id=c.github_id, association=c.author_association
+                )
+                for c in self.comments.all()
             ),
             labels=tuple(self.label_names()),
             bisection=bisection,
             author=self.author,
             neighbours=neighbours,
+            automation_accounts=settings.AUTOMATION_ACCOUNTS,
         )
 
     def regression_evidence(self) -> tuple[rubric.BisectionEvidence, ...]:
@@ -323,6 +330,9 @@ class Comment(models.Model):
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="comments")
     github_id = models.BigIntegerField(unique=True)
     author = models.CharField(max_length=100, blank=True)
+    # GitHub's author_association (MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...): whether the poster maintains
+    # the repository, which decides whose repro counts (rubric_app/vocabulary.py); "" where GitHub did not say.
+    author_association = models.CharField(max_length=30, blank=True)
     body = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -446,6 +456,14 @@ class BisectionRun(models.Model):
     recheck_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="rechecks")
     # Once done: reproduced, passed or inconclusive (builds.outcome): what comparisons and re-checks query.
     outcome = models.CharField(max_length=20, blank=True)
+    # Whose post the repro is ("" when a person typed it), and whether it counts on its own (the reporter's, a
+    # maintainer's, the automation's, or typed by a triager): another commenter's repro is run only when a triager
+    # chooses it, and its runs never put an issue in "may be fixed" or call a regression (runs/repro_sources.py).
+    repro_author = models.CharField(max_length=100, blank=True)
+    repro_counts = models.BooleanField(default=True)
+    # What ran it, written by the worker: {"device": "cpu", "cpu": model, "isa": [CPU flags], "gpu": name}
+    # (rubric_app/runs/hardware.py). A report that names an ISA or a GPU the run lacked is not fixed by its pass.
+    hardware = models.JSONField(default=dict, blank=True)
 
     objects = BisectionRunQuerySet.as_manager()
 
@@ -756,6 +774,8 @@ class WorkerHeartbeat(models.Model):
     device = models.CharField(max_length=10, blank=True, help_text="The worker's BISECTION_DEVICE.")
     # {build name: torch version} of the builds it hosts (TORCH_BUILDS), as installed at its last beat.
     builds = models.JSONField(default=dict, blank=True)
+    # What the machine has (rubric_app/runs/hardware.py): {"cpu": model, "isa": [CPU flags], "gpu": name}.
+    hardware = models.JSONField(default=dict, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerHeartbeatQuerySet.as_manager()

@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from rubric_app.bisection.builds import parse as parse_torch_builds
-from rubric_app.vocabulary import QUEUE_LABELS
+from rubric_app.vocabulary import DEFAULT_AUTOMATION_ACCOUNTS, QUEUE_LABELS, parse_automation_accounts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
@@ -388,6 +388,14 @@ AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
 # Re-checks of open issues' repros on a newer torch build (rubric_app/runs/build_checks.py): a budget of their own, so a
 # new nightly's backlog never takes the arrivals' runs.
 RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
+
+# Who may speak for PyTorch's automation (rubric_app/vocabulary.py): "repro_agent=login;agent=login,login;bot=login".
+# Anyone else's "🤖 PT2 Repro Agent" comment or "unable to reproduce on <sha>" is shown as a claim, never used as
+# evidence. The default is PyTorch's accounts (docs/engine.md, "Who may speak for the automation").
+try:
+    AUTOMATION_ACCOUNTS = parse_automation_accounts(os.environ.get("AUTOMATION_ACCOUNTS", DEFAULT_AUTOMATION_ACCOUNTS))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 LOGGING = {
     "version": 1,

@@ -219,8 +219,9 @@ class FakeGitHub:
         updated_at: datetime | None = None,
         labelled_by: str = "",
     ) -> dict:
-        """Create (or replace) an issue. comments: strings, or dicts with body/user. Its labels' `labeled` events
-        name labelled_by (default: the author) as their actor."""
+        """Create (or replace) an issue. comments: strings, or dicts with body/user (and id, created_at, association:
+        GitHub's author_association, NONE unless given). Its labels' `labeled` events name labelled_by (default: the
+        author) as their actor."""
         with self.lock:
             for name in labels:
                 if name not in self.labels:
@@ -249,16 +250,18 @@ class FakeGitHub:
                     item.get("user", "commenter"),
                     item.get("created_at", stamp),
                     item.get("id"),
+                    item.get("association", "NONE"),
                 )
             return issue
 
     def _append_comment(
-        self, issue: dict, body: str, user: str, stamp: datetime, comment_id: int | None = None
+        self, issue: dict, body: str, user: str, stamp: datetime, comment_id: int | None = None, association="NONE"
     ) -> dict:
         comment = {
             "id": comment_id or self._next_comment_id,
             "body": body,
             "user": user,
+            "association": association,
             "created_at": stamp,
             "updated_at": stamp,
         }
@@ -266,13 +269,14 @@ class FakeGitHub:
         issue["comments"].append(comment)
         return comment
 
-    def add_comment(self, number: int, body: str, user: str = "commenter") -> dict:
-        """Someone comments: bumps the issue's updated_at, as GitHub does."""
+    def add_comment(self, number: int, body: str, user: str = "commenter", association: str = "NONE") -> dict:
+        """Someone comments: bumps the issue's updated_at, as GitHub does. association: GitHub's author_association
+        of `user` on this repository (MEMBER, CONTRIBUTOR, NONE...)."""
         with self.lock:
             issue = self.issues[number]
             stamp = self.tick()
             issue["updated_at"] = stamp
-            return self._append_comment(issue, body, user, stamp)
+            return self._append_comment(issue, body, user, stamp, association=association)
 
     def graphql(self, request: dict) -> dict:
         """The one GraphQL call the dashboard makes: transferIssue (G2). Refusals come back as 200 with
@@ -527,6 +531,7 @@ class FakeGitHub:
             "url": f"{self._base()}/issues/comments/{comment['id']}",
             "issue_url": f"{self._base()}/issues/{number}",
             "user": {"login": comment["user"]},
+            "author_association": comment.get("association", "NONE"),
             "body": comment["body"],
             "created_at": _iso(comment["created_at"]),
             "updated_at": _iso(comment["updated_at"]),
@@ -979,6 +984,7 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
                     "id": c["id"],
                     "body": c["body"],
                     "user": c.get("author", ""),
+                    "association": c.get("author_association", "NONE"),
                     "created_at": _parse_iso(c["created_at"]),
                 }
                 for c in data.get("comments", [])

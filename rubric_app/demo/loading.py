@@ -91,6 +91,7 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
                 defaults={
                     "issue": issue,
                     "author": comment.get("author", ""),
+                    "author_association": comment.get("author_association", "NONE"),
                     "body": comment["body"],
                     "created_at": _when(comment["created_at"]),
                     "updated_at": _when(comment["created_at"]),

@@ -80,6 +80,7 @@ class CommentData:
     body: str
     created_at: datetime
     updated_at: datetime
+    association: str = ""  # GitHub's author_association: MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ def parse_comment(raw: dict) -> CommentData:
         body=raw.get("body") or "",
         created_at=parse_time(raw["created_at"]),
         updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
+        association=str(raw.get("author_association") or "")[:30],
     )
 
 

@@ -286,6 +286,7 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
                 issue_id=issue_id,
                 github_id=c.github_id,
                 author=c.author[:100],
+                author_association=c.association,
                 body=c.body,
                 created_at=c.created_at,
                 updated_at=c.updated_at,
@@ -295,7 +296,7 @@ def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) 
         ],
         update_conflicts=True,
         unique_fields=["github_id"],
-        update_fields=["issue", "author", "body", "updated_at"],
+        update_fields=["issue", "author", "author_association", "body", "updated_at"],
         batch_size=500,
     )
     keep = [c.github_id for comments in fetched.values() for c in comments]
@@ -571,6 +572,7 @@ def _store_comment(issue: Issue, data: github.CommentData) -> bool:
         defaults={
             "issue": issue,
             "author": data.author[:100],
+            "author_association": data.association,
             "body": data.body,
             "created_at": data.created_at,
             "updated_at": data.updated_at,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rubric_app.vocabulary import PT2_ONCALL
+from rubric_app.vocabulary import DEFAULT as DEFAULT_ACCOUNTS
+from rubric_app.vocabulary import PT2_ONCALL, AutomationAccounts
 
 
 @dataclass(frozen=True)
@@ -12,6 +13,7 @@ class CommentText:
     body: str
     author: str = ""
     github_id: int | None = None
+    association: str = ""  # GitHub's author_association of the author (MEMBER, CONTRIBUTOR, NONE...), "" unknown
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class IssueText:
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
     shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure
+    # Who may speak for PyTorch's automation (rubric_app/vocabulary.py; settings.AUTOMATION_ACCOUNTS on the site).
+    automation_accounts: AutomationAccounts = DEFAULT_ACCOUNTS
 
 
 @dataclass(frozen=True)

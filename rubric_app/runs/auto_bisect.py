@@ -8,7 +8,8 @@ It is untrusted code run at an outsider's request, so every run is bounded here,
 - no run for a repro that downloads models or data: the sandbox has no network, so it is recorded at once as
   failed with "needs network" instead of spending a run to learn it;
 - its own low-priority queues (cpu_auto, gpu_auto): a worker takes a human's run (cpu, gpu) first.
-Each automatic run is a BisectionRun with automatic=True and caused_by saying whose post caused it.
+Each automatic run is a BisectionRun with automatic=True and caused_by saying whose post caused it. Its repro is
+the reporter's or a maintainer's (repro_sources.py): another commenter's is never run without a triager choosing it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from rubric_app import bisection
 from rubric_app.bisection import builds
 from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
+from rubric_app.runs import repro_sources
 
 # A repro that fetches weights, data sets or anything else over the network: it cannot pass in the sandbox.
 NEEDS_NETWORK = re.compile(
@@ -59,11 +61,19 @@ def queue_for_issues(issue_ids: list[int], *, cause: str) -> list[Outcome]:
 def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
     if settings.AUTO_BISECT == "off":
         return Outcome(None, "automatic bisection is off (AUTO_BISECT=off)")
-    comments = list(issue.comments.all())
-    repro = bisection.extract_repro([issue.body, *(c.body for c in comments)])
-    if repro is None:
-        return Outcome(None, "no repro in the issue")
-    poster = issue.author if repro.source == 0 else comments[repro.source - 1].author
+    # Whose repro counts (repro_sources.py): the reporter's or a maintainer's, never another commenter's on its own.
+    posted = repro_sources.posted_repros(issue, list(issue.comments.all()))
+    chosen = repro_sources.default_repro(posted)
+    if chosen is None:
+        others = ", ".join(sorted({f"@{p.author}" for p in posted})) or "no one"
+        return Outcome(
+            None,
+            f"no repro from the reporter or a maintainer (offered on the issue page, never run automatically: "
+            f"{others}'s)"
+            if posted
+            else "no repro in the issue",
+        )
+    repro, poster = chosen.repro, chosen.author
     code_hash = repro_hash(repro.code)
     device = BisectionRun.Device.CUDA if bisection.names_cuda(repro.original or repro.code) else BisectionRun.Device.CPU
     if device == BisectionRun.Device.CUDA:
@@ -93,6 +103,7 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
             automatic=True,
             caused_by=f"@{poster} ({cause})" if poster else cause,
             caused_by_login=poster,
+            repro_author=poster,
         )
         fetches = NEEDS_NETWORK.search(repro.code)
         if fetches:

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from rubric_app import bisection
 from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun
+from rubric_app.runs import repro_sources
 from rubric_app.tasks import run_bisection_task
 
 QUEUES = BisectionRun.QUEUES
@@ -44,6 +45,8 @@ def start_bisection(
         raise ValueError("the repro is empty")
     if not builds:
         raise ValueError("choose at least one torch build")
+    # Whose repro this is: another commenter's runs never conclude on their own (repro_sources.py).
+    author, counts = repro_sources.standing(repro_sources.posted_repros(issue), code)
     runs = [
         BisectionRun.objects.create(
             issue=issue,
@@ -53,6 +56,8 @@ def start_bisection(
             repro_style=bisection.detect_style(code),
             repro_hash=repro_hash(code),
             build=build,
+            repro_author=author,
+            repro_counts=counts,
         )
         for build in dict.fromkeys(builds)
     ]

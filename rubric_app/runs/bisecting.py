@@ -19,7 +19,7 @@ from rubric_app import bisection
 from rubric_app.bisection import builds
 from rubric_app.github import recovery
 from rubric_app.models import BisectionRun, queue_state
-from rubric_app.runs import build_checks
+from rubric_app.runs import build_checks, hardware
 from rubric_app.triage import suggestions
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,8 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     run.results = capped_results(report.results)
+    # Which device and ISA ran it: a report naming hardware the run lacked is not fixed by its pass (build_checks).
+    run.hardware = {"device": "cuda" if device == "cuda" else "cpu", **hardware.this_machine()}
     run.verdict_labels, run.verdict_summary = report.labels, report.summary
     run.torch_version, run.sandbox_report, run.log = report.torch_version, report.sandbox, report.log
     run.outcome = builds.outcome(report.results)
@@ -208,6 +210,7 @@ FINISH_FIELDS = [
     "torch_version",
     "sandbox_report",
     "log",
+    "hardware",
 ]
 
 

@@ -2,10 +2,12 @@
 issues' repros on a newer build once a worker reports one.
 
 compare_issue() runs when a bisection finishes, and compare_issues() when the sync or a webhook changes issues (an
-edit may give the reporter's version): the same repro's runs on one device, newest version first, go to
-bisection.builds.compare(); "regression" (passes on an older build, fails on a newer: R11) and "may_be_fixed"
-(reproduced on an older build, or the reporter's, and passes on a newer) are stored on the issue for the queue's
-markers, its "may be fixed" lane and the suggestions (Issue.regression_evidence).
+edit may give the reporter's version): each current repro's runs on each device, newest version first, go to
+bisection.builds.compare(), and bisection.evidence.decide() weighs them together (issues #35, #36): "regression"
+(a repro that counts passes on an older build and fails on a newer: R11) and "may_be_fixed" (only on evidence: the
+same repro reproduced on an older build, or the reporter's, and passes on a newer on the report's device and hardware,
+no other current repro still failing) are stored on the issue for the queue's markers, its "may be fixed" lane, the
+confirm_fixed reply and the suggestions (Issue.regression_evidence).
 
 queue_rechecks() runs with the sweep (every 5 minutes) and from `manage.py recheck_builds`: for each open queue
 issue whose repro's newest run (reproduced or passed: a timeout tells nothing) was on an older torch than a live
@@ -26,8 +28,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app.bisection import builds
+from rubric_app.bisection import builds, evidence
+from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
+from rubric_app.runs import repro_sources
 from rubric_app.runs.auto_bisect import TASK
 from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION
 
@@ -37,30 +41,46 @@ RECHECKED = ("reproduced", "passed")
 RETRY_AFTER = timedelta(days=1)
 
 
-COMPARED = ("pk", "repro_hash", "device", "build", "torch_version", "results")
+COMPARED = (
+    "pk",
+    "repro_hash",
+    "device",
+    "build",
+    "torch_version",
+    "results",
+    "repro_code",
+    "repro_style",
+    "repro_author",
+    "repro_counts",
+    "hardware",
+)
 
 
 def compare_issue(issue: Issue) -> builds.Comparison | None:
-    """Compare the runs of the issue's latest repro, on the latest run's device, across torch versions; store the
-    finding on the issue. (A CUDA run passing where a CPU run failed says nothing about a fix.)"""
-    runs = list(_finished(issue.bisection_runs.all()).values_list(*COMPARED))
-    comparison = _compare(runs, issue.body)
+    """Compare the runs of each of the issue's current repros, on each device, across torch versions, and weigh them
+    together (bisection/evidence.py); store the finding on the issue. (A CUDA run passing where a CPU run failed says
+    nothing about a fix; a stranger's passing repro beside the reporter's failing one says nothing either.)"""
+    runs = list(_finished(issue.bisection_runs.all()).values_list(*COMPARED, named=True))
+    comparison = _compare(runs, issue, list(issue.comments.all()))
     issue.build_finding, issue.build_comparison = _stored(comparison)
     Issue.objects.filter(pk=issue.pk).update(build_finding=issue.build_finding, build_comparison=issue.build_comparison)
     return comparison
 
 
 def compare_issues(issue_ids: list[int]) -> int:
-    """Compare again the issues whose text changed (the reporter's version may have), reading all their runs in
-    one query; store the findings that changed and return how many did."""
+    """Compare again the issues whose text changed (the reporter's version may have, or a repro), reading all their
+    runs in one query and their comments in another; store the findings that changed and return how many did."""
     runs: dict[int, list] = defaultdict(list)
-    for issue_id, *row in _finished(BisectionRun.objects.filter(issue_id__in=issue_ids)).values_list(
-        "issue_id", *COMPARED
+    for row in _finished(BisectionRun.objects.filter(issue_id__in=issue_ids)).values_list(
+        "issue_id", *COMPARED, named=True
     ):
-        runs[issue_id].append(row)
+        runs[row.issue_id].append(row)
     changed = 0
-    for issue in Issue.objects.filter(pk__in=list(runs)).only("pk", "body", "build_finding", "build_comparison"):
-        finding, comparison = _stored(_compare(runs[issue.pk], issue.body))
+    issues = Issue.objects.filter(pk__in=list(runs)).only(
+        "pk", "title", "body", "author", "build_finding", "build_comparison"
+    )
+    for issue in issues.prefetch_related("comments"):
+        finding, comparison = _stored(_compare(runs[issue.pk], issue, list(issue.comments.all())))
         if (finding, comparison) != (issue.build_finding, issue.build_comparison):
             Issue.objects.filter(pk=issue.pk).update(build_finding=finding, build_comparison=comparison)
             changed += 1
@@ -71,17 +91,48 @@ def _finished(runs):
     return runs.filter(status=BisectionRun.Status.DONE).exclude(torch_version="").order_by("-finished_at", "-pk")
 
 
-def _compare(runs: list[tuple], body: str) -> builds.Comparison | None:
-    """runs: COMPARED rows, newest first. The latest run's repro and device are the ones compared."""
+def _compare(runs: list, issue: Issue, comments: list) -> builds.Comparison | None:
+    """runs: COMPARED rows (named), newest first. Every current repro counts: one still posted in the issue, or one no
+    post holds (a triager typed it). A repro whose post was edited away or deleted no longer speaks for the issue."""
     if not runs:
         return None
-    current = tuple(runs[0][1:3])
-    same = [
-        builds.BuildRun(pk, build, version, results)
-        for pk, code, device, build, version, results in runs
-        if (code, device) == current
-    ]
-    return builds.compare(same, builds.reported_version(body))
+    posted = repro_sources.posted_repros(issue, comments)
+    post_of = {code_hash: post for post in posted for code_hash in post.hashes}
+    default = repro_sources.default_repro(posted)
+    report = evidence.read_report(
+        issue.title, issue.body, (default.repro.original or default.repro.code) if default else ""
+    )
+    grouped: dict[str, list] = defaultdict(list)
+    for row in runs:
+        grouped[row.repro_hash].append(row)
+    repros = []
+    for code_hash, rows in grouped.items():
+        post, first = post_of.get(code_hash), rows[0]
+        if post is None and first.repro_author:
+            continue
+        # A run of the posted script's conversion: what the script did with the compiled results was dropped.
+        converted = post is not None and post.repro.original and code_hash == repro_hash(post.repro.code)
+        repros.append(
+            evidence.Repro(
+                repro_hash=code_hash,
+                runs=tuple(
+                    evidence.Run(
+                        r.pk, r.build, r.torch_version, "cuda" if r.device == "cuda" else "cpu", r.results, r.hardware
+                    )
+                    for r in rows
+                ),
+                author=post.author if post else first.repro_author,
+                counts=post.counts if post else first.repro_counts,
+                by_reporter=post.by_reporter if post else False,
+                checks_result=evidence.checks_result(
+                    first.repro_code,
+                    first.repro_style,
+                    original=post.repro.original if converted else "",
+                    raises=report.raises,
+                ),
+            )
+        )
+    return evidence.decide(report, repros)
 
 
 def _stored(comparison: builds.Comparison | None) -> tuple[str, dict]:
@@ -135,8 +186,8 @@ def queue_rechecks(now=None) -> list[Recheck]:
 
 
 def _latest_runs() -> list[BisectionRun]:
-    """Each open queue issue's newest finished run (by torch version, then time) of its latest repro, oldest
-    checked first."""
+    """Each open queue issue's newest finished run (by torch version, then time) of each of its repros, oldest
+    checked first: every current repro's runs count (a repro still failing keeps an issue out of "may be fixed")."""
     rows = (
         BisectionRun.objects.filter(
             status=BisectionRun.Status.DONE, issue__in_queue=True, issue__state=Issue.State.OPEN
@@ -146,15 +197,11 @@ def _latest_runs() -> list[BisectionRun]:
         .defer("log", "results", "sandbox_report")
         .order_by("issue_id", "-finished_at", "-pk")
     )
-    latest: dict[int, BisectionRun] = {}
-    current: dict[int, str] = {}
+    latest: dict[tuple[int, str], BisectionRun] = {}
     for run in rows:
-        current.setdefault(run.issue_id, run.repro_hash)
-        if run.repro_hash != current[run.issue_id]:
-            continue
-        kept = latest.get(run.issue_id)
+        kept = latest.get((run.issue_id, run.repro_hash))
         if kept is None or builds.newer(run.torch_version, kept.torch_version):
-            latest[run.issue_id] = run
+            latest[(run.issue_id, run.repro_hash)] = run
     return sorted(latest.values(), key=lambda r: (r.finished_at, r.pk))
 
 
@@ -188,6 +235,8 @@ def _queue_one(run: BisectionRun, build: str, version: str, *, now) -> Recheck:
             automatic=True,
             recheck_of=run,
             caused_by=f"a newer build: {build} {version} (re-check of run {run.pk} on {run.torch_version})",
+            repro_author=run.repro_author,
+            repro_counts=run.repro_counts,
         )
         queue = recheck.queue_name
         transaction.on_commit(lambda: current_app.send_task(TASK, args=(recheck.pk,), queue=queue))

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from rubric_app.github import recovery
 from rubric_app.models import WorkerHeartbeat
-from rubric_app.runs import bisecting
+from rubric_app.runs import bisecting, hardware
 from rubric_app.tasks import apply_decision_task
 from rubric_app.vocabulary import BISECTION_QUEUES
 
@@ -42,10 +42,19 @@ def beat(name: str, queues: list[str]) -> None:
     runs_bisections = any(not served.isdisjoint(queues) for served in BISECTION_QUEUES.values())
     hosted = bisecting.hosted_versions() if runs_bisections else {}
     row = WorkerHeartbeat(
-        name=name, queues=sorted(queues), device=settings.BISECTION_DEVICE, builds=hosted, seen_at=timezone.now()
+        name=name,
+        queues=sorted(queues),
+        device=settings.BISECTION_DEVICE,
+        builds=hosted,
+        # Its CPU's ISA and its GPU: a report naming hardware this machine lacks is not fixed by its pass (#36).
+        hardware=hardware.this_machine() if runs_bisections else {},
+        seen_at=timezone.now(),
     )
     WorkerHeartbeat.objects.bulk_create(
-        [row], update_conflicts=True, unique_fields=["name"], update_fields=["queues", "device", "builds", "seen_at"]
+        [row],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=["queues", "device", "builds", "hardware", "seen_at"],
     )
 
 

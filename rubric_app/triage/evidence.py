@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Prefetch
 
 from rubric_app import rubric
@@ -86,7 +87,10 @@ def run_notes(run: BisectionRun | None, issue: Issue, comments: list[Comment] | 
         number=issue.number,
         title=issue.title,
         body=issue.body,
-        comments=tuple(rubric.CommentText(body=c.body, author=c.author) for c in comments),
+        comments=tuple(
+            rubric.CommentText(body=c.body, author=c.author, association=c.author_association) for c in comments
+        ),
         author=issue.author,
+        automation_accounts=settings.AUTOMATION_ACCOUNTS,
     )
     return notes_of(text, run.results, run.verdict_labels or [], run.pk)

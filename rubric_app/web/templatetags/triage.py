@@ -16,6 +16,8 @@ from django.utils.html import conditional_escape, escape, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
+from rubric_app.runs import hardware
+from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION
 from rubric_app.web.forms import module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
@@ -201,7 +203,7 @@ def queue_row(context, issue) -> SafeString:
 
 
 # What the repro's runs across torch builds say, as the queue marks it (Issue.build_finding).
-BUILD_MARKERS = {"regression": ("regression", "R11"), "may_be_fixed": ("may be fixed", "")}
+BUILD_MARKERS = {REGRESSION: ("regression", "R11"), MAY_BE_FIXED: ("may be fixed", "")}
 
 
 def _build_marker(issue) -> str:
@@ -210,9 +212,11 @@ def _build_marker(issue) -> str:
     text, rule = BUILD_MARKERS[issue.build_finding]
     summary = escape_html(str(issue.build_comparison.get("summary", "")))
     rule = f" ({rule})" if rule else ""
+    # "May be fixed" is a claim a triager repeats to the reporter: its evidence is on the row, not only on hover.
+    shown = f'<span class="muted" data-build-evidence>{summary}</span> ' if issue.build_finding == MAY_BE_FIXED else ""
     return (
         f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
-        f'title="{summary}">{text}{rule}</span> '
+        f'title="{summary}">{text}{rule}</span> {shown}'
     )
 
 
@@ -319,6 +323,12 @@ def state_name(state: str) -> str:
 def reply_name(name: str) -> str:
     """A reply template's or close reason's name in words: "redirect_to_forum" -> "redirect to forum"."""
     return name.replace("_", " ")
+
+
+@register.filter
+def ran_on(run_hardware: dict) -> str:
+    """Which device and ISA ran a bisection (BisectionRun.hardware), in a few words; "" when it was not recorded."""
+    return hardware.describe(run_hardware or {})
 
 
 @register.filter

@@ -3,15 +3,16 @@ the status fragments they poll."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
-from rubric_app.bisection import extract_repro
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
-from rubric_app.runs import bisect_runs, build_checks
+from rubric_app.rubric.automation import AGENT_LABEL
+from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, is_bot
 from rubric_app.web.forms import (
@@ -27,13 +28,19 @@ def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
     if BOT_TRIAGED not in issue.label_names():
         return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
+    labelled = issue.label_events.filter(action="labeled").order_by("created_at")
     return {
-        "bot_labelled": [
-            e for e in issue.label_events.filter(action="labeled").order_by("created_at") if is_bot(e.actor)
-        ],
+        "bot_labelled": [e for e in labelled if is_bot(e.actor, settings.AUTOMATION_ACCOUNTS)],
         "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
         "bot_review": reviews.first(),
     }
+
+
+def _agent_labelled_by(issue: Issue) -> str:
+    """Who added the Repro Agent's repro:agent:h100:* label (the label events' actor: a label says nothing of its
+    poster), or "" when the events are not synced yet. One query, only for an issue carrying that label."""
+    event = issue.label_events.filter(action="labeled", label__startswith=AGENT_LABEL).order_by("-created_at").first()
+    return event.actor if event else ""
 
 
 def _triage_form(issue: Issue, data=None) -> TriageForm:
@@ -41,10 +48,11 @@ def _triage_form(issue: Issue, data=None) -> TriageForm:
     return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
 
 
-def _repro_for(issue: Issue) -> str:
-    """The best repro found in the issue text (body first, then comments), or "" for the triager to paste one."""
-    found = extract_repro([issue.body] + [c.body for c in issue.comments.all()])
-    return found.code if found else ""
+def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str:
+    """The repro the bisection form holds: one a triager chose among those offered (?repro=comment:<id>), else the
+    reporter's or a maintainer's best (never another commenter's on its own), or "" for the triager to paste one."""
+    chosen = next((p for p in posted if p.source == choice), None) or repro_sources.default_repro(posted)
+    return chosen.repro.code if chosen else ""
 
 
 def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
@@ -55,9 +63,10 @@ def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
     return prev, nxt
 
 
-def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
+def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = "", **extra) -> dict:
     """Everything the issue page shows; extra overrides (a bound form with errors, a preview plan). agent_repro: the
-    bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text."""
+    bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text; repro_choice: the
+    source ("comment:<github id>") of an offered repro a triager chose instead."""
     runs = list(issue.bisection_runs.all())
     live, hosted = WorkerHeartbeat.objects.liveness()
     form = extra.pop("form", None) or _triage_form(issue)
@@ -69,9 +78,10 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     prev_number, next_number = _neighbours(issue)
     comments = list(issue.comments.all())
     automation = issue.automation(comments)
-    agent = automation.latest_agent
+    agent = automation.latest_agent  # the Repro Agent's own account's: a claim is never offered as a script
+    posted = repro_sources.posted_repros(issue, comments)
     bisect_form = extra.pop("bisect_form", None) or BisectForm.for_repro(
-        agent.script if agent_repro and agent and agent.script else _repro_for(issue),
+        agent.script if agent_repro and agent and agent.script else _repro_for(posted, repro_choice),
         live=live,
         hosted=hosted,
     )
@@ -94,6 +104,8 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
         "similar": similar.neighbours(issue),
         **_bot_context(issue, extra.pop("bot_form", None)),
         "agent_script": agent.script if agent else "",
+        "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",
+        "offered_repros": repro_sources.offered_repros(posted),
         "agent_needs_cuda": bool(agent and agent.script_needs_cuda),
     }
     return {**context, **extra}
@@ -104,7 +116,8 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
 def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
     """The issue page; ?repro=agent puts the PT2 Repro Agent's script in the bisection form (one click, no JS)."""
     issue = get_issue_for_user(request, number)
-    context = _issue_context(issue, agent_repro=request.GET.get("repro") == "agent")
+    choice = request.GET.get("repro", "")
+    context = _issue_context(issue, agent_repro=choice == "agent", repro_choice=choice)
     return render(request, "rubric_app/issue.html", context)
 
 
