@@ -178,14 +178,17 @@
   });
   document.addEventListener("htmx:afterSettle", applyWhenCurrent);
 
-  // A preview or a decision that a click or a key asked for (a POST, never a poll) appears where the eye is: the
-  // page scrolls just enough to show it (on the issue page it also sticks to the bottom of the window, triage.css).
-  document.addEventListener("htmx:afterSwap", function (event) {
+  // A preview or a decision that a click or a key asked for (a POST) appears where the eye is: the page scrolls just
+  // enough to show it (on the issue page it also sticks to the bottom of the window, triage.css).
+  // A poll that grows a result already in sight (GitHub's answer) keeps it whole in sight; one the triager scrolled
+  // away from stays where it is. Once settled: an outerHTML swap has replaced the target by then, so the element is
+  // looked up by its id.
+  document.addEventListener("htmx:afterSettle", function (event) {
     var config = event.detail.requestConfig;
-    if (!config || config.verb !== "post") return;
-    var target = event.detail.target;
-    var shown = target && target.isConnected ? target : document.getElementById((target && target.id) || "");
-    if (shown && shown.classList.contains("outcome")) reveal(shown);
+    var shown = document.getElementById((event.detail.target && event.detail.target.id) || "");
+    if (!config || !shown || !shown.classList.contains("outcome")) return;
+    var top = shown.getBoundingClientRect().top;
+    if (config.verb === "post" || (top >= 0 && top < window.innerHeight)) reveal(shown);
   });
 
   // The label picker (web/forms.py LabelPicker): a catalog label typed or picked in its field becomes a ticked box
