@@ -98,6 +98,17 @@ class IssueQuerySet(models.QuerySet):
             ),
         ).order_by("-updated_at")
 
+    def with_decision_in_flight(self) -> IssueQuerySet:
+        """These issues annotated with decision_in_flight: a decision of theirs is pending or being applied (the
+        queue's `j` passes over them: someone has decided already). A subquery column: no query of its own."""
+        return self.annotate(decision_in_flight=Exists(TriageDecision.objects.in_flight().filter(issue=OuterRef("pk"))))
+
+    def not_waiting(self) -> IssueQuerySet:
+        """These issues less the ones already waiting: flagged for the meeting (R11) or with a decision on its way
+        to GitHub (what `j` passes over on the issue page)."""
+        in_flight = TriageDecision.objects.in_flight().filter(issue=OuterRef("pk"))
+        return self.exclude(labels__name=TRIAGE_REVIEW).exclude(Exists(in_flight))
+
     def bot_unreviewed(self, since=None) -> IssueQuerySet:
         """The "bot-triaged, not reviewed" lane (LANES), with for_queue's prefetches; `since`: the window's start,
         on updated_at."""
@@ -137,7 +148,7 @@ class IssueQuerySet(models.QuerySet):
         status, decision and message are annotated (last_try_*) so the page can mark it.
         """
         tries = TriageDecision.objects.filter(issue=OuterRef("pk"), meeting__isnull=False)
-        in_flight = tries.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
+        in_flight = tries.in_flight()
         latest = tries.order_by("-created_at", "-pk")
         return (
             self.in_queue()
@@ -210,6 +221,12 @@ class Issue(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("rubric_app:issue", args=[self.number])
+
+    @property
+    def github_web_url(self) -> str:
+        """The issue's page on the GitHub this dashboard uses (settings.GITHUB_URL): github.com, or the demo
+        GitHub's own page of it in the demo, never github.com's page of an issue only the demo has."""
+        return f"{settings.GITHUB_URL}/{self.repo}/issues/{self.number}"
 
     def label_names(self) -> list[str]:
         """Current label names, sorted; uses the prefetch cache when there is one."""
@@ -518,6 +535,28 @@ class Meeting(models.Model):
         return f"meeting of {self.started_at:%Y-%m-%d}"
 
 
+class AgendaItem(models.Model):
+    """What a meeting recorded about one issue of its agenda besides a decision: who owns it and a note. Both go in
+    the meeting's minutes; an item carried to the next meeting starts there without them."""
+
+    meeting = models.ForeignKey(Meeting, on_delete=models.CASCADE, related_name="items")
+    issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["meeting", "issue"], name="agendaitem_meeting_issue_unique")]
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} in {self.meeting}"
+
+
 class LabelEvent(models.Model):
     """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
     `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
@@ -536,6 +575,10 @@ class LabelEvent(models.Model):
 
 
 class TriageDecisionQuerySet(models.QuerySet):
+    def in_flight(self) -> TriageDecisionQuerySet:
+        """Pending (held for its undo window, or waiting for the github worker) or being applied."""
+        return self.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
+
     def stuck(self, before) -> TriageDecisionQuerySet:
         """Work to send again: pending since before `before` (its message may never have reached a
         worker), or applying with no sign of life since `before` (its worker died mid-write)."""
@@ -574,6 +617,8 @@ class TriageDecision(models.Model):
         FAILED = "failed"
         CONFLICT = "conflict"
         REFUSED = "refused"
+        # Taken back while it was held for its undo window (not_before): nothing was sent to GitHub.
+        UNDONE = "undone"
 
     # A decision on its way or done: it covers the issue (the bot's lane leaves it out).
     COVERING = (Status.PENDING, Status.APPLYING, Status.APPLIED)
@@ -608,6 +653,9 @@ class TriageDecision(models.Model):
         max_length=12, blank=True, choices=[("confirmed", "confirmed"), ("mislabeled", "mislabeled")]
     )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # Held until then for its undo window (a meeting's one-click decision): no worker writes it earlier, and
+    # decisions.undo may take it back meanwhile. None: written as soon as a worker takes it.
+    not_before = models.DateTimeField(null=True, blank=True)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -643,6 +691,19 @@ class TriageDecision(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in (self.Status.PENDING, self.Status.APPLYING)
+
+    def is_held(self, now=None) -> bool:
+        """Still in its undo window: pending, and not to be written before not_before."""
+        return (
+            self.status == self.Status.PENDING
+            and self.not_before is not None
+            and self.not_before > (now or timezone.now())
+        )
+
+    @property
+    def held(self) -> bool:
+        """is_held() now, for templates."""
+        return self.is_held()
 
 
 def week_start(day) -> date:
@@ -848,6 +909,7 @@ __all__ = [
     "Suggestion",
     "BisectionRun",
     "Meeting",
+    "AgendaItem",
     "TriageDecision",
     "GitHubWrite",
     "SyncState",

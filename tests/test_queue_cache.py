@@ -126,6 +126,18 @@ def test_it_shows_a_label_applied_through_a_decision_on_the_next_request(client,
     assert [name for _, name in _label_chips(html, 1001)] == ["module: dynamo", "oncall: pt2"]
 
 
+def test_it_marks_a_row_whose_decision_is_on_its_way_on_the_next_request(client, triager, on_github):
+    """The row `j` passes over (data-waiting): a decision made, or taken back, shows on the next request."""
+    client.force_login(triager)
+    assert 'data-waiting=""' in _row(_cached(client), 1001)
+    decision = TriageDecision.objects.create(
+        issue=on_github, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo"]
+    )
+    assert 'data-waiting="decision"' in _row(_get(client)[0], 1001)
+    TriageDecision.objects.filter(pk=decision.pk).update(status=TriageDecision.Status.UNDONE)
+    assert 'data-waiting=""' in _row(_get(client)[0], 1001)
+
+
 def test_it_shows_refreshed_suggestions_on_the_next_request(client, triager, on_github):
     Suggestion.objects.all().delete()  # as before the rubric first ran on it
     client.force_login(triager)

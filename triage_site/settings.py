@@ -367,6 +367,8 @@ if (
 WORKER_HEARTBEAT_S = env_float("WORKER_HEARTBEAT_S", 10)
 WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 45)
 QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
+# A meeting decision is one click: it is held this long before any worker writes it, with an Undo button meanwhile.
+MEETING_UNDO_SECONDS = env_float("MEETING_UNDO_SECONDS", 10)
 
 # Bisection: which device this process's worker serves, and the sandbox's limits.
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")

@@ -663,6 +663,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(record, 200, fake.refresh_grant({k: v[-1] for k, v in parse_qs(raw.decode()).items()}))
         if path.startswith("/login/oauth/"):  # GitHub's web side: no API token involved
             return self._oauth(record, method, path, query, raw)
+        if method == "GET" and (page := re.fullmatch(rf"/{re.escape(fake.repo)}/issues/(\d+)", path)):
+            return self._issue_page(record, int(page.group(1)))  # an issue's web page, as github.com/<repo>/issues/N
         actor, kind = fake.identity(self.headers.get("Authorization", ""))
         if actor is None:
             return self._send(record, 401, {"message": "Bad credentials"})
@@ -867,6 +869,30 @@ class Handler(BaseHTTPRequestHandler):
             "<!doctype html><title>Demo GitHub: authorize</title><h1>Demo GitHub: sign in as</h1>"
             f"<p>The application asks for: <code>{html.escape(query.get('scope', ''))}</code></p>"
             f'<form method="post" action="/login/oauth/authorize">{hidden}<ul>{"".join(rows)}</ul></form>'
+        )
+
+    def _issue_page(self, record: Recorded, number: int) -> None:
+        """The issue as the demo GitHub shows it to a browser: its state, labels, text and comments, escaped (what
+        the dashboard's "on GitHub" links open in the demo, where github.com has no such issue)."""
+        fake = self.server.fake
+        with fake.lock:
+            issue = fake.issues.get(number)
+            page = self._issue_html(number, issue) if issue else ""
+        if not page:
+            return self._send_page(record, 404, f"<h1>Demo GitHub: no issue #{number} in {html.escape(fake.repo)}</h1>")
+        return self._send_page(record, 200, page)
+
+    def _issue_html(self, number: int, issue: dict) -> str:
+        labels = " ".join(f"<code>{html.escape(name)}</code>" for name in issue["labels"])
+        comments = "".join(
+            f"<h3>{html.escape(c['user'])}, {_iso(c['created_at'])}</h3><pre>{html.escape(c['body'])}</pre>"
+            for c in issue["comments"]
+        )
+        return (
+            f"<!doctype html><title>#{number} {html.escape(issue['title'])} · demo GitHub</title>"
+            f"<p>Demo GitHub · {html.escape(self.server.fake.repo)}</p><h1>{html.escape(issue['title'])} #{number}</h1>"
+            f"<p>{html.escape(issue['state'])} · opened by {html.escape(issue['user'])} · labels: {labels}</p>"
+            f"<pre>{html.escape(issue['body'] or '')}</pre>{comments}"
         )
 
     def _send_page(self, record: Recorded, status: int, page: str, headers: dict | None = None) -> None:

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
@@ -70,14 +71,16 @@ HEARTBEAT_STALE_AFTER = timedelta(minutes=5)
 def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     """Claim the decision for this worker; returns (claimed, resumed).
 
-    pending -> applying is a fresh start. An `applying` row is resumed when its worker died
-    mid-way: at once when this is the same message that claimed it, delivered again (acks_late:
-    its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
+    pending -> applying is a fresh start, once its undo window (not_before) is over. An `applying` row is
+    resumed when its worker died mid-way: at once when this is the same message that claimed it, delivered
+    again (acks_late: its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
     conditional UPDATE, so exactly one worker resumes it.
     """
     now, worker = timezone.now(), recovery.this_process()
     rows = TriageDecision.objects.filter(pk=decision_id)
-    if rows.filter(status=TriageDecision.Status.PENDING).update(
+    # A decision held for its undo window (not_before) is not taken before then: decisions.undo may still take it back.
+    due = Q(not_before__isnull=True) | Q(not_before__lte=now)
+    if rows.filter(due, status=TriageDecision.Status.PENDING).update(
         status=TriageDecision.Status.APPLYING, heartbeat_at=now, task_id=task_id, worker=worker
     ):
         return True, False

@@ -13,6 +13,7 @@ as a GitHubWrite.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -271,11 +272,13 @@ def request_decision(
     catalog: frozenset[str] | None = None,
     original: Issue | None = None,
     bot_review: str = "",
+    hold_s: float = 0,
 ) -> TriageDecision:
     """Validate and record a decision; returns it, `refused` (with why) or `pending` and enqueued.
 
     A refused decision is kept for the audit log and nothing is sent to GitHub. catalog and original:
-    as for refusal().
+    as for refusal(). hold_s: seconds it is held before any worker may write it (not_before), during which
+    undo() takes it back; the task is sent with that countdown.
     """
     plan = replace(plan, add=sorted(set(plan.add)), remove=sorted(set(plan.remove)))
     # What the page offered, for rubric health (/rubric): the stored suggestions are what it showed.
@@ -295,6 +298,8 @@ def request_decision(
             issue=issue, user=user, plan=plan, meeting_decision=meeting_decision, catalog=catalog, original=original
         )
     )
+    now = timezone.now()
+    held = hold_s > 0 and not why
     with transaction.atomic():
         decision = TriageDecision.objects.create(
             issue=issue,
@@ -315,11 +320,40 @@ def request_decision(
             bot_review=bot_review,
             status=TriageDecision.Status.REFUSED if why else TriageDecision.Status.PENDING,
             result_message=why,
-            finished_at=timezone.now() if why else None,
+            created_at=now,
+            not_before=now + timedelta(seconds=hold_s) if held else None,
+            finished_at=now if why else None,
         )
-        if not why:
+        if held:
+            apply_decision_task.apply_async_on_commit((decision.pk,), countdown=hold_s)
+        elif not why:
             apply_decision_task.delay_on_commit(decision.pk)
     return decision
+
+
+def undo(*, decision: TriageDecision, user, now=None) -> str:
+    """Take back a decision still held for its undo window (TriageDecision.is_held): it ends `undone`, kept in the
+    audit log with who took it back, and nothing is sent to GitHub. Returns "" when undone, else why not.
+
+    A conditional UPDATE on the held row: a worker that claimed it first wins, and the undo says it came too late.
+    Who decided it may undo it, and the meeting's chair.
+    """
+    if user is None or (user.pk != decision.user_id and not user.has_perm("rubric_app.record_meeting_decision")):
+        return "Only who made the decision, or the meeting's chair, may undo it."
+    now = now or timezone.now()
+    taken_back = TriageDecision.objects.filter(
+        pk=decision.pk, status=TriageDecision.Status.PENDING, not_before__gt=now
+    ).update(
+        status=TriageDecision.Status.UNDONE,
+        result_message=f"Undone by {user.get_username()} before it was written: nothing was sent to GitHub.",
+        finished_at=now,
+    )
+    decision.refresh_from_db()
+    if taken_back:
+        return ""
+    if decision.status == TriageDecision.Status.UNDONE:
+        return ""  # a second click on Undo: already done
+    return "Too late to undo: it is no longer held (see its outcome); a new decision can change it back."
 
 
 def confirm_bot(*, issue: Issue, user, labels_seen) -> TriageDecision:

@@ -6,11 +6,14 @@ import json
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from rubric_app.bisection import names_cuda
 from rubric_app.lanes import LANES
-from rubric_app.models import BisectionRun, Issue, Label, Suggestion
+from rubric_app.models import AgendaItem, BisectionRun, Issue, Label, Meeting, Suggestion
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog
 from rubric_app.rubric.facts import CORE
 from rubric_app.rubric.flow import change_breaks_g4
@@ -75,6 +78,99 @@ def handoff_oncalls() -> list[str]:
     return sorted(item["name"] for item in catalog() if is_oncall(item["name"]) and not is_home_oncall(item["name"]))
 
 
+def pickable_labels(allowed: frozenset[str]) -> list[str]:
+    """The catalog labels a triager may add by hand (G7's triage catalog), less the ones with controls of their
+    own: the status flags (the review box, `triaged` from G6) and the oncall labels (the route)."""
+    return sorted(name for name in allowed if name not in FLAG_LABELS and not is_oncall(name))
+
+
+def catalog_descriptions() -> dict[str, str]:
+    """{label name: its description in the shipped catalog} (what the label picker shows beside each name)."""
+    return {item["name"]: item.get("description", "") for item in catalog()}
+
+
+# The page's one <datalist> of labels (web/templatetags/triage.py label_datalist) that every LabelPicker names.
+LABEL_DATALIST_ID = "label-catalog"
+
+
+class LabelPicker(forms.Widget):
+    """A type-ahead label picker that is a plain form field without JS: a ticked box for each label chosen already,
+    and a text field tied to the page's catalog <datalist> (names with their descriptions) for more, one or several
+    comma-separated. keys.js turns a name picked in the field into one more ticked box."""
+
+    def __init__(self, attrs=None, placeholder: str = "type to find a label"):
+        super().__init__(attrs)
+        self.placeholder = placeholder
+
+    def value_from_datadict(self, data, files, name) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name) or [])
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return False  # like checkboxes: nothing posted means nothing picked
+
+    def render(self, name, value, attrs=None, renderer=None) -> str:
+        values = [v for v in (value if isinstance(value, (list, tuple)) else split_names(value)) if v]
+        attrs = self.build_attrs(self.attrs, attrs)
+        boxes = format_html_join(
+            "",
+            '<label data-picked><input type="checkbox" name="{}" value="{}" checked> {}</label> ',
+            ((name, v, v) for v in values),
+        )
+        return format_html(
+            '<span class="label-picker" data-label-picker><span class="picked">{}</span>'
+            '<input type="text" name="{}" id="{}" list="{}" placeholder="{}" autocomplete="off" size="26"></span>',
+            boxes,
+            name,
+            attrs.get("id", f"id_{name}"),
+            LABEL_DATALIST_ID,
+            self.placeholder,
+        )
+
+
+def split_names(value) -> list[str]:
+    """Label names from what a LabelPicker posted: a list of fields, each one name or several comma-separated."""
+    items = value if isinstance(value, (list, tuple)) else [value] if value else []
+    return list(dict.fromkeys(part.strip() for item in items for part in str(item).split(",") if part.strip()))
+
+
+class CatalogLabelsField(forms.Field):
+    """Labels picked from the catalog (LabelPicker); each must be one of `allowed` (G7), matched without regard to
+    case, and "dynamo" stands for "module: dynamo". Cleans to the names, each once."""
+
+    widget = LabelPicker
+
+    def __init__(self, *, allowed=(), refused: dict[str, str] | None = None, **kwargs):
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.allowed = allowed
+        self.refused = refused or {}
+
+    def to_python(self, value) -> list[str]:
+        by_lower = {name.lower(): name for name in self.allowed}
+        out = []
+        for name in split_names(value):
+            key = name.lower()
+            out.append(by_lower.get(key) or by_lower.get(f"module: {key}") or name)
+        return list(dict.fromkeys(out))
+
+    def validate(self, value: list[str]) -> None:
+        for name in value:
+            if name in self.refused:
+                raise forms.ValidationError(self.refused[name])
+        unknown = [name for name in value if name not in self.allowed]
+        if unknown:
+            raise forms.ValidationError(
+                f"Not in the triage label catalog (G7): {', '.join(unknown)}. Pick a label from the list."
+            )
+
+
+# Typed in a picker but chosen elsewhere on the form: said so, rather than "not in the catalog".
+OWN_CONTROLS = {
+    TRIAGE_REVIEW: "`triage review` is the review box below (R11), not a label to pick.",
+    TRIAGED: "`triaged` is added by Apply itself when the issue is labelled (G6), not a label to pick.",
+}
+
+
 class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
 
@@ -136,7 +232,7 @@ class QueueFilterForm(forms.Form):
             "number": number,
             "issue": issue,
             "lanes": [(code, name) for code, name in self.LANES if code in lanes],
-            "github_url": f"https://github.com/{settings.GITHUB_REPO}/issues/{number}",
+            "github_url": f"{settings.GITHUB_URL}/{settings.GITHUB_REPO}/issues/{number}",
         }
 
 
@@ -156,10 +252,18 @@ class TriageForm(forms.Form):
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Duplicate of #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
+    # Labels the engine did not suggest, picked from the catalog (G7).
+    add_labels = CatalogLabelsField(label="Add a label the engine did not suggest")
 
     def __init__(self, *args, issue: Issue, suggestions: list[Suggestion], allowed: frozenset[str], **kwargs):
         super().__init__(*args, **kwargs)
         self.issue = issue
+        self.pickable = pickable_labels(allowed)
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = {
+            **OWN_CONTROLS,
+            **{n: f"{n!r} is a route: pick it under Route (G5)." for n in allowed if is_oncall(n)},
+        }
         checkable = [
             s
             for s in suggestions
@@ -228,8 +332,8 @@ class TriageForm(forms.Form):
         return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
 
     def chosen(self) -> list[str]:
-        """The checked labels, each once."""
-        return list(dict.fromkeys(self.cleaned_data["labels"]))
+        """The checked labels and the ones picked from the catalog, each once."""
+        return list(dict.fromkeys(self.cleaned_data["labels"] + self.cleaned_data.get("add_labels", [])))
 
     def route_value(self) -> str:
         """plan_changes' route: "pt2", "cpu inductor", the `oncall:` label handed off to, or a route
@@ -247,7 +351,7 @@ class BotCorrectionForm(forms.Form):
     """
 
     keep = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Keep")
-    add = forms.MultipleChoiceField(required=False, label="Add")
+    add = CatalogLabelsField(label="Add", widget=LabelPicker(placeholder="type to add a label"))
     repro_incorrect = forms.BooleanField(
         required=False, label="The Repro Agent's verdict is wrong too (adds repro:agent:h100:incorrect)"
     )
@@ -256,11 +360,14 @@ class BotCorrectionForm(forms.Form):
 
     def __init__(self, *args, issue: Issue, allowed: frozenset[str], **kwargs):
         current = issue.label_names()
-        kwargs.setdefault("initial", {"keep": current, "labels_seen": json.dumps(current)})
+        kwargs.setdefault(
+            "initial", {"keep": current, "add": engine_additions(issue, allowed), "labels_seen": json.dumps(current)}
+        )
         super().__init__(*args, **kwargs)
         self.current = current
         self.fields["keep"].choices = [(n, n) for n in current]
-        self.fields["add"].choices = [(n, n) for n in sorted(allowed - set(current))]
+        self.fields["add"].allowed = allowed - set(current)
+        self.fields["add"].refused = {n: f"#{issue.number} has {n!r} already: keep it above." for n in current}
 
     def clean(self) -> dict:
         data = super().clean()
@@ -273,6 +380,19 @@ class BotCorrectionForm(forms.Form):
             "labels_seen": data["labels_seen"],
             "repro_incorrect": data.get("repro_incorrect", False),
         }
+
+
+def engine_additions(issue: Issue, allowed: frozenset[str]) -> list[str]:
+    """What the rubric engine pre-selects that the issue lacks (its prefetched suggestions): the bot correction's
+    "Add" starts with it. Never `triaged`: correcting the bot is not triaging the issue (G6)."""
+    current = set(issue.label_names())
+    picked = [
+        s.label
+        for s in issue.suggestions.all()
+        if s.kind == Suggestion.Kind.ADD and s.preselected and s.label in allowed
+        if s.label not in current and s.label != TRIAGED
+    ]
+    return list(dict.fromkeys(picked))
 
 
 class BisectForm(forms.Form):
@@ -369,6 +489,37 @@ class MeetingDecisionForm(forms.Form):
         return accepting.meeting_plan(issue, self.cleaned_data["decision"], self.cleaned_data["component"])
 
 
+class AgendaItemForm(forms.Form):
+    """What the meeting records about one agenda item for its minutes: who owns it (a user of the dashboard, by
+    name; empty: nobody) and a note."""
+
+    owner = forms.CharField(required=False, max_length=150)
+    note = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 1}))
+
+    def clean_owner(self):
+        name = self.cleaned_data["owner"].strip().lstrip("@")
+        if not name:
+            return None
+        user = get_user_model().objects.filter(username=name, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"No dashboard user is named {name!r}: the owner must have an account.")
+        return user
+
+    def record(self, *, meeting: Meeting, issue: Issue, by) -> AgendaItem:
+        """Store the owner and note of `issue` in `meeting` (one row per meeting and issue)."""
+        item, _ = AgendaItem.objects.update_or_create(
+            meeting=meeting,
+            issue=issue,
+            defaults={
+                "owner": self.cleaned_data["owner"],
+                "note": self.cleaned_data["note"].strip(),
+                "updated_by": by,
+                "updated_at": timezone.now(),
+            },
+        )
+        return item
+
+
 class MetricsForm(forms.Form):
     """The metrics page's window, in weeks (the current week included)."""
 
@@ -414,6 +565,7 @@ class GroupDecisionForm(forms.Form):
 
     issues = forms.TypedMultipleChoiceField(coerce=int, widget=forms.CheckboxSelectMultiple, label="Issues")
     labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Labels")
+    add_labels = CatalogLabelsField(label="More labels")
     route = forms.ChoiceField(choices=GROUP_ROUTES, initial="pt2", widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Original #")
@@ -424,6 +576,9 @@ class GroupDecisionForm(forms.Form):
         """members: the group's open queue issues, labels and suggestions prefetched."""
         super().__init__(*args, **kwargs)
         self.members, self.allowed = {issue.number: issue for issue in members}, allowed
+        self.pickable = pickable_labels(allowed)
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = OWN_CONTROLS
         self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
         # The module labels suggested for or carried by the most of them first, then the other core components.
         suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
@@ -479,26 +634,30 @@ class GroupDecisionForm(forms.Form):
             self.add_error(None, f"The page did not show #{missing[0]}'s labels; reload the group.")
         return data
 
+    def chosen(self) -> list[str]:
+        """The ticked labels and the ones picked from the catalog, each once."""
+        return list(dict.fromkeys(self.cleaned_data["labels"] + self.cleaned_data.get("add_labels", [])))
+
     def plans(self) -> list[tuple[Issue, decisions.Plan | None]]:
-        """(issue, its Plan) for every ticked issue, in number order; None for the original of a duplicates decision."""
+        """(issue, its Plan) for every ticked issue, in number order.
+
+        Duplicates: every ticked issue but the original is closed as its duplicate, and the original gets the
+        labels (and the review flag) chosen "for all of them", in its own lane: the one issue left open is the one
+        that needs them. None for an original with nothing chosen for it (left unchanged).
+        """
         data = self.cleaned_data
         route = accepting.route_of(data["route"], data["handoff_to"])
+        chosen = self.chosen()
         out = []
         for number in sorted(set(data["issues"])):
             issue = self.members[number]
-            if route == decisions.DUPLICATE:
-                out.append(
-                    (issue, None if number == data["duplicate_of"] else decisions.plan_duplicate(data["duplicate_of"]))
-                )
+            if route == decisions.DUPLICATE and number != data["duplicate_of"]:
+                out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
+            elif route == decisions.DUPLICATE:
+                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"])
+                out.append((issue, keep if chosen or data["review"] else None))
             else:
-                out.append(
-                    (
-                        issue,
-                        decisions.plan_changes(
-                            issue, chosen=list(dict.fromkeys(data["labels"])), route=route, review=data["review"]
-                        ),
-                    )
-                )
+                out.append((issue, decisions.plan_changes(issue, chosen=chosen, route=route, review=data["review"])))
         return out
 
     def redirect_to(self) -> str:

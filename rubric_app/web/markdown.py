@@ -1,9 +1,11 @@
-"""Issue text to safe HTML: markdown-it-py (raw HTML off), Pygments for code, nh3 last.
+"""Issue text to safe HTML: markdown-it-py, Pygments for code, nh3 last.
 
 Issue titles, bodies and comments are written by anyone on GitHub, so they are
-untrusted. markdown-it renders raw HTML as text, but nh3 still runs last over
-the whole output (including the <mark> we add for evidence) so that nothing a
-bug in a step before it lets through can carry a script or an event handler.
+untrusted. markdown-it renders raw HTML as text, all but the bare <details> and
+<summary> tags that GitHub's own automation folds its long parts in (the Repro
+Agent's script); nh3 still runs last over the whole output (including the <mark>
+we add for evidence) so that nothing a bug in a step before it lets through can
+carry a script or an event handler.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ ALLOWED_ATTRIBUTES = {
     "th": {"align"},
     "td": {"align"},
     "ol": {"start"},
+    "details": {"open"},
 }
 URL_SCHEMES = {"http", "https", "mailto"}
 LINK_REL = "noopener noreferrer nofollow"
@@ -143,12 +146,45 @@ def _plain_costly_inline(state) -> None:
             budget.work -= work
 
 
-_md = (
-    MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight})
-    .enable("table")
-    .enable("strikethrough")
-)
-_md.core.ruler.before("inline", "plain_costly_inline", _plain_costly_inline)
+def _parser(raw_html: bool) -> MarkdownIt:
+    md = (
+        MarkdownIt("commonmark", {"html": raw_html, "linkify": False, "highlight": _highlight})
+        .enable("table")
+        .enable("strikethrough")
+    )
+    md.core.ruler.before("inline", "plain_costly_inline", _plain_costly_inline)
+    return md
+
+
+# The raw HTML kept as HTML: the bare tags that fold a part away, as GitHub shows them (a Repro Agent comment's
+# "<details><summary>Repro script</summary>"). Any attribute but `open` makes it text.
+FOLD_TAG = re.compile(r"<(/?)(details|summary)(\s+open)?\s*>", re.IGNORECASE)
+
+# Raw HTML off: what a block holding any other HTML is rendered with, as it always was (its tags shown as text).
+_plain_md = _parser(raw_html=False)
+
+
+def _raw_html(renderer, tokens, idx, options, env) -> str:
+    """A raw HTML token: its folding tags (FOLD_TAG) as tags, the rest as escaped text. A block holding any other
+    tag is rendered as Markdown with raw HTML off instead, as before (its tags shown, its Markdown rendered)."""
+    token = tokens[idx]
+    text = FOLD_TAG.sub("", token.content)
+    if token.type == "html_block" and "<" in text:
+        return _plain_md.render(token.content, env)
+    pieces, last = [], 0
+    for match in FOLD_TAG.finditer(token.content):
+        closing, name, is_open = match.group(1), match.group(2).lower(), match.group(3)
+        pieces += [
+            html.escape(token.content[last : match.start()], quote=False),
+            f"<{closing}{name}{' open' if is_open and not closing and name == 'details' else ''}>",
+        ]
+        last = match.end()
+    return "".join(pieces) + html.escape(token.content[last:], quote=False)
+
+
+_md = _parser(raw_html=True)
+_md.add_render_rule("html_block", _raw_html)
+_md.add_render_rule("html_inline", _raw_html)
 
 _TAG_SPLIT = re.compile(r"(<[^>]*>)")
 

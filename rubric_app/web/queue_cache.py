@@ -10,7 +10,8 @@ every committed write to what the table shows or filters on:
 - their labels (the M2M rows) and the labels themselves (names, colours);
 - the suggestions, the assignments and the assignees' usernames;
 - the bisection runs, but not their progress (IGNORED_COLUMNS);
-- the comments (the search reads them).
+- the comments (the search reads them);
+- the decisions' status (a decision on its way marks its row; the bot's and may-be-fixed lanes read them).
 
 It never serves an old table: the token is read on every request, and a fragment is kept only if
 the token was still the same once it was rendered (a write committed meanwhile leaves it unkept).
@@ -50,7 +51,16 @@ from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
-from rubric_app.models import Assignment, BisectionRun, Comment, Issue, Label, QueueVersion, Suggestion
+from rubric_app.models import (
+    Assignment,
+    BisectionRun,
+    Comment,
+    Issue,
+    Label,
+    QueueVersion,
+    Suggestion,
+    TriageDecision,
+)
 
 CACHE_ALIAS = "default"
 CACHE_SECONDS = 600  # only to free memory: an entry is never stale, its key holds the token
@@ -64,6 +74,9 @@ IGNORED_COLUMNS = {
 }
 # Of the users, the table shows only the assignee's name (last_login changes at every sign-in).
 USER_COLUMNS = ["username"]
+# Of the decisions, what a row and a lane read: whether one is on its way (a row `j` passes over) or done (the bot's
+# lane, the may-be-fixed lane's reply); a worker's heartbeats while it applies one change nothing there.
+DECISION_COLUMNS = ["status"]
 
 # Per process and never sent: rendered issue text can never contain it (hex: escaping leaves it as is).
 _MARK = secrets.token_hex(8)
@@ -163,6 +176,7 @@ def _watched(connection) -> list[tuple[str, list[str] | None]]:
             (Assignment._meta.db_table, None),
             (Comment._meta.db_table, None),
             (BisectionRun._meta.db_table, columns_but(BisectionRun)),
+            (TriageDecision._meta.db_table, DECISION_COLUMNS),
             (get_user_model()._meta.db_table, USER_COLUMNS),
         ]
 

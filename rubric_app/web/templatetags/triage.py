@@ -12,13 +12,13 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
-from django.utils.html import conditional_escape, escape, format_html_join
+from django.utils.html import conditional_escape, escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
-from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION
-from rubric_app.web.forms import module_label_names
+from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW
+from rubric_app.web.forms import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
 from rubric_app.web.queue_cache import age, age_marker
@@ -125,6 +125,23 @@ def _module_options() -> SafeString:
     return format_html_join("", '<option value="{}">', ((name,) for name in module_label_names()))
 
 
+@register.simple_tag
+def label_datalist(names) -> SafeString:
+    """The page's <datalist> of catalog labels, each with its description, that every label picker
+    (forms.LabelPicker) types ahead from."""
+    return _label_datalist(tuple(names))
+
+
+@functools.lru_cache(maxsize=8)
+def _label_datalist(names: tuple[str, ...]) -> SafeString:
+    # Kept per process for the few catalogs in use (the catalog changes only with a label sync): ~290 options.
+    described = catalog_descriptions()
+    options = format_html_join(
+        "", '<option value="{}" label="{}"></option>', ((n, described.get(n) or n) for n in names)
+    )
+    return format_html('<datalist id="{}">{}</datalist>', LABEL_DATALIST_ID, options)
+
+
 @register.simple_tag(takes_context=True)
 def queue_row(context, issue) -> SafeString:
     """One issue's rows of the queue table: the row, then the slot its Accept preview fills.
@@ -190,15 +207,51 @@ def queue_row(context, issue) -> SafeString:
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
     suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
+    issue_age = conditional_escape(age_now(context, issue.created_at))
+    waiting = row_waiting(issue, context.get("lane"))
+    note = f' · <span class="waiting-note">{WAITING_NOTES[waiting]}</span>' if waiting else ""
     return mark_safe(  # noqa: S308 - every interpolated value is escaped above
-        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}">'
+        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}" data-waiting="{waiting}">'
         f'<td><a href="{url}">#{issue.number}</a></td>'
         f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
-        f"{escape_html(issue.author or '?')}{taken}</div>{take}</td><td>{labels}</td><td>{suggested}</td>"
+        f'{escape_html(issue.author or "?")}{taken}{note}<span class="opened-narrow"> · {issue_age}</span></div>'
+        f"{take}</td>"
+        f"<td>{row_labels(issue.number, labels)}</td><td>{suggested}</td>"
         f'<td class="verdict">{_build_marker(issue)}{escape_html(issue.latest_verdict or "")}</td>'
-        f'<td title="opened {opened}">'
-        f"{conditional_escape(age_now(context, issue.created_at))}</td><td>{accept}</td></tr>"
+        f'<td class="age" title="opened {opened}">{issue_age}</td><td>{accept}</td></tr>'
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
+    )
+
+
+# Why `j` passes over a queue row (keys.js): the meeting decides a flagged issue (R11), and a decision on its way
+# to GitHub has been made already. The triage review lane lists the flagged ones on purpose: there they count.
+WAITING_NOTES = {"meeting": "waiting for the meeting (R11)", "decision": "a decision is on its way to GitHub"}
+
+
+def row_waiting(issue, lane: str | None) -> str:
+    """ "decision", "meeting" or "": what a queue row waits for (its issue annotated by with_decision_in_flight)."""
+    if getattr(issue, "decision_in_flight", False):
+        return "decision"
+    if lane != LANE_REVIEW and any(label.name == TRIAGE_REVIEW for label in issue.labels.all()):
+        return "meeting"
+    return ""
+
+
+def row_labels(number: int, chips: str, oob: bool = False) -> str:
+    """The queue row's labels, in a span the decision's poll replaces out of band once GitHub has them."""
+    swap = ' hx-swap-oob="true"' if oob else ""
+    return f'<span id="row-labels-{number}" class="row-labels"{swap}>{chips}</span>'
+
+
+@register.simple_tag
+def label_chips(issue, where: str = "header") -> SafeString:
+    """An issue's labels as chips, out of band (hx-swap-oob) for the issue page's header or its queue row: what
+    the finished decision's fragment carries, so the labels refresh in place where GitHub changed them."""
+    chips = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
+    if where == "row":
+        return mark_safe(row_labels(issue.number, chips, oob=True))  # noqa: S308 - escaped in _chip
+    return mark_safe(  # noqa: S308 - escaped in _chip
+        f'<p class="labels" id="issue-labels-{issue.number}" hx-swap-oob="true">{chips}</p>'
     )
 
 

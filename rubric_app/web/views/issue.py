@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
@@ -56,8 +57,9 @@ def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str
 
 
 def _neighbours(issue: Issue) -> tuple[int | None, int | None]:
-    """The queue's previous and next issue numbers (newest activity first), for j/k."""
-    queue = Issue.objects.in_queue().exclude(pk=issue.pk).values_list("number", flat=True)
+    """The queue's previous and next issue numbers (newest activity first), for j/k: past the issues already
+    waiting for the meeting or for a decision on its way (Issue.objects.not_waiting)."""
+    queue = Issue.objects.in_queue().not_waiting().exclude(pk=issue.pk).values_list("number", flat=True)
     prev = queue.filter(updated_at__gte=issue.updated_at).order_by("updated_at", "number").first()
     nxt = queue.filter(updated_at__lt=issue.updated_at).order_by("-updated_at", "-number").first()
     return prev, nxt
@@ -199,10 +201,21 @@ def decision_status(request: HttpRequest, pk: int) -> HttpResponse:
     decision = get_object_or_404(TriageDecision.objects.select_related("issue", "user"), pk=pk)
     if not request.htmx:
         return redirect(decision.issue)
-    context = {"decision": decision, "issue": decision.issue}
+    context = {"decision": decision, "issue": decision.issue, "refresh": _labels_shown_at(request, decision)}
     if decision.status == TriageDecision.Status.PENDING:  # only then: is a github worker there to take it?
         context.update(waiting(WorkerHeartbeat.objects.queues()))
     return polled(request, "decision", context, decision.is_finished)
+
+
+def _labels_shown_at(request: HttpRequest, decision: TriageDecision) -> str:
+    """Where the polling page shows the issue's labels, refreshed in place (out of band) once the decision has
+    finished: "header" on its issue page, "row" on the queue, "" elsewhere or while it is still on its way."""
+    if not decision.is_finished:
+        return ""
+    path = (request.htmx.current_url_abs_path or "").split("?")[0]
+    if path == decision.issue.get_absolute_url():
+        return "header"
+    return "row" if path == reverse("rubric_app:queue") else ""
 
 
 @login_required

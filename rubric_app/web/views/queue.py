@@ -38,6 +38,7 @@ def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> 
     """The #queue-table fragment: one page of the lane's rows, the count, the pager, the issue a search names."""
     lane = form.lane_value()
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=latest_verdict())
+    rows = rows.with_decision_in_flight()  # the rows `j` passes over (queue_row's data-waiting)
     rows = _with_assignee(rows, request.user, mine=lane == "mine")
     page, page_note = _page_or_last(rows, request.GET.get("page"))
     context = {
