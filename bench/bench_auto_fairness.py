@@ -90,8 +90,8 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
     from django.core.management import call_command
     from django.db import connection
 
-    from rubric_app import bisecting
     from rubric_app.models import BisectionRun, Issue
+    from rubric_app.runs import bisecting
 
     call_command("migrate", verbosity=0)
     issue = Issue.objects.create(number=1, title="slow", body="", author="a")

@@ -136,8 +136,9 @@ def main() -> None:
     setup_django(args.database_url or f"sqlite:///{db_file}")
     from django.conf import settings
 
-    from rubric_app import suggestions, sync
+    from rubric_app.github import sync
     from rubric_app.models import Comment, Issue, Label
+    from rubric_app.triage import suggestions
     from tests.fakegithub import TOKEN
 
     settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = url, TOKEN, "pytorch/pytorch"

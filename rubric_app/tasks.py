@@ -11,7 +11,9 @@ from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, auto_bisect, bisecting, build_checks, signin, sync
+from rubric_app.github import applying, signin, sync
+from rubric_app.runs import auto_bisect, bisecting, build_checks
+
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,10 @@ def apply_decision_task(self, decision_id: int) -> None:
 
     No automatic retry: a write that failed may have half-landed, so it is reported, not repeated.
     """
-    applying.apply_decision(decision_id, task_id=self.request.id or "")
+    decision = applying.apply_decision(decision_id, task_id=self.request.id or "")
+    wait = (decision.not_before - timezone.now()).total_seconds() if decision.is_held() else 0
+    if wait > 0:  # delivered before its undo window ended (clocks apart): sent again for then
+        apply_decision_task.apply_async((decision_id,), countdown=wait)
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import html
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app import applying, decisions, demo_github, github
+from rubric_app.demo import github_server as demo_github
+from rubric_app.github import applying
+from rubric_app.github import client as github
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, TriageDecision
-from rubric_app.sync import sync_queue
+from rubric_app.triage import decisions
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -100,3 +106,29 @@ def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, 
     demo_server.set_labels(issue.number, demo_server.labels_of(issue.number) + ["needs reproduction"])
     sync_queue()
     assert {"module: dynamo", "needs reproduction"} <= set(Issue.objects.get(pk=issue.pk).label_names())
+
+
+def test_it_links_on_github_to_the_demo_githubs_own_page_of_the_issue(client, demo_server, settings, viewer):
+    settings.GITHUB_URL = demo_server.url  # as run.sh sets it: the demo GitHub is the web side too
+    number = next(n for n, i in demo_server.issues.items() if i["state"] == "open" and "oncall: pt2" in i["labels"])
+    call_command("load_demo")
+    client.force_login(viewer)
+    page = client.get(reverse("rubric_app:issue", args=[number])).content.decode()
+    link = f"{demo_server.url}/pytorch/pytorch/issues/{number}"
+    assert f'<a href="{link}" rel="noopener noreferrer" data-github title="o">on the demo GitHub' in page
+    assert "https://github.com/pytorch/pytorch/issues" not in page
+    # The demo GitHub serves that page to a browser, without a token, escaped.
+    with urllib.request.urlopen(link, timeout=10) as answer:
+        shown = answer.read().decode()
+    assert answer.status == 200 and html.escape(demo_server.issues[number]["title"]) in shown
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(f"{demo_server.url}/pytorch/pytorch/issues/1", timeout=10)
+    assert f'href="{demo_server.url}/pytorch/pytorch/issues/999999"' in client.get("/issues/999999").content.decode()
+
+
+def test_it_links_on_github_to_github_com_with_a_token(client, settings, viewer):
+    settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "a-token", "https://api.github.com"
+    make_issue(7004)
+    client.force_login(viewer)
+    page = client.get(reverse("rubric_app:issue", args=[7004])).content.decode()
+    assert '<a href="https://github.com/pytorch/pytorch/issues/7004" rel="noopener noreferrer" data-github' in page

@@ -21,11 +21,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from rubric_app import github, identity, signin
-from rubric_app.demo_github import DASHBOARD_LOGIN, DEMO_ORG
-from rubric_app.middleware import ROLE_CHECKED_KEY
+from rubric_app.demo.github_server import DASHBOARD_LOGIN, DEMO_ORG
+from rubric_app.github import client as github
+from rubric_app.github import identity, signin
 from rubric_app.models import GitHubCredential, GitHubWrite, Suggestion, TriageDecision
 from rubric_app.tasks import apply_decision_task
+from rubric_app.web.middleware import ROLE_CHECKED_KEY
 from tests.factories import make_issue, make_label, make_user
 from tests.fakegithub import TOKEN
 from tests.helpers import running_worker, wait_until_finished

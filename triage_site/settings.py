@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from rubric_app.bisection.builds import parse as parse_torch_builds
+from rubric_app.vocabulary import DEFAULT_AUTOMATION_ACCOUNTS, QUEUE_LABELS, parse_automation_accounts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
@@ -123,9 +124,9 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "rubric_app.middleware.NotFoundPageMiddleware",
-    # A GitHub user's role is re-read from GitHub at least every 10 minutes while signed in (rubric_app/identity.py).
-    "rubric_app.middleware.CurrentRoleMiddleware",
+    "rubric_app.web.middleware.NotFoundPageMiddleware",
+    # A GitHub user's role is re-read from GitHub at least every 10 minutes while signed in (github/identity.py).
+    "rubric_app.web.middleware.CurrentRoleMiddleware",
 ]
 
 if not DEBUG:
@@ -145,8 +146,14 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "rubric_app.context_processors.github_mode",
+                "rubric_app.web.context_processors.github_mode",
             ],
+            # The app's tags live with the rest of the web layer (rubric_app/web/), not in the
+            # templatetags folder Django looks for by default.
+            "libraries": {
+                "triage": "rubric_app.web.templatetags.triage",
+                "health": "rubric_app.web.templatetags.health",
+            },
         },
     },
 ]
@@ -166,7 +173,7 @@ elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# In memory, per process: the queue's rendered table (rubric_app/queue_cache.py). Each entry's key
+# In memory, per process: the queue's rendered table (rubric_app/web/queue_cache.py). Each entry's key
 # holds a token the database changes with every write the table shows, so processes keeping their
 # own copies never serve an old table; MAX_ENTRIES bounds the memory (an entry is ~100 KB).
 CACHES = {
@@ -182,10 +189,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # Local accounts (the demo's, an operator's break-glass superuser) sign in with a password; an account linked to
-# GitHub never does (rubric_app/auth_backends.py), and a GitHub sign-in's session names the second backend.
+# GitHub never does (rubric_app/github/auth_backends.py), and a GitHub sign-in's session names the second backend.
 AUTHENTICATION_BACKENDS = [
-    "rubric_app.auth_backends.LocalAccountBackend",
-    "rubric_app.auth_backends.GitHubSignInBackend",
+    "rubric_app.github.auth_backends.LocalAccountBackend",
+    "rubric_app.github.auth_backends.GitHubSignInBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "rubric_app:queue"
@@ -266,9 +273,9 @@ SOCIALACCOUNT_PROVIDERS = {
         ),
     },
 }
-SOCIALACCOUNT_ADAPTER = "rubric_app.signin.SocialAccountAdapter"
-ACCOUNT_ADAPTER = "rubric_app.signin.AccountAdapter"
-# The user's token is kept encrypted by rubric_app/credentials.py, never in allauth's plaintext table.
+SOCIALACCOUNT_ADAPTER = "rubric_app.github.signin.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "rubric_app.github.signin.AccountAdapter"
+# The user's token is kept encrypted by rubric_app/github/credentials.py, never in allauth's plaintext table.
 SOCIALACCOUNT_STORE_TOKENS = False
 # The account is made from what GitHub vouches for (the login, the name), never through allauth's sign-up form,
 # which would let anyone pick a username and an e-mail, and keep the pending token in the session meanwhile.
@@ -278,7 +285,7 @@ SOCIALACCOUNT_QUERY_EMAIL = False
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_LOGIN_ON_GET = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
-GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
+GITHUB_QUEUE_LABELS = list(QUEUE_LABELS)
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
@@ -367,6 +374,8 @@ if (
 WORKER_HEARTBEAT_S = env_float("WORKER_HEARTBEAT_S", 10)
 WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 45)
 QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
+# A meeting decision is one click: it is held this long before any worker writes it, with an Undo button meanwhile.
+MEETING_UNDO_SECONDS = env_float("MEETING_UNDO_SECONDS", 10)
 
 # Bisection: which device this process's worker serves, and the sandbox's limits.
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")
@@ -378,7 +387,7 @@ try:
     TORCH_BUILDS = parse_torch_builds(os.environ.get("TORCH_BUILDS", ""))
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-# Bisect each repro as it arrives (rubric_app/auto_bisect.py): off, cpu (repros without CUDA) or all.
+# Bisect each repro as it arrives (rubric_app/runs/auto_bisect.py): off, cpu (repros without CUDA) or all.
 # `make run`'s demo turns it on (scripts/run.sh); untrusted code, so bounded by these budgets.
 AUTO_BISECT = os.environ.get("AUTO_BISECT", "off").strip().lower()
 if AUTO_BISECT not in ("off", "cpu", "all"):
@@ -388,9 +397,17 @@ AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
 # An automatic run's compile modes and probes together, after the eager reference: one per-mode timeout by default,
 # so a repro that runs every mode to just under its limit costs one limit, not one per mode (harness.bisect).
 AUTO_BISECT_BUDGET_S = env_float("AUTO_BISECT_BUDGET_S", BISECTION_TIMEOUT_S)
-# Re-checks of open issues' repros on a newer torch build (rubric_app/build_checks.py): a budget of their own, so a
+# Re-checks of open issues' repros on a newer torch build (rubric_app/runs/build_checks.py): a budget of their own, so a
 # new nightly's backlog never takes the arrivals' runs.
 RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
+
+# Who may speak for PyTorch's automation (rubric_app/vocabulary.py): "repro_agent=login;agent=login,login;bot=login".
+# Anyone else's "🤖 PT2 Repro Agent" comment or "unable to reproduce on <sha>" is shown as a claim, never used as
+# evidence. The default is PyTorch's accounts (docs/engine.md, "Who may speak for the automation").
+try:
+    AUTOMATION_ACCOUNTS = parse_automation_accounts(os.environ.get("AUTOMATION_ACCOUNTS", DEFAULT_AUTOMATION_ACCOUNTS))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 LOGGING = {
     "version": 1,
@@ -406,7 +423,7 @@ LOGGING = {
     },
 }
 
-# /health (rubric_app/health.py): the queues that must have a live worker, and how old the last successful
+# /health (rubric_app/web/health.py): the queues that must have a live worker, and how old the last successful
 # sync may be (judged only with a GitHub token) before the check answers 503.
 HEALTH_QUEUES = env_list("HEALTH_QUEUES", "github,cpu")
 HEALTH_SYNC_STALE_MINUTES = env_float("HEALTH_SYNC_STALE_MINUTES", 60)

@@ -12,27 +12,31 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
+from rubric_app import vocabulary as words
+
 from .text import CodeFacts, Source
 from .types import IssueText
 
-DYNAMO = "module: dynamo"
-INDUCTOR = "module: inductor"
-DYNAMIC = "module: dynamic shapes"
-DISPATCHER = "module: pt2-dispatcher"
-DECOMP = "module: decompositions"
-FX = "module: fx"
-FUNCTORCH = "module: functorch"
-HELION = "module: helion"
-COMPILE_UX = "module: compile ux"
-CPU_ONCALL = "oncall: cpu inductor"
-EXPORT_ONCALL = "oncall: export"
-DIST_ONCALL = "oncall: distributed"
-PT2_ONCALL = "oncall: pt2"
-TRIAGED = "triaged"
-REVIEW = "triage review"
-LOW = "low priority"
-HIGH = "high priority"
-NEEDS_REPRO = "needs reproduction"
+# The rules' short names for the vocabulary's labels (rubric_app/vocabulary.py spells each once).
+COMPILE_UX = words.COMPILE_UX
+CPU_ONCALL = words.CPU_INDUCTOR_ONCALL
+DECOMP = words.DECOMPOSITIONS
+DIST_ONCALL = words.DISTRIBUTED_ONCALL
+DYNAMIC = words.DYNAMIC_SHAPES
+DYNAMO = words.DYNAMO
+EXPORT_ONCALL = words.EXPORT_ONCALL
+FUNCTORCH = words.FUNCTORCH
+FUZZER_TOPIC = words.FUZZER_TOPIC
+FX = words.FX
+HELION = words.HELION
+HIGH = words.HIGH_PRIORITY
+INDUCTOR = words.INDUCTOR
+LOW = words.LOW_PRIORITY
+NEEDS_REPRO = words.NEEDS_REPRODUCTION
+DISPATCHER = words.PT2_DISPATCHER
+PT2_ONCALL = words.PT2_ONCALL
+TRIAGED = words.TRIAGED
+REVIEW = words.TRIAGE_REVIEW
 
 # The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
 CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
