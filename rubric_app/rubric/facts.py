@@ -33,6 +33,28 @@ REVIEW = "triage review"
 LOW = "low priority"
 HIGH = "high priority"
 NEEDS_REPRO = "needs reproduction"
+# R5.1: the layer labels that go next to the `module: pt2-dispatcher` umbrella.
+AOTDISPATCH = "module: aotdispatch"
+FUNCTIONALIZATION = "module: functionalization"
+FAKE_TENSOR = "module: fakeTensor"
+CUSTOM_OPS = "module: custom-operators"
+DISPATCHER_LAYERS = (AOTDISPATCH, FUNCTIONALIZATION, FAKE_TENSOR, CUSTOM_OPS)
+# G10 and G11's labels.
+EDGE_CASES = "module: edge cases"
+FUZZER_TOPIC = "topic: fuzzer"
+NUMERICS = "module: numerical-stability"
+# G12: the release manager's short list, a flag of its own beside R11's `triage review`.
+RELEASE_TRIAGE = "release triage"
+# G13: what PyTorch's triage bot never adds (a human's judgement after reading the issue); humans still may.
+HUMAN_ONLY = ("actionable", "needs design", NEEDS_REPRO, "needs research")
+BOT_TRIAGE_BLOCKED = "bot-triage-blocked"
+# G13: never a redirect: `module: ci` instead; distributed issues get DIST_ONCALL, never one of its sub-queues.
+RELENG_ONCALL = "oncall: releng"
+DIST_SUBQUEUES = (
+    "oncall: distributed parallelisms",
+    "oncall: distributed infra",
+    "oncall: distributed checkpointing",
+)
 
 # The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
 CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)

@@ -42,6 +42,11 @@ class IssueText:
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
+    # The repository's latest release ("v2.13.0"), read by the caller from GitHub; "" when unknown. G12 compares
+    # the version an issue states with it and never guesses it.
+    release: str = ""
+    # Who added a label, where the caller knows it: ((label, login), ...), the latest `labeled` event of each (G12.2).
+    labelled_by: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
