@@ -26,6 +26,7 @@ from rubric_app.bisection.builds import newer as newer_version
 from rubric_app.rubric.automation import AGENT_INCORRECT, BOT_TRIAGED, Automation, read_automation
 from rubric_app.rubric.automation import FEEDBACK_LABELS as AUTOMATION_FEEDBACK_LABELS
 from rubric_app.rubric.catalog import known_label
+from rubric_app.rubric.facts import BOT_TRIAGE_BLOCKED
 from rubric_app.rubric.text import sources_of
 
 PT2_ONCALL = "oncall: pt2"
@@ -154,6 +155,8 @@ LANES = (
     Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
     Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
     Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
+    # G13: the bot's run was stopped before it could finish; a human picks it up.
+    Lane("blocked", "bot-triage-blocked", labels=(BOT_TRIAGE_BLOCKED,), without=(TRIAGED,), undecided=True),
     # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
     Lane("fixed", "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),
     Lane("all", "all"),
@@ -620,7 +623,8 @@ class Meeting(models.Model):
 
 class LabelEvent(models.Model):
     """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
-    `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
+    `bot-triaged`, a Repro Agent label or `high priority` (needs_label_events), so the page can tell the bot's labels
+    from a person's (and G12.2 who added `high priority`)."""
 
     issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="label_events")
     label = models.CharField(max_length=100)
@@ -636,8 +640,9 @@ class LabelEvent(models.Model):
 
 
 def needs_label_events(label_names) -> bool:
-    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
-    return any(n == BOT_TRIAGED or n.startswith(REPRO_AGENT_PREFIX) for n in label_names)
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels, or `high priority`
+    (G12.2 asks whether a human added it)."""
+    return any(n in (BOT_TRIAGED, HIGH_PRIORITY) or n.startswith(REPRO_AGENT_PREFIX) for n in label_names)
 
 
 class TriageDecisionQuerySet(models.QuerySet):
@@ -1055,3 +1060,38 @@ class GitHubCredential(models.Model):
 
     def __str__(self) -> str:
         return f"GitHub credential of {self.user_id} ({self.login or '?'})"
+
+
+class SkillFileQuerySet(models.QuerySet):
+    def by_name(self) -> dict[str, SkillFile]:
+        """{name: row} of what was read, in one query."""
+        return {row.name: row for row in self}
+
+
+class SkillFile(models.Model):
+    """A file of PyTorch's triage skill (labels.json, templates.json) or the repository's latest release, as last read
+    from GitHub (rubric_app/skill_files.py owns the rows). `content` is the last good copy, parsed: it stays when a
+    later read cannot be read or parsed, and `error` says why. `etag` is the last answer's, so that GitHub answers an
+    unchanged file with 304 and nothing is read again; `sha` is the git blob of the good copy (the version in use)."""
+
+    LABELS, TEMPLATES, RELEASE = "labels.json", "templates.json", "release"
+
+    name = models.CharField(max_length=40, unique=True)
+    path = models.CharField(max_length=300, blank=True, help_text="where it was read: the file's path, or the API's")
+    sha = models.CharField(max_length=64, blank=True)
+    etag = models.CharField(max_length=200, blank=True)
+    # labels.json: [{"name", "description"}]; templates.json: {name: {"action", "use_when", "comment"}};
+    # release: {"tag", "name", "published_at"}. None until a good copy was read.
+    content = models.JSONField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True, help_text="when the good copy was read")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="the last request, 304s included")
+    error = models.TextField(blank=True, help_text="why the last answer was not taken; empty when it was")
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SkillFileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.sha[:10] or '-'}"

@@ -13,8 +13,8 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from . import rubric, similar
-from .models import BisectionRun, Issue, IssueQuerySet, Label, Suggestion
+from . import rubric, similar, skill_files
+from .models import HIGH_PRIORITY, BisectionRun, Issue, IssueQuerySet, Label, LabelEvent, Suggestion
 
 
 def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
@@ -55,8 +55,18 @@ def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessme
     texts = [issue.as_issue_text() for issue in issues]
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
+    # G12: the latest release as last read from the repository (never guessed), and who added `high priority`.
+    release, adders = skill_files.current_release(), _high_priority_adders(issues)
     assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+        rubric.evaluate(
+            replace(
+                text,
+                neighbours=votes.get(issue.pk, ()),
+                release=release,
+                labelled_by=((HIGH_PRIORITY, adders[issue.pk]),) if issue.pk in adders else (),
+            ),
+            catalog,
+        )
         for issue, text in zip(issues, texts)
     ]
     rows = []
@@ -100,3 +110,13 @@ def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessme
         Suggestion.objects.bulk_create(rows)
         Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
     return assessments
+
+
+def _high_priority_adders(issues: list[Issue]) -> dict[int, str]:
+    """{issue id: who last added `high priority`} from the synced label events (G12.2 asks whether a human did); one
+    query, and none when no issue carries the label."""
+    ids = [issue.pk for issue in issues if HIGH_PRIORITY in issue.label_names()]
+    if not ids:
+        return {}
+    events = LabelEvent.objects.filter(issue_id__in=ids, label=HIGH_PRIORITY, action="labeled").order_by("created_at")
+    return dict(events.values_list("issue_id", "actor"))

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from rubric_app import auto_bisect, build_checks, github, suggestions
+from rubric_app import auto_bisect, build_checks, github, skill_files, suggestions
 from rubric_app.models import (
     TRIAGE_REVIEW,
     Comment,
@@ -40,7 +40,7 @@ from rubric_app.models import (
     WebhookDelivery,
     needs_label_events,
 )
-from rubric_app.rubric.catalog import catalog_names, is_forbidden
+from rubric_app.rubric.catalog import is_forbidden
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class SyncReport:
     resumed: bool = False
     refresh_suggestions: bool = True
     skipped: bool = False
+    skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
 
     def summary(self) -> str:
         if self.skipped:
@@ -105,11 +106,11 @@ def in_queue(data: github.IssueData) -> bool:
 def sync_labels(gh: github.Client) -> int:
     """Mirror the repo's label catalog; returns how many labels GitHub has.
 
-    allowed_for_triage = in the shipped triage catalog and not forbidden by G7;
+    allowed_for_triage = in the triage skill's catalog in use (skill_files) and not forbidden by G7;
     labels GitHub no longer has keep their row with in_catalog=False.
     """
     remote = gh.labels()
-    allowed = catalog_names()
+    allowed = skill_files.in_use().names()
     existing = {label.name: label for label in Label.objects.all()}
     with transaction.atomic():
         for data in remote:
@@ -347,7 +348,15 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
         log.info("%s", report.summary())
         return report
     try:
-        return _sync(full=full, gh=gh or github.client(), report=report)
+        gh, started = gh or github.client(), timezone.now()
+        # The triage skill first: its catalog and the latest release decide this sync's suggestions.
+        report.skill_changed = skill_files.sync_skill(gh).changed
+        _sync(full=full, gh=gh, report=report)
+        if report.skill_changed and report.refresh_suggestions:
+            # Every queued issue follows the new skill; those this sync refreshed already do.
+            older = Q(suggestions_updated_at__lt=started) | Q(suggestions_updated_at=None)
+            refresh(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)))
+        return report
     finally:
         SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
 
@@ -629,7 +638,7 @@ def _apply_label_event(payload: dict) -> str:
         renamed.delete()
     label = label or renamed or Label(name=data.name)
     label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
-    label.allowed_for_triage = data.name in catalog_names() and not is_forbidden(data.name)
+    label.allowed_for_triage = data.name in skill_files.in_use().names() and not is_forbidden(data.name)
     label.event_stamp = stamp or label.event_stamp
     label.save()
     return ""

@@ -22,7 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling, reswap, retarget, trigger_client_event
 
-from . import bisect_runs, build_checks, decisions, metrics, queue_cache, sharing, similar
+from . import bisect_runs, build_checks, decisions, metrics, queue_cache, sharing, similar, skill_files
 from . import health as health_check
 from .bisection import extract_repro
 from .forms import (
@@ -51,6 +51,7 @@ from .models import (
     WorkerHeartbeat,
 )
 from .rubric.agenda import AGENDA_ORDER, agenda_group
+from .rubric.rules_skill import bot_breaches
 
 PAGE_SIZE = 50
 
@@ -101,21 +102,29 @@ def _get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_iss
     return get_object_or_404(qs, number=number)
 
 
-def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
-    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none)."""
+def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None, descriptions: dict[str, str]) -> dict:
+    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none),
+    with what the bot did that it may not (G13)."""
     if BOT_TRIAGED not in issue.label_names():
-        return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
+        return {"bot_form": None, "bot_review": None, "bot_labelled": (), "bot_breaches": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
+    by_bot = list(issue.label_events.filter(actor__endswith="[bot]").order_by("created_at"))
+    labelled = [e for e in by_bot if e.action == "labeled"]
+    allowed = Label.objects.triage_catalog()
     return {
-        "bot_labelled": issue.label_events.filter(action="labeled", actor__endswith="[bot]").order_by("created_at"),
-        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
+        "bot_labelled": labelled,
+        "bot_breaches": bot_breaches([e.label for e in labelled], [e.label for e in by_bot if e.action == "unlabeled"]),
+        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=allowed, descriptions=descriptions),
         "bot_review": reviews.first(),
     }
 
 
-def _triage_form(issue: Issue, data=None) -> TriageForm:
+def _triage_form(issue: Issue, data=None, descriptions: dict[str, str] | None = None) -> TriageForm:
+    """The apply form, with each label's description (the triage skill in use) unless the caller has them."""
     allowed = Label.objects.triage_catalog()
-    return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
+    descriptions = skill_files.in_use().descriptions() if descriptions is None else descriptions
+    suggestions = list(issue.suggestions.all())
+    return TriageForm(data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions)
 
 
 def _repro_for(issue: Issue) -> str:
@@ -149,11 +158,13 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
     bisection form holds the PT2 Repro Agent's script instead of the repro extracted from the text."""
     runs = list(issue.bisection_runs.all())
     live, hosted = WorkerHeartbeat.objects.liveness()
-    form = extra.pop("form", None) or _triage_form(issue)
+    descriptions = skill_files.in_use().descriptions()
+    form = extra.pop("form", None) or _triage_form(issue, descriptions=descriptions)
     checkable = {name for name, _ in form.fields["labels"].choices}
     add = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
-    for s in add:  # one checkbox per label, on its most confident suggestion
+    for s in add:  # one checkbox per label, on its most confident suggestion, with what the label is for
         s.checkbox = s.label in checkable
+        s.description = descriptions.get(s.label, "")
         checkable.discard(s.label)
     prev_number, next_number = _neighbours(issue)
     comments = list(issue.comments.all())
@@ -180,7 +191,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, **extra) -> dict:
         "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
-        **_bot_context(issue, extra.pop("bot_form", None)),
+        **_bot_context(issue, extra.pop("bot_form", None), descriptions),
         "agent_script": agent.script if agent else "",
         "agent_needs_cuda": bool(agent and agent.script_needs_cuda),
     }
@@ -305,7 +316,7 @@ def bot_confirm(request: HttpRequest, number: int) -> HttpResponse:
 def bot_correct(request: HttpRequest, number: int) -> HttpResponse:
     """The bot got it wrong: the corrected labels plus `bot-mislabeled` in one audited decision, queued."""
     issue = _get_issue_for_user(request, number, perm="apply_labels")
-    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog())
+    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog(), descriptions={})
     if not form.is_valid():
         return render(request, "rubric_app/issue.html", _issue_context(issue, bot_form=form), status=400)
     decision = decisions.correct_bot(issue=issue, user=request.user, **form.cleaned_data)
@@ -510,7 +521,13 @@ def rubric_health(request: HttpRequest) -> HttpResponse:
     _require(request, "view_triagedecision")
     rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
     bot = metrics.bot_health(TriageDecision.objects.bot_reviews())
-    context = {"rules": rules, "added": added, "ticked": metrics.preselection(rules), "bot": bot}
+    context = {
+        "rules": rules,
+        "added": added,
+        "ticked": metrics.preselection(rules),
+        "bot": bot,
+        "skill": skill_files.status(),
+    }
     return render(request, "rubric_app/rubric.html", context)
 
 
@@ -617,7 +634,8 @@ def _group_for_user(request: HttpRequest, key: str, perm: str = "view_issue") ->
 
 
 def _group_form(members: list[Issue], data=None) -> GroupDecisionForm:
-    return GroupDecisionForm(data, members=members, allowed=Label.objects.triage_catalog())
+    descriptions = skill_files.in_use().descriptions()
+    return GroupDecisionForm(data, members=members, allowed=Label.objects.triage_catalog(), descriptions=descriptions)
 
 
 @login_required

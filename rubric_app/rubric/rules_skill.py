@@ -559,7 +559,7 @@ def release_gate(f: Facts) -> ReleaseGate:
         return ReleaseGate("G12.2", f"high priority{who}", "labels")
     stated = stated_version(f, latest)
     if stated is None:
-        return ReleaseGate("", f"no torch version stated (the latest release is {f.issue.release})")
+        return ReleaseGate("", f"no torch version stated; the latest release is {f.issue.release}")
     version, words, source = stated
     if version.kind != "release":
         return ReleaseGate("", f"states {version.text}: a {version.kind}, not a release", source)
