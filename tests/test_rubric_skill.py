@@ -447,3 +447,15 @@ def test_it_lists_what_the_bot_did_that_it_may_not_g13():
 def test_it_keeps_the_human_only_labels_available_to_humans_g13():
     assert "needs reproduction" not in {i["name"] for i in CURRENT.labels}  # the skill's bot may not add it
     assert {"actionable", "needs design", "needs reproduction", "needs research"} <= CURRENT.names()
+
+
+def test_it_keeps_the_skills_label_checks_out_of_what_the_labeler_learns():
+    from rubric_app.rubric.engine import read
+
+    features = read(_with(CRASH_ON_RELEASE, labels=("oncall: pt2", "bot-triage-blocked"))).features()
+
+    assert not any(name.startswith(("rule:G10", "rule:G11", "rule:G12", "rule:G13", "check:G11")) for name in features)
+    assert (
+        "rule:G9.1:flag:needs reproduction"
+        in read(issue("Compiled detector gives NaN", "model.load_state_dict(torch.load('a.pth'))")).features()
+    )
