@@ -37,13 +37,14 @@ BODY = (
 COMMENTS_CYCLE = (0, 2, 4, 6, 8)  # mean 4: 5,000 issues -> 20,000 comments, 1 in 5 without comments
 
 
-# Each sync reads the triage skill's labels.json and templates.json and the latest release (rubric_app/skill_files.py).
+# Each sync reads the triage skill's labels.json and templates.json and the latest release
+# (rubric_app/github/skill_files.py).
 SKILL_REQUESTS = 3
 
 
 def serve(conn, issues: int) -> None:
     """Child process: populate a fake GitHub, send its URL, then answer stats requests."""
-    from rubric_app.demo_github import seed_skill
+    from rubric_app.demo.github_server import seed_skill
     from rubric_app.rubric.catalog import load_catalog
     from tests.fakegithub import start_server
 
@@ -142,8 +143,9 @@ def main() -> None:
     setup_django(args.database_url or f"sqlite:///{db_file}")
     from django.conf import settings
 
-    from rubric_app import suggestions, sync
+    from rubric_app.github import sync
     from rubric_app.models import Comment, Issue, Label
+    from rubric_app.triage import suggestions
     from tests.fakegithub import TOKEN
 
     settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = url, TOKEN, "pytorch/pytorch"

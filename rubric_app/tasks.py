@@ -11,7 +11,9 @@ from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, build_checks, signin, sync
+from rubric_app.github import applying, signin, sync
+from rubric_app.runs import bisecting, build_checks
+
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)

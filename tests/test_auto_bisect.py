@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, sync
+from rubric_app.github import sync
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
+from rubric_app.runs import auto_bisect, bisect_runs, bisecting
 from tests.factories import make_issue, opened_issue_payload
 from tests.helpers import wait_until
 from triage_site.celery import app

@@ -14,9 +14,9 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from rubric_app import bisect_runs, bisecting
 from rubric_app.bisection.sandbox import UID_BASE
 from rubric_app.models import BisectionRun
+from rubric_app.runs import bisect_runs, bisecting
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 from triage_site.celery import app

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import confirm_bot, correct_bot
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
+from rubric_app.triage.decisions import confirm_bot, correct_bot
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +247,7 @@ def test_it_counts_what_triagers_kept_and_removed_of_the_bots_labels(client, tri
 def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_repo(fake_github):
     from django.core.management import call_command
 
-    from rubric_app.demo_github import FakeGitHub, seed_demo
+    from rubric_app.demo.github_server import FakeGitHub, seed_demo
 
     call_command("load_demo")
     fake = FakeGitHub("pytorch/pytorch")
@@ -265,8 +265,8 @@ def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_r
 
 
 def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
+    from rubric_app.github.sync import sync_queue
     from rubric_app.models import LabelEvent
-    from rubric_app.sync import sync_queue
 
     for number in range(1, 21):
         fake_github.add_issue(number, labels=["oncall: pt2"], comments=["c"])

@@ -17,10 +17,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions, sync
-from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
-from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
+from rubric_app.github import sync
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import (
     BisectionRun,
     GitHubWrite,
@@ -31,6 +30,9 @@ from rubric_app.models import (
     WorkerHeartbeat,
 )
 from rubric_app.rubric.catalog import load_replies
+from rubric_app.runs import auto_bisect, bisect_runs, bisecting, build_checks
+from rubric_app.triage import suggestions
+from rubric_app.triage.decisions import CONFIRM_FIXED, plan_changes, request_decision
 from tests.factories import (
     INDUCTOR_RAISED,
     PASSED,

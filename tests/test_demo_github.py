@@ -8,9 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app import applying, decisions, demo_github, github
+from rubric_app.demo import github_server as demo_github
+from rubric_app.github import applying
+from rubric_app.github import client as github
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, Label, TriageDecision
-from rubric_app.sync import sync_queue
+from rubric_app.triage import decisions
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The queue table's cache (rubric_app/queue_cache.py): never an old table, never another user's parts.
+"""The queue table's cache (rubric_app/web/queue_cache.py): never an old table, never another user's parts.
 
 Each test first checks that the page it looks at came from the cache (a hit makes one query beyond the
 request's own), then changes what a row shows the way the dashboard does, and expects the change on the
@@ -22,8 +22,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import bisecting, queue_cache, suggestions
-from rubric_app.applying import apply_decision
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import process_webhook, sync_queue
 from rubric_app.models import (
     Assignment,
     BisectionRun,
@@ -34,7 +34,9 @@ from rubric_app.models import (
     TriageDecision,
     WebhookDelivery,
 )
-from rubric_app.sync import process_webhook, sync_queue
+from rubric_app.runs import bisecting
+from rubric_app.triage import suggestions
+from rubric_app.web import queue_cache
 from tests.factories import make_issue, make_label, make_user
 from tests.helpers import passes_on_sqlite
 

@@ -23,10 +23,11 @@ from rubric_app.rubric import (
 )
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
-from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
+from rubric_app.rubric.offline.evaluation import training_examples
 from rubric_app.rubric.skill import Skill, parse_labels
+from rubric_app.vocabulary import is_module, is_oncall
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,7 +164,7 @@ issues = st.builds(
 
 
 def _oncall_labels(labels) -> set[str]:
-    return {l for l in labels if l.startswith("oncall:")}
+    return {l for l in labels if is_oncall(l)}
 
 
 # A small learned labeler, so the invariants are checked with a model weighing in too.
@@ -214,10 +215,10 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
     assert set(a.preselected()) <= set(labels)
     assert not any(s.preselected and s.rule_id == "G4" for s in a.add)
     if any(c.rule_id == "G1" and "question" in c.text for c in a.checklist):
-        assert not any(l.startswith("module:") for l in a.preselected())
+        assert not any(is_module(l) for l in a.preselected())
     # G4: what `a` applies never leaves a PT2 issue triaged without a module: label.
     if "triaged" in a.preselected():
-        assert any(l.startswith("module:") for l in [*a.preselected(), *issue.labels])
+        assert any(is_module(l) for l in [*a.preselected(), *issue.labels])
         assert "triage review" not in a.preselected()
     # G7 / R7.4: nothing forbidden, nothing outside the catalog.
     assert all(l in catalog and not is_forbidden(l) for l in labels), labels
@@ -229,11 +230,11 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
         assert labels == []
     elif a.route == "handoff":
         # G5: exactly one oncall label, no module labels, no triaged.
-        assert len(_oncall_labels(labels)) == 1 and not any(l.startswith("module:") for l in labels)
+        assert len(_oncall_labels(labels)) == 1 and not any(is_module(l) for l in labels)
         assert "triaged" not in labels
     else:
         # G4: at least one module label, on the issue already or suggested.
-        assert any(l.startswith("module:") for l in [*labels, *issue.labels])
+        assert any(is_module(l) for l in [*labels, *issue.labels])
     for s in a.add:
         assert 0.0 <= s.confidence <= 1.0 and s.rule_id
 
@@ -333,7 +334,7 @@ def test_it_says_the_same_in_every_process_whatever_its_hash_seed():
     code = (
         "import json\n"
         "from rubric_app.rubric import evaluate\n"
-        "from rubric_app.rubric.evaluation import issue_from_record, output_line, read_jsonl\n"
+        "from rubric_app.rubric.offline.evaluation import issue_from_record, output_line, read_jsonl\n"
         "records = list(read_jsonl(open('tests/data/pt2_dev.jsonl')))[:80]\n"
         "print(json.dumps([output_line(int(r['number']), evaluate(issue_from_record(r, use_labels=False)))"
         " for r in records], sort_keys=True))\n"

@@ -11,6 +11,7 @@ import pytest
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import facts_of
 from rubric_app.rubric.facts import RULES, Finding
+from rubric_app.vocabulary import is_module, is_oncall
 
 # A rule id may have several functions (rules.py's text rule and rules_automation.py's): all of them.
 RULE_FNS = {rule_id: [fn for rid, fn in RULES if rid == rule_id] for rule_id, _ in RULES}
@@ -500,12 +501,12 @@ def test_it_keeps_a_pt2_issue_in_the_queue_g3():
 def test_it_falls_back_to_compile_ux_only_when_nothing_fits_g4():
     vague = issue("Model does not work", "It fails. Please help.")
     rules_only = evaluate(vague, use_model=False)
-    assert [s.label for s in rules_only.add if s.label.startswith("module:")] == ["module: compile ux"]
+    assert [s.label for s in rules_only.add if is_module(s.label)] == ["module: compile ux"]
     assert next(s for s in rules_only.add if s.label == "module: compile ux").rule_id == "G4"
     # The learned labeler may offer a weak guess as "possible"; nothing is ticked for `a`, so G4 still
     # asks a human for the component and `triaged` is not pre-selected.
     learned = evaluate(vague)
-    assert not any(l.startswith("module:") for l in learned.preselected()) and "triaged" not in learned.preselected()
+    assert not any(is_module(l) for l in learned.preselected()) and "triaged" not in learned.preselected()
     assert next(c for c in learned.checklist if c.rule_id == "G4").state == "needs_human"
     precise = evaluate(issue("Graph break on zip", TRACE_DYNAMO))
     assert not any(s.rule_id == "G4" for s in precise.add)
@@ -519,8 +520,8 @@ def test_it_hands_off_without_module_labels_g5():
         )
     )
     assert a.route == "handoff"
-    assert [s.label for s in a.add if s.label.startswith("oncall:")] == ["oncall: export"]
-    assert not any(s.label.startswith("module:") or s.label == "triaged" for s in a.add)
+    assert [s.label for s in a.add if is_oncall(s.label)] == ["oncall: export"]
+    assert not any(is_module(s.label) or s.label == "triaged" for s in a.add)
     assert any(x.rule_id == "G5" for x in a.avoid)
     kept = evaluate(issue("torch.compile graph breaks on zip", TRACE_DYNAMO))
     assert kept.route == "pt2" and not any(x.rule_id == "G5" for x in kept.avoid)
@@ -588,7 +589,7 @@ def test_it_suggests_only_dynamic_shapes_when_dynamic_false_fixes_it_r1_1():
     a = evaluate(
         issue("[dynamo] recompilation error on varying batch", "With dynamic=False it works.\n" + TRACE_DYNAMO)
     )
-    modules = [s.label for s in a.add if s.label.startswith("module:")]
+    modules = [s.label for s in a.add if is_module(s.label)]
     assert "module: dynamic shapes" in modules and "module: dynamo" not in modules
     assert any(x.label == "module: dynamo" and x.rule_id == "R1.1" for x in a.avoid)
 
@@ -769,7 +770,7 @@ def test_it_needs_no_fallback_when_the_issue_already_has_a_module_label():
 
 
 def module_labels(a) -> set[str]:
-    return {l for l in a.labels() if l.startswith("module:")}
+    return {l for l in a.labels() if is_module(l)}
 
 
 def needs_human(a, rule_id: str) -> list:

@@ -12,12 +12,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from rubric_app import similar, suggestions
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import plan_duplicate, request_decision
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import GitHubWrite, Issue, IssueTerm, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import load_replies
-from rubric_app.sync import sync_queue
+from rubric_app.triage import similar, suggestions
+from rubric_app.triage.decisions import plan_duplicate, request_decision
 from tests.factories import make_issue, make_label
 from tests.test_signature import _lowering
 

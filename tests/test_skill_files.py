@@ -1,4 +1,4 @@
-"""PyTorch's triage skill read from the repository by the sync (rubric_app/skill_files.py): its labels.json and
+"""PyTorch's triage skill read from the repository by the sync (rubric_app/github/skill_files.py): its labels.json and
 templates.json through the contents API, the latest release through the releases API, all through PyGithub over
 HTTP against the fake GitHub (tests/fakegithub.py). Unchanged: nothing read again; changed: the new labels and
 replies in use and /rubric shows what changed; broken: the last good copy stays and the page says why. And the
@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from rubric_app import skill_files
-from rubric_app.decisions import EXPECTED_NUMERICS, REPRODUCTION, plan_changes
-from rubric_app.demo_github import DEMO_RELEASE, SKILL_LABELS, SKILL_TEMPLATES, blob_sha, seed_skill
-from rubric_app.forms import TriageForm, handoff_oncalls
-from rubric_app.models import LANE_BY_CODE, Issue, Label, LabelEvent, SkillFile, Suggestion
+from rubric_app.demo.github_server import DEMO_RELEASE, SKILL_LABELS, SKILL_TEMPLATES, blob_sha, seed_skill
+from rubric_app.github import skill_files
+from rubric_app.github.sync import sync_queue
+from rubric_app.lanes import LANE_BY_CODE
+from rubric_app.models import Issue, Label, LabelEvent, SkillFile, Suggestion
 from rubric_app.rubric.skill import shipped
-from rubric_app.sync import sync_queue
+from rubric_app.triage.decisions import EXPECTED_NUMERICS, REPRODUCTION, plan_changes
+from rubric_app.web.forms import TriageForm, handoff_oncalls
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ import pytest
 from django.db import DatabaseError, connection
 from django.urls import reverse
 
+from rubric_app.github.sync import process_webhook
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
-from rubric_app.sync import process_webhook
 from tests.factories import make_issue
 from tests.helpers import wait_until
 

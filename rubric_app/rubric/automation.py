@@ -22,14 +22,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..vocabulary import AGENT_INCORRECT, BOT_MISLABELED, BOT_TRIAGED, is_bot
 from .text import Source
 
 AGENT_MARK = re.compile(r"^\W{0,12}(?:🤖\s{0,3})?\**\s{0,3}PT2 Repro Agent\b")
 AGENT_LABEL = "repro:agent:h100:"
-AGENT_INCORRECT = "repro:agent:h100:incorrect"
-BOT_TRIAGED = "bot-triaged"
-BOT_MISLABELED = "bot-mislabeled"
-FEEDBACK_LABELS = (BOT_MISLABELED, AGENT_INCORRECT)  # what a triager adds to say the automation was wrong
 # The agent's label outcomes, by prefix (copies cut at 40 characters keep these prefixes).
 LABEL_OUTCOMES = (
     ("repro_success:reproduce", "reproduced"),
@@ -294,14 +291,10 @@ def _label_outcome(names: list[str]) -> str:
 def _bot_added(events: Iterable[tuple[str, str, str]]) -> tuple[str, ...]:
     added: dict[str, None] = {}
     for label, actor, action in events:
-        if not _is_bot(actor):
+        if not is_bot(actor):
             continue
         if action == "labeled":
             added[label] = None
         elif action == "unlabeled":
             added.pop(label, None)
     return tuple(added)
-
-
-def _is_bot(login: str) -> bool:
-    return login.endswith("[bot]") or login in ("pytorch-bot", "pytorchbot", "pytorch-auto-revert")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from rubric_app.vocabulary import is_oncall
+
 from .facts import (
     CPU_ONCALL,
     DECOMP,
@@ -60,7 +62,7 @@ SILENT_WRONG = re.compile(
 @rule("G0")
 def g0_other_oncall(f: Facts) -> list[Finding]:
     """An issue already in another oncall's queue is theirs: skip it (cpu inductor is PT2's own lane)."""
-    others = sorted(l for l in f.labels if l.startswith("oncall:") and l not in (PT2_ONCALL, CPU_ONCALL))
+    others = sorted(l for l in f.labels if is_oncall(l) and l not in (PT2_ONCALL, CPU_ONCALL))
     if others:
         return [Finding("G0", "route", others[0], 1.0, others[0], "labels", "already in another oncall's queue")]
     if CPU_ONCALL in f.labels:

@@ -15,25 +15,36 @@ from dataclasses import dataclass
 
 from .facts import (
     AOTDISPATCH,
+    AUTOGRAD,
     BOT_TRIAGE_BLOCKED,
     CUSTOM_OPS,
     DISPATCHER,
     DIST_ONCALL,
     DIST_SUBQUEUES,
+    DOCS,
     EDGE_CASES,
+    ENHANCEMENT,
     FAKE_TENSOR,
+    FEATURE,
+    FUNCTION_REQUEST,
     FUNCTIONALIZATION,
     FUZZER_TOPIC,
+    HAS_WORKAROUND,
     HIGH,
     HUMAN_ONLY,
+    MODULE_CRASH,
+    MODULE_REGRESSION,
+    MODULE_TESTS,
     NEEDS_REPRO,
     NUMERICS,
+    PERFORMANCE,
     RELENG_ONCALL,
     Facts,
     Finding,
     I,
     rule,
 )
+from .facts import WINDOWS as WINDOWS_LABEL
 from .rules import COMPILE_USE, thread_facts
 from .rules_domain import COMPILE_NOT_INVOLVED, FUZZER, REGRESSION
 from .signature import signature_of
@@ -282,28 +293,28 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
     found: list[Finding] = []
     crash = f.find(HARD_CRASH, "title") or f.find(HARD_CRASH, "text")
     if crash:
-        found += _missed("module: crash", crash, "a hard crash", 0.8 if crash[1] == "title" else 0.7)
+        found += _missed(MODULE_CRASH, crash, "a hard crash", 0.8 if crash[1] == "title" else 0.7)
     slow = f.find(SLOW, "title")
     if slow:  # R7.2 suggests it from the words it knows: the check makes sure nobody misses it
-        found += _missed("module: performance", slow, "a slowdown or an optimization request")
+        found += _missed(PERFORMANCE, slow, "a slowdown or an optimization request")
     windows = f.find(WINDOWS_TITLE, "title") or f.find(WINDOWS, "text")
     if windows:
-        found += _missed("module: windows", windows, "on Windows", 0.7 if windows[1] == "title" else 0.0)
+        found += _missed(WINDOWS_LABEL, windows, "on Windows", 0.7 if windows[1] == "title" else 0.0)
     regression = f.find(REGRESSION, "title") or f.find(REGRESSION, "text")
     if regression:
         found += _missed(
-            "module: regression", regression, "worked before, broken now", 0.7 if regression[1] == "title" else 0.6
+            MODULE_REGRESSION, regression, "worked before, broken now", 0.7 if regression[1] == "title" else 0.6
         )
     test = f.find(TEST_TITLE, "title")
     if test:
-        found += _missed("module: tests", test, "a test failing, not the feature", 0.7)
+        found += _missed(MODULE_TESTS, test, "a test failing, not the feature", 0.7)
     gradient = f.find(WRONG_GRADIENT)
     if gradient and f.has(COMPILE_USE) and not f.has(COMPILE_NOT_INVOLVED):
         found.append(
             Finding(
                 "G11",
                 "check",
-                "module: autograd",
+                AUTOGRAD,
                 evidence=gradient[0],
                 source=gradient[1],
                 state="needs_human",
@@ -311,7 +322,7 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
             )
         )
     elif gradient:
-        found += _missed("module: autograd", gradient, "a wrong gradient in eager, next to the op's label", 0.7)
+        found += _missed(AUTOGRAD, gradient, "a wrong gradient in eager, next to the op's label", 0.7)
     return found + _workaround(f)
 
 
@@ -326,7 +337,7 @@ def _workaround(f: Facts) -> list[Finding]:
             Finding(
                 "G11",
                 "avoid",
-                "has workaround",
+                HAS_WORKAROUND,
                 evidence=mirror.group(0),
                 source=said[1],
                 reason="the workaround is the bug's mirror image, not one (G11)",
@@ -334,8 +345,8 @@ def _workaround(f: Facts) -> list[Finding]:
         ]
     real = REAL_WORKAROUND.search(said[0])
     if real:
-        return _missed("has workaround", (real.group(0), said[1]), "a workaround that is not obvious", 0.6)
-    return _missed("has workaround", said, "a workaround is mentioned: neither obvious nor the mirror image")
+        return _missed(HAS_WORKAROUND, (real.group(0), said[1]), "a workaround that is not obvious", 0.6)
+    return _missed(HAS_WORKAROUND, said, "a workaround is mentioned: neither obvious nor the mirror image")
 
 
 # --- R5.1. The dispatcher's layer ------------------------------------------------------------------
@@ -491,7 +502,7 @@ PROSE_VERSION = re.compile(
 # "works on 2.13.0", "fixed in 2.13": a version the reporter says it does not fail on.
 NOT_FAILING_ON = re.compile(r"\b(?:works?|worked|fixed|passes|passed|fine|ok)\b[^\n.]{0,30}$", I)
 # Never release triage: a feature request, an enhancement or documentation (PyTorch's issue forms name them).
-NOT_A_BUG_LABELS = ("feature", "enhancement", "function request", "module: docs")
+NOT_A_BUG_LABELS = (FEATURE, ENHANCEMENT, FUNCTION_REQUEST, DOCS)
 NOT_A_BUG = re.compile(
     r"### 🚀 The feature|### 📚 The doc issue|\[feature(?: request)?\]|\bfeature request\b|\[rfc\]|\[docs?\]"
     r"|\bdocumentation (?:is (?:wrong|missing|unclear)|issue|bug)\b",

@@ -2,9 +2,9 @@
 (templates.json) and the repository's latest release, checked and compared with the copies shipped here.
 
 The skill lives in pytorch/pytorch (`.agents/skills/triaging-issues/`) and changes; the sync reads it
-(rubric_app/skill_files.py). The copies in rubric_app/data/ are the offline default. Pure Python: a file that does
-not parse, a template with keys nobody knows, a tag that is no version each raise SkillFileError with the reason,
-so the caller keeps its last good copy and says why.
+(rubric_app/github/skill_files.py). The copies in rubric_app/data/ are the offline default. Pure Python: a file that
+does not parse, a template with keys nobody knows, a tag that is no version each raise SkillFileError with the
+reason, so the caller keeps its last good copy and says why.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rubric_app.vocabulary import PT2_ONCALL
+
 
 @dataclass(frozen=True)
 class CommentText:
@@ -24,12 +26,27 @@ class BisectionEvidence:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+    """A similar issue (rubric_app/triage/similar.py) with the labels it carries: evidence for
+    similarity.similar_findings."""
 
     number: int
     labels: tuple[str, ...]
     similarity: float  # cosine of the two issues' term vectors, 0..1
     same_signature: bool = False  # the very same failure signature (signature.py)
+
+
+@dataclass(frozen=True)
+class SharedEvidence:
+    """What settles a component on another open issue with the very same failure signature (signature.py): a
+    backend result or a diagnosis in its thread, or its bisection's verdict. Issues sharing one failure take
+    their components from the same evidence (weighing.shared_findings); evidence is the exact text on #number."""
+
+    number: int
+    label: str
+    rule_id: str
+    evidence: str
+    reason: str = ""
+    weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,7 @@ class IssueText:
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
+    shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure
     # The repository's latest release ("v2.13.0"), read by the caller from GitHub; "" when unknown. G12 compares
     # the version an issue states with it and never guesses it.
     release: str = ""
@@ -104,7 +122,7 @@ class Assessment:
     avoid: list[Avoided] = field(default_factory=list)
     route: str = "pt2"
     checklist: list[ChecklistItem] = field(default_factory=list)
-    queue: str = "oncall: pt2"
+    queue: str = PT2_ONCALL
 
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""

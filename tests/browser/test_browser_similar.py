@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app import suggestions
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.triage import suggestions
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until

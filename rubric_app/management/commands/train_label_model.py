@@ -6,7 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
+from rubric_app.rubric.offline.evaluation import (
     ALIASES,
     COMPONENTS,
     InputError,
@@ -15,7 +16,7 @@ from rubric_app.rubric.evaluation import (
     split_held_out,
     training_examples,
 )
-from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, SHIPPED_MODEL_FILE
+from rubric_app.vocabulary import TRIAGED
 
 
 class Command(BaseCommand):
@@ -79,7 +80,7 @@ class Command(BaseCommand):
     def _from_db(self):
         from rubric_app.models import Issue
 
-        issues = Issue.objects.filter(labels__name="triaged").prefetch_related("labels", "comments").distinct()
+        issues = Issue.objects.filter(labels__name=TRIAGED).prefetch_related("labels", "comments").distinct()
         return [issue_record(i) for i in issues]
 
 
