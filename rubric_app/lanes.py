@@ -13,10 +13,12 @@ from django.db import models
 from django.db.models import Exists, OuterRef
 
 from rubric_app.vocabulary import (
+    BOT_TRIAGE_BLOCKED,
     BOT_TRIAGED,
     CONFIRM_FIXED_REPLY,
     CPU_INDUCTOR_ONCALL,
     LANE_ALL,
+    LANE_BLOCKED,
     LANE_BOT,
     LANE_CPU,
     LANE_FIXED,
@@ -93,6 +95,8 @@ LANES = (
     Lane(LANE_REVIEW, TRIAGE_REVIEW, labels=(TRIAGE_REVIEW,)),
     Lane(LANE_REPRO, NEEDS_REPRODUCTION, labels=(NEEDS_REPRODUCTION,)),
     Lane(LANE_BOT, "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
+    # G13: the bot's run was stopped before it could finish; a human picks it up.
+    Lane(LANE_BLOCKED, BOT_TRIAGE_BLOCKED, labels=(BOT_TRIAGE_BLOCKED,), without=(TRIAGED,), undecided=True),
     # Its repro reproduced on an older build (or the reporter's) and passes on a newer one, only on evidence
     # (bisection/evidence.py: same device and hardware, no other repro still failing): ask them to confirm.
     Lane(LANE_FIXED, "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),

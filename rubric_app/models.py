@@ -561,7 +561,8 @@ class AgendaItem(models.Model):
 
 class LabelEvent(models.Model):
     """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
-    `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
+    `bot-triaged`, a Repro Agent label or `high priority` (needs_label_events), so the page can tell the bot's labels
+    from a person's (and G12.2 who added `high priority`)."""
 
     issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="label_events")
     label = models.CharField(max_length=100)
@@ -950,3 +951,39 @@ class GitHubCredential(models.Model):
 
     def __str__(self) -> str:
         return f"GitHub credential of {self.user_id} ({self.login or '?'})"
+
+
+class SkillFileQuerySet(models.QuerySet):
+    def by_name(self) -> dict[str, SkillFile]:
+        """{name: row} of what was read, in one query."""
+        return {row.name: row for row in self}
+
+
+class SkillFile(models.Model):
+    """A file of PyTorch's triage skill (labels.json, templates.json) or the repository's latest release, as last read
+    from GitHub (rubric_app/github/skill_files.py owns the rows). `content` is the last good copy, parsed: it stays
+    when a later read cannot be read or parsed, and `error` says why. `etag` is the last answer's, so that GitHub
+    answers an unchanged file with 304 and nothing is read again; `sha` is the git blob of the good copy (the version
+    in use)."""
+
+    LABELS, TEMPLATES, RELEASE = "labels.json", "templates.json", "release"
+
+    name = models.CharField(max_length=40, unique=True)
+    path = models.CharField(max_length=300, blank=True, help_text="where it was read: the file's path, or the API's")
+    sha = models.CharField(max_length=64, blank=True)
+    etag = models.CharField(max_length=200, blank=True)
+    # labels.json: [{"name", "description"}]; templates.json: {name: {"action", "use_when", "comment"}};
+    # release: {"tag", "name", "published_at"}. None until a good copy was read.
+    content = models.JSONField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True, help_text="when the good copy was read")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="the last request, 304s included")
+    error = models.TextField(blank=True, help_text="why the last answer was not taken; empty when it was")
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SkillFileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.sha[:10] or '-'}"

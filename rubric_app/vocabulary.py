@@ -29,6 +29,13 @@ CPU_INDUCTOR_ONCALL = "oncall: cpu inductor"
 EXPORT_ONCALL = "oncall: export"
 DISTRIBUTED_ONCALL = "oncall: distributed"
 QUEUE_LABELS = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
+# G13: never a redirect (`module: ci` instead); distributed issues get DISTRIBUTED_ONCALL, never one of its sub-queues.
+RELENG_ONCALL = "oncall: releng"
+DISTRIBUTED_SUBQUEUES = (
+    "oncall: distributed parallelisms",
+    "oncall: distributed infra",
+    "oncall: distributed checkpointing",
+)
 
 # Status labels: G6 adds `triaged`; R11's flag for the weekly meeting; what only the meeting may add.
 TRIAGED = "triaged"
@@ -36,6 +43,13 @@ TRIAGE_REVIEW = "triage review"
 NEEDS_REPRODUCTION = "needs reproduction"
 HIGH_PRIORITY = "high priority"
 LOW_PRIORITY = "low priority"
+# G12: the release manager's short list, a flag of its own beside R11's `triage review`.
+RELEASE_TRIAGE = "release triage"
+# G13: what PyTorch's triage bot never adds (a human's judgement after reading the issue); humans still may.
+ACTIONABLE = "actionable"
+NEEDS_DESIGN = "needs design"
+NEEDS_RESEARCH = "needs research"
+HUMAN_ONLY = (ACTIONABLE, NEEDS_DESIGN, NEEDS_REPRODUCTION, NEEDS_RESEARCH)
 
 # The components (R1-R5) and the other `module:` labels the rules name.
 DYNAMO = "module: dynamo"
@@ -48,6 +62,27 @@ FUNCTORCH = "module: functorch"
 HELION = "module: helion"
 COMPILE_UX = "module: compile ux"
 MODULE_REGRESSION = "module: regression"
+# R5.1: the layer labels that go next to the `module: pt2-dispatcher` umbrella.
+AOTDISPATCH = "module: aotdispatch"
+FUNCTIONALIZATION = "module: functionalization"
+FAKE_TENSOR = "module: fakeTensor"
+CUSTOM_OPERATORS = "module: custom-operators"
+DISPATCHER_LAYERS = (AOTDISPATCH, FUNCTIONALIZATION, FAKE_TENSOR, CUSTOM_OPERATORS)
+# G10: edge cases and numerical accuracy.
+EDGE_CASES = "module: edge cases"
+NUMERICAL_STABILITY = "module: numerical-stability"
+# G11: the labels triagers often miss (MODULE_REGRESSION is one), and G12's gate reads DOCS as no bug.
+MODULE_CRASH = "module: crash"
+PERFORMANCE = "module: performance"
+WINDOWS = "module: windows"
+MODULE_TESTS = "module: tests"
+AUTOGRAD = "module: autograd"
+DOCS = "module: docs"
+HAS_WORKAROUND = "has workaround"
+# G12: what is no bug (PyTorch's issue forms name them): never on the release manager's list.
+FEATURE = "feature"
+ENHANCEMENT = "enhancement"
+FUNCTION_REQUEST = "function request"
 # R12: a fuzzer's report (its repro's tolerances, not a silently wrong result for R11).
 FUZZER_TOPIC = "topic: fuzzer"
 
@@ -59,6 +94,8 @@ BOT_TRIAGED = "bot-triaged"
 BOT_MISLABELED = "bot-mislabeled"
 REPRO_AGENT_PREFIX = "repro:agent:"
 AGENT_INCORRECT = "repro:agent:h100:incorrect"
+# G13: the bot's run on an issue was stopped before it finished; a human picks the issue up (its own queue lane).
+BOT_TRIAGE_BLOCKED = "bot-triage-blocked"
 FEEDBACK_LABELS = frozenset({BOT_MISLABELED, AGENT_INCORRECT})
 
 # What runs of one repro on several torch builds can say (Issue.build_finding, bisection/builds.py), and the reply
@@ -68,12 +105,13 @@ MAY_BE_FIXED = "may_be_fixed"
 CONFIRM_FIXED_REPLY = "confirm_fixed"
 
 # The queue page's lanes by code, in the order the page lists them (models.LANES says what each one lists).
-LANE_PT2, LANE_CPU, LANE_REVIEW, LANE_REPRO, LANE_BOT, LANE_FIXED, LANE_ALL, LANE_MINE = (
+LANE_PT2, LANE_CPU, LANE_REVIEW, LANE_REPRO, LANE_BOT, LANE_BLOCKED, LANE_FIXED, LANE_ALL, LANE_MINE = (
     "pt2",
     "cpu",
     "review",
     "repro",
     "bot",
+    "blocked",
     "fixed",
     "all",
     "mine",
@@ -189,12 +227,13 @@ def is_automation_label(name: str) -> bool:
     return name == BOT_TRIAGED or name.startswith(REPRO_AGENT_PREFIX)
 
 
-def allowed_for_triage(name: str) -> bool:
-    """Whether the dashboard may suggest or apply `name`: in the triage catalog and not forbidden by G7."""
+def allowed_for_triage(name: str, catalog: frozenset[str] | None = None) -> bool:
+    """Whether the dashboard may suggest or apply `name`: in the triage catalog (`catalog`: the triage skill's in use,
+    github/skill_files.py; the shipped one when None) and not forbidden by G7."""
     # Imported here: the rubric package's own modules import this one (its __init__ loads the engine).
     from rubric_app.rubric.catalog import catalog_names, is_forbidden
 
-    return name in catalog_names() and not is_forbidden(name)
+    return name in (catalog_names() if catalog is None else catalog) and not is_forbidden(name)
 
 
 # The Celery queues of a bisection by device ("cpu", "cuda", "both": BisectionRun.Device): a GPU box has a CPU too,

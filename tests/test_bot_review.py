@@ -280,9 +280,9 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
 
     events = fake_github.requests_to(r"/issues/\d+/events$", "GET")
     assert sorted(r.path.split("/")[-2] for r in events) == ["30", "31"]  # never for the 20 without automation
-    # The floor: a list page per queue label (2), 20 comment pages (30 and 31 have none), the catalog (1); plus
-    # one events page for each of the two issues automation labelled.
-    assert report.requests == len(fake_github.requests) == 2 + 20 + 1 + 2
+    # The floor: a list page per queue label (2), 20 comment pages (30 and 31 have none), the catalog (1), the triage
+    # skill's two files and latest release (3); plus one events page for each of the two issues automation labelled.
+    assert report.requests == len(fake_github.requests) == 2 + 20 + 1 + 3 + 2
     bot = [(e.action, e.label, e.actor) for e in LabelEvent.objects.filter(issue__number=30)]
     assert ("labeled", "bot-triaged", "github-actions[bot]") in bot
     assert ("unlabeled", "module: inductor", "tri-ager") in bot

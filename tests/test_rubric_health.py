@@ -100,13 +100,13 @@ def test_it_tells_how_often_triagers_kept_what_a_would_apply(client, viewer, tri
 
 def test_it_shows_the_table_with_links_in_constant_queries(client, viewer, decided, django_assert_num_queries):
     client.force_login(viewer)
-    # session, user, the viewer's permissions (own and groups'), the outcomes, the bot's reviews.
-    with django_assert_num_queries(6):
+    # session, user, the viewer's permissions (own and groups'), the outcomes, the bot's reviews, the skill's files.
+    with django_assert_num_queries(7):
         html = client.get(URL).content.decode()
     assert '<tr data-rule="G6">' in html and 'data-col="precision">0.50<' in html
     assert f'href="{reverse("rubric_app:issue", args=[1])}"' in html
     _decision(6, viewer, added=["module: dynamo"])
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         assert client.get(URL).status_code == 200
 
 

@@ -11,12 +11,22 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, Neighbour, evaluate, rules, rules_domain
+from rubric_app.rubric import (
+    BisectionEvidence,
+    CommentText,
+    IssueText,
+    Neighbour,
+    evaluate,
+    rules,
+    rules_domain,
+    rules_skill,
+)
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
 from rubric_app.rubric.offline.evaluation import training_examples
+from rubric_app.rubric.skill import Skill, parse_labels
 from rubric_app.vocabulary import is_module, is_oncall
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +81,25 @@ PHRASES = [
     "This is expected behavior.",
     "looks like an inductor bug",
     "PyTorch version: 2.5.1+cpu",
+    # What PyTorch's triage skill added (R5.1, G9-G13): layers, downloads, edge cases, crashes, versions.
+    "looks like a functionalization bug",
+    'File "torch/_subclasses/fake_tensor.py", line 1, in dispatch',
+    "torch.library.custom_op",
+    "model.load_state_dict(torch.load('ckpt.pt'))",
+    "https://drive.google.com/file/d/x",
+    "on an H100",
+    "I can't share the model",
+    "torch.finfo(torch.float16).max",
+    "returns NaN for very large inputs",
+    "equal_nan=True",
+    "Segmentation fault",
+    "only on Windows",
+    "Workaround: torch._dynamo.config.cache_size_limit = 64",
+    "calling .contiguous() is a workaround",
+    "PyTorch version: 2.13.0+cu128",
+    "PyTorch version: 2.14.0.dev20261201",
+    "pip install torch==2.13.1",
+    "### 🚀 The feature, motivation and pitch",
     "\u202e\u0000\ufeff",
     "```python\nx = 1\n```",
 ]
@@ -83,6 +112,9 @@ LABELS = [
     "topic: fuzzer",
     "module: dynamo",
     "high priority",
+    "module: aotdispatch",
+    "bot-triage-blocked",
+    "enhancement",
 ]
 VERDICTS = [
     BisectionEvidence("module: dynamo", "R2.3", "fails while tracing", 1),
@@ -126,6 +158,8 @@ issues = st.builds(
     labels=st.lists(st.sampled_from(LABELS), max_size=3, unique=True).map(tuple),
     bisection=st.lists(st.sampled_from(VERDICTS), max_size=2).map(tuple),
     neighbours=neighbours,
+    release=st.sampled_from(["", "v2.13.0", "v2.12.1", "not a tag"]),
+    labelled_by=st.sampled_from([(), (("high priority", "malfet"),), (("high priority", "pytorch-bot[bot]"),)]),
 )
 
 
@@ -160,6 +194,7 @@ MODEL = train(
 
 # The model shipped in the repo, calibrated: the one `make run` uses.
 SHIPPED = LabelModel.load(SHIPPED_MODEL_FILE)
+CURRENT_CATALOG = Skill(parse_labels((ROOT / "rubric_app" / "data" / "skill_labels.json").read_text())).names()
 
 
 def test_it_ships_a_calibrated_model():
@@ -202,6 +237,29 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
         assert any(is_module(l) for l in [*labels, *issue.labels])
     for s in a.add:
         assert 0.0 <= s.confidence <= 1.0 and s.rule_id
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(issues)
+def test_it_flags_release_triage_only_through_a_gate_and_keeps_the_skills_restrictions(issue):
+    # The catalog of the skill as the repository has it now (it has `release triage`): G12 and G13 on any issue.
+    a = evaluate(issue, catalog=CURRENT_CATALOG, model=SHIPPED)
+    labels = a.labels()
+    release = next((s for s in a.add if s.label == "release triage"), None)
+    if release is not None:
+        # G12: the latest release known, never for a feature or an enhancement, and the gate is the evidence.
+        assert rules_skill.parse_release(issue.release) is not None and "enhancement" not in issue.labels
+        assert release.rule_id in ("G12.1", "G12.2") and release.evidence
+        if release.rule_id == "G12.1":
+            assert release.evidence.endswith(f"the latest release is {issue.release}")
+    # G13: never releng nor a distributed sub-queue; R5.1's layer only beside its umbrella.
+    assert not any(rules_skill.never_applied(l) for l in labels)
+    layers = {"module: aotdispatch", "module: functionalization", "module: fakeTensor", "module: custom-operators"}
+    if layers & set(labels):
+        assert "module: pt2-dispatcher" in labels or "module: pt2-dispatcher" in issue.labels
+    # G9: a request for a reproduction is never marked triaged.
+    if "needs reproduction" in labels:
+        assert "triaged" not in labels
 
 
 @settings(max_examples=200, deadline=None)
@@ -249,12 +307,12 @@ def test_it_locates_without_losing_a_match(text):
     folded = text.translate(_FOLD).lower()
     patterns = [
         (name, value)
-        for module in (rules, rules_domain)
+        for module in (rules, rules_domain, rules_skill)
         for name, value in vars(module).items()
         if isinstance(value, re.Pattern)
     ] + [
         (row[0], item)
-        for module in (rules, rules_domain)
+        for module in (rules, rules_domain, rules_skill)
         for value in vars(module).values()
         if isinstance(value, tuple)
         for row in value

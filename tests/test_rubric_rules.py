@@ -409,9 +409,58 @@ CASES = [
             "```python\ny = torch.relu(x)\nprint(torch._dynamo.utils.same(y, c, fp64_ref=y64))\n```",
         ),
     ),
+    (
+        "G9.1",
+        "flag",
+        "needs reproduction",
+        issue(
+            "Compiled detector gives NaN",
+            "```python\nmodel.load_state_dict(torch.load('detector.pth'))\n```\nThe weights: https://drive.google.com/file/d/1x",
+        ),
+        issue(
+            "Compiled detector gives NaN",
+            "```python\nimport torch\nm = torch.nn.Linear(4, 4)\ntorch.compile(m)(x)\n```",
+        ),
+    ),
+    (
+        "G9.2",
+        "flag",
+        "needs reproduction",
+        issue("torch.compile hangs in our training job on 64 nodes", "It hangs at step 3000; I can't share the model."),
+        issue(
+            "torch.compile hangs on a Linear",
+            "```python\nimport torch\ntorch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))\n```",
+        ),
+    ),
+    (
+        "G10",
+        "add",
+        "module: edge cases",
+        issue(
+            "torch.compile overflows near torch.finfo(torch.float16).max",
+            "```python\nx = torch.full((4,), torch.finfo(torch.float16).max, dtype=torch.float16)\n```",
+        ),
+        issue("allclose with equal_nan=True fails under compile", "`torch.allclose(a, b, equal_nan=True)` is False."),
+    ),
+    (
+        "G11",
+        "add",
+        "module: crash",
+        issue("Segmentation fault in torch.compile with cudagraphs", "Fatal Python error: Segmentation fault"),
+        issue("torch.compile raises RuntimeError on a view", "RuntimeError: view size is not compatible"),
+    ),
+    (
+        "G13",
+        "check",
+        "needs_human",
+        issue("Graph break on zip", "Unsupported: zip", labels=("oncall: pt2", "bot-triaged", "bot-triage-blocked")),
+        issue("Graph break on zip", "Unsupported: zip", labels=("oncall: pt2", "bot-triaged")),
+    ),
 ]
 
-ENGINE_RULES = {"G3", "G4", "G5", "G6", "G7", "G8", "R6.5", "R7.4"}
+# Rules of the whole assessment, tested through evaluate() (G9's route, G12's gates and R5.1's layer in
+# tests/test_rubric_skill.py).
+ENGINE_RULES = {"G3", "G4", "G5", "G6", "G7", "G8", "R6.5", "R7.4", "G9", "G12", "R5.1"}
 
 
 @pytest.mark.parametrize(
@@ -433,7 +482,7 @@ def test_it_covers_every_rule_id_of_the_rubric():
 
     rubric = Path(__file__).resolve().parent.parent / "docs" / "RUBRIC.md"
     text = rubric.read_text() if rubric.exists() else ""
-    ids = set(re.findall(r"^- (G\d|R\d{1,2}\.\d)\b", text, re.M)) | {"R2", "R5", "R10", "R11"}
+    ids = set(re.findall(r"^- (G\d{1,2}|R\d{1,2}\.\d)\b", text, re.M)) | {"R2", "R5", "R10", "R11"}
     tested = {c[0] for c in CASES} | ENGINE_RULES
     assert ids, "the rubric document was not found"
     assert ids <= tested, sorted(ids - tested)
@@ -791,8 +840,8 @@ def test_it_turns_components_under_the_threshold_into_questions():
     assert "module: compile ux" in strict.labels()  # G4's fallback still holds
 
 
-def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g1():
-    from rubric_app.rubric.rules import g1_needs_reproduction
+def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g9():
+    from rubric_app.rubric.rules_skill import g9_1_download as g1_needs_reproduction
 
     needs_file = issue(
         "LoweringException on my detection model",
@@ -811,4 +860,5 @@ def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g1():
     assessment = evaluate(needs_file)
     assert "needs reproduction" in assessment.labels()
     suggestion = next(s for s in assessment.add if s.label == "needs reproduction")
-    assert suggestion.rule_id == "G1" and suggestion.evidence in needs_file.body
+    assert suggestion.rule_id == "G9.1" and suggestion.evidence in needs_file.body
+    assert "triaged" not in assessment.labels()  # G9: not triaged until a self-contained reproduction arrives

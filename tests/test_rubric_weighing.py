@@ -106,7 +106,7 @@ def test_it_never_lets_the_learned_score_remove_a_flag_a_rule_found():
     a = evaluate(demo(170068), model=strict)
     assert "triage review" in a.preselected() and "triaged" not in a.labels()
     # A flag the learned score alone raised is offered, not ticked, and the checklist asks (#170122).
-    learned = evaluate(demo(170122))
+    learned = evaluate(demo(170122), model=lenient())
     assert review(learned).source == "model" and not review(learned).preselected
     [item] = [c for c in learned.checklist if c.rule_id == "R11"]
     assert item.state == "needs_human" and "learned score" in item.text
@@ -162,9 +162,16 @@ def test_it_cites_r11_from_the_text_never_from_a_repro_file_name(use_model):
     assert flag.evidence in said  # an exact span of the text it cites
 
 
+def lenient():
+    """The shipped model with a review bar every score reaches. #170122's checkpoint is G9.1's finding now (G1's
+    before, issue 37), a feature name the shipped model was not trained on, so its learned flag falls under the
+    shipped bar; the flag's handling is what these tests are about, not its score."""
+    return replace(shipped_model(), thresholds={**shipped_model().thresholds, "review": 0.0})
+
+
 def test_it_cites_no_file_name_for_a_learned_flag():
-    # #170122: the learned flag's top feature is the checkpoint's name, det_model_full.pt.
-    flag = review(evaluate(demo(170122)))
+    # #170122: the learned flag's top feature is the checkpoint's finding, whose evidence is det_model_full.pt.
+    flag = review(evaluate(demo(170122), model=lenient()))
     assert ".pt" not in flag.evidence and flag.evidence_source == ""
 
 

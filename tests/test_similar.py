@@ -226,8 +226,9 @@ def test_it_shows_the_failures_open_issues_share_above_the_queue(client, viewer,
 def test_it_lists_the_group_and_offers_one_decision(client, viewer, group, django_assert_num_queries):
     client.force_login(viewer)
     url = reverse("rubric_app:signature_group", args=[group[0].signature])
-    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog
-    with django_assert_num_queries(11):
+    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog,
+    # the triage skill's files (the labels' descriptions)
+    with django_assert_num_queries(12):
         html = client.get(url).content.decode()
     assert "3 open issues share this failure" in html
     assert all(f'data-member="{n}"' in html for n in (1001, 1002, 1003)) and "#1004" in html  # the closed one, apart
@@ -242,8 +243,9 @@ def test_it_previews_every_issues_changes_and_each_refusal(client, triager, view
     client.post(url, data, headers=HTMX)
 
     # No label ticked: `triaged` alone is refused (G4) on the two without a module label, fine on #1001.
-    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog
-    with django_assert_num_queries(11):
+    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog,
+    # the triage skill's files (the labels' descriptions)
+    with django_assert_num_queries(12):
         html = client.post(url, data, headers=HTMX).content.decode()
     rows = html.split('data-plan="')[1:]
     assert [r.split('"')[0] for r in rows] == ["1001", "1002", "1003"]

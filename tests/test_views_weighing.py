@@ -84,9 +84,10 @@ def test_it_gives_issues_sharing_a_failure_the_same_evidence_and_shows_where_the
         body="eager and `aot_eager` both run fine; inductor fails.",
     )
     suggestions.refresh_issue(Issue.objects.get(pk=alone.pk))
-    # session, user, permissions (2), members, their labels, suggestions, decisions, others (none), catalog: no
-    # query of its own for the disagreement (the prefetched suggestions)
-    with django_assert_num_queries(10):
+    # session, user, permissions (2), members, their labels, suggestions, decisions, others (none), catalog, the
+    # triage skill's files (the labels' descriptions): no query of its own for the disagreement (the prefetched
+    # suggestions)
+    with django_assert_num_queries(11):
         html = client.get(url).content.decode()
     assert "data-disagree" in html and "Where they disagree" in html
     table = html[html.index("data-disagree") : html.index("</section>")]

@@ -10,13 +10,14 @@ It is a real threaded HTTP server: PyGithub talks to it over HTTP through
 `settings.GITHUB_API_URL`, exactly as it talks to api.github.com. It serves
 the endpoints the dashboard uses (issue lists with Link pagination, single
 issues, comments, the label catalog, label writes, posting comments, closing, GraphQL's
-transferIssue), answers
+transferIssue, a file's contents, the latest release), answers
 If-None-Match with 304, sends X-RateLimit-* headers, records every request,
 and injects faults on demand (`inject`). Pure Python: no Django import.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import json
@@ -24,6 +25,7 @@ import os
 import re
 import secrets
 import socket
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +41,12 @@ REPO = "pytorch/pytorch"
 DASHBOARD_LOGIN = "pt2-triage-dashboard"
 # Who adds the labels of a bot-triaged demo issue: PyTorch's triage workflow runs as GitHub Actions.
 BOT_LOGIN = "github-actions[bot]"
+
+
+def blob_sha(text: str) -> str:
+    """The git blob sha of a file's text: what the contents API reports as its `sha`."""
+    data = text.encode()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def _iso(moment: datetime) -> str:
@@ -133,6 +141,9 @@ class FakeGitHub:
             self.transferred: dict[int, tuple[str, str]] = {}
             # The repositories an issue may be transferred to (G2), as GitHub would find them.
             self.other_repos = set(OTHER_REPOS)
+            # The repository's files the contents API serves (path -> text), and its latest release (None: none).
+            self.files: dict[str, str] = {}
+            self.release: dict | None = None
             self.reset_identities()
             self.reset_people()
 
@@ -300,6 +311,43 @@ class FakeGitHub:
             stamp = self.tick()
             issue["updated_at"] = stamp
             return self._append_comment(issue, body, user, stamp, association=association)
+
+    def put_file(self, path: str, text: str) -> str:
+        """Commit `text` at `path` (what the contents API then serves); returns its blob sha, as git computes it."""
+        with self.lock:
+            self.files[path] = text
+        return blob_sha(text)
+
+    def publish_release(self, tag: str, name: str = "") -> None:
+        """Publish a release: from now on the latest (GET /releases/latest)."""
+        with self.lock:
+            self.release = {"tag_name": tag, "name": name or f"PyTorch {tag.lstrip('v')} Release", "at": self.tick()}
+
+    def contents_json(self, path: str) -> dict:
+        text = self.files[path]
+        return {
+            "type": "file",
+            "encoding": "base64",
+            "path": path,
+            "name": path.rsplit("/", 1)[-1],
+            "size": len(text.encode()),
+            "sha": blob_sha(text),
+            # GitHub wraps the base64 at 60 characters: a client must not mind the newlines.
+            "content": "\n".join(textwrap.wrap(base64.b64encode(text.encode()).decode(), 60)) + "\n",
+            "url": f"{self._base()}/contents/{path}",
+        }
+
+    def release_json(self) -> dict:
+        release = self.release
+        return {
+            "id": 90_000_001,
+            "tag_name": release["tag_name"],
+            "name": release["name"],
+            "draft": False,
+            "prerelease": False,
+            "published_at": _iso(release["at"]),
+            "html_url": f"https://github.com/{self.repo}/releases/tag/{release['tag_name']}",
+        }
 
     def graphql(self, request: dict) -> dict:
         """The one GraphQL call the dashboard makes: transferIssue (G2). Refusals come back as 200 with
@@ -745,6 +793,14 @@ class Handler(BaseHTTPRequestHandler):
             with fake.lock:
                 data = [fake.issue_json(issue) for issue in rows]
             return 200, data, {"Link": link} if link else {}
+        if path.startswith(f"{base}/contents/") and method == "GET":
+            with fake.lock:
+                return 200, fake.contents_json(path[len(f"{base}/contents/") :]), {}
+        if path == f"{base}/releases/latest" and method == "GET":
+            with fake.lock:
+                if fake.release is None:
+                    raise KeyError(path)
+                return 200, fake.release_json(), {}
         if path == f"{base}/labels" and method == "GET":
             with fake.lock:
                 names = sorted(fake.labels)
@@ -1016,7 +1072,8 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     comment ids and times as `manage.py load_demo`); returns the number of issues."""
     from rubric_app.rubric.catalog import load_catalog
 
-    for item in load_catalog():
+    seed_skill(fake)
+    for item in load_catalog() + json.loads(fake.files[SKILL_LABELS])["labels"]:
         fake.add_label(item["name"], colour_for(item["name"]), item.get("description", ""))
     with open(path, encoding="utf-8") as fh:
         demo = json.load(fh)
@@ -1049,6 +1106,22 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
         )
         issue["created_at"] = _parse_iso(data["created_at"])
     return len(issues)
+
+
+# PyTorch's triage skill as the demo repository has it (rubric_app/github/skill_files.py reads it), and its latest
+# release.
+DATA = Path(__file__).resolve().parent.parent / "data"
+SKILL_LABELS = ".agents/skills/triaging-issues/labels.json"
+SKILL_TEMPLATES = ".agents/skills/triaging-issues/templates.json"
+DEMO_RELEASE = "v2.13.0"
+
+
+def seed_skill(fake: FakeGitHub, release: str = DEMO_RELEASE) -> None:
+    """Commit the triage skill's current files (rubric_app/data/skill_*.json, as read from PyTorch's repository) and
+    publish `release`."""
+    fake.put_file(SKILL_LABELS, (DATA / "skill_labels.json").read_text(encoding="utf-8"))
+    fake.put_file(SKILL_TEMPLATES, (DATA / "skill_templates.json").read_text(encoding="utf-8"))
+    fake.publish_release(release)
 
 
 # Who can sign in to the demo (the authorize page lists them): one of each kind the dashboard tells apart.

@@ -682,3 +682,65 @@ def installation_token() -> str:
         expires_at = grant.expires_at.timestamp() if grant.expires_at else time.time() + 3600
         _installation[key] = {"token": grant.token, "expires_at": expires_at, "installation_id": installation_id}
         return grant.token
+
+
+# --- the triage skill's files and the latest release (rubric_app/github/skill_files.py) -----------------------
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """A file read through the contents API. not_modified: GitHub answered 304 to our ETag (text is empty)."""
+
+    path: str
+    text: str = ""
+    sha: str = ""
+    etag: str = ""
+    not_modified: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseData:
+    """The repository's latest release. not_modified: 304 to our ETag (the other fields are empty)."""
+
+    tag: str = ""
+    name: str = ""
+    published_at: datetime | None = None
+    etag: str = ""
+    not_modified: bool = False
+
+
+def repo_file(gh: Client, path: str, *, ref: str = "", etag: str = "") -> RepoFile:
+    """One file of the repository (GET /repos/{repo}/contents/{path}), decoded as UTF-8; with `etag`, an unchanged
+    file is answered 304 and not read again. PageGone when there is no such file; MalformedResponse when the answer
+    is no file (a directory, a symlink) or its content does not decode."""
+    import base64  # only this read needs it
+
+    answer, data = gh._read_json(
+        f"/repos/{gh.repo}/contents/{quote(path)}", params={"ref": ref} if ref else None, etag=etag
+    )
+    if answer.status == 304:
+        return RepoFile(path, etag=etag, not_modified=True)
+    if not isinstance(data, dict) or data.get("type") != "file":
+        raise MalformedResponse(f"{path} is not a file in {gh.repo}", answer.status)
+    try:
+        raw = data.get("content") or ""
+        text = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()
+        return RepoFile(path, text.decode("utf-8"), str(data.get("sha") or ""), answer.headers.get("etag", ""))
+    except (ValueError, TypeError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        why = f"{path}: its content does not decode ({exc.__class__.__name__})"
+        raise MalformedResponse(why, answer.status) from None
+
+
+def latest_release(gh: Client, *, etag: str = "") -> ReleaseData:
+    """The repository's latest release (GET /repos/{repo}/releases/latest: neither a draft nor a prerelease); with
+    `etag`, an unchanged one is answered 304. PageGone when the repository has none."""
+    answer, data = gh._read_json(f"/repos/{gh.repo}/releases/latest", etag=etag)
+    if answer.status == 304:
+        return ReleaseData(etag=etag, not_modified=True)
+    if not isinstance(data, dict) or not isinstance(data.get("tag_name"), str):
+        raise MalformedResponse(f"the latest release of {gh.repo} has no tag", answer.status)
+    try:
+        published = parse_time(data.get("published_at"))
+    except (TypeError, ValueError):
+        published = None
+    return ReleaseData(data["tag_name"], str(data.get("name") or ""), published, answer.headers.get("etag", ""))

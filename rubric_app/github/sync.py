@@ -30,10 +30,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
+from rubric_app.github import skill_files
 from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState, WebhookDelivery
 from rubric_app.runs import auto_bisect, build_checks
 from rubric_app.triage import suggestions
-from rubric_app.vocabulary import TRIAGE_REVIEW, allowed_for_triage, is_automation_label
+from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, allowed_for_triage, is_automation_label
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,9 @@ ISSUE_FIELDS = [
 
 
 def needs_label_events(label_names) -> bool:
-    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
-    return any(is_automation_label(n) for n in label_names)
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels, or `high priority`
+    (G12.2 asks whether a human added it)."""
+    return any(is_automation_label(n) or n == HIGH_PRIORITY for n in label_names)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class SyncReport:
     resumed: bool = False
     refresh_suggestions: bool = True
     skipped: bool = False
+    skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
 
     def summary(self) -> str:
         if self.skipped:
@@ -103,14 +106,15 @@ def in_queue(data: github.IssueData) -> bool:
 def sync_labels(gh: github.Client) -> int:
     """Mirror the repo's label catalog; returns how many labels GitHub has.
 
-    allowed_for_triage = in the shipped triage catalog and not forbidden by G7;
+    allowed_for_triage = in the triage skill's catalog in use (skill_files) and not forbidden by G7;
     labels GitHub no longer has keep their row with in_catalog=False.
     """
     remote = gh.labels()
+    allowed = skill_files.in_use().names()
     existing = {label.name: label for label in Label.objects.all()}
     with transaction.atomic():
         for data in remote:
-            ok = allowed_for_triage(data.name)
+            ok = allowed_for_triage(data.name, allowed)
             label = existing.get(data.name)
             if label is None:
                 Label.objects.create(
@@ -345,7 +349,15 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
         log.info("%s", report.summary())
         return report
     try:
-        return _sync(full=full, gh=gh or github.client(), report=report)
+        gh, started = gh or github.client(), timezone.now()
+        # The triage skill first: its catalog and the latest release decide this sync's suggestions.
+        report.skill_changed = skill_files.sync_skill(gh).changed
+        _sync(full=full, gh=gh, report=report)
+        if report.skill_changed and report.refresh_suggestions:
+            # Every queued issue follows the new skill; those this sync refreshed already do.
+            older = Q(suggestions_updated_at__lt=started) | Q(suggestions_updated_at=None)
+            refresh(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)))
+        return report
     finally:
         SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
 
@@ -628,7 +640,7 @@ def _apply_label_event(payload: dict) -> str:
         renamed.delete()
     label = label or renamed or Label(name=data.name)
     label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
-    label.allowed_for_triage = allowed_for_triage(data.name)
+    label.allowed_for_triage = allowed_for_triage(data.name, skill_files.in_use().names())
     label.event_stamp = stamp or label.event_stamp
     label.save()
     return ""

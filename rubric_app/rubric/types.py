@@ -64,6 +64,11 @@ class IssueText:
     shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure
     # Who may speak for PyTorch's automation (rubric_app/vocabulary.py; settings.AUTOMATION_ACCOUNTS on the site).
     automation_accounts: AutomationAccounts = DEFAULT_ACCOUNTS
+    # The repository's latest release ("v2.13.0"), read by the caller from GitHub; "" when unknown. G12 compares
+    # the version an issue states with it and never guesses it.
+    release: str = ""
+    # Who added a label, where the caller knows it: ((label, login), ...), the latest `labeled` event of each (G12.2).
+    labelled_by: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

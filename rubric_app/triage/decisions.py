@@ -20,10 +20,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import credentials, identity
+from rubric_app.github import credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
-from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_replies
+from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
 from rubric_app.rubric.flow import change_breaks_g4
+from rubric_app.rubric.rules_skill import reproduction_reply
 from rubric_app.tasks import apply_decision_task
 from rubric_app.vocabulary import AGENT_INCORRECT as REPRO_AGENT_INCORRECT
 from rubric_app.vocabulary import (
@@ -31,6 +32,7 @@ from rubric_app.vocabulary import (
     BOT_TRIAGED,
     CONFIRM_FIXED_REPLY,
     CPU_INDUCTOR_ONCALL,
+    EDGE_CASES,
     FEEDBACK_LABELS,
     HIGH_PRIORITY,
     LOW_PRIORITY,
@@ -49,6 +51,10 @@ PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
 QUESTION, MORE_INFO, TRANSFER, DUPLICATE = "question", "more info", "transfer", "duplicate"
 # The issue's repro passes on a newer torch build: ask the reporter to confirm on it (build_checks.py).
 CONFIRM_FIXED = "confirm fixed"
+# G9: no self-contained reproduction: ask for one (labels still go on, never `triaged`). G10: the result is what the
+# documentation says floating point does: close with the numerical-accuracy reply.
+REPRODUCTION, EXPECTED_NUMERICS = "reproduction", "expected numerics"
+NUMERICAL_ACCURACY_REPLY = "numerical_accuracy"
 CLOSE_REASONS = ("completed", "not_planned", "duplicate")
 
 
@@ -70,7 +76,7 @@ class Plan:
         """The reply's text; the duplicate reply names the original ("Duplicate of #N": GitHub marks it so)."""
         if not self.reply:
             return ""
-        text = load_replies()[self.reply]["comment"]
+        text = skill_files.replies().get(self.reply, {}).get("comment", "")
         if self.fixed_on:
             text = text.replace("{version}", self.fixed_on).replace("{summary}", self.fixed_summary)
         return text.replace("{original}", f"#{self.duplicate_of}") if self.duplicate_of else text
@@ -113,7 +119,10 @@ def plan_changes(
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
     logs (G1, unclear), "transfer" moves the issue to `transfer_to` (G2), "duplicate" closes it as a
     duplicate of #duplicate_of with the standard comment, "confirm fixed" asks the reporter to confirm on the
-    newer build where the repro passes (plan_confirm_fixed).
+    newer build where the repro passes (plan_confirm_fixed), "expected numerics" closes it as expected floating-point
+    behaviour with the numerical-accuracy reply and `module: edge cases` (G10). "reproduction" labels as the issue's
+    lane does, adds `needs reproduction` and asks for a self-contained reproduction (G9): never `triaged`, and so does
+    ticking `needs reproduction` on any route. Adding `module: edge cases` posts the numerical-accuracy reply (G10).
     """
     if route == QUESTION:
         return Plan(reply="redirect_to_forum", close_reason="not_planned")
@@ -126,6 +135,11 @@ def plan_changes(
     if route == CONFIRM_FIXED:
         return plan_confirm_fixed(issue)
     current = set(issue.label_names())
+    if route == EXPECTED_NUMERICS:
+        add = [] if EDGE_CASES in current else [EDGE_CASES]
+        return Plan(add=add, reply=NUMERICAL_ACCURACY_REPLY, close_reason="not_planned")
+    if route == REPRODUCTION:
+        chosen, route = [*chosen, NEEDS_REPRODUCTION], ""
     target = set(current) | set(chosen)
     if not route:  # no routing choice: the issue stays in the PT2 lane it is in
         route = CPU_INDUCTOR_ONCALL if CPU_INDUCTOR_ONCALL in current else PT2_ONCALL
@@ -139,14 +153,25 @@ def plan_changes(
     target = {name for name in target if not is_oncall(name)} | {oncall}
     if handoff:
         target = {name for name in target if not is_module(name) and name != TRIAGED}
+    asks_repro = NEEDS_REPRODUCTION in target - current  # G9: not triaged until a reproduction arrives
     if review:
         target.add(TRIAGE_REVIEW)
     else:  # unticked on a flagged issue: the flag goes, shown in the preview (never `triaged` beside it, R11)
         target.discard(TRIAGE_REVIEW)
-        if not handoff:
+        if not handoff and not asks_repro:
             target.add(TRIAGED)
     add, remove = sorted(target - current), sorted(current - target)
-    return Plan(add, remove, reply="needs_reproduction" if NEEDS_REPRODUCTION in add else "")
+    return Plan(add, remove, reply=_reply_for(add))
+
+
+def _reply_for(add: list[str]) -> str:
+    """The standard reply that goes with the labels added: G9's request for a self-contained reproduction with
+    `needs reproduction`, G10's numerical-accuracy reply with `module: edge cases`."""
+    if NEEDS_REPRODUCTION in add:
+        return reproduction_reply(skill_files.replies())
+    if EDGE_CASES in add and NUMERICAL_ACCURACY_REPLY in skill_files.replies():
+        return NUMERICAL_ACCURACY_REPLY
+    return ""
 
 
 def duplicate_refusal(issue: Issue, number: int | None, original: Issue | None) -> str:
@@ -202,7 +227,7 @@ def refusal(
         return f"Asked to add and remove the same label: {', '.join(sorted(set(add) & set(remove)))}."
     if plan.changes_nothing:
         return "Nothing to change: the issue already has these labels."
-    if plan.reply and plan.reply not in load_replies():
+    if plan.reply and plan.reply not in skill_files.replies():
         return f"Unknown standard reply {plan.reply!r}."
     if plan.close_reason and plan.close_reason not in CLOSE_REASONS:
         return f"Unknown close reason {plan.close_reason!r}; expected one of {', '.join(CLOSE_REASONS)}."

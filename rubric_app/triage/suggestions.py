@@ -14,8 +14,10 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from rubric_app import rubric
-from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, Suggestion
+from rubric_app.github import skill_files
+from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, LabelEvent, Suggestion
 from rubric_app.triage import evidence, similar
+from rubric_app.vocabulary import HIGH_PRIORITY
 
 
 def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch: int = 500) -> int:
@@ -61,8 +63,19 @@ def _store(
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
     shared, others = evidence.shared_evidence(issues, texts)
+    # G12: the latest release as last read from the repository (never guessed), and who added `high priority`.
+    release, adders = skill_files.current_release(), _high_priority_adders(issues)
     assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ()), shared=shared.get(issue.pk, ())), catalog)
+        rubric.evaluate(
+            replace(
+                text,
+                neighbours=votes.get(issue.pk, ()),
+                shared=shared.get(issue.pk, ()),
+                release=release,
+                labelled_by=((HIGH_PRIORITY, adders[issue.pk]),) if issue.pk in adders else (),
+            ),
+            catalog,
+        )
         for issue, text in zip(issues, texts)
     ]
     rows = []
@@ -109,3 +122,13 @@ def _store(
     if others and siblings:
         _store(others, catalog, siblings=False)
     return assessments
+
+
+def _high_priority_adders(issues: list[Issue]) -> dict[int, str]:
+    """{issue id: who last added `high priority`} from the synced label events (G12.2 asks whether a human did); one
+    query, and none when no issue carries the label."""
+    ids = [issue.pk for issue in issues if HIGH_PRIORITY in issue.label_names()]
+    if not ids:
+        return {}
+    events = LabelEvent.objects.filter(issue_id__in=ids, label=HIGH_PRIORITY, action="labeled").order_by("created_at")
+    return dict(events.values_list("issue_id", "actor"))

@@ -17,6 +17,7 @@ from rubric_app.models import AgendaItem, BisectionRun, Issue, Label, Meeting, S
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog
 from rubric_app.rubric.facts import CORE
 from rubric_app.rubric.flow import change_breaks_g4
+from rubric_app.rubric.rules_skill import never_applied
 from rubric_app.search import issue_number
 from rubric_app.triage import accepting, decisions
 from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS
@@ -33,6 +34,11 @@ ROUTES = [
     ("pt2", "Keep in oncall: pt2"),
     ("cpu inductor", "Route to oncall: cpu inductor"),
     ("handoff", "Hand off to another oncall"),
+    (
+        decisions.REPRODUCTION,
+        "No self-contained reproduction: label it, add needs reproduction and ask for one with the standard reply; "
+        "not triaged (G9)",
+    ),
     # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
     (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
     (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
@@ -43,9 +49,21 @@ ROUTES = [
         decisions.CONFIRM_FIXED,
         "May be fixed: it passes on a newer torch build; ask the reporter to confirm there (a reply, nothing closed)",
     ),
+    # Offered only where the rubric reads an edge case (G10 on the checklist).
+    (
+        decisions.EXPECTED_NUMERICS,
+        "Expected floating-point behaviour, as the documentation says: close with the numerical-accuracy reply (G10)",
+    ),
 ]
 STOPS_LABELLING = frozenset(
-    {decisions.QUESTION, decisions.MORE_INFO, decisions.TRANSFER, decisions.DUPLICATE, decisions.CONFIRM_FIXED}
+    {
+        decisions.QUESTION,
+        decisions.MORE_INFO,
+        decisions.TRANSFER,
+        decisions.DUPLICATE,
+        decisions.CONFIRM_FIXED,
+        decisions.EXPECTED_NUMERICS,
+    }
 )
 # The status flags have their own controls (the review checkbox, and `triaged`, which
 # plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
@@ -74,8 +92,36 @@ def known_module_labels() -> list[str]:
 
 
 def handoff_oncalls() -> list[str]:
-    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two."""
-    return sorted(item["name"] for item in catalog() if is_oncall(item["name"]) and not is_home_oncall(item["name"]))
+    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two, and except what
+    G13 says is never a redirect (`oncall: releng`; a distributed sub-queue, which the distributed team's triage
+    picks)."""
+    return sorted(
+        name
+        for name in (item["name"] for item in catalog())
+        if is_oncall(name) and not is_home_oncall(name) and not never_applied(name)
+    )
+
+
+class _Described:
+    """Choices that carry their label's description (the triage skill's words) as a tooltip."""
+
+    def __init__(self, *args, descriptions: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.descriptions = descriptions or {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if self.descriptions.get(value):
+            option["attrs"]["title"] = self.descriptions[value]
+        return option
+
+
+class DescribedSelectMultiple(_Described, forms.SelectMultiple):
+    """A multiple select of labels, each option with its description."""
+
+
+class DescribedCheckboxes(_Described, forms.CheckboxSelectMultiple):
+    """Checkboxes of labels, each with its description."""
 
 
 def pickable_labels(allowed: frozenset[str]) -> list[str]:
@@ -255,7 +301,15 @@ class TriageForm(forms.Form):
     # Labels the engine did not suggest, picked from the catalog (G7).
     add_labels = CatalogLabelsField(label="Add a label the engine did not suggest")
 
-    def __init__(self, *args, issue: Issue, suggestions: list[Suggestion], allowed: frozenset[str], **kwargs):
+    def __init__(
+        self,
+        *args,
+        issue: Issue,
+        suggestions: list[Suggestion],
+        allowed: frozenset[str],
+        descriptions: dict[str, str] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.issue = issue
         self.pickable = pickable_labels(allowed)
@@ -264,6 +318,8 @@ class TriageForm(forms.Form):
             **OWN_CONTROLS,
             **{n: f"{n!r} is a route: pick it under Route (G5)." for n in allowed if is_oncall(n)},
         }
+        # What each label is for, in the triage skill's words (skill_files.in_use): shown beside each checkbox.
+        self.descriptions = descriptions or {}
         checkable = [
             s
             for s in suggestions
@@ -274,8 +330,10 @@ class TriageForm(forms.Form):
         self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
         self.not_in_catalog = [n for n in names if n not in allowed]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
-        if issue.build_finding != MAY_BE_FIXED:
-            self.fields["route"].choices = [c for c in ROUTES if c[0] != decisions.CONFIRM_FIXED]
+        hidden = {decisions.CONFIRM_FIXED} if issue.build_finding != MAY_BE_FIXED else set()
+        if not any(item.get("rule_id") == "G10" for item in issue.checklist):
+            hidden.add(decisions.EXPECTED_NUMERICS)
+        self.fields["route"].choices = [c for c in ROUTES if c[0] not in hidden]
         self.suggested = self.suggested_initial(suggestions)
         if not self.is_bound:
             self.initial.update(self.suggested)
@@ -358,13 +416,16 @@ class BotCorrectionForm(forms.Form):
     labels_seen = forms.CharField(widget=forms.HiddenInput)
     clean_labels_seen = TriageForm.clean_labels_seen
 
-    def __init__(self, *args, issue: Issue, allowed: frozenset[str], **kwargs):
+    def __init__(
+        self, *args, issue: Issue, allowed: frozenset[str], descriptions: dict[str, str] | None = None, **kwargs
+    ):
         current = issue.label_names()
         kwargs.setdefault(
             "initial", {"keep": current, "add": engine_additions(issue, allowed), "labels_seen": json.dumps(current)}
         )
         super().__init__(*args, **kwargs)
         self.current = current
+        self.fields["add"].widget.descriptions = descriptions or {}
         self.fields["keep"].choices = [(n, n) for n in current]
         self.fields["add"].allowed = allowed - set(current)
         self.fields["add"].refused = {n: f"#{issue.number} has {n!r} already: keep it above." for n in current}
@@ -564,7 +625,7 @@ class GroupDecisionForm(forms.Form):
     """
 
     issues = forms.TypedMultipleChoiceField(coerce=int, widget=forms.CheckboxSelectMultiple, label="Issues")
-    labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Labels")
+    labels = forms.MultipleChoiceField(required=False, widget=DescribedCheckboxes, label="Labels")
     add_labels = CatalogLabelsField(label="More labels")
     route = forms.ChoiceField(choices=GROUP_ROUTES, initial="pt2", widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
@@ -572,9 +633,13 @@ class GroupDecisionForm(forms.Form):
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
 
-    def __init__(self, *args, members: list[Issue], allowed: frozenset[str], **kwargs):
-        """members: the group's open queue issues, labels and suggestions prefetched."""
+    def __init__(
+        self, *args, members: list[Issue], allowed: frozenset[str], descriptions: dict[str, str] | None = None, **kwargs
+    ):
+        """members: the group's open queue issues, labels and suggestions prefetched; descriptions: what each label
+        is for (skill_files.in_use), shown on its checkbox."""
         super().__init__(*args, **kwargs)
+        self.fields["labels"].widget.descriptions = descriptions or {}
         self.members, self.allowed = {issue.number: issue for issue in members}, allowed
         self.pickable = pickable_labels(allowed)
         self.fields["add_labels"].allowed = frozenset(self.pickable)

@@ -486,7 +486,7 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
                 if key in OWN_CURVES:
                     points.setdefault(f"{key}:{label}", []).append((x.weight, actual))
         for s in decide(reading, use_model=False).add:
-            key = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G1": "flag"}.get(s.rule_id)
+            key = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G9.1": "flag", "G9.2": "flag"}.get(s.rule_id)
             actual = truth(record, s.label)
             if key and actual is not None:
                 points.setdefault(key, []).append((s.confidence, actual))

@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from rubric_app.github import skill_files
 from rubric_app.models import (
     Issue,
     Label,
@@ -46,7 +47,8 @@ def _group_for_user(request: HttpRequest, key: str, perm: str = "view_issue") ->
 
 
 def _group_form(members: list[Issue], data=None) -> GroupDecisionForm:
-    return GroupDecisionForm(data, members=members, allowed=Label.objects.triage_catalog())
+    descriptions = skill_files.in_use().descriptions()
+    return GroupDecisionForm(data, members=members, allowed=Label.objects.triage_catalog(), descriptions=descriptions)
 
 
 @login_required

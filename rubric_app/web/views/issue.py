@@ -11,8 +11,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import reswap, retarget, trigger_client_event
 
+from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.automation import AGENT_LABEL
+from rubric_app.rubric.rules_skill import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, is_bot
@@ -24,15 +26,19 @@ from rubric_app.web.forms import (
 from rubric_app.web.views.access import get_issue_for_user, polled, require, waiting
 
 
-def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None) -> dict:
-    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none)."""
+def _bot_context(issue: Issue, bot_form: BotCorrectionForm | None, descriptions: dict[str, str]) -> dict:
+    """The Automation panel's review part, only for issues the triage bot labelled (three queries then, else none),
+    with what the bot did that it may not (G13)."""
     if BOT_TRIAGED not in issue.label_names():
-        return {"bot_form": None, "bot_review": None, "bot_labelled": ()}
+        return {"bot_form": None, "bot_review": None, "bot_labelled": (), "bot_breaches": ()}
     reviews = issue.decisions.filter(bot_review__gt="").select_related("user").order_by("-created_at")
-    labelled = issue.label_events.filter(action="labeled").order_by("created_at")
+    by_bot = [e for e in issue.label_events.order_by("created_at") if is_bot(e.actor, settings.AUTOMATION_ACCOUNTS)]
+    labelled = [e for e in by_bot if e.action == "labeled"]
+    allowed = Label.objects.triage_catalog()
     return {
-        "bot_labelled": [e for e in labelled if is_bot(e.actor, settings.AUTOMATION_ACCOUNTS)],
-        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=Label.objects.triage_catalog()),
+        "bot_labelled": labelled,
+        "bot_breaches": bot_breaches([e.label for e in labelled], [e.label for e in by_bot if e.action == "unlabeled"]),
+        "bot_form": bot_form or BotCorrectionForm(issue=issue, allowed=allowed, descriptions=descriptions),
         "bot_review": reviews.first(),
     }
 
@@ -44,9 +50,12 @@ def _agent_labelled_by(issue: Issue) -> str:
     return event.actor if event else ""
 
 
-def _triage_form(issue: Issue, data=None) -> TriageForm:
+def _triage_form(issue: Issue, data=None, descriptions: dict[str, str] | None = None) -> TriageForm:
+    """The apply form, with each label's description (the triage skill in use) unless the caller has them."""
     allowed = Label.objects.triage_catalog()
-    return TriageForm(data, issue=issue, suggestions=list(issue.suggestions.all()), allowed=allowed)
+    descriptions = skill_files.in_use().descriptions() if descriptions is None else descriptions
+    suggestions = list(issue.suggestions.all())
+    return TriageForm(data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions)
 
 
 def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str:
@@ -71,11 +80,13 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
     source ("comment:<github id>") of an offered repro a triager chose instead."""
     runs = list(issue.bisection_runs.all())
     live, hosted = WorkerHeartbeat.objects.liveness()
-    form = extra.pop("form", None) or _triage_form(issue)
+    descriptions = skill_files.in_use().descriptions()
+    form = extra.pop("form", None) or _triage_form(issue, descriptions=descriptions)
     checkable = {name for name, _ in form.fields["labels"].choices}
     add = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
-    for s in add:  # one checkbox per label, on its most confident suggestion
+    for s in add:  # one checkbox per label, on its most confident suggestion, with what the label is for
         s.checkbox = s.label in checkable
+        s.description = descriptions.get(s.label, "")
         checkable.discard(s.label)
     prev_number, next_number = _neighbours(issue)
     comments = list(issue.comments.all())
@@ -104,7 +115,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
-        **_bot_context(issue, extra.pop("bot_form", None)),
+        **_bot_context(issue, extra.pop("bot_form", None), descriptions),
         "agent_script": agent.script if agent else "",
         "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",
         "offered_repros": repro_sources.offered_repros(posted),
@@ -183,7 +194,7 @@ def bot_confirm(request: HttpRequest, number: int) -> HttpResponse:
 def bot_correct(request: HttpRequest, number: int) -> HttpResponse:
     """The bot got it wrong: the corrected labels plus `bot-mislabeled` in one audited decision, queued."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
-    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog())
+    form = BotCorrectionForm(request.POST, issue=issue, allowed=Label.objects.triage_catalog(), descriptions={})
     if not form.is_valid():
         return render(request, "rubric_app/issue.html", _issue_context(issue, bot_form=form), status=400)
     decision = decisions.correct_bot(issue=issue, user=request.user, **form.cleaned_data)

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from rubric_app.github import skill_files
 from rubric_app.models import (
     BisectionRun,
     TriageDecision,
@@ -56,7 +57,13 @@ def rubric_health(request: HttpRequest) -> HttpResponse:
     require(request, "view_triagedecision")
     rules, added = metrics.rubric_health(metrics.decision_outcomes())
     bot = metrics.bot_health(TriageDecision.objects.bot_reviews())
-    context = {"rules": rules, "added": added, "ticked": metrics.preselection(rules), "bot": bot}
+    context = {
+        "rules": rules,
+        "added": added,
+        "ticked": metrics.preselection(rules),
+        "bot": bot,
+        "skill": skill_files.status(),
+    }
     return render(request, "rubric_app/rubric.html", context)
 
 

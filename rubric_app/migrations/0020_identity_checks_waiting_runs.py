@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0018_meeting_items'),
+        ('rubric_app', '0019_skill_files'),
     ]
 
     operations = [
