@@ -62,7 +62,7 @@ class Label(models.Model):
     allowed_for_triage = models.BooleanField(default=False)
     in_catalog = models.BooleanField(default=True, help_text="Present on GitHub at the last catalog sync.")
     # Label events carry no updated_at: their ordering key is the repository's own clock in the
-    # (signed) payload, see sync.label_event_stamp. An event older than this is never applied.
+    # (signed) payload, see events.label_event_stamp. An event older than this is never applied.
     event_stamp = models.DateTimeField(null=True, blank=True)
 
     objects = LabelQuerySet.as_manager()

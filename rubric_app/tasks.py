@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db import DatabaseError
 from django.utils import timezone
 
-from rubric_app.github import applying, signin, sync
+from rubric_app.github import applying, events, signin, sync
 from rubric_app.runs import auto_bisect, bisecting, build_checks
 
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
@@ -36,7 +36,7 @@ def sync_queue_task(full: bool = False) -> None:
 @shared_task(autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
 def process_webhook_task(delivery_id: int) -> None:
     """Apply one stored webhook delivery to the local mirror (a claim makes a redelivery a no-op)."""
-    sync.process_webhook(delivery_id)
+    events.process_webhook(delivery_id)
 
 
 # acks_late + reject_on_worker_lost: a worker killed mid-write leaves its message to be delivered

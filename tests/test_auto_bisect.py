@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app.github import sync
+from rubric_app.github import events
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
 from rubric_app.runs import auto_bisect, bisect_runs, bisecting
 from tests.factories import make_issue, opened_issue_payload
@@ -185,7 +185,7 @@ def test_it_gives_a_newcomer_arriving_after_a_flood_of_34_webhooks_a_run(
         assert all(_signed(client, payload).status_code == 202 for payload in [*flood, newcomer])
     for delivery in WebhookDelivery.objects.order_by("pk"):
         with django_capture_on_commit_callbacks(execute=False):
-            sync.process_webhook(delivery.pk)
+            events.process_webhook(delivery.pk)
         delivery.refresh_from_db()
         assert not delivery.error, delivery.error
 
@@ -233,7 +233,7 @@ def test_it_bisects_a_repro_that_arrives_by_webhook(auto, django_capture_on_comm
     )
     delivery = WebhookDelivery.objects.create(delivery_id="d-5500", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
-        sync.process_webhook(delivery.pk)
+        events.process_webhook(delivery.pk)
     delivery.refresh_from_db()
     assert not delivery.error, delivery.error
     run = BisectionRun.objects.get(issue__number=5500)

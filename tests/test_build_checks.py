@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from rubric_app.bisection import builds
 from rubric_app.bisection.extract import to_module_style
-from rubric_app.github import sync
+from rubric_app.github import events
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import (
     BisectionRun,
@@ -471,7 +471,7 @@ def test_it_compares_again_when_an_edit_arrives_by_webhook(db, settings, django_
     payload["issue"]["updated_at"] = (timezone.now() + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # newer
     delivery = WebhookDelivery.objects.create(delivery_id="d-6090", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
-        sync.process_webhook(delivery.pk)
+        events.process_webhook(delivery.pk)
     issue.refresh_from_db()
     assert issue.build_finding == "may_be_fixed"
     assert issue.build_comparison["summary"].startswith("reported failing on 2.7.1 by @reporter")

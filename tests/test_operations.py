@@ -49,6 +49,7 @@ def _env(**extra) -> dict:
 
 
 HEALTH_TOKEN = "health-token-not-a-secret-7c1e"
+SERVER_UNDER_TEST = "runserver-under-test"
 PROBE = {"Authorization": f"Bearer {HEALTH_TOKEN}"}
 
 
@@ -220,7 +221,9 @@ def test_it_keeps_no_connection_per_request_thread_under_the_development_server(
     server = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
         cwd=ROOT,
-        env=_env(HEALTH_QUEUES=""),  # /health then asks the database and the broker only: 200 while they are up
+        # /health then asks the database and the broker only: 200 while they are up. Its connections carry their own
+        # application_name, so a Celery worker of the suite writing to the same database is not counted.
+        env=_env(HEALTH_QUEUES="", DATABASE_URL=_env()["DATABASE_URL"] + "?application_name=" + SERVER_UNDER_TEST),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -231,7 +234,8 @@ def test_it_keeps_no_connection_per_request_thread_under_the_development_server(
     def connections() -> int:
         with psycopg.connect(dbname="postgres", **dsn) as pg:
             return pg.execute(
-                "select count(*) from pg_stat_activity where datname = %s and pid <> pg_backend_pid()", (name,)
+                "select count(*) from pg_stat_activity where datname = %s and application_name = %s",
+                (name, SERVER_UNDER_TEST),
             ).fetchone()[0]
 
     def client() -> None:
@@ -253,7 +257,7 @@ def test_it_keeps_no_connection_per_request_thread_under_the_development_server(
         for thread in threads:
             thread.join(timeout=60)
         assert statuses and not [s for s in statuses if s >= 500], sorted(set(statuses))
-        assert peak[0] <= 20, peak[0]
+        assert 1 <= peak[0] <= 20, peak[0]  # at least one: the count does see the server's connections
         wait_until(lambda: connections() - baseline <= 0, timeout=15)  # nothing hoarded once idle
     finally:
         os.killpg(server.pid, signal.SIGTERM)

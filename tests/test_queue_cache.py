@@ -23,7 +23,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app.github.applying import apply_decision
-from rubric_app.github.sync import process_webhook, sync_queue
+from rubric_app.github.events import process_webhook
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import (
     Assignment,
     BisectionRun,

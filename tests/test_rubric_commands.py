@@ -15,13 +15,12 @@ from rubric_app.rubric.offline.evaluation import (
     answer,
     g4_ceiling,
     issue_from_record,
-    preselect_threshold,
     review_truth,
     score,
     truth,
-    wilson_lower,
     without_title_heading,
 )
+from rubric_app.rubric.offline.fitting import preselect_threshold, wilson_lower
 from rubric_app.vocabulary import is_module
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"

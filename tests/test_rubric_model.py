@@ -13,7 +13,8 @@ from rubric_app.models import Issue, TriageDecision
 from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import read
 from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
-from rubric_app.rubric.offline.evaluation import cross_validate, training_examples
+from rubric_app.rubric.offline.evaluation import training_examples
+from rubric_app.rubric.offline.fitting import cross_validate
 from rubric_app.rubric.text import Source
 from rubric_app.vocabulary import is_module
 from tests.factories import make_issue

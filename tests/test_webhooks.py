@@ -12,7 +12,7 @@ import pytest
 from django.db import DatabaseError, connection
 from django.urls import reverse
 
-from rubric_app.github.sync import process_webhook
+from rubric_app.github.events import process_webhook
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
 from tests.factories import make_issue
 from tests.helpers import wait_until

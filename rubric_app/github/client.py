@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -26,6 +26,26 @@ import urllib3
 from django.conf import settings
 from github import Auth, Github, GithubException, GithubRetry
 
+from rubric_app.github.data import (
+    CommentData,
+    GitHubError,
+    GitHubUnavailable,
+    IssueData,
+    LabelData,
+    LabelEventData,
+    MalformedResponse,
+    Page,
+    PageGone,
+    RateLimited,
+    TokenRefused,
+    WriteResult,
+    parse_comment,
+    parse_issue,
+    parse_label,
+    parse_label_event,
+    parse_time,
+)
+
 log = logging.getLogger(__name__)
 
 # How long a read may wait for a primary rate-limit reset before giving up (the sync resumes later).
@@ -33,169 +53,11 @@ MAX_RATE_LIMIT_WAIT_S = 120
 MALFORMED_RETRIES = 2
 
 
-class GitHubError(Exception):
-    """GitHub could not be read or written; `status` is the HTTP status when there was one."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-class GitHubUnavailable(GitHubError):
-    """5xx answers or timeouts, still failing after the retries."""
-
-
-class RateLimited(GitHubError):
-    """The rate limit is spent until `reset_at`, later than we are willing to wait."""
-
-    def __init__(self, message: str, reset_at: datetime | None = None) -> None:
-        super().__init__(message, 403)
-        self.reset_at = reset_at
-
-
-class MalformedResponse(GitHubError):
-    """GitHub answered 200 with a body that is not the JSON it should be."""
-
-
-class TokenRefused(GitHubError):
-    """A person's own token cannot be used (revoked, expired, none): they must sign in to GitHub again."""
-
-
-class PageGone(GitHubError):
-    """A page of a listing answered 404/410/422 while we paginated (the listing changed)."""
-
-
-@dataclass(frozen=True)
-class LabelData:
-    name: str
-    color: str = "ededed"
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class CommentData:
-    github_id: int
-    author: str
-    body: str
-    created_at: datetime
-    updated_at: datetime
-    association: str = ""  # GitHub's author_association: MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...
-
-
-@dataclass(frozen=True)
-class LabelEventData:
-    """Who added (labeled) or removed (unlabeled) which label when, from an issue's events."""
-
-    label: str
-    action: str
-    actor: str
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class IssueData:
-    number: int
-    title: str
-    body: str
-    state: str
-    author: str
-    html_url: str
-    labels: tuple[LabelData, ...]
-    comments_count: int
-    created_at: datetime
-    updated_at: datetime
-    is_pull_request: bool
-    closed_at: datetime | None = None
-    node_id: str = ""  # GraphQL's id: what transferIssue names the issue by
-
-    @property
-    def label_names(self) -> list[str]:
-        return sorted(label.name for label in self.labels)
-
-
-@dataclass
-class Page:
-    """One page of a listing. not_modified: GitHub answered 304 to our ETag (items is empty)."""
-
-    items: list = field(default_factory=list)
-    next_url: str = ""
-    etag: str = ""
-    not_modified: bool = False
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """GitHub's answer to one mutating request (status None: no answer, e.g. a timeout)."""
-
-    action: str
-    target: str
-    status: int | None
-    ok: bool
-    response: str
-    labels: tuple[str, ...] | None = None  # the issue's labels after the write, when GitHub said
-    data: object = field(default=None, compare=False, repr=False)  # GitHub's decoded answer, when it was JSON
-
-
 @dataclass
 class _Answer:
     status: int
     headers: dict[str, str]
     text: str
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-
-
-def parse_label(raw: dict) -> LabelData:
-    return LabelData(
-        name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or ""
-    )
-
-
-def parse_issue(raw: dict) -> IssueData:
-    """Map GitHub's issue JSON (REST or webhook payload) to IssueData; KeyError if a field is missing."""
-    return IssueData(
-        number=int(raw["number"]),
-        title=raw.get("title") or "",
-        body=raw.get("body") or "",
-        state=raw.get("state") or "open",
-        author=(raw.get("user") or {}).get("login", ""),
-        html_url=raw.get("html_url") or "",
-        labels=tuple(parse_label(label) for label in raw.get("labels") or []),
-        comments_count=int(raw.get("comments") or 0),
-        node_id=raw.get("node_id") or "",
-        created_at=parse_time(raw["created_at"]),
-        updated_at=parse_time(raw["updated_at"]),
-        is_pull_request=bool(raw.get("pull_request")),
-        closed_at=parse_time(raw.get("closed_at")),
-    )
-
-
-def parse_label_event(raw: dict) -> LabelEventData | None:
-    """A labeled/unlabeled event; None for the issue's other events."""
-    if raw.get("event") not in ("labeled", "unlabeled"):
-        return None
-    return LabelEventData(
-        label=str((raw.get("label") or {})["name"]),
-        action=raw["event"],
-        actor=str((raw.get("actor") or {}).get("login", "")),
-        created_at=parse_time(raw["created_at"]),
-    )
-
-
-def parse_comment(raw: dict) -> CommentData:
-    return CommentData(
-        github_id=int(raw["id"]),
-        author=(raw.get("user") or {}).get("login", ""),
-        body=raw.get("body") or "",
-        created_at=parse_time(raw["created_at"]),
-        updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
-        association=str(raw.get("author_association") or "")[:30],
-    )
 
 
 def _next_link(link_header: str) -> str:

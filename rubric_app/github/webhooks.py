@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from rubric_app.github.sync import foreign_repository
+from rubric_app.github.events import foreign_repository
 from rubric_app.models import WebhookDelivery
 from rubric_app.tasks import process_webhook_task
 

@@ -104,7 +104,7 @@ def shipped_model() -> LabelModel | None:
 class Reading:
     """An issue read once: the rules' and the bisection's findings, and the learned labeler's features.
 
-    decide() can be run on it again with other thresholds (evaluation.fit_model does, many times).
+    decide() can be run on it again with other thresholds (fitting.fit_model does, many times).
     """
 
     facts: Facts
@@ -485,7 +485,7 @@ def company(x: Finding, chosen: list[Finding]) -> str | None:
 
 def company_curve(learned: LabelModel | None, key: str | None, label: str) -> str | None:
     """The fitted curve that scores `label` in company `key` (company()): its own next to that company once
-    it has one, else its company's (evaluation.company_calibration); None when it stands alone or nothing
+    it has one, else its company's (fitting.company_calibration); None when it stands alone or nothing
     was fitted."""
     if learned is None or key is None:
         return None
@@ -497,7 +497,7 @@ def _without_weak_company(
     chosen: list[Finding], score: Callable[[Finding], float], learned: LabelModel | None, limits: dict[str, float]
 ) -> tuple[list[Finding], list[Finding]]:
     """(kept, dropped): R1's over-tagging. A core component next to another component stays only when its
-    company curve says it is likely there (limits["company"], fitted by evaluation.fit_model); the least
+    company curve says it is likely there (limits["company"], fitted by fitting.fit_model); the least
     likely goes first, and the component it stood next to always stays. A dropped one becomes a question
     on the checklist (_crowded_checks)."""
     bar = limits.get("company", 0.0)
@@ -517,7 +517,7 @@ def _without_weak_company(
 def _in_company(learned: LabelModel | None, s: Suggested, x: Finding, chosen: list[Finding]) -> Suggested:
     """A core component's confidence where it stands (company): its probability alone overstates how often
     a label next to another one is right, so it is re-calibrated on what such labels scored out of fold
-    (evaluation.fit_model) once that curve exists. The company is recorded either way: fit_model fits on it."""
+    (fitting.fit_model) once that curve exists. The company is recorded either way: fit_model fits on it."""
     key = company(x, chosen)
     curve = company_curve(learned, key, x.label)
     if key is None:
@@ -833,7 +833,7 @@ def _preselect(
     crashed: R11 names a crash outright (_crash).
 
     `module:` labels and flags: limits["preselect"]; `oncall:` labels: limits["preselect_route"]; the review
-    flag: limits["preselect_review"] (each chosen out of fold for precision, evaluation.fit_model). Bisection
+    flag: limits["preselect_review"] (each chosen out of fold for precision, fitting.fit_model). Bisection
     verdicts always. Never G4's fallback (a placeholder to replace), nothing on a usage question (G1), no
     CPU route read off the text once a bisection ran without showing the bug CPU-only (R2.4). With a model,
     a `module:` label outside the core only once it has a calibration curve of its own (has_own_curve): a

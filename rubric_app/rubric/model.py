@@ -256,13 +256,13 @@ class LabelModel:
     weights: dict[str, dict[str, float]] = field(default_factory=dict)
     bias: dict[str, float] = field(default_factory=dict)
     trained_on: int = 0
-    # Calibration curves fitted on out-of-fold scores (evaluation.fit_model): key -> (scores, probabilities).
+    # Calibration curves fitted on out-of-fold scores (fitting.fit_model): key -> (scores, probabilities).
     # Keys: a model label (its raw probability), or a group of rule labels ("extra", "symptom", "route",
     # "review", "triaged", "flag", "fallback") scored by the rule's weight, or one label of the first two
     # groups with enough findings of its own ("extra:module: dtensor", engine.rule_curve).
     calibration: dict[str, list[list[float]]] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-    # The out-of-fold figures the thresholds were chosen on (evaluation.fit_model): the training pool's honest figures.
+    # The out-of-fold figures the thresholds were chosen on (fitting.fit_model): the training pool's honest figures.
     cross_validated: dict[str, float] = field(default_factory=dict)
     _by_feature: dict[str, list[tuple[int, float]]] | None = field(default=None, repr=False, compare=False)
 

@@ -14,24 +14,26 @@ from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
     REVIEW_TRUTH,
     InputError,
-    Trust,
-    calibration_table,
-    cross_validate,
-    cross_validated,
     g4_ceiling,
     has_component,
     is_held_out,
     issue_from_record,
     keyword_baseline,
-    learning_curve,
     precision_recall_curve,
     predict,
     read_jsonl,
     score,
     split_by_number,
     training_examples,
-    trust,
     without_fallback,
+)
+from rubric_app.rubric.offline.fitting import (
+    Trust,
+    calibration_table,
+    cross_validate,
+    cross_validated,
+    learning_curve,
+    trust,
 )
 from rubric_app.rubric.text import sources_of
 

@@ -11,11 +11,11 @@ from rubric_app.rubric.offline.evaluation import (
     ALIASES,
     COMPONENTS,
     InputError,
-    fit_model,
     read_jsonl,
     split_held_out,
     training_examples,
 )
+from rubric_app.rubric.offline.fitting import fit_model
 from rubric_app.vocabulary import TRIAGED
 
 

@@ -1,0 +1,161 @@
+"""A webhook delivery applied to the mirror: which repository it is from, the issue, comment and label events it
+carries, each stored as the sync would store it. The receiver (webhooks.py) stores the delivery; a worker runs
+process_webhook on it (tasks.process_webhook_task)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rubric_app.github import client as github
+from rubric_app.github import skill_files
+from rubric_app.github.sync import SyncReport, refresh, store_issues
+from rubric_app.models import Comment, Issue, Label, WebhookDelivery
+from rubric_app.runs import auto_bisect
+from rubric_app.vocabulary import allowed_for_triage
+
+
+def foreign_repository(payload: dict) -> str:
+    """Why a webhook payload is not for GITHUB_REPO ("" when it is), whatever its event kind.
+
+    Every event GitHub sends about a repository names it; one that names none (an org hook's
+    ping, or a hand-made payload) cannot be shown to be ours, so it is not applied either.
+    GitHub compares repository names case-insensitively, and so does this.
+    """
+    repository = payload.get("repository")
+    name = repository.get("full_name") if isinstance(repository, dict) else None
+    if not isinstance(name, str) or not name:
+        return f"the payload names no repository (this dashboard mirrors {settings.GITHUB_REPO})"
+    if name.lower() != settings.GITHUB_REPO.lower():
+        return f"from repository {name[:100]}, not {settings.GITHUB_REPO}"
+    return ""
+
+
+def process_webhook(delivery_id: int) -> None:
+    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data.
+
+    issues / issue_comment: the payload's issue is upserted if newer (comments of
+    issue_comment events are upserted or dropped too); label: the catalog row is
+    created, renamed, updated or marked gone, unless it saw a newer label event. A
+    delivery of another repository (any event kind) is marked ignored, with the reason,
+    and not applied; unknown events are marked processed.
+    """
+    # Claim, apply and mark processed in one transaction: if the database fails midway,
+    # nothing is marked and the (idempotent) task can run again; nothing is lost.
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
+        if delivery is None:
+            return  # already processed (a redelivered task)
+        changed: list[int] = []
+        try:
+            payload = delivery.payload
+            delivery.ignored = foreign_repository(payload) if isinstance(payload, dict) else "not a JSON object"
+            if not delivery.ignored:
+                with transaction.atomic():
+                    changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
+        delivery.processed_at = timezone.now()
+        delivery.save(update_fields=["processed_at", "error", "ignored"])
+    refresh(changed)
+    auto_bisect.queue_for_issues(changed, cause="webhook")
+
+
+def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:
+    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "")."""
+    report = SyncReport(mode="webhook")
+    if event == "label":
+        return [], _apply_label_event(payload)
+    if event not in ("issues", "issue_comment") or "issue" not in payload:
+        return [], ""
+    data = github.parse_issue(payload["issue"])
+    action = payload.get("action", "")
+    if event == "issues" and action in ("deleted", "transferred"):
+        Issue.objects.filter(number=data.number).update(in_queue=False)
+        return [], ""
+    changed = store_issues([data], gh=None, report=report, authoritative=False)
+    if event == "issue_comment" and "comment" in payload:
+        issue = Issue.objects.filter(number=data.number).first()
+        comment = github.parse_comment(payload["comment"])
+        if issue is not None:
+            if action == "deleted":
+                deleted, _ = Comment.objects.filter(github_id=comment.github_id).delete()
+                changed += [issue.pk] if deleted else []
+            elif _store_comment(issue, comment):
+                changed.append(issue.pk)
+    return sorted(set(changed)), ""
+
+
+def _store_comment(issue: Issue, data: github.CommentData) -> bool:
+    """Upsert one comment unless ours is newer; returns True when it changed."""
+    current = Comment.objects.filter(github_id=data.github_id).first()
+    if current is not None and current.updated_at >= data.updated_at:
+        return False
+    Comment.objects.update_or_create(
+        github_id=data.github_id,
+        defaults={
+            "issue": issue,
+            "author": data.author[:100],
+            "author_association": data.association,
+            "body": data.body,
+            "created_at": data.created_at,
+            "updated_at": data.updated_at,
+        },
+    )
+    return True
+
+
+def label_event_stamp(payload: dict) -> datetime | None:
+    """The ordering key of a label event: the repository's clock in the payload, or None.
+
+    Label payloads carry no updated_at, and no header is signed; but every payload has the
+    repository as it was when the event was sent, and its pushed_at / updated_at only move
+    forward (a repository like pytorch/pytorch is pushed to every few minutes). An event
+    whose stamp is older than the label's event_stamp was sent before an event already
+    applied. Equal stamps (no push between two label changes) cannot be ordered: they
+    apply in arrival order, and a resent copy of the same delivery is caught by its body hash.
+    """
+    repository = payload.get("repository") or {}
+    stamps = []
+    for key in ("pushed_at", "updated_at"):
+        value = repository.get(key)
+        if isinstance(value, int):  # push events give pushed_at as a Unix time
+            stamps.append(datetime.fromtimestamp(value, tz=UTC))
+        elif isinstance(value, str) and value:
+            stamps.append(github.parse_time(value))
+    return max(stamps) if stamps else None
+
+
+def _apply_label_event(payload: dict) -> str:
+    """Apply a label event unless a newer one was applied to its label(s); returns why not, or ""."""
+    data = github.parse_label(payload["label"])
+    action = payload.get("action", "")
+    stamp = label_event_stamp(payload)
+    old_name = ((payload.get("changes") or {}).get("name") or {}).get("from") if action == "edited" else None
+    names = {data.name, old_name} - {None}
+    stamps = Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)
+    newest = max(filter(None, stamps), default=None)
+    if stamp is not None and newest is not None and stamp < newest:
+        return f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
+    if action == "deleted":
+        # A row even for a label we never had: it keeps the deletion's stamp, so that a late
+        # "created" or "edited" sent before the deletion does not bring the label back.
+        kept = {"in_catalog": False, **({"event_stamp": stamp} if stamp else {})}
+        Label.objects.update_or_create(name=data.name, defaults=kept)
+        return ""
+    label = Label.objects.filter(name=data.name).first()
+    renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
+    if renamed is not None and label is not None:
+        # Renamed onto a name we already have a row for (GitHub deleted that label and we missed
+        # the event, or an issue carried it first): one label now, its issues keep it.
+        label.issues.add(*renamed.issues.all())
+        renamed.delete()
+    label = label or renamed or Label(name=data.name)
+    label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
+    label.allowed_for_triage = allowed_for_triage(data.name, skill_files.in_use().names())
+    label.event_stamp = stamp or label.event_stamp
+    label.save()
+    return ""
