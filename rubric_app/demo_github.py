@@ -93,12 +93,16 @@ OTHER_REPOS = (
     "pytorch/TensorRT",
     "pytorch/tutorials",
 )
+# The site token's requests an hour, as GitHub grants a token; the budget comes back whole at its reset.
+RATE_LIMIT = 5000
 FAULT_KINDS = (
     "race",
     "error",
     "timeout",
     "secondary_rate_limit",
     "rate_limit_exhausted",
+    "rate_limited",
+    "too_many_requests",
     "malformed_json",
     "vanish_page",
 )
@@ -122,7 +126,7 @@ class FakeGitHub:
             self.labels: dict[str, dict] = {}
             self.requests: list[Recorded] = []
             self.faults: list[Fault] = []
-            self.rate_limit_remaining = 5000
+            self.rate_limit_remaining = RATE_LIMIT
             self.rate_limit_reset = int(time.time()) + 3600
             self._clock = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
             self._next_comment_id = 900_000_001
@@ -216,9 +220,12 @@ class FakeGitHub:
         user: str = "someone",
         updated_at: datetime | None = None,
         labelled_by: str = "",
+        closed_at: datetime | None = None,
+        state_reason: str | None = None,
     ) -> dict:
         """Create (or replace) an issue. comments: strings, or dicts with body/user. Its labels' `labeled` events
-        name labelled_by (default: the author) as their actor."""
+        name labelled_by (default: the author) as their actor. A closed issue was closed at closed_at (default: its
+        updated_at), for state_reason (GitHub's: completed, not_planned, duplicate; default completed)."""
         with self.lock:
             for name in labels:
                 if name not in self.labels:
@@ -236,6 +243,8 @@ class FakeGitHub:
                 "updated_at": stamp,
                 "comments": [],
                 "events": [],
+                "closed_at": (closed_at or stamp) if state == "closed" else None,
+                "state_reason": (state_reason or "completed") if state == "closed" else None,
             }
             self.issues[number] = issue
             self._label_events(issue, (), labels, labelled_by or user, stamp)
@@ -456,8 +465,20 @@ class FakeGitHub:
         """Change fields (title, body, state, ...) as someone on GitHub would (bumps updated_at)."""
         with self.lock:
             issue = self.issues[number]
+            was = issue["state"]
             issue.update(fields)
             issue["updated_at"] = self.tick()
+            if issue["state"] == "closed" and was != "closed":  # GitHub stamps the close and says why
+                issue["closed_at"] = fields.get("closed_at") or issue["updated_at"]
+                issue["state_reason"] = fields.get("state_reason") or "completed"
+            elif issue["state"] == "open":
+                issue["closed_at"] = issue["state_reason"] = None
+
+    def move_issue(self, number: int, repo: str) -> None:
+        """The issue was transferred to `repo` and the listing still shows it there (repository_url names the other
+        repository, as in GitHub's listing right after a transfer); its own addresses answer 404."""
+        with self.lock:
+            self.issues[number]["moved_to"] = repo
 
     def inject(
         self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options
@@ -496,10 +517,11 @@ class FakeGitHub:
 
     def issue_json(self, issue: dict) -> dict:
         number = issue["number"]
+        moved = issue.get("moved_to")
         data = {
             "id": 10_000_000 + number,
             "url": f"{self._base()}/issues/{number}",
-            "repository_url": self._base(),
+            "repository_url": f"{self.url}/repos/{moved}" if moved else self._base(),
             "comments_url": f"{self._base()}/issues/{number}/comments",
             "html_url": f"https://github.com/{self.repo}/issues/{number}",
             "number": number,
@@ -512,7 +534,7 @@ class FakeGitHub:
             "comments": len(issue["comments"]),
             "created_at": _iso(issue["created_at"]),
             "updated_at": _iso(issue["updated_at"]),
-            "closed_at": _iso(issue["updated_at"]) if issue["state"] == "closed" else None,
+            "closed_at": _iso(issue.get("closed_at") or issue["updated_at"]) if issue["state"] == "closed" else None,
             "state_reason": issue.get("state_reason"),
         }
         if issue["pull_request"]:
@@ -647,6 +669,17 @@ class Handler(BaseHTTPRequestHandler):
                 },
                 {"Retry-After": str(fault.options.get("retry_after", 1))},
             )
+        if fault and fault.kind == "rate_limited":
+            reset = str(int(time.time() + fault.options.get("reset_in", 1)))
+            message = "API rate limit exceeded for installation. (But here's the good news: ...)"
+            return self._send(
+                record, 403, {"message": message}, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset}
+            )
+        if fault and fault.kind == "too_many_requests":
+            message = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+            return self._send(
+                record, 429, {"message": message}, {"Retry-After": str(fault.options.get("retry_after", 1))}
+            )
         if fault and fault.kind == "rate_limit_exhausted":
             extra = {
                 "X-RateLimit-Remaining": "0",
@@ -725,6 +758,8 @@ class Handler(BaseHTTPRequestHandler):
         number, rest = int(match.group(1)), match.group(2) or ""
         with fake.lock:
             issue = fake.issues[number]
+            if issue.get("moved_to"):
+                raise KeyError(path)
             if rest == "" and method == "GET":
                 return 200, fake.issue_json(issue), {}
             if rest == "" and method == "PATCH":
@@ -888,6 +923,8 @@ class Handler(BaseHTTPRequestHandler):
                 headers.setdefault("X-RateLimit-Remaining", str(fake.user_rate_limits[record.actor]))
         elif status != 401:
             with fake.lock:
+                if time.time() >= fake.rate_limit_reset:  # a new hour: the whole budget again
+                    fake.rate_limit_remaining, fake.rate_limit_reset = RATE_LIMIT, int(time.time()) + 3600
                 fake.rate_limit_remaining = max(fake.rate_limit_remaining - 1, 0)
         record.status = status
         record.body = body[:200].decode("utf-8", "replace")

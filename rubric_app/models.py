@@ -275,6 +275,8 @@ class Issue(models.Model):
     # (nothing to compare, fails or passes on both), and the comparison itself for the page.
     build_finding = models.CharField(max_length=20, blank=True, db_index=True)
     build_comparison = models.JSONField(default=dict, blank=True)
+    # GitHub's state_reason once closed (completed, not_planned, duplicate): "closed as completed on ..." (similar.py).
+    state_reason = models.CharField(max_length=20, blank=True)
 
     objects = IssueQuerySet.as_manager()
 
@@ -976,6 +978,8 @@ class SyncState(models.Model):
     # Set while a sync holds the row's claim, so two syncs (beat, a webhook-triggered or a manual
     # one) never run at once; a claim older than the lease is a dead worker's and is taken over.
     running_since = models.DateTimeField(null=True, blank=True)
+    # "host:pid" of the process holding the claim (history.py): a killed backfill's claim is taken over at once.
+    holder = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
         return self.key

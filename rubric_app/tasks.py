@@ -8,10 +8,11 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, build_checks, signin, sync
+from . import applying, bisecting, build_checks, history, signin, sync
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,14 @@ def sync_queue_task(full: bool = False) -> None:
     high-water mark make the next run continue where this one stopped.
     """
     sync.sync_queue(full=full)
+
+
+@shared_task
+def sync_history_task() -> None:
+    """Backfill the repository's history for at most HISTORY_BUDGET_MINUTES (its cursor saved), or, once it is done,
+    fetch what changed since the last run (beat, every HISTORY_INTERVAL_MINUTES); a run holding the claim makes this
+    one a no-op."""
+    history.sync_history(budget_s=settings.HISTORY_BUDGET_MINUTES * 60)
 
 
 # Safe to retry: the delivery is claimed and marked processed in the same transaction.
