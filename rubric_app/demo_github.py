@@ -1023,6 +1023,52 @@ def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     return len(issues)
 
 
+# A harvested thread's marks ("login · comment · 2024-05-01"), as rubric/text.py reads them.
+THREAD_MARK = re.compile(r"^([^\s·]{1,60}) · (description|comment) · (\d{4}-\d{2}-\d{2})[^\n]{0,40}$", re.M)
+QUEUE_LABELS = ("oncall: pt2", "oncall: cpu inductor")
+
+
+def seed_history(fake: FakeGitHub, records: list[dict]) -> int:
+    """Serve harvested issues (the JSON-lines records of tests/data: number, title, body, labels, state) as the
+    repository's history: each body's thread becomes the issue's description and its
+    comments (authors and dates from the thread's marks), a record without a queue label gets `oncall: pt2` (every
+    harvested issue was a PT2 one; its label was handed off or cut by the harvest), dates follow the numbers where
+    the thread has none, closed issues are closed as completed a day after their last post. Returns how many."""
+    from rubric_app.rubric.text import split_thread_authored  # pure Python, like this module
+
+    ordered = sorted(records, key=lambda r: int(r["number"]))
+    first = datetime(2022, 1, 1, tzinfo=UTC)
+    for i, record in enumerate(ordered):
+        title = record.get("title") or ""
+        body = record.get("body") or ""
+        if body.startswith(f"# {title}"):  # the harvester's heading: GitHub's body has none
+            body = body[len(title) + 2 :].lstrip("\n")
+        dates = [_parse_iso(f"{m.group(3)}T12:00:00Z") for m in THREAD_MARK.finditer(body)]
+        created = dates[0] if dates else first + timedelta(hours=i)
+        description, reporter, thread = split_thread_authored(body)
+        labels = list(record.get("labels") or [])
+        if not any(name in QUEUE_LABELS for name in labels):
+            labels.append("oncall: pt2")
+        last = max([created, *dates])
+        closed = record.get("state") == "closed"
+        issue = fake.add_issue(
+            int(record["number"]),
+            title=title,
+            body=description,
+            labels=labels,
+            state="closed" if closed else "open",
+            user=reporter,
+            updated_at=last + timedelta(days=1) if closed else last,
+            closed_at=last + timedelta(days=1) if closed else None,
+            comments=[
+                {"body": text, "user": author, "created_at": dates[k + 1] if k + 1 < len(dates) else last}
+                for k, (author, text) in enumerate(thread)
+            ],
+        )
+        issue["created_at"] = created
+    return len(ordered)
+
+
 # Who can sign in to the demo (the authorize page lists them): one of each kind the dashboard tells apart.
 DEMO_ORG = "pytorch"
 DEMO_PEOPLE = (

@@ -1059,3 +1059,58 @@ class GitHubCredential(models.Model):
 
     def __str__(self) -> str:
         return f"GitHub credential of {self.user_id} ({self.login or '?'})"
+
+
+class TrainedModelQuerySet(models.QuerySet):
+    def in_use_pk(self) -> int | None:
+        """The id of the model in use (the latest promoted), or None (the shipped file): one query on an index, what
+        every process reads to notice a new promotion (model_store.in_use)."""
+        return self.in_use_order().values_list("pk", flat=True).first()
+
+    def in_use_order(self) -> TrainedModelQuerySet:
+        return self.filter(status=TrainedModel.Status.PROMOTED).order_by("-promoted_at", "-pk")
+
+    def for_page(self) -> TrainedModelQuerySet:
+        """Newest first, without the weights and the numbers learned from (the page shows neither)."""
+        return self.defer("data", "learned_numbers").order_by("-created_at", "-pk")
+
+
+class TrainedModel(models.Model):
+    """A learned labeler trained from the history (model_store.py): its weights, what it learned from, its figures
+    and the model in use's on the same held-out issues, and what the promotion gate decided (rubric/promotion.py).
+
+    The model in use is the promoted row with the latest promoted_at, in every web and worker process; with none,
+    the file shipped in rubric_app/data/. Rows are kept: a refused candidate says why, an earlier model what it did.
+    """
+
+    class Status(models.TextChoices):
+        PROMOTED = "promoted"
+        REFUSED = "refused"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=40, default="history", help_text="what it was trained from")
+    trained_on = models.PositiveIntegerField(default=0, help_text="issues of history it learned from")
+    decisions = models.PositiveIntegerField(default=0, help_text="triagers' decisions it learned from")
+    trained_until = models.PositiveIntegerField(null=True, blank=True, help_text="the newest issue it learned from")
+    held_out = models.PositiveIntegerField(default=0, help_text="the newest triaged issues kept out, to judge it by")
+    compared = models.PositiveIntegerField(default=0, help_text="held-out issues the model in use never learned from")
+    compared_with = models.CharField(max_length=100, blank=True, help_text="the model in use it was judged against")
+    # {"candidate": {figure: value}, "in_use": {...}, "baseline": [label, component F1]} (promotion.Verdict).
+    figures = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices)
+    reason = models.TextField(blank=True)
+    forced = models.BooleanField(default=False, help_text="promoted by --force against the gate's answer")
+    trained_by = models.CharField(max_length=200, blank=True, help_text="who or what trained it")
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    data = models.TextField(help_text="the model's JSON (LabelModel.to_json)")
+    # The issue numbers it learned from (its records and its decisions): the gate never scores it on those.
+    learned_numbers = models.JSONField(default=list, blank=True)
+
+    objects = TrainedModelQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["status", "-promoted_at"], name="trainedmodel_in_use_idx")]
+
+    def __str__(self) -> str:
+        return f"model {self.pk} ({self.status})"

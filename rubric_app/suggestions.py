@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from . import rubric, similar
+from . import model_store, rubric, similar
 from .models import BisectionRun, Issue, IssueQuerySet, Label, Suggestion
 
 
@@ -26,6 +26,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
         catalog = Label.objects.triage_catalog()
     finished = BisectionRun.objects.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
     ids = list(issues.order_by("pk").values_list("pk", flat=True))
+    model = model_store.in_use()  # the promoted model, checked once per refresh (None: the engine's file)
     for start in range(0, len(ids), batch):
         chunk = (
             Issue.objects.filter(pk__in=ids[start : start + batch])
@@ -34,7 +35,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
                 "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
             )
         )
-        _store(list(chunk), catalog)
+        _store(list(chunk), catalog, model)
     return len(ids)
 
 
@@ -42,11 +43,12 @@ def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> rubric
     """Recompute and store one issue's suggestions; return the Assessment (a finished bisection, a decision)."""
     if catalog is None:
         catalog = Label.objects.triage_catalog()
-    return _store([issue], catalog)[0]
+    return _store([issue], catalog, model_store.in_use())[0]
 
 
-def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessment]:
-    """Run the engine on each issue and replace their stored suggestions, route and checklist.
+def _store(issues: list[Issue], catalog: frozenset[str], model=None) -> list[rubric.Assessment]:
+    """Run the engine (with `model`, the promoted one, or None: its file) on each issue and replace their stored
+    suggestions, route and checklist.
 
     The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
     and a finished bisection) never leave both sets of suggestions behind.
@@ -56,7 +58,7 @@ def _store(issues: list[Issue], catalog: frozenset[str]) -> list[rubric.Assessme
     similar.index(issues, texts)
     votes = similar.neighbours_for_votes(issues)
     assessments = [
-        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog)
+        rubric.evaluate(replace(text, neighbours=votes.get(issue.pk, ())), catalog, model)
         for issue, text in zip(issues, texts)
     ]
     rows = []

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, build_checks, history, signin, sync
+from . import applying, bisecting, build_checks, history, model_store, signin, sync
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,16 @@ def sync_history_task() -> None:
     fetch what changed since the last run (beat, every HISTORY_INTERVAL_MINUTES); a run holding the claim makes this
     one a no-op."""
     history.sync_history(budget_s=settings.HISTORY_BUDGET_MINUTES * 60)
+
+
+@shared_task
+def train_label_model_task() -> None:
+    """Train a labeler on the history and promote it when the gate finds it at least as good as the one in use
+    (beat, weekly): what train_label_model --from-db does, recorded on /rubric/models either way."""
+    try:
+        model_store.train_from_history(trained_by="the weekly task", out=log.info)
+    except model_store.TooLittleHistory as exc:
+        log.info("no labeler trained this week: %s", exc)
 
 
 # Safe to retry: the delivery is claimed and marked processed in the same transaction.

@@ -350,6 +350,8 @@ CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
     # Someone who left a team loses its role within a day (and at once at their next sign-in).
     "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
+    # A labeler trained on the week's history, promoted only through the gate (rubric_app/model_store.py).
+    "train-label-model": {"task": "rubric_app.tasks.train_label_model_task", "schedule": timedelta(days=7)},
 }
 if (
     GITHUB_TOKEN or GITHUB_APP_ID
