@@ -337,3 +337,7 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
 def history_issues():
     """The issues of history that are in no lane of the queue: closed, or open but no longer carrying a queue label."""
     return Issue.objects.filter(is_pull_request=False).exclude(in_queue=True, state=Issue.State.OPEN)
+
+
+# What a list of history issues shows of each (the history page).
+LISTED = ("number", "title", "state", "state_reason", "closed_at", "updated_at", "in_queue", "html_url")

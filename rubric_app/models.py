@@ -378,6 +378,16 @@ class Issue(models.Model):
             return "cpu"
         return "pt2"
 
+    @property
+    def closed_how(self) -> str:
+        """How and when it was closed ("closed as completed on 2026-03-02", from GitHub's state_reason and
+        closed_at); "open" while it is."""
+        if self.state != self.State.CLOSED:
+            return "open"
+        how = {"completed": " as completed", "not_planned": " as not planned", "duplicate": " as a duplicate"}
+        when = f" on {self.closed_at:%Y-%m-%d}" if self.closed_at else ""
+        return f"closed{how.get(self.state_reason, '')}{when}"
+
 
 class IssueTerm(models.Model):
     """One term of an issue's similarity vector (rubric/similarity.py): the index behind Similar issues.

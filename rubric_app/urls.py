@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import views, views_models, webhooks
+from . import views, views_history, views_models, webhooks
 
 app_name = "rubric_app"
 
@@ -25,6 +25,7 @@ urlpatterns = [
     path("metrics", views.metrics_page, name="metrics"),
     path("rubric", views.rubric_health, name="rubric_health"),
     path("rubric/models", views_models.models_page, name="models"),
+    path("history", views_history.history_page, name="history"),
     path("roster", views.roster_add, name="roster_add"),
     path("roster/<int:pk>/remove", views.roster_remove, name="roster_remove"),
     path("roster/share", views.share_out, name="share_out"),

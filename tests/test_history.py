@@ -3,7 +3,9 @@ PyGithub over HTTP from the fake GitHub, within its request budget, resumable af
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.urls import reverse
 
 from rubric_app import history, metrics, similar
 from rubric_app.models import LANES, Comment, Issue, LabelEvent, SyncState
@@ -260,3 +263,75 @@ def test_it_leaves_the_queue_pages_queries_as_they_were(client, viewer, fake_git
     with django_assert_num_queries(9):
         after = client.get("/").content.decode()
     assert Issue.objects.count() == 251 and "126 issues" in after and "1 issue" in before
+
+
+# --- closed originals ---------------------------------------------------------------------------------------------
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.mark.django_db
+def test_it_shows_a_closed_original_first_marked_closed_and_offers_it_as_the_duplicate(client, triager, fake_github):
+    pad = "Padding under torch.compile with inductor fails in constant_pad_nd for a static pad amount.\n"
+    fake_github.add_issue(
+        610,
+        title="constant_pad_nd lowering asserts",
+        body=pad + TRACE,
+        labels=["oncall: pt2", "module: inductor", "triaged"],
+        state="closed",
+        closed_at=datetime(2026, 3, 2, 15, 0, tzinfo=UTC),
+        updated_at=datetime(2026, 3, 2, 15, 0, tzinfo=UTC),
+    )
+    fake_github.add_issue(611, title="pad crash again", body=pad + TRACE, labels=["oncall: pt2"], updated_at=START)
+    fake_github.add_issue(
+        612, title="constant_pad_nd static pad amount", body=pad, labels=["oncall: pt2"], updated_at=START
+    )
+    fake_github.add_issue(620, title="F.pad fails when compiled", body=TRACE, labels=["oncall: pt2"], updated_at=START)
+    history.sync_history(out=lambda line: None)
+    client.force_login(triager)
+
+    page = client.get(reverse("rubric_app:issue", args=[620])).content.decode()
+
+    listed = re.findall(r'data-similar="(\d+)"', page)
+    assert listed[:2] == ["610", "611"] and "612" in listed  # same signature, the closed one first; then text
+    first = page[page.index('data-similar="610"') : page.index('data-similar="611"')]
+    assert "closed as completed on 2026-03-02" in first and "same signature" in first
+    assert 'data-mark-duplicate="610"' in first
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[620]),
+        {"route": "duplicate", "duplicate_of": "610", "labels_seen": json.dumps(["oncall: pt2"])},
+        headers=HTMX,
+    ).content.decode()
+    assert 'data-close="duplicate"' in preview and "Duplicate of #610" in preview and "data-apply" in preview
+
+
+# --- the history page ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_lists_and_searches_the_history_in_constant_queries(client, viewer, fake_github, django_assert_num_queries):
+    fake_github.add_issue(701, title="dynamo guard failure on a closed report", state="closed", updated_at=START)
+    fake_github.add_issue(702, title="still in the queue", labels=["oncall: pt2"], updated_at=START)
+    history.sync_history(out=lambda line: None)
+    client.force_login(viewer)
+    url = reverse("rubric_app:history")
+
+    # session, user, permissions (2), count, page, labels
+    with django_assert_num_queries(7):
+        page = client.get(url).content.decode()
+    assert 'data-history="701"' in page and 'data-history="702"' not in page and "closed as completed on" in page
+    seed(fake_github, 120)
+    history.sync_history(since=START - timedelta(days=1), out=lambda line: None)
+    with django_assert_num_queries(7):
+        page = client.get(url, {"q": "guard"}).content.decode()
+    assert re.findall(r'data-history="(\d+)"', page) == ["701"] and "best match first" in page
+
+    fragment = client.get(url, {"q": "history issue"}, headers=HTMX).content.decode()
+    assert "<html" not in fragment and 'id="history-table"' in fragment and "60 issues" in fragment
+    queue = client.get(reverse("rubric_app:queue"), {"q": "guard"}).content.decode()
+    assert "data-search-history" in queue  # the queue's search points at the history's
+
+
+def test_it_keeps_the_history_from_outsiders(client, outsider):
+    client.force_login(outsider)
+    assert client.get(reverse("rubric_app:history")).status_code == 403
