@@ -114,7 +114,8 @@ class Progress:
                 budgets = -(-(requests_left - usable) // per_hour)
                 seconds = max(seconds, gh.rate_reset - time.time() + 3600 * (budgets - 1))
         more = " (then the next label's)" if self.label != settings.GITHUB_QUEUE_LABELS[-1] else ""
-        return f"about {pages_left} pages{more} and {requests_left} requests to go, ~{_duration(seconds)}"
+        pages = f"{pages_left} page{'' if pages_left == 1 else 's'}"
+        return f"about {pages}{more} and {requests_left} requests to go, ~{_duration(seconds)}"
 
     def page_done(self) -> None:
         self.done += 1

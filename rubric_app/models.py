@@ -123,7 +123,8 @@ class Lane:
         if self.finding:
             qs = qs.filter(build_finding=self.finding)
         for name in self.labels:
-            qs = qs.filter(labels__name=name)
+            # EXISTS, not a join: a join lets SQLite start from the label's rows, every history issue's among them.
+            qs = qs.filter(Exists(Issue.labels.through.objects.filter(issue=OuterRef("pk"), label__name=name)))
         if self.without:
             qs = qs.exclude(labels__name__in=self.without)
         if self.undecided:
