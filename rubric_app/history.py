@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -262,6 +262,7 @@ def _backfill(
         progress.last = None
     state.last_full_sync_at = timezone.now()
     state.save(update_fields=["last_full_sync_at"])
+    refresh_statistics()
     # What changed while the backfill walked the listing is the incremental runs' from its start on.
     for label in labels:
         mark, _ = SyncState.objects.get_or_create(key=INCREMENTAL_PREFIX + label)
@@ -333,6 +334,15 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
     sync.refresh(sorted(queued))
     similar.reindex(Issue.objects.filter(pk__in=[pk for pk in changed if pk not in queued]))
     return changed
+
+
+def refresh_statistics() -> None:
+    """After a backfill, on SQLite: ANALYZE, so that its planner knows the queue is a few of the issues (it starts
+    from the queue's partial index, issue_open_queue_idx, instead of scanning every issue's signature: the queue page
+    3x slower with 20,000 history issues). PostgreSQL's autovacuum analyzes a table that grew by itself."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
 
 
 def history_issues():
