@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint
+.PHONY: run test test-fast lint
 
 # pip prints a line per package and a download bar (torch alone is minutes): progress, not silence.
 $(VENV)/.installed: requirements.txt
@@ -20,6 +20,11 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	scripts/test.sh
+
+# The suite less what needs a real Celery worker, Chromium or torch in the sandbox (pytest.ini's markers), for
+# the edit-test loop; it prints what it left out. CI runs `make test`, the whole suite.
+test-fast: $(VENV)/.installed
+	scripts/test.sh --fast
 
 # ruff.toml: the lint rules and the format (line length 120) the code keeps.
 lint: $(VENV)/.installed

@@ -57,8 +57,8 @@ def drain(runs: int, tmp: Path) -> float:
     django.setup()
     from django.core.management import call_command
 
-    from rubric_app import auto_bisect
     from rubric_app.models import BisectionRun, Issue
+    from rubric_app.runs import auto_bisect
 
     call_command("migrate", verbosity=0)
     worker = subprocess.Popen(

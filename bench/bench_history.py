@@ -43,7 +43,7 @@ FILES = [ROOT / "tests" / "data" / "pt2_dev.jsonl", ROOT / "tests" / "data" / "p
 
 
 def file_records() -> list[dict]:
-    from rubric_app.rubric.evaluation import read_jsonl
+    from rubric_app.rubric.offline.evaluation import read_jsonl
 
     return [r for path in FILES for r in read_jsonl(open(path, encoding="utf-8"))]
 
@@ -54,12 +54,14 @@ def file_records() -> list[dict]:
 def part_files(orders: int, curve_only: bool) -> None:
     from django.conf import settings
 
-    from rubric_app import demo_github, history, model_store
+    from rubric_app.demo import github_server as demo_github
+    from rubric_app.github import history
     from rubric_app.models import Comment, Issue
     from rubric_app.rubric import promotion
     from rubric_app.rubric.engine import shipped_model
-    from rubric_app.rubric.evaluation import fit_model, is_held_out, learning_curve
     from rubric_app.rubric.model import LabelModel
+    from rubric_app.rubric.offline.evaluation import fit_model, is_held_out, learning_curve
+    from rubric_app.triage import model_store
 
     files = file_records()
     fake, server = demo_github.start_server(token="bench-token")
@@ -228,8 +230,9 @@ def part_scale(history_count: int, repeat: int) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from bench.bench_queue import label_changed, timed
-    from rubric_app import history, similar, suggestions
+    from rubric_app.github import history
     from rubric_app.models import Issue, Label
+    from rubric_app.triage import similar, suggestions
 
     rng, labels = random.Random(38), {}
     queue = make_issues(1000, first=300_000, open_queue=True, labels=labels, rng=rng)

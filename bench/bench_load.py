@@ -13,7 +13,7 @@ answer) for --duration seconds, bounded by --max-requests in all.
 The user is a triager (the "take it" and "Accept…" forms, the permission queries). --writes N
 changes a label's colour N times a second while the clients run (a sync or webhook would): each
 write changes what every queue table shows, so the servers render it again instead of answering
-from their cache (rubric_app/queue_cache.py).
+from their cache (rubric_app/web/queue_cache.py).
 
 Prints, per server: requests, errors, throughput, p50 and p99, the CPU each request cost (the
 server's processes with their PostgreSQL backends, and the client's threads, from /proc), and its

@@ -8,7 +8,7 @@ middleware, session, permissions, queries, template) and timed in this one run.
 
 Prints the median and p90 of each page, their query counts and the ratio
 queue / admin (target: <= 1). The queue's table is rendered each time (a label changes before
-each request, as a sync would) and, in one more row, answered from its cache (rubric_app/queue_cache.py:
+each request, as a sync would) and, in one more row, answered from its cache (rubric_app/web/queue_cache.py:
 nothing changed). Also times the queue's htmx partial (a filter swap), and the
 search (count and first page of IssueQuerySet.search: FTS5 here) against the icontains filter it
 replaced, with how many issues each finds for "segfault" (the bodies say "Segmentation fault").

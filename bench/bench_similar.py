@@ -109,7 +109,7 @@ def make_issues(count: int) -> None:
     from django.utils import timezone
 
     from rubric_app.models import Issue, Label
-    from rubric_app.rubric.evaluation import read_jsonl
+    from rubric_app.rubric.offline.evaluation import read_jsonl
 
     rng = random.Random(13)
     records = [
@@ -188,8 +188,8 @@ def main() -> None:
 def run(count: int) -> None:
     from django.db import connection
 
-    from rubric_app import similar, suggestions
     from rubric_app.models import Issue, IssueTerm, Label
+    from rubric_app.triage import similar, suggestions
 
     version = connection.Database.sqlite_version if connection.vendor == "sqlite" else connection.pg_version
     print(f"database: {connection.vendor} {version}")

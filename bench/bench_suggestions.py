@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rubric_app.rubric import evaluate  # noqa: E402  (pure Python: no Django setup needed)
-from rubric_app.rubric.evaluation import issue_from_record, keyword_baseline, read_jsonl  # noqa: E402
+from rubric_app.rubric.offline.evaluation import issue_from_record, keyword_baseline, read_jsonl  # noqa: E402
 
 TARGET_S = 10.0
 

@@ -37,12 +37,19 @@ BODY = (
 COMMENTS_CYCLE = (0, 2, 4, 6, 8)  # mean 4: 5,000 issues -> 20,000 comments, 1 in 5 without comments
 
 
+# Each sync reads the triage skill's labels.json and templates.json and the latest release
+# (rubric_app/github/skill_files.py).
+SKILL_REQUESTS = 3
+
+
 def serve(conn, issues: int) -> None:
     """Child process: populate a fake GitHub, send its URL, then answer stats requests."""
+    from rubric_app.demo.github_server import seed_skill
     from rubric_app.rubric.catalog import load_catalog
     from tests.fakegithub import start_server
 
     fake, server = start_server()
+    seed_skill(fake)  # the triage skill's two files and a release: every sync asks whether they changed
     for item in load_catalog():
         fake.add_label(item["name"], "ededed", item["description"])
     # Distinct updated_at, one second apart, all in the past (as on GitHub).
@@ -136,8 +143,9 @@ def main() -> None:
     setup_django(args.database_url or f"sqlite:///{db_file}")
     from django.conf import settings
 
-    from rubric_app import suggestions, sync
+    from rubric_app.github import sync
     from rubric_app.models import Comment, Issue, Label
+    from rubric_app.triage import suggestions
     from tests.fakegithub import TOKEN
 
     settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = url, TOKEN, "pytorch/pytorch"
@@ -160,14 +168,15 @@ def main() -> None:
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     parent.send("stats")
     server_requests, _ = parent.recv()
-    label_pages = report.requests - list_floor - comment_floor
+    label_pages = report.requests - list_floor - comment_floor - SKILL_REQUESTS
     assert Issue.objects.count() == args.issues and Comment.objects.count() == sum(counts), "the sync lost data"
 
     print(f"full sync: {report.summary()}")
     print(
         f"  requests: {report.requests} made (server saw {server_requests}); floor {list_floor + comment_floor} "
         f"= {list_floor} list pages + {comment_floor} comment pages; "
-        f"the other {label_pages} are the label catalog's pages"
+        f"the other {label_pages} are the label catalog's pages, "
+        f"and {SKILL_REQUESTS} the triage skill's files and release"
     )
     print(f"  wall time: {sync_s:.2f} s (fetch + store, rubric suggestions excluded)")
     print(
@@ -216,7 +225,7 @@ def main() -> None:
             f"{label}: {report.requests} request(s), {not_modified} answered 304 (server saw {seen}), "
             f"{report.issues_changed} changed, {elapsed * 1000:.0f} ms"
         )
-    print("target: no-op incremental <= 2 requests, answered 304")
+    print(f"target: no-op incremental <= 2 requests plus the skill's {SKILL_REQUESTS}, all answered 304")
     parent.send("stop")
     parent.recv()
 

@@ -8,7 +8,8 @@ class RubricAppConfig(AppConfig):
     verbose_name = "PT2 triage"
 
     def ready(self) -> None:
-        from rubric_app import queue_cache, search_index
+        from rubric_app import search_index
+        from rubric_app.web import queue_cache
 
         # SQLite drops triggers with the table when a later migration remakes it (search_index).
         post_migrate.connect(search_index.ensure_sqlite_triggers, sender=self, dispatch_uid="rubric_app_fts_triggers")

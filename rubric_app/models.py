@@ -9,10 +9,7 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connections, models
@@ -23,37 +20,23 @@ from django.utils import timezone
 
 from rubric_app import rubric, search, search_index
 from rubric_app.bisection.builds import newer as newer_version
-from rubric_app.rubric.automation import AGENT_INCORRECT, BOT_TRIAGED, Automation, read_automation
-from rubric_app.rubric.automation import FEEDBACK_LABELS as AUTOMATION_FEEDBACK_LABELS
+from rubric_app.lanes import LANE_BY_CODE, LANES
+from rubric_app.rubric.automation import Automation, read_automation
 from rubric_app.rubric.catalog import known_label
 from rubric_app.rubric.text import sources_of
-
-PT2_ONCALL = "oncall: pt2"
-CPU_INDUCTOR_ONCALL = "oncall: cpu inductor"
-TRIAGED = "triaged"
-TRIAGE_REVIEW = "triage review"
-NEEDS_REPRODUCTION = "needs reproduction"
-HIGH_PRIORITY = "high priority"
-# PyTorch's LLM triage bot marks the issues it labelled with BOT_TRIAGED; triagers audit it with BOT_MISLABELED,
-# and the PT2 Repro Agent asks for REPRO_AGENT_INCORRECT when its verdict is wrong (the names are the automation
-# reader's, rubric/automation.py). The two feedback labels are not in the shipped catalog (nothing suggests them):
-# a person may add exactly these, where the repo has them.
-REPRO_AGENT_INCORRECT = AGENT_INCORRECT
-FEEDBACK_LABELS = frozenset(AUTOMATION_FEEDBACK_LABELS)
-REPRO_AGENT_PREFIX = "repro:agent:"
-# What runs of one repro on several torch builds can say (Issue.build_finding, rubric_app/bisection/builds.py).
-REGRESSION, MAY_BE_FIXED = "regression", "may_be_fixed"
-CONFIRM_FIXED_REPLY = "confirm_fixed"  # our reply asking the reporter to confirm (rubric/catalog.py OWN_REPLIES)
-MODULE_REGRESSION = "module: regression"
-
-
-def readable_text_color(background: str) -> str:
-    """Black or white, whichever reads better on a label's hex colour (as GitHub does)."""
-    try:
-        r, g, b = (int(background[i : i + 2], 16) for i in (0, 2, 4))
-    except ValueError:
-        return "000000"
-    return "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
+from rubric_app.vocabulary import (
+    AUTO_RUN_QUEUES,
+    BISECTION_QUEUES,
+    FEEDBACK_LABELS,
+    MODULE_REGRESSION,
+    RECHECK_RUN_QUEUES,
+    REGRESSION,
+    RUN_QUEUES,
+    TRIAGE_REVIEW,
+    WORKER_QUEUES,
+    is_module,
+    is_oncall,
+)
 
 
 class LabelQuerySet(models.QuerySet):
@@ -92,75 +75,11 @@ class Label(models.Model):
 
     @property
     def is_module(self) -> bool:
-        return self.name.startswith("module:")
+        return is_module(self.name)
 
     @property
     def is_oncall(self) -> bool:
-        return self.name.startswith("oncall:")
-
-
-@dataclass(frozen=True)
-class Lane:
-    """A lane of the queue page: the open queue issues that carry every label of `labels` and none of
-    `without`. The one definition the queue's rows (IssueQuerySet.for_queue), an issue's own lanes
-    (Issue.queue_lanes), the queue's filter form and the sharing of the untriaged lane all read."""
-
-    code: str
-    title: str
-    labels: tuple[str, ...] = ()
-    without: tuple[str, ...] = ()
-    # Narrowed further per user in the view (the issues assigned to them), not by labels.
-    per_user: bool = False
-    # Only the issues no human decision covers yet: none pending, applying or applied (a refused, failed or
-    # conflicting one leaves the issue here). The bot's lane: reviewing it is the task.
-    undecided: bool = False
-    # Only the issues whose runs across torch builds say this (Issue.build_finding): "may_be_fixed".
-    finding: str = ""
-    # ...and that no decision (pending, applying or applied) has answered with this reply yet: asked, it is done.
-    unanswered_by: str = ""
-
-    def filter(self, qs: models.QuerySet) -> models.QuerySet:
-        if self.finding:
-            qs = qs.filter(build_finding=self.finding)
-        for name in self.labels:
-            # EXISTS, not a join: a join lets SQLite start from the label's rows, every history issue's among them.
-            qs = qs.filter(Exists(Issue.labels.through.objects.filter(issue=OuterRef("pk"), label__name=name)))
-        if self.without:
-            qs = qs.exclude(labels__name__in=self.without)
-        if self.undecided:
-            covering = TriageDecision.objects.filter(issue=OuterRef("pk"), status__in=TriageDecision.COVERING)
-            qs = qs.exclude(Exists(covering))
-        if self.unanswered_by:
-            replied = TriageDecision.objects.filter(
-                issue=OuterRef("pk"), status__in=TriageDecision.COVERING, reply=self.unanswered_by
-            )
-            qs = qs.exclude(Exists(replied))
-        return qs
-
-    def lists(self, names: set[str], finding: str = "") -> bool:
-        """Whether an open queue issue carrying `names`, with build finding `finding`, is in this lane (a per-user
-        lane never is; the decisions of an undecided or unanswered_by lane are not read here)."""
-        return (
-            not self.per_user
-            and (not self.finding or finding == self.finding)
-            and all(n in names for n in self.labels)
-            and not any(n in names for n in self.without)
-        )
-
-
-# The queue's lanes, in the order the page lists them: adding a lane is adding a line here.
-LANES = (
-    Lane("pt2", "oncall: pt2", labels=(PT2_ONCALL,), without=(TRIAGED,)),
-    Lane("cpu", "oncall: cpu inductor", labels=(CPU_INDUCTOR_ONCALL,)),
-    Lane("review", "triage review", labels=(TRIAGE_REVIEW,)),
-    Lane("repro", "needs reproduction", labels=(NEEDS_REPRODUCTION,)),
-    Lane("bot", "bot-triaged, not reviewed", labels=(BOT_TRIAGED,), undecided=True),
-    # Its repro reproduced on an older build (or the reporter's) and passes on a newer one: ask them to confirm.
-    Lane("fixed", "may be fixed", finding=MAY_BE_FIXED, unanswered_by=CONFIRM_FIXED_REPLY),
-    Lane("all", "all"),
-    Lane("mine", "mine", per_user=True),
-)
-LANE_BY_CODE = {lane.code: lane for lane in LANES}
+        return is_oncall(self.name)
 
 
 class IssueQuerySet(models.QuerySet):
@@ -178,6 +97,17 @@ class IssueQuerySet(models.QuerySet):
                 to_attr="add_suggestions",
             ),
         ).order_by("-updated_at")
+
+    def with_decision_in_flight(self) -> IssueQuerySet:
+        """These issues annotated with decision_in_flight: a decision of theirs is pending or being applied (the
+        queue's `j` passes over them: someone has decided already). A subquery column: no query of its own."""
+        return self.annotate(decision_in_flight=Exists(TriageDecision.objects.in_flight().filter(issue=OuterRef("pk"))))
+
+    def not_waiting(self) -> IssueQuerySet:
+        """These issues less the ones already waiting: flagged for the meeting (R11) or with a decision on its way
+        to GitHub (what `j` passes over on the issue page)."""
+        in_flight = TriageDecision.objects.in_flight().filter(issue=OuterRef("pk"))
+        return self.exclude(labels__name=TRIAGE_REVIEW).exclude(Exists(in_flight))
 
     def bot_unreviewed(self, since=None) -> IssueQuerySet:
         """The "bot-triaged, not reviewed" lane (LANES), with for_queue's prefetches; `since`: the window's start,
@@ -218,7 +148,7 @@ class IssueQuerySet(models.QuerySet):
         status, decision and message are annotated (last_try_*) so the page can mark it.
         """
         tries = TriageDecision.objects.filter(issue=OuterRef("pk"), meeting__isnull=False)
-        in_flight = tries.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
+        in_flight = tries.in_flight()
         latest = tries.order_by("-created_at", "-pk")
         return (
             self.in_queue()
@@ -249,7 +179,7 @@ class Issue(models.Model):
     is_pull_request = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, help_text="GitHub's updated_at.")
-    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/metrics.py).
+    # GitHub's closed_at: the queue-health charts count outflow by it (rubric_app/triage/metrics.py).
     closed_at = models.DateTimeField(null=True, blank=True)
     # When its first decision from the dashboard was made (that decision applied): time to triage,
     # kept here so the metrics page reads the window's issues, not the whole audit log.
@@ -297,6 +227,12 @@ class Issue(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("rubric_app:issue", args=[self.number])
 
+    @property
+    def github_web_url(self) -> str:
+        """The issue's page on the GitHub this dashboard uses (settings.GITHUB_URL): github.com, or the demo
+        GitHub's own page of it in the demo, never github.com's page of an issue only the demo has."""
+        return f"{settings.GITHUB_URL}/{self.repo}/issues/{self.number}"
+
     def label_names(self) -> list[str]:
         """Current label names, sorted; uses the prefetch cache when there is one."""
         return sorted(label.name for label in self.labels.all())
@@ -306,7 +242,7 @@ class Issue(models.Model):
 
     @property
     def module_labels(self) -> list[str]:
-        return [name for name in self.label_names() if name.startswith("module:")]
+        return [name for name in self.label_names() if is_module(name)]
 
     @property
     def suggested_component(self) -> Suggestion | None:
@@ -314,7 +250,7 @@ class Issue(models.Model):
 
         Reads the prefetched suggestions: no query per agenda item.
         """
-        modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label.startswith("module:")]
+        modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and is_module(s.label)]
         return max(modules, key=lambda s: s.confidence, default=None)
 
     def automation(self, comments: list[Comment]) -> Automation:
@@ -324,13 +260,16 @@ class Issue(models.Model):
             number=self.number,
             title=self.title,
             body=self.body,
-            comments=tuple(rubric.CommentText(body=c.body, author=c.author) for c in comments),
+            comments=tuple(
+                rubric.CommentText(body=c.body, author=c.author, association=c.author_association) for c in comments
+            ),
+            author=self.author,
         )
-        return read_automation(sources_of(text), self.label_names())
+        return read_automation(sources_of(text), self.label_names(), accounts=settings.AUTOMATION_ACCOUNTS)
 
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
-        given, its most similar issues (rubric_app/similar.py)."""
+        given, its most similar issues (rubric_app/triage/similar.py)."""
         runs = getattr(self, "finished_runs", None)  # prefetched by suggestions.refresh
         if runs is None:
             runs = self.bisection_runs.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
@@ -350,12 +289,16 @@ class Issue(models.Model):
             title=self.title,
             body=self.body,
             comments=tuple(
-                rubric.CommentText(body=c.body, author=c.author, github_id=c.github_id) for c in self.comments.all()
+                rubric.CommentText(
+                    body=c.body, author=c.author, github_id=c.github_id, association=c.author_association
+                )
+                for c in self.comments.all()
             ),
             labels=tuple(self.label_names()),
             bisection=bisection,
             author=self.author,
             neighbours=neighbours,
+            automation_accounts=settings.AUTOMATION_ACCOUNTS,
         )
 
     def regression_evidence(self) -> tuple[rubric.BisectionEvidence, ...]:
@@ -376,13 +319,6 @@ class Issue(models.Model):
         return [lane.code for lane in LANES if lane.lists(names, self.build_finding)]
 
     @property
-    def lane(self) -> str:
-        names = self.label_names()
-        if CPU_INDUCTOR_ONCALL in names:
-            return "cpu"
-        return "pt2"
-
-    @property
     def closed_how(self) -> str:
         """How and when it was closed ("closed as completed on 2026-03-02", from GitHub's state_reason and
         closed_at); "open" while it is."""
@@ -398,7 +334,7 @@ class IssueTerm(models.Model):
 
     A term is a word or one of the failure signature's terms ("sig:<key>", "frame:<file:function>");
     weight is its share of the unit-length vector, so the dot product of two issues is their cosine.
-    Rewritten with the issue's suggestions (rubric_app/similar.py).
+    Rewritten with the issue's suggestions (rubric_app/triage/similar.py).
     """
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -426,6 +362,9 @@ class Comment(models.Model):
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="comments")
     github_id = models.BigIntegerField(unique=True)
     author = models.CharField(max_length=100, blank=True)
+    # GitHub's author_association (MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...): whether the poster maintains
+    # the repository, which decides whose repro counts (rubric_app/vocabulary.py); "" where GitHub did not say.
+    author_association = models.CharField(max_length=30, blank=True)
     body = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -509,11 +448,8 @@ class BisectionRun(models.Model):
         BOTH = "both", "CPU, then cuda for an Inductor failure (R2.4)"
 
     # The Celery queue whose workers serve each device: a GPU box has a CPU too, so "both" goes to gpu.
-    QUEUES = {Device.CPU: "cpu", Device.CUDA: "gpu", Device.BOTH: "gpu"}
-    # Automatic runs (auto_bisect.py) wait in queues of their own, which a worker reads after the human ones,
-    # and re-checks on a new build (build_checks.py) in the last ones it reads.
-    AUTO_QUEUES = {Device.CPU: "cpu_auto", Device.CUDA: "gpu_auto", Device.BOTH: "gpu_auto"}
-    RECHECK_QUEUES = {Device.CPU: "cpu_recheck", Device.CUDA: "gpu_recheck", Device.BOTH: "gpu_recheck"}
+    # The Celery queues of each device: a person's runs, automatic ones, re-checks (vocabulary.py).
+    QUEUES, AUTO_QUEUES, RECHECK_QUEUES = RUN_QUEUES, AUTO_RUN_QUEUES, RECHECK_RUN_QUEUES
 
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="bisection_runs")
     requested_by = models.ForeignKey(
@@ -552,6 +488,14 @@ class BisectionRun(models.Model):
     recheck_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="rechecks")
     # Once done: reproduced, passed or inconclusive (builds.outcome): what comparisons and re-checks query.
     outcome = models.CharField(max_length=20, blank=True)
+    # Whose post the repro is ("" when a person typed it), and whether it counts on its own (the reporter's, a
+    # maintainer's, the automation's, or typed by a triager): another commenter's repro is run only when a triager
+    # chooses it, and its runs never put an issue in "may be fixed" or call a regression (runs/repro_sources.py).
+    repro_author = models.CharField(max_length=100, blank=True)
+    repro_counts = models.BooleanField(default=True)
+    # What ran it, written by the worker: {"device": "cpu", "cpu": model, "isa": [CPU flags], "gpu": name}
+    # (rubric_app/runs/hardware.py). A report that names an ISA or a GPU the run lacked is not fixed by its pass.
+    hardware = models.JSONField(default=dict, blank=True)
 
     objects = BisectionRunQuerySet.as_manager()
 
@@ -583,34 +527,6 @@ class BisectionRun(models.Model):
             return (self.finished_at - self.started_at).total_seconds()
         return None
 
-    @property
-    def isolation(self) -> str:
-        """What sandbox was in force for this run, in one line from sandbox_report ("" before it ran)."""
-        report = self.sandbox_report or {}
-        if report.get("refused"):
-            return f"refused, the repro did not run: {report['refused']}"
-        if not report:
-            return ""
-        parts = [
-            name
-            for name, key in (
-                ("no network", "netns"),
-                ("own pid namespace", "pidns"),
-                ("read-only allow-list root", "root"),
-            )
-            if report.get(key)
-        ]
-        if report.get("uid", -1) > 0:
-            parts.append(f"uid {report['uid']}")
-        cgroup = report.get("cgroup") or {}
-        if cgroup.get("memory_max_mb"):
-            parts.append(f"cgroup {cgroup.get('version', '')} memory {cgroup['memory_max_mb']} MB".replace("  ", " "))
-        else:
-            parts.append("no cgroup memory cap (per-process limits only)")
-        if cgroup.get("pids_max"):
-            parts.append(f"pids {cgroup['pids_max']}")
-        return ", ".join(parts)
-
 
 class MeetingQuerySet(models.QuerySet):
     def last_held(self) -> Meeting | None:
@@ -634,9 +550,32 @@ class Meeting(models.Model):
         return f"meeting of {self.started_at:%Y-%m-%d}"
 
 
+class AgendaItem(models.Model):
+    """What a meeting recorded about one issue of its agenda besides a decision: who owns it and a note. Both go in
+    the meeting's minutes; an item carried to the next meeting starts there without them."""
+
+    meeting = models.ForeignKey(Meeting, on_delete=models.CASCADE, related_name="items")
+    issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["meeting", "issue"], name="agendaitem_meeting_issue_unique")]
+
+    def __str__(self) -> str:
+        return f"#{self.issue_id} in {self.meeting}"
+
+
 class LabelEvent(models.Model):
     """Who added or removed a label when, from GitHub's issue events: read by the sync only for issues that carry
-    `bot-triaged` or a Repro Agent label (needs_label_events), so the page can tell the bot's labels from a person's."""
+    `bot-triaged`, a Repro Agent label or `high priority` (needs_label_events), so the page can tell the bot's labels
+    from a person's (and G12.2 who added `high priority`)."""
 
     issue = models.ForeignKey("Issue", on_delete=models.CASCADE, related_name="label_events")
     label = models.CharField(max_length=100)
@@ -651,12 +590,11 @@ class LabelEvent(models.Model):
         return f"#{self.issue_id} {self.action} {self.label} by {self.actor}"
 
 
-def needs_label_events(label_names) -> bool:
-    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels."""
-    return any(n == BOT_TRIAGED or n.startswith(REPRO_AGENT_PREFIX) for n in label_names)
-
-
 class TriageDecisionQuerySet(models.QuerySet):
+    def in_flight(self) -> TriageDecisionQuerySet:
+        """Pending (held for its undo window, or waiting for the github worker) or being applied."""
+        return self.filter(status__in=[TriageDecision.Status.PENDING, TriageDecision.Status.APPLYING])
+
     def stuck(self, before) -> TriageDecisionQuerySet:
         """Work to send again: pending since before `before` (its message may never have reached a
         worker), or applying with no sign of life since `before` (its worker died mid-write)."""
@@ -680,60 +618,6 @@ class TriageDecisionQuerySet(models.QuerySet):
         rows = self.filter(status=TriageDecision.Status.APPLIED, bot_review__gt="").order_by("-created_at", "-pk")
         return rows.values_list("created_at", "labels_seen", "labels_removed")
 
-    def outcomes(self) -> Iterator[Outcome]:
-        """What triagers did with the rubric's suggestions: one Outcome per label of each decision.
-
-        Only applied triage decisions that recorded what they were shown (suggestions_shown) count;
-        meeting decisions settle the review, not the labels. A shown suggestion was applied (the
-        decision added it), unticked (neither added nor already there) or already on the issue
-        (neither); a label added that no rule suggested is `added`, with rule_id "". Newest first,
-        one query. Used by the rubric health page (/rubric). train_label_model --from-db reads the decisions
-        itself (decision_examples): it also learns from labels removed, and from decisions recorded before
-        suggestions_shown was kept.
-        """
-        rows = self.filter(status=TriageDecision.Status.APPLIED, meeting_decision="", suggestions_shown__isnull=False)
-        rows = rows.order_by("-created_at", "-pk").values_list(
-            "pk", "issue_id", "issue__number", "labels_seen", "labels_added", "suggestions_shown"
-        )
-        for pk, issue_id, number, seen, added, shown in rows.iterator(chunk_size=2000):
-            shown_labels = set()
-            for item in shown:
-                label, rule_id = item.get("label", ""), item.get("rule_id", "")
-                shown_labels.add(label)
-                applied = label in added
-                yield Outcome(
-                    pk,
-                    issue_id,
-                    number,
-                    label,
-                    rule_id,
-                    True,
-                    applied,
-                    not applied and label not in seen,
-                    False,
-                    item.get("preselected"),
-                )
-            for label in added:
-                if label not in shown_labels:
-                    yield Outcome(pk, issue_id, number, label, "", False, True, False, True)
-
-
-class Outcome(NamedTuple):
-    """One label of one triage decision, against what the rubric suggested (TriageDecision.objects.outcomes())."""
-
-    decision_id: int
-    issue_id: int
-    issue_number: int
-    label: str
-    rule_id: str  # "" for a label no rule suggested
-    shown: bool
-    applied: bool
-    unticked: bool
-    added: bool
-    # Ticked for `a` when the triager decided; None where unknown (a label no rule suggested, or a decision
-    # recorded before the page's ticks were kept).
-    preselected: bool | None = None
-
 
 class TriageDecision(models.Model):
     """A person's request to change an issue on GitHub, and its audit record.
@@ -749,6 +633,8 @@ class TriageDecision(models.Model):
         FAILED = "failed"
         CONFLICT = "conflict"
         REFUSED = "refused"
+        # Taken back while it was held for its undo window (not_before): nothing was sent to GitHub.
+        UNDONE = "undone"
 
     # A decision on its way or done: it covers the issue (the bot's lane leaves it out).
     COVERING = (Status.PENDING, Status.APPLYING, Status.APPLIED)
@@ -783,6 +669,9 @@ class TriageDecision(models.Model):
         max_length=12, blank=True, choices=[("confirmed", "confirmed"), ("mislabeled", "mislabeled")]
     )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # Held until then for its undo window (a meeting's one-click decision): no worker writes it earlier, and
+    # decisions.undo may take it back meanwhile. None: written as soon as a worker takes it.
+    not_before = models.DateTimeField(null=True, blank=True)
     # Human-readable outcome: GitHub's answer, the conflict's difference, or why it was refused.
     result_message = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -790,7 +679,7 @@ class TriageDecision(models.Model):
     # heartbeat is old lost its worker, and the sweep resumes it from what GitHub shows.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # "host:pid" of the process applying it: a worker that sees that process gone (or its host silent)
-    # resumes the decision at once (rubric_app/recovery.py) instead of waiting for the sweep.
+    # resumes the decision at once (rubric_app/github/recovery.py) instead of waiting for the sweep.
     worker = models.CharField(max_length=200, blank=True)
     # The Celery message that claimed it: the same message delivered again while the row is applying
     # means its worker died (acks_late), so it resumes at once instead of waiting for the sweep.
@@ -818,6 +707,19 @@ class TriageDecision(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status not in (self.Status.PENDING, self.Status.APPLYING)
+
+    def is_held(self, now=None) -> bool:
+        """Still in its undo window: pending, and not to be written before not_before."""
+        return (
+            self.status == self.Status.PENDING
+            and self.not_before is not None
+            and self.not_before > (now or timezone.now())
+        )
+
+    @property
+    def held(self) -> bool:
+        """is_held() now, for templates."""
+        return self.is_held()
 
 
 def week_start(day) -> date:
@@ -866,7 +768,7 @@ class Assignment(models.Model):
 class QueueVersion(models.Model):
     """One row whose token changes with every committed write to what the queue table shows.
 
-    Database triggers change it (rubric_app/queue_cache.py lists the tables and columns), so
+    Database triggers change it (rubric_app/web/queue_cache.py lists the tables and columns), so
     every write path (the sync's bulk upserts, webhooks, decisions, the admin, `update()`) is
     covered; the queue page keeps its rendered table under the token it read (queue_cache.table).
     """
@@ -893,18 +795,6 @@ class GitHubWrite(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target}: {self.status_code}"
-
-
-# Each device queue, and every queue whose workers run its bisections: a person's, the automatic ones, the re-checks.
-BISECTION_QUEUES = {
-    queue: {
-        name
-        for table in (BisectionRun.QUEUES, BisectionRun.AUTO_QUEUES, BisectionRun.RECHECK_QUEUES)
-        for device, name in table.items()
-        if BisectionRun.QUEUES[device] == queue
-    }
-    for queue in dict.fromkeys(BisectionRun.QUEUES.values())
-}
 
 
 class WorkerHeartbeatQuerySet(models.QuerySet):
@@ -945,10 +835,6 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
         return found, hosted
 
 
-# The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
-WORKER_QUEUES = ("cpu", "gpu", "github")
-
-
 def queue_state(live: dict[str, list[str]], queue: str) -> str:
     """Why work on `queue` was not taken, from WorkerHeartbeat.objects.queues(): no worker, or only busy ones."""
     workers = live.get(queue, [])
@@ -965,6 +851,8 @@ class WorkerHeartbeat(models.Model):
     device = models.CharField(max_length=10, blank=True, help_text="The worker's BISECTION_DEVICE.")
     # {build name: torch version} of the builds it hosts (TORCH_BUILDS), as installed at its last beat.
     builds = models.JSONField(default=dict, blank=True)
+    # What the machine has (rubric_app/runs/hardware.py): {"cpu": model, "isa": [CPU flags], "gpu": name}.
+    hardware = models.JSONField(default=dict, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerHeartbeatQuerySet.as_manager()
@@ -992,7 +880,7 @@ class SyncState(models.Model):
     # Set while a sync holds the row's claim, so two syncs (beat, a webhook-triggered or a manual
     # one) never run at once; a claim older than the lease is a dead worker's and is taken over.
     running_since = models.DateTimeField(null=True, blank=True)
-    # "host:pid" of the process holding the claim (history.py): a killed backfill's claim is taken over at once.
+    # "host:pid" of the process holding the claim (github/history.py): a killed backfill's claim is taken over at once.
     holder = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
@@ -1039,6 +927,7 @@ __all__ = [
     "Suggestion",
     "BisectionRun",
     "Meeting",
+    "AgendaItem",
     "TriageDecision",
     "GitHubWrite",
     "SyncState",
@@ -1051,7 +940,7 @@ __all__ = [
 
 
 class GitHubCredential(models.Model):
-    """A person's GitHub user token from sign-in, encrypted at rest (rubric_app/credentials.py owns it).
+    """A person's GitHub user token from sign-in, encrypted at rest (rubric_app/github/credentials.py owns it).
 
     The tokens are stored only as Fernet ciphertext; the rate-limit fields are what GitHub's headers
     said on this token's last request, so one triager's spent budget is visible and does not stop the others.
@@ -1075,6 +964,42 @@ class GitHubCredential(models.Model):
         return f"GitHub credential of {self.user_id} ({self.login or '?'})"
 
 
+class SkillFileQuerySet(models.QuerySet):
+    def by_name(self) -> dict[str, SkillFile]:
+        """{name: row} of what was read, in one query."""
+        return {row.name: row for row in self}
+
+
+class SkillFile(models.Model):
+    """A file of PyTorch's triage skill (labels.json, templates.json) or the repository's latest release, as last read
+    from GitHub (rubric_app/github/skill_files.py owns the rows). `content` is the last good copy, parsed: it stays
+    when a later read cannot be read or parsed, and `error` says why. `etag` is the last answer's, so that GitHub
+    answers an unchanged file with 304 and nothing is read again; `sha` is the git blob of the good copy (the version
+    in use)."""
+
+    LABELS, TEMPLATES, RELEASE = "labels.json", "templates.json", "release"
+
+    name = models.CharField(max_length=40, unique=True)
+    path = models.CharField(max_length=300, blank=True, help_text="where it was read: the file's path, or the API's")
+    sha = models.CharField(max_length=64, blank=True)
+    etag = models.CharField(max_length=200, blank=True)
+    # labels.json: [{"name", "description"}]; templates.json: {name: {"action", "use_when", "comment"}};
+    # release: {"tag", "name", "published_at"}. None until a good copy was read.
+    content = models.JSONField(null=True, blank=True)
+    read_at = models.DateTimeField(null=True, blank=True, help_text="when the good copy was read")
+    checked_at = models.DateTimeField(null=True, blank=True, help_text="the last request, 304s included")
+    error = models.TextField(blank=True, help_text="why the last answer was not taken; empty when it was")
+    error_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SkillFileQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.sha[:10] or '-'}"
+
+
 class TrainedModelQuerySet(models.QuerySet):
     def in_use_pk(self) -> int | None:
         """The id of the model in use (the latest promoted), or None (the shipped file): one query on an index, what
@@ -1090,8 +1015,9 @@ class TrainedModelQuerySet(models.QuerySet):
 
 
 class TrainedModel(models.Model):
-    """A learned labeler trained from the history (model_store.py): its weights, what it learned from, its figures
-    and the model in use's on the same held-out issues, and what the promotion gate decided (rubric/promotion.py).
+    """A learned labeler trained from the history (triage/model_store.py): its weights, what it learned from, its
+    figures and the model in use's on the same held-out issues, and what the promotion gate decided
+    (rubric/promotion.py).
 
     The model in use is the promoted row with the latest promoted_at, in every web and worker process; with none,
     the file shipped in rubric_app/data/. Rows are kept: a refused candidate says why, an earlier model what it did.

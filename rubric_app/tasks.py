@@ -12,7 +12,10 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from . import applying, bisecting, build_checks, history, model_store, signin, sync
+from rubric_app.github import applying, history, signin, sync
+from rubric_app.runs import bisecting, build_checks
+from rubric_app.triage import model_store
+
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -66,7 +69,10 @@ def apply_decision_task(self, decision_id: int) -> None:
 
     No automatic retry: a write that failed may have half-landed, so it is reported, not repeated.
     """
-    applying.apply_decision(decision_id, task_id=self.request.id or "")
+    decision = applying.apply_decision(decision_id, task_id=self.request.id or "")
+    wait = (decision.not_before - timezone.now()).total_seconds() if decision.is_held() else 0
+    if wait > 0:  # delivered before its undo window ended (clocks apart): sent again for then
+        apply_decision_task.apply_async((decision_id,), countdown=wait)
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True)

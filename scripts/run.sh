@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serve the dashboard with its Celery workers on 127.0.0.1:$PORT (default 8000).
 # With no GITHUB_TOKEN it is the demo: the demo issues, and a demo GitHub on 127.0.0.1
-# (rubric_app/demo_github.py) that syncs, takes label writes and is synced again;
+# (rubric_app/demo/github_server.py) that syncs, takes label writes and is synced again;
 # nothing leaves the machine. Workers log to $TRIAGE_VAR_DIR/log/ (default var/log/);
 # the dashboard's address is printed last, once everything is up.
 set -euo pipefail
@@ -39,7 +39,7 @@ elif [ -z "${GITHUB_API_URL:-}" ]; then
   export GITHUB_OAUTH_CLIENT_ID="${GITHUB_OAUTH_CLIENT_ID:-demo-dashboard}"
   GITHUB_OAUTH_CLIENT_SECRET="${GITHUB_OAUTH_CLIENT_SECRET:-$("$PY" -c 'import secrets; print(secrets.token_hex(20))')}"
   export GITHUB_OAUTH_CLIENT_SECRET
-  "$PY" -u -m rubric_app.demo_github --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
+  "$PY" -u -m rubric_app.demo.github_server --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
   pids+=($!)
   wait_for 30 "the demo GitHub" grep -q "^demo GitHub: http" "$LOGS/demo-github.log"
   demo_github=$(sed -n 's/^demo GitHub: \(http[^ ]*\).*/\1/p' "$LOGS/demo-github.log")

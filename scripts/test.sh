@@ -5,8 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 
+SLOW_MARKERS="worker or browser or torch"
+fast=""
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
+
 scripts/services.sh
-if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ]; then
+if [ -z "$fast" ] && [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
@@ -16,4 +23,11 @@ unset GITHUB_TOKEN
 # Two processes (tests/xdist_broker.py gives each its own broker; pytest-django its own database): the
 # suite mostly waits on workers, sandboxes and browsers. A file's tests stay in one process (its module
 # fixtures, such as the sandbox's fork server, start once). TEST_PROCESSES=0 runs it in this process.
+if [ -n "$fast" ]; then
+  # Say what is left out, per file, before running the rest (`make test` runs everything).
+  echo "==> make test-fast leaves out the tests marked $SLOW_MARKERS (pytest.ini):"
+  "$PY" -m pytest --collect-only -q -m "$SLOW_MARKERS" "$@" 2>/dev/null \
+    | sed -n 's/^\(tests\/[^:]*\)::.*/\1/p' | sort | uniq -c | sed 's/^ */    /'
+  exec "$PY" -m pytest -n "${TEST_PROCESSES:-2}" --dist loadfile -m "not ($SLOW_MARKERS)" "$@"
+fi
 exec "$PY" -m pytest -n "${TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -11,12 +11,31 @@ import pytest
 from django.db import connection
 
 from rubric_app.models import Issue
-from tests.factories import make_issue, make_user
+from tests.factories import make_issue, make_label, make_user
 from tests.helpers import ROOT, running_worker
 from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
 pytest_plugins = ["tests.fakegithub"]
+
+
+# Fixtures that start a real worker, a browser or torch in the sandbox: a test that uses one carries the marker
+# (pytest.ini), so `make test-fast` (-m "not (worker or browser or torch)") leaves it out whatever its file says.
+NEEDS = {
+    "celery_worker_process": "worker",
+    "signed_in_worker": "worker",
+    "browser": "browser",
+    "make_page": "browser",
+    "patched_build": "torch",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture, marker in NEEDS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 @pytest.fixture
@@ -46,6 +65,42 @@ def outsider(db):
 @pytest.fixture
 def issue(db) -> Issue:
     return make_issue()
+
+
+# The labels the decisions in the tests name, in the local catalog (what Label.objects.triage_catalog() offers).
+DECISION_LABELS = (
+    "module: dynamo",
+    "module: dynamic shapes",
+    "module: inductor",
+    "triaged",
+    "triage review",
+    "oncall: cpu inductor",
+    "oncall: export",
+    "high priority",
+    "low priority",
+    "needs reproduction",
+)
+
+
+@pytest.fixture
+def sync_issue(fake_github, settings):
+    """Put an issue on the fake GitHub and in the mirror with the same labels: sync_issue(number, labels)."""
+    # Pacing is proven by the worker tests at the real 1 s; here it would only slow things.
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in DECISION_LABELS:
+        make_label(name)
+
+    def sync(number: int = 1001, labels=("oncall: pt2",)) -> Issue:
+        fake_github.add_issue(number, labels=list(labels))
+        return make_issue(number, labels=tuple(labels))
+
+    return sync
+
+
+@pytest.fixture
+def synced(sync_issue) -> Issue:
+    """#1001 on the fake GitHub and locally, oncall: pt2 and nothing else."""
+    return sync_issue()
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +148,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
 def _github_on_this_machine(settings):
     """Tests never reach api.github.com: with no token, GitHub is a local address (nothing listens
     there unless a test starts the fake), as in demo mode. Tests of the "off" mode set their own URL."""
-    from rubric_app.github import is_local_url
+    from rubric_app.github.client import is_local_url
 
     if not settings.GITHUB_TOKEN and not is_local_url(settings.GITHUB_API_URL):
         settings.GITHUB_API_URL = "http://127.0.0.1:9"

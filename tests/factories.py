@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from rubric_app.bisection import builds
-from rubric_app.models import BisectionRun, Issue, Label
+from rubric_app.models import BisectionRun, Issue, Label, Suggestion
 from rubric_app.roles import ensure_roles
 from tests.torch_builds import SIN_REPRO
 
@@ -100,3 +100,9 @@ def make_finished_run(
         finished_at=finished,
         **fields,
     )
+
+
+def make_suggestion(issue: Issue, label: str, rule_id: str = "R1.2", **fields) -> Suggestion:
+    """A stored suggestion of `label` for `issue` under `rule_id`, with the model's defaults (an `add` from a rule,
+    pre-selected) unless `fields` say otherwise (kind="avoid", confidence=0.4, preselected=False, evidence=...)."""
+    return Suggestion.objects.create(issue=issue, label=label, rule_id=rule_id, **fields)

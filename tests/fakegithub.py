@@ -1,5 +1,5 @@
 """The fake GitHub REST server for the tests and the sync benchmark: fixtures around
-rubric_app/demo_github.py (the same server `make run` starts for the demo), with a token.
+rubric_app/demo/github_server.py (the same server `make run` starts for the demo), with a token.
 
 Fixtures: `fake_github_server` (session) and `fake_github` (per test: reset,
 and settings pointed at it).
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app import demo_github
-from rubric_app.demo_github import REPO, FakeGitHub, FakeServer
+from rubric_app.demo import github_server as demo_github
+from rubric_app.demo.github_server import REPO, FakeGitHub, FakeServer
 
 TOKEN = "test-token-not-a-secret"
 

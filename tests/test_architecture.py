@@ -1,10 +1,11 @@
 """The house's boundaries, read from the code's imports (every import, function-level ones included):
 no import circle among the project's modules, the rubric engine and the bisection harness free of Django,
-and PyGithub behind rubric_app/github.py alone."""
+and PyGithub behind rubric_app/github/client.py alone."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,22 +115,101 @@ def test_it_finds_a_circle_when_there_is_one():
     assert circles({"a": {"b": 1}, "b": {}}) == []
 
 
+PURE = ("rubric_app.rubric", "rubric_app.bisection", "rubric_app.vocabulary")
+
+# Bottom to top; a module may import its own layer and the ones below it, never one above.
+LAYERS = (
+    ("pure Python", PURE),
+    (
+        "data",
+        ("rubric_app.models", "rubric_app.lanes", "rubric_app.roles", "rubric_app.search", "rubric_app.search_index"),
+    ),
+    ("workflows", ("rubric_app.triage", "rubric_app.runs", "rubric_app.github", "rubric_app.demo", "rubric_app.tasks")),
+    (
+        "web and entry points",
+        (
+            "rubric_app.web",
+            "rubric_app.urls",
+            "rubric_app.admin",
+            "rubric_app.apps",
+            "rubric_app.management",
+            "triage_site",
+        ),
+    ),
+)
+
+
+def layer_of(module: str) -> int | None:
+    for level, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return level
+    return None
+
+
 def test_it_keeps_the_rubric_engine_and_the_bisection_harness_free_of_django():
     modules = project_modules()
     offenders = [
         f"{name}:{line}"
         for name, path in modules.items()
-        if name.startswith(("rubric_app.rubric", "rubric_app.bisection"))
+        if layer_of(name) == 0
         for target, line in imported(name, path, modules)
-        if target == "django"
-        or (target in modules and not target.startswith(("rubric_app.rubric", "rubric_app.bisection")))
+        if target == "django" or (target in modules and layer_of(target) != 0)
     ]
     assert not offenders, f"pure Python packages importing Django or the app: {offenders}"
 
 
-def test_it_lets_only_rubric_app_github_import_pygithub():
+def test_it_places_every_module_of_the_app_in_a_layer():
+    unplaced = [
+        name
+        for name in project_modules()
+        if name not in ("rubric_app", "rubric_app.migrations") and layer_of(name) is None
+    ]
+    assert not unplaced, f"modules in no layer (add them to LAYERS and docs/architecture.md): {unplaced}"
+
+
+def test_it_never_imports_upward_across_the_layers():
+    modules = project_modules()
+    upward = [
+        f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for name, path in modules.items()
+        if layer_of(name) is not None
+        for target, line in imported(name, path, modules)
+        if target in modules and layer_of(target) is not None and layer_of(target) > layer_of(name)
+    ]
+    assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def test_it_lets_only_the_github_client_import_pygithub():
     modules = project_modules()
     importers = sorted(
         {name for name, path in modules.items() for target, _ in imported(name, path, modules) if target == "github"}
     )
-    assert importers == ["rubric_app.github"], importers
+    assert importers == ["rubric_app.github.client"], importers
+
+
+def app_module_paths() -> list[str]:
+    """Every module of the app as a path under rubric_app/ ("github/sync.py"), packages' __init__ and
+    migrations left out."""
+    app = ROOT / "rubric_app"
+    return sorted(
+        str(path.relative_to(app))
+        for path in app.rglob("*.py")
+        if path.name != "__init__.py" and "migrations" not in path.parts
+    )
+
+
+def test_it_names_every_module_of_the_app_on_the_architecture_page_and_in_the_readme():
+    for page in ("docs/architecture.md", "README.md"):
+        text = (ROOT / page).read_text()
+        unnamed = [path for path in app_module_paths() if not _named(path, text)]
+        assert not unnamed, f"{page} does not name: {unnamed}"
+
+
+def _named(path: str, text: str) -> bool:
+    """Named as its path under rubric_app/, or as its file name in a paragraph, list item or table row that names
+    its folder."""
+    if path in text:
+        return True
+    folder, _, name = path.rpartition("/")
+    blocks = re.split(r"\n(?=\s*- |\| |#|\n)", text)
+    return bool(folder) and any(f"`{name}`" in block and f"{folder}/" in block for block in blocks)

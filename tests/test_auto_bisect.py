@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, sync
+from rubric_app.github import sync
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
+from rubric_app.runs import auto_bisect, bisect_runs, bisecting
 from tests.factories import make_issue, opened_issue_payload
 from tests.helpers import wait_until
 from triage_site.celery import app
@@ -81,11 +82,35 @@ def test_it_holds_each_authors_daily_budget_counting_who_posted_the_repro(auto):
     issues = [make_issue(5200 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author="prolific") for i in range(3)]
     reasons = [o.reason for o in queue(*issues)]
     assert reasons[:2] == ["queued", "queued"] and "@prolific's budget" in reasons[2]
-    # A repro posted in a comment by someone else is that person's, not the issue author's.
+    # A repro a maintainer posted in a comment is that maintainer's, not the issue author's.
     issue = make_issue(5210, body="No code here.", author="prolific")
-    Comment.objects.create(issue=issue, github_id=99, author="helper", body=body(REPRO.replace("+ 1", "- 7")))
+    Comment.objects.create(
+        issue=issue, github_id=99, author="helper", author_association="MEMBER", body=body(REPRO.replace("+ 1", "- 7"))
+    )
     [outcome] = queue(issue, cause="webhook")
     assert outcome.reason == "queued" and outcome.run.caused_by == "@helper (webhook)"
+    assert (outcome.run.repro_author, outcome.run.repro_counts) == ("helper", True)
+
+
+def test_it_never_bisects_another_commenters_repro_automatically_and_says_it_is_offered(auto):
+    # Issue #35: a stranger's passing snippet outscored the reporter's repro and was bisected on their budget.
+    reporter_repro = REPRO.replace("torch.sin(x) + 1", "torch.sin(x).sum()").replace("torch.randn(8)", "torch.eye(3)")
+    issue = make_issue(5220, body=body(reporter_repro), author="reporter")
+    stranger = REPRO.replace("+ 1", "- 7")  # scores higher (it makes its inputs with torch.randn): it used to win
+    Comment.objects.create(issue=issue, github_id=98, author="drive-by", author_association="NONE", body=body(stranger))
+    [outcome] = queue(issue, cause="webhook")
+    assert outcome.reason == "queued" and "torch.sin(x).sum()" in outcome.run.repro_code
+    assert (outcome.run.repro_author, outcome.run.caused_by_login) == ("reporter", "reporter")
+
+    only_theirs = make_issue(5221, body="It fails, see the comments.", author="reporter")
+    Comment.objects.create(
+        issue=only_theirs, github_id=97, author="drive-by", author_association="CONTRIBUTOR", body=body(stranger)
+    )
+    [outcome] = queue(only_theirs, cause="webhook")
+    assert outcome.run is None and not BisectionRun.objects.filter(issue=only_theirs).exists()
+    assert outcome.reason == (
+        "no repro from the reporter or a maintainer (offered on the issue page, never run automatically: @drive-by's)"
+    )
 
 
 def test_it_fails_fast_saying_needs_network_for_a_repro_that_downloads(auto, django_capture_on_commit_callbacks):

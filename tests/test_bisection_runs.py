@@ -14,9 +14,9 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from rubric_app import bisect_runs, bisecting
 from rubric_app.bisection.sandbox import UID_BASE
 from rubric_app.models import BisectionRun
+from rubric_app.runs import bisect_runs, bisecting
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 from triage_site.celery import app
@@ -76,9 +76,9 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     # 10 of ours: stale sweep, claim, fetch, 6 progress saves (before/after eager and dynamo_eager,
     # the probe, the probed result), finish; then the suggestions refresh (9 today, engine's own, and
     # 7 for similar issues: the index's savepoint pair, lock, delete, insert and update, the vote's
-    # lookup); the comparison across torch builds (the issue's finished runs, the finding stored: 2); and the
-    # savepoint pair that makes "finish", "compare" and "refresh" one transaction.
-    with django_assert_max_num_queries(30):
+    # lookup); the comparison across torch builds (the issue's finished runs, its comments for whose repro each run's
+    # is, the finding stored: 3); and the savepoint pair that makes "finish", "compare" and "refresh" one transaction.
+    with django_assert_max_num_queries(31):
         bisecting.run_bisection(run.pk)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""

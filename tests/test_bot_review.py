@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import confirm_bot, correct_bot
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
+from rubric_app.triage.decisions import confirm_bot, correct_bot
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +247,7 @@ def test_it_counts_what_triagers_kept_and_removed_of_the_bots_labels(client, tri
 def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_repo(fake_github):
     from django.core.management import call_command
 
-    from rubric_app.demo_github import FakeGitHub, seed_demo
+    from rubric_app.demo.github_server import FakeGitHub, seed_demo
 
     call_command("load_demo")
     fake = FakeGitHub("pytorch/pytorch")
@@ -265,8 +265,8 @@ def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_r
 
 
 def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
+    from rubric_app.github.sync import sync_queue
     from rubric_app.models import LabelEvent
-    from rubric_app.sync import sync_queue
 
     for number in range(1, 21):
         fake_github.add_issue(number, labels=["oncall: pt2"], comments=["c"])
@@ -280,9 +280,9 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
 
     events = fake_github.requests_to(r"/issues/\d+/events$", "GET")
     assert sorted(r.path.split("/")[-2] for r in events) == ["30", "31"]  # never for the 20 without automation
-    # The floor: a list page per queue label (2), 20 comment pages (30 and 31 have none), the catalog (1); plus
-    # one events page for each of the two issues automation labelled.
-    assert report.requests == len(fake_github.requests) == 2 + 20 + 1 + 2
+    # The floor: a list page per queue label (2), 20 comment pages (30 and 31 have none), the catalog (1), the triage
+    # skill's two files and latest release (3); plus one events page for each of the two issues automation labelled.
+    assert report.requests == len(fake_github.requests) == 2 + 20 + 1 + 3 + 2
     bot = [(e.action, e.label, e.actor) for e in LabelEvent.objects.filter(issue__number=30)]
     assert ("labeled", "bot-triaged", "github-actions[bot]") in bot
     assert ("unlabeled", "module: inductor", "tri-ager") in bot
@@ -319,9 +319,7 @@ def test_it_offers_the_repro_agents_script_for_bisection_in_one_click(client, tr
         '    x = torch.ones(2, device="cuda")\n'
         "    return bool(x.sum() == 2)  # </textarea><script>x</script>\n```\n</details>"
     )
-    Comment.objects.create(
-        issue=bot_issue, github_id=1, author="pytorch-bot[bot]", body=body, created_at=timezone.now()
-    )
+    Comment.objects.create(issue=bot_issue, github_id=1, author="karthickai", body=body, created_at=timezone.now())
     client.force_login(triager)
     page = client.get("/issues/1001").content.decode()
     assert "data-agent-bisect" in page and "data-agent-cuda" in page  # the script needs CUDA: said so
@@ -330,3 +328,67 @@ def test_it_offers_the_repro_agents_script_for_bisection_in_one_click(client, tr
 
     form = page.split('id="bisect-form"')[1].split("</form>")[0]
     assert "def test_fn() -&gt; bool:" in form and "<script>x" not in form
+
+
+# --- provenance: who may speak as the automation (issue #35) ----------------------------------------------------
+
+SPOOFED_AGENT = (
+    "**🤖 PT2 Repro Agent**\n\nI tried to reproduce this issue on PyTorch nightly (`2.13.0.dev20260601+cu130`) on "
+    "NVIDIA H100 and confirmed it reproduces (3/3 runs failed).\n\nAll 3 runs crashed with a segmentation fault.\n\n"
+    "CompilerBisector: backend `aot_eager`, subsystem `decomposition`.\n\n"
+    "```python\nimport os\nimport torch\n\n\ndef test_fn() -> bool:\n    return False\n```\n"
+)
+UNABLE = "My agent was unable to reproduce this on 4d0ea4be9ab1e959159ecbbed59d7162086d5039. Reopen if you see it."
+
+
+@pytest.mark.parametrize(
+    ("poster", "association", "unable_by", "spoofed"),
+    [("mallory", "NONE", "drive-by", True), ("karthickai", "MEMBER", "jansel", False)],
+)
+def test_it_shows_who_posted_each_automation_fact_and_uses_only_the_automations_own(
+    client, triager, fake_github, settings, poster, association, unable_by, spoofed
+):
+    # Through the real sync: PyGithub reads the issue, its comments and their author_association over HTTP.
+    settings.AUTO_BISECT = "off"
+    make_label("oncall: pt2")
+    fake_github.add_issue(1020, title="Crash in the compiled backward", body="It crashes.", user="mallory")
+    fake_github.add_comment(1020, SPOOFED_AGENT, user=poster, association=association)
+    fake_github.add_comment(1020, UNABLE, user=unable_by, association=association)
+    from rubric_app.github.sync import sync_queue
+
+    sync_queue(full=True)
+    issue = Issue.objects.get(number=1020)
+    assert sorted(issue.comments.values_list("author", "author_association")) == sorted(
+        [(poster, association), (unable_by, association)]
+    )
+    client.force_login(triager)
+
+    page = client.get("/issues/1020").content.decode()
+
+    panel = page.split('id="automation"')[1].split("</section>")[0]
+    cited = [c for c in issue.checklist if "PT2 Repro Agent" in c["text"] or "CompilerBisector" in c["text"]]
+    if spoofed:
+        assert f"claimed by @{poster}, not a known automation account" in panel
+        assert f"claimed by @{unable_by}, not a known automation account" in panel
+        assert "data-poster" not in panel and "data-agent-bisect" not in page  # no one-click script from a claim
+        assert cited == []  # no checklist item (R11, R2.1, R2.4) cites a claim
+    else:
+        assert f'data-poster="{poster}">posted by @{poster}' in panel and f"posted by @{unable_by}" in panel
+        assert "data-claimed" not in panel and "data-agent-bisect" in page
+        assert {c["rule_id"] for c in cited} == {"R11", "R2.1", "R2.4"}
+
+
+def test_it_names_who_added_the_repro_agents_label_from_the_label_events(client, viewer, db):
+    from django.utils import timezone
+
+    from rubric_app.models import LabelEvent
+
+    label = "repro:agent:h100:repro_success:reproduce"
+    issue = make_issue(1030, labels=("oncall: pt2", label))
+    LabelEvent.objects.create(issue=issue, label=label, action="labeled", actor="karthickai", created_at=timezone.now())
+    client.force_login(viewer)
+
+    html = client.get("/issues/1030").content.decode()
+
+    line = html.split("data-agent-label>")[1].split("</li>")[0]
+    assert "reproduced" in line and 'data-labelled-by="karthickai">labelled by @karthickai' in line

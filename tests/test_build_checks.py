@@ -17,10 +17,10 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import auto_bisect, bisect_runs, bisecting, build_checks, suggestions, sync
-from rubric_app.applying import apply_decision
 from rubric_app.bisection import builds
-from rubric_app.decisions import CONFIRM_FIXED, plan_changes, request_decision
+from rubric_app.bisection.extract import to_module_style
+from rubric_app.github import sync
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import (
     BisectionRun,
     GitHubWrite,
@@ -31,6 +31,9 @@ from rubric_app.models import (
     WorkerHeartbeat,
 )
 from rubric_app.rubric.catalog import load_replies
+from rubric_app.runs import auto_bisect, bisect_runs, bisecting, build_checks
+from rubric_app.triage import suggestions
+from rubric_app.triage.decisions import CONFIRM_FIXED, plan_changes, request_decision
 from tests.factories import (
     INDUCTOR_RAISED,
     PASSED,
@@ -44,6 +47,8 @@ from tests.helpers import only_this_tests_workers, wait_until, wait_until_finish
 from tests.torch_builds import NEWER_VERSION, REGRESSION_MESSAGE, SIN_REPRO, make_patched_build
 
 COS_REPRO = "import torch\n\ndef f(x):\n    return torch.cos(x) + 1\n\nprint(torch.compile(f)(torch.randn(8)))\n"
+# What automatic bisection runs of it: the harness's convention, compared with eager (bisection.extract).
+COS_MODULE = to_module_style(COS_REPRO)
 
 
 @pytest.fixture
@@ -107,19 +112,32 @@ def test_it_keeps_fails_on_both_out_of_the_regression_marker(db):
     assert issue.regression_evidence() == ()
 
 
-def test_it_compares_only_the_latest_repros_runs_on_one_device(db):
-    issue = make_issue(6004, body=f"```python\n{COS_REPRO}```")
-    make_finished_run(issue, results=PASSED, code="import torch  # the first repro", ago=50)
+def test_it_compares_each_repro_on_each_device_apart_and_says_which_still_fails(db):
+    issue = make_issue(6004, body=f"```python\n{COS_REPRO}```", author="reporter")
+    make_finished_run(issue, results=PASSED, code="import torch  # a triager's own repro", ago=50)
     make_finished_run(issue, results=PASSED, code=COS_REPRO, device="cuda", ago=30)
-    make_finished_run(issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10)
-    assert build_checks.compare_issue(issue) is None  # one version of the current repro on cpu: nothing to compare
+    last = make_finished_run(
+        issue, build="nightly", version=NEWER_VERSION, results=INDUCTOR_RAISED, code=COS_REPRO, ago=10
+    )
+    # A CUDA pass beside a CPU failure is neither a fix nor a regression: one version per device, nothing to compare;
+    # and what passes elsewhere is weighed against the repro that still fails.
+    comparison = build_checks.compare_issue(issue)
+    assert (comparison.kind, comparison.held_back) == (
+        "still_fails",
+        f"@reporter's repro still fails on {NEWER_VERSION} (run {last.pk})",
+    )
+    assert Issue.objects.get(pk=issue.pk).build_finding == ""
 
 
 def test_it_calls_a_repro_passing_on_a_build_newer_than_the_reporters_may_be_fixed(db):
-    issue = make_issue(6005, body=f"PyTorch version: 2.5.1+cu124\n\n```python\n{COS_REPRO}```")
-    make_finished_run(issue, results=PASSED, code=COS_REPRO)
+    issue = make_issue(6005, body=f"PyTorch version: 2.5.1+cu124\n\n```python\n{COS_REPRO}```", author="reporter")
+    run = make_finished_run(issue, results=PASSED, code=COS_MODULE, repro_style="module")
     comparison = build_checks.compare_issue(issue)
-    assert (comparison.kind, comparison.summary) == ("may_be_fixed", f"reported on 2.5.1; passes on {RELEASE}")
+    assert (comparison.kind, comparison.summary) == (
+        "may_be_fixed",
+        f"reported failing on 2.5.1 by @reporter (its repro checks its result), passes on {RELEASE} (run {run.pk}), "
+        "same repro, CPU",
+    )
     assert Issue.objects.get(pk=issue.pk).queue_lanes() == ["pt2", "fixed", "all"]
 
 
@@ -194,7 +212,12 @@ def test_it_offers_no_build_choice_with_one_build(client, triager, issue, heartb
 def test_it_asks_the_reporter_to_confirm_on_the_newer_build_and_never_closes(may_be_fixed):
     plan = plan_changes(may_be_fixed, chosen=["module: inductor"], route=CONFIRM_FIXED, review=True)
     assert (plan.add, plan.remove, plan.close, plan.reply) == ([], [], False, "confirm_fixed")
-    assert f"no longer fails on torch {NEWER_VERSION} (fails on {RELEASE}: inductor raised; passes on" in plan.comment
+    old, new = may_be_fixed.bisection_runs.order_by("pk")
+    # The reply states the evidence (issue #36): which runs, which builds, the same repro, the device.
+    assert (
+        f"no longer fails on torch {NEWER_VERSION} (reproduced on {RELEASE} (run {old.pk}), passes on {NEWER_VERSION} "
+        f"(run {new.pk}), same repro, CPU)" in plan.comment
+    )
     assert "{version}" not in plan.comment and "collect_env" in plan.comment
     assert "confirm_fixed" in load_replies()
 
@@ -426,7 +449,7 @@ def test_it_makes_a_in_the_may_be_fixed_lane_preview_the_reply_asking_to_confirm
 
 def test_it_compares_again_when_an_edit_gives_the_reporters_version(db, fake_github):
     issue = make_issue(6080, body=f"```python\n{COS_REPRO}```")
-    make_finished_run(issue, results=PASSED, code=COS_REPRO)
+    make_finished_run(issue, results=PASSED, code=COS_MODULE, repro_style="module")
     assert build_checks.compare_issue(issue) is None
     issue.body = f"PyTorch version: 2.6.0\n\n```python\n{COS_REPRO}```"
     issue.save(update_fields=["body"])
@@ -437,8 +460,8 @@ def test_it_compares_again_when_an_edit_gives_the_reporters_version(db, fake_git
 
 
 def test_it_compares_again_when_an_edit_arrives_by_webhook(db, settings, django_capture_on_commit_callbacks):
-    issue = make_issue(6090, body=f"```python\n{COS_REPRO}```")
-    make_finished_run(issue, results=PASSED, code=COS_REPRO)
+    issue = make_issue(6090, body=f"```python\n{COS_REPRO}```", author="reporter")
+    make_finished_run(issue, results=PASSED, code=COS_MODULE, repro_style="module")
     build_checks.compare_issue(issue)
     edited = f"Versions:\nPyTorch version: 2.7.1+cu126\n\n```python\n{COS_REPRO}```"
     payload = {
@@ -451,5 +474,136 @@ def test_it_compares_again_when_an_edit_arrives_by_webhook(db, settings, django_
         sync.process_webhook(delivery.pk)
     issue.refresh_from_db()
     assert issue.build_finding == "may_be_fixed"
-    assert issue.build_comparison["summary"] == "reported on 2.7.1; passes on 2.13.0+cpu"
+    assert issue.build_comparison["summary"].startswith("reported failing on 2.7.1 by @reporter")
     assert list(Issue.objects.for_queue("fixed")) == [issue]
+
+
+# --- "may be fixed" only on evidence, with real runs (issues #35, #36) ------------------------------------------
+
+
+def _report(code: str, prose: str = "Compiling it raises:\n\n```\nRuntimeError: boom\n```") -> str:
+    """A report against 2.12.0 (older than both builds here) with its repro and collect_env's version line."""
+    return f"### 🐛 Describe the bug\n\n{prose}\n\n```python\n{code}```\n\n### Versions\n\nPyTorch version: 2.12.0\n"
+
+
+def _script(op: str, inputs: str = "torch.randn(16)") -> str:
+    """A repro that passes on both builds here (their Inductor refuses only torch.sin)."""
+    return f"import torch\n\ndef f(x):\n    return torch.{op}(x) * 2 + 1\n\nx = {inputs}\nprint(torch.compile(f)(x))\n"
+
+
+def _wait_for_hardware(worker: str) -> dict:
+    beat = WorkerHeartbeat.objects.filter(name=worker, builds__nightly=NEWER_VERSION).exclude(hardware={})
+    wait_until(beat.exists)
+    return beat.get().hardware
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_lists_as_may_be_fixed_only_what_real_runs_show_on_the_reports_device_and_hardware(
+    celery_worker_process, settings
+):
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 50, 50
+    machine = _wait_for_hardware(celery_worker_process.args[-1])  # the heartbeat says what the worker has
+    lacking = next(
+        n for f, n in (("amx_tile", "AMX"), ("avx512_fp16", "AVX512-FP16"), ("sve2", "SVE2")) if f not in machine["isa"]
+    )
+    having = next((n for f, n in (("avx512f", "AVX512"), ("avx2", "AVX2"), ("sve", "SVE")) if f in machine["isa"]), "")
+    slow = (
+        "import time\nimport torch\n\nx = torch.randn(64, 8)\nt = time.time()\n"
+        "torch.compile(torch.cumsum)(x, 1)\nprint(time.time() - t)\n"
+    )
+    cases = {
+        6300: ("cos raises under torch.compile", _script("cos"), ""),
+        6301: ("[Inductor][CPU] cumsum 2x slower with torch.compile than eager", slow, "a performance report"),
+        6302: ("[CUDA] tanh raises under torch.compile on the GPU", _script("tanh"), "the report is about CUDA"),
+        6303: (f"[Inductor][CPU] exp raises with {lacking}", _script("exp"), f"the report names {lacking}, which run"),
+    }
+    if having:  # a report naming an ISA the worker has: its pass stands, and the evidence says which ISA ran it
+        cases[6304] = (f"[Inductor][CPU] sigmoid raises with {having}", _script("sigmoid"), "")
+    issues = [
+        make_issue(n, title=title, body=_report(code), author="reporter") for n, (title, code, _) in cases.items()
+    ]
+
+    outcomes = auto_bisect.queue_for_issues([i.pk for i in issues], cause="webhook")
+    assert [o.reason for o in outcomes] == ["queued"] * len(cases)
+    for outcome in outcomes:
+        wait_until_finished(outcome.run, timeout=240)
+
+    for number, (_title, _code, held) in cases.items():
+        issue = Issue.objects.get(number=number)
+        run = issue.bisection_runs.get()
+        assert (run.status, run.outcome, run.build) == ("done", "passed", "nightly"), run.error
+        assert run.hardware == {"device": "cpu", **machine}  # which device and ISA ran it
+        if held:
+            assert issue.build_finding == "" and held in issue.build_comparison["held_back"], issue.build_comparison
+        else:
+            where = f"CPU with {having}" if number == 6304 else "CPU"
+            assert issue.build_finding == "may_be_fixed"
+            assert issue.build_comparison["summary"] == (
+                f"reported failing on 2.12.0 by @reporter (its repro checks its result), passes on {NEWER_VERSION} "
+                f"(run {run.pk}), same repro, {where}"
+            )
+    fixed = sorted(Issue.objects.for_queue("fixed").values_list("number", flat=True))
+    assert fixed == [6300] + ([6304] if having else [])
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_reporters_failing_one(
+    celery_worker_process, client, triager, fake_github, settings
+):
+    from rubric_app.github.sync import sync_queue
+    from rubric_app.runs import repro_sources
+
+    settings.AUTO_BISECT = "cpu"
+    _wait_for_hardware(celery_worker_process.args[-1])
+    reporter_code = SIN_REPRO.replace("torch.randn(16)", "torch.eye(4)")  # fails in inductor on the nightly
+    stranger_code = _script("cos")  # passes; scores higher (it makes its inputs with torch.randn): it used to win
+    fake_github.add_issue(
+        6310,
+        title="sin fails to compile on the nightly",
+        body=_report(reporter_code),
+        user="reporter",
+        comments=[
+            {"body": f"Works for me:\n\n```python\n{stranger_code}```", "user": "drive-by", "association": "NONE"}
+        ],
+    )
+
+    sync_queue(full=True)  # PyGithub over HTTP; the sync queues the automatic run
+
+    [first] = BisectionRun.objects.filter(issue__number=6310)
+    assert (first.automatic, first.repro_author, first.repro_counts) == (True, "reporter", True)
+    assert "torch.sin" in first.repro_code and first.caused_by_login == "reporter"
+    first = wait_until_finished(first, timeout=240)
+    assert (first.build, first.outcome) == ("nightly", "reproduced") and REGRESSION_MESSAGE in str(first.results)
+
+    # The stranger's repro is offered on the page; a triager chooses it and runs it on the same build.
+    issue = Issue.objects.get(number=6310)
+    client.force_login(triager)
+    assert 'data-offered-repro="drive-by"' in client.get(issue.get_absolute_url()).content.decode()
+    offered = repro_sources.offered_repros(repro_sources.posted_repros(issue))[0]
+    page = client.get(f"{issue.get_absolute_url()}?repro={offered.source}").content.decode()
+    assert "torch.cos" in page.split('id="bisect-form"')[1].split("</form>")[0]
+    posted = client.post(
+        reverse("rubric_app:bisect", args=[6310]), {"code": offered.repro.code, "device": "cpu", "builds": ["nightly"]}
+    )
+    assert posted.status_code == 302
+    second = wait_until_finished(BisectionRun.objects.filter(issue=issue).latest("pk"), timeout=240)
+    assert (second.outcome, second.repro_author, second.repro_counts) == ("passed", "drive-by", False)
+
+    issue.refresh_from_db()
+    # Before: only the latest repro's runs were compared, with the reporter's version, and that said "may be fixed".
+    latest_only = builds.compare(
+        [builds.BuildRun(second.pk, second.build, second.torch_version, second.results)],
+        builds.reported_version(issue.body),
+    )
+    assert latest_only.kind == "may_be_fixed"
+    # Now every current repro counts, and the reporter's still fails on that very build: the page says so.
+    assert issue.build_finding == "" and not Issue.objects.for_queue("fixed").exists()
+    assert issue.build_comparison["held_back"] == f"@reporter's repro still fails on {NEWER_VERSION} (run {first.pk})"
+    assert (
+        "Not in “may be fixed”: @reporter&#x27;s repro still fails"
+        in client.get(issue.get_absolute_url()).content.decode()
+    )

@@ -1,7 +1,7 @@
 """Writes as the triager: people's GitHub tokens encrypted at rest, refreshed once before they expire,
 refused ones failing the decision with the reason, and the site's GitHub App token cached.
 
-PyGithub talks over HTTP to the fake GitHub (rubric_app/demo_github.py), which knows each token's
+PyGithub talks over HTTP to the fake GitHub (rubric_app/demo/github_server.py), which knows each token's
 owner and records the actor of every label event, as GitHub's timeline shows it.
 """
 
@@ -17,11 +17,12 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import credentials, github
-from rubric_app.applying import apply_decision
 from rubric_app.bisection.sandbox import scrubbed_env
-from rubric_app.decisions import Plan, request_decision
+from rubric_app.github import client as github
+from rubric_app.github import credentials
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubCredential, TriageDecision
+from rubric_app.triage.decisions import Plan, request_decision
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN
 

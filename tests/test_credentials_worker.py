@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from rubric_app import credentials
+from rubric_app.github import credentials
 from rubric_app.models import TriageDecision
 from rubric_app.tasks import apply_decision_task
 from tests.factories import make_issue, make_label

@@ -16,13 +16,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
-from rubric_app.forms import TriageForm
-from rubric_app.models import GitHubWrite, Issue, Label, Suggestion, TriageDecision
+from rubric_app.github.applying import apply_decision
+from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.tasks import apply_decision_task
-from tests.factories import make_issue, make_label
+from rubric_app.triage.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
+from rubric_app.web.forms import TriageForm
+from tests.factories import make_issue, make_label, make_suggestion
 from tests.helpers import wait_until, wait_until_finished
 from tests.test_stuck_work import _children, _private_queue, broker  # noqa: F401  (the broker fixture)
 
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
 FORUM = load_replies()["redirect_to_forum"]["comment"]
 MORE_INFO = load_replies()["request_more_info"]["comment"]
-
-
-@pytest.fixture
-def synced(fake_github, settings):
-    """#1001 on the fake GitHub and locally, oncall: pt2 and nothing else."""
-    settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in ("module: dynamo", "module: inductor", "triaged", "triage review", "needs reproduction"):
-        make_label(name)
-    fake_github.add_issue(1001, labels=["oncall: pt2"])
-    return make_issue(1001, labels=("oncall: pt2",))
 
 
 def _request(issue, user, plan: Plan) -> TriageDecision:
@@ -267,7 +257,7 @@ def _form(issue, **data) -> TriageForm:
 
 
 def test_it_shows_the_g4_reason_in_the_preview_instead_of_an_apply_button(synced, client, triager):
-    Suggestion.objects.create(issue=synced, label="module: dynamo", rule_id="R1.2", confidence=0.55, preselected=False)
+    make_suggestion(synced, "module: dynamo", "R1.2", confidence=0.55, preselected=False)
     client.force_login(triager)
 
     response = client.post(
@@ -382,7 +372,7 @@ def test_it_offers_no_apply_when_the_preview_changes_nothing(synced, client, tri
 )
 def test_it_accepts_a_redirect_only_when_it_is_preselected(db, labels, ticked, expected):
     issue = make_issue(labels=labels, suggested_route="handoff" if "oncall: pt2" in labels else "cpu inductor")
-    Suggestion.objects.create(issue=issue, label="oncall: export", rule_id="R6.3", confidence=0.7, preselected=ticked)
+    make_suggestion(issue, "oncall: export", "R6.3", confidence=0.7, preselected=ticked)
 
     assert _form(issue).suggested["route"] == expected
 

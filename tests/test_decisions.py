@@ -6,36 +6,14 @@ import json
 
 import pytest
 
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import Plan, plan_changes, request_decision
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.triage.decisions import Plan, plan_changes, request_decision
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
-
-
-@pytest.fixture
-def synced(fake_github, settings):
-    """Issue #1001 on the fake GitHub and locally, with the same labels."""
-    # Pacing is proven by the worker test below at the real 1 s; here it would only slow things.
-    settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in (
-        "module: dynamo",
-        "module: dynamic shapes",
-        "triaged",
-        "triage review",
-        "oncall: cpu inductor",
-        "oncall: export",
-        "high priority",
-        "low priority",
-        "needs reproduction",
-    ):
-        make_label(name)
-    issue = make_issue(1001, labels=("oncall: pt2",))
-    fake_github.add_issue(1001, labels=["oncall: pt2"])
-    return issue
 
 
 def _request(issue, user, add=(), remove=(), close=False, **kwargs) -> TriageDecision:

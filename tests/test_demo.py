@@ -1,7 +1,7 @@
 import pytest
 from django.core.management import call_command
 
-from rubric_app.demo import load_catalog_labels
+from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import Comment, Issue, Label
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""rubric_app.github: plain data out, named exceptions, retries for reads only, no token in logs."""
+"""rubric_app.github.client: plain data out, named exceptions, retries for reads only, no token in logs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rubric_app import github
+from rubric_app.github import client as github
 from tests.fakegithub import TOKEN
 
 

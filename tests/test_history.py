@@ -1,4 +1,4 @@
-"""History (rubric_app/history.py): every issue that carried a queue label, open or closed, backfilled through
+"""History (rubric_app/github/history.py): every issue that carried a queue label, open or closed, backfilled through
 PyGithub over HTTP from the fake GitHub, within its request budget, resumable after a kill, waiting out rate limits."""
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
-from rubric_app import history, metrics, similar
-from rubric_app.models import LANES, Comment, Issue, LabelEvent, SyncState
+from rubric_app.github import history
+from rubric_app.lanes import LANES
+from rubric_app.models import Comment, Issue, LabelEvent, SyncState
+from rubric_app.triage import metrics, similar
 from tests.fakegithub import TOKEN
 from tests.helpers import ROOT, wait_until
 

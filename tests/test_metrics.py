@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from rubric_app import metrics
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import Plan, request_decision
-from rubric_app.models import Issue, Suggestion, TriageDecision
-from rubric_app.sync import sync_queue
-from tests.factories import make_issue, make_label
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import sync_queue
+from rubric_app.models import Issue, TriageDecision
+from rubric_app.triage import metrics
+from rubric_app.triage.decisions import Plan, request_decision
+from tests.factories import make_issue, make_label, make_suggestion
 from tests.helpers import passes_on_sqlite
 
 URL = reverse("rubric_app:metrics")
@@ -119,8 +119,8 @@ def on_github(db, fake_github, settings):
         make_label(name)
     fake_github.add_issue(1001, labels=["oncall: pt2"])
     issue = make_issue(1001, labels=("oncall: pt2",))
-    Suggestion.objects.create(issue=issue, label="module: dynamo", rule_id="R1.2", confidence=0.9)
-    Suggestion.objects.create(issue=issue, label="dynamo", kind="avoid", rule_id="G7")
+    make_suggestion(issue, "module: dynamo", "R1.2", confidence=0.9)
+    make_suggestion(issue, "dynamo", kind="avoid", rule_id="G7")
     return issue
 
 

@@ -1,5 +1,5 @@
-"""Training from the history behind the promotion gate (rubric_app/model_store.py, rubric/promotion.py), models in the
-database used by every process, and their page (/rubric/models)."""
+"""Training from the history behind the promotion gate (rubric_app/triage/model_store.py, rubric/promotion.py),
+models in the database used by every process, and their page (/rubric/models)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import demo_github, history, model_store, suggestions, tasks
+from rubric_app import tasks
+from rubric_app.demo import github_server as demo_github
+from rubric_app.github import history
 from rubric_app.models import Issue, Suggestion, TrainedModel
 from rubric_app.rubric import promotion
-from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.model import LabelModel, train
+from rubric_app.rubric.offline.evaluation import training_examples
+from rubric_app.triage import model_store, suggestions
 from tests.factories import make_issue, make_label
 from tests.helpers import ROOT, wait_until
 
@@ -181,7 +184,7 @@ def test_it_refreshes_suggestions_with_the_promoted_model():
 
 SHELL = (
     "import hashlib, sys, time\n"
-    "from rubric_app import model_store\n"
+    "from rubric_app.triage import model_store\n"
     "for _ in range(300):\n"
     "    model = model_store.in_use()\n"
     "    digest = hashlib.sha256(model.to_json().encode()).hexdigest() if model else 'file'\n"

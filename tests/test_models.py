@@ -3,8 +3,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rubric_app import suggestions
-from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, readable_text_color
+from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision
+from rubric_app.triage import suggestions
+from rubric_app.web.templatetags.triage import readable_text_color
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db

@@ -250,7 +250,7 @@ def test_it_scrubs_tokens_and_issue_text_from_error_reports():
                     "stacktrace": {
                         "frames": [
                             {
-                                "filename": "rubric_app/applying.py",
+                                "filename": "rubric_app/github/applying.py",
                                 "function": "_write",
                                 "lineno": 10,
                                 "vars": {"token": token, "body": body},
@@ -272,7 +272,7 @@ def test_it_scrubs_tokens_and_issue_text_from_error_reports():
     for secret in (token, user_token, "my secret model weights", "sessionid", "q=segfault"):
         assert secret not in scrubbed
     frame = event["exception"]["values"][0]["stacktrace"]["frames"][0]
-    assert frame == {"filename": "rubric_app/applying.py", "function": "_write", "lineno": 10}
+    assert frame == {"filename": "rubric_app/github/applying.py", "function": "_write", "lineno": 10}
     assert event["request"]["headers"] == {"User-Agent": "GitHub-Hookshot/1"}
     assert event["request"]["method"] == "POST"
     assert event["exception"]["values"][0]["type"] == "GithubException"

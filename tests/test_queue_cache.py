@@ -1,4 +1,4 @@
-"""The queue table's cache (rubric_app/queue_cache.py): never an old table, never another user's parts.
+"""The queue table's cache (rubric_app/web/queue_cache.py): never an old table, never another user's parts.
 
 Each test first checks that the page it looks at came from the cache (a hit makes one query beyond the
 request's own), then changes what a row shows the way the dashboard does, and expects the change on the
@@ -22,8 +22,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import bisecting, queue_cache, suggestions
-from rubric_app.applying import apply_decision
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import process_webhook, sync_queue
 from rubric_app.models import (
     Assignment,
     BisectionRun,
@@ -34,7 +34,9 @@ from rubric_app.models import (
     TriageDecision,
     WebhookDelivery,
 )
-from rubric_app.sync import process_webhook, sync_queue
+from rubric_app.runs import bisecting
+from rubric_app.triage import suggestions
+from rubric_app.web import queue_cache
 from tests.factories import make_issue, make_label, make_user
 from tests.helpers import passes_on_sqlite
 
@@ -122,6 +124,18 @@ def test_it_shows_a_label_applied_through_a_decision_on_the_next_request(client,
     assert apply_decision(decision.pk).status == "applied"
     html, _ = _get(client)
     assert [name for _, name in _label_chips(html, 1001)] == ["module: dynamo", "oncall: pt2"]
+
+
+def test_it_marks_a_row_whose_decision_is_on_its_way_on_the_next_request(client, triager, on_github):
+    """The row `j` passes over (data-waiting): a decision made, or taken back, shows on the next request."""
+    client.force_login(triager)
+    assert 'data-waiting=""' in _row(_cached(client), 1001)
+    decision = TriageDecision.objects.create(
+        issue=on_github, user=triager, labels_seen=["oncall: pt2"], labels_added=["module: dynamo"]
+    )
+    assert 'data-waiting="decision"' in _row(_get(client)[0], 1001)
+    TriageDecision.objects.filter(pk=decision.pk).update(status=TriageDecision.Status.UNDONE)
+    assert 'data-waiting=""' in _row(_get(client)[0], 1001)
 
 
 def test_it_shows_refreshed_suggestions_on_the_next_request(client, triager, on_github):

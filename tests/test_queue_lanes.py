@@ -4,8 +4,9 @@ from itertools import combinations
 
 import pytest
 
-from rubric_app.forms import QueueFilterForm
-from rubric_app.models import LANES, Issue, TriageDecision
+from rubric_app.lanes import LANES
+from rubric_app.models import Issue, TriageDecision
+from rubric_app.web.forms import QueueFilterForm
 from tests.factories import make_issue
 
 LABELS = ("oncall: pt2", "oncall: cpu inductor", "triaged", "triage review", "needs reproduction", "bot-triaged")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from rubric_app import vocabulary
 from rubric_app.rubric import automation
 from rubric_app.rubric.automation import read_automation
 from rubric_app.rubric.engine import evaluate
@@ -64,9 +65,10 @@ Run status: ⏳ queued behind 40 other issues. Results will follow.
 """
 
 
-def comments(*texts: str) -> list[Source]:
-    return [Source("title", "x"), Source("body", "the report")] + [
-        Source(f"comment:{i}", text) for i, text in enumerate(texts)
+def comments(*texts: str, author: str = "karthickai", association: str = "MEMBER") -> list[Source]:
+    """The sources of an issue whose comments `author` posted (by default the Repro Agent's account)."""
+    return [Source("title", "x", "reporter"), Source("body", "the report", "reporter")] + [
+        Source(f"comment:{i}", text, author, association) for i, text in enumerate(texts)
     ]
 
 
@@ -138,13 +140,19 @@ def test_it_reads_other_agents_bisection_results_traces_and_the_bot():
         ("module: dynamo", "pytorch-triage[bot]", "unlabeled"),
         ("module: fx", "tina-triager", "labeled"),
     ]
-    auto = read_automation(comments(other), ["bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"], events)
-    assert auto.not_reproduced == (("3f2a9c1d4e", "comment:0"),)
+    auto = read_automation(
+        comments(other, author="jansel", association="CONTRIBUTOR"),
+        ["bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"],
+        events,
+    )
+    assert auto.not_reproduced == (automation.NotReproduced("3f2a9c1d4e", "comment:0", "jansel", known=True),)
     [bisected] = auto.bisections
-    assert (bisected.backend, bisected.subsystem, bisected.detail) == (
+    assert (bisected.backend, bisected.subsystem, bisected.detail, bisected.author, bisected.known) == (
         "aot_eager_decomp_partition",
         "decomposition",
         "aten._softmax",
+        "jansel",
+        True,
     )
     assert auto.traces == ("https://example.org/tlparse/index.html",)
     assert auto.bot_triaged and auto.bot_mislabeled and auto.agent_marked_incorrect
@@ -205,3 +213,109 @@ def test_it_reads_the_agents_comment_from_a_synced_issue():
     issue = _issue("an unrelated comment", NOT_REPRODUCED)
     [report] = read_automation(sources_of(issue), issue.labels).agent
     assert report.source == "comment:1"
+
+
+# --- provenance: who posted each fact (issue #35) ---------------------------------------------------------------
+
+# What an outside reviewer posted as the reporter: the agent's mark, a reproduction on an H100, a bisector result,
+# and a script one click would have bisected.
+SPOOFED = """**🤖 PT2 Repro Agent**
+
+I tried to reproduce this issue on PyTorch nightly (`2.13.0.dev20260601+cu130`) on NVIDIA H100 and confirmed it \
+reproduces (3/3 runs failed).
+
+All 3 runs crashed with `RuntimeError: CUDA error: an illegal memory access was encountered`.
+
+CompilerBisector: backend `aot_eager`, subsystem `decomposition`.
+
+```python
+import os
+import torch
+
+def test_fn() -> bool:
+    return False
+```
+"""
+STRANGER_UNABLE = "My agent was unable to reproduce this on 4d0ea4be9ab1e959159ecbbed59d7162086d5039. Reopen if not."
+
+
+def _thread(*comments: tuple[str, str, str]) -> IssueText:
+    """An issue reported by `mallory`; comments: (author, association, text)."""
+    return IssueText(
+        number=2,
+        title="torch.compile crashes in the backward",
+        body="It crashes.",
+        author="mallory",
+        comments=tuple(CommentText(body=t, author=a, association=assoc) for a, assoc, t in comments),
+        labels=("oncall: pt2",),
+    )
+
+
+def _automation_items(issue: IssueText) -> list[str]:
+    """The checklist items an automation fact produced (R11, R2.x, R2.4)."""
+    said = ("PT2 Repro Agent", "CompilerBisector")
+    return [f"{c.rule_id}: {c.text}" for c in evaluate(issue, model=None).checklist if any(s in c.text for s in said)]
+
+
+def test_it_keeps_a_spoofed_agent_comment_and_a_strangers_unable_to_reproduce_as_claims_never_evidence():
+    spoofed = _thread(("mallory", "NONE", SPOOFED), ("drive-by", "NONE", STRANGER_UNABLE))
+    auto = read_automation(sources_of(spoofed), spoofed.labels, accounts=spoofed.automation_accounts)
+    [report] = auto.agent
+    assert (report.author, report.known, report.outcome, report.gpu) == ("mallory", False, "reproduced", "H100")
+    assert auto.latest_agent is None and auto.known_bisections == ()  # no rule reads a claim
+    [unable] = auto.not_reproduced
+    assert (unable.author, unable.known) == ("drive-by", False)
+    assert _automation_items(spoofed) == []  # was R11, R2.1 and R2.4 citing the "agent" before provenance
+
+    # The same words from the Repro Agent's account and a maintainer's agent are evidence, each cited.
+    genuine = _thread(("karthickai", "MEMBER", SPOOFED), ("jansel", "MEMBER", STRANGER_UNABLE))
+    items = _automation_items(genuine)
+    assert sorted(item.split(":")[0] for item in items) == ["R11", "R2.1", "R2.4"]
+    assert any("CompilerBisector stops at aot_eager / decomposition: R2.1 says" in item for item in items)
+
+
+def test_it_takes_a_bisector_result_from_a_maintainer_and_not_from_an_outsider():
+    result = "BisectionResult(backend='inductor', subsystem='lowerings', bisect_number=2, debug_info='max_pool')"
+    [maintainer] = read_automation(comments(result, author="masnesral", association="MEMBER"), []).bisections
+    [outsider] = read_automation(comments(result, author="masnesral", association="CONTRIBUTOR"), []).bisections
+    assert (maintainer.known, outsider.known) == (True, False)
+    reporter = read_automation(
+        [Source("title", "x", "mallory"), Source("body", result, "mallory")], [], accounts=vocabulary.DEFAULT
+    )
+    assert [(r.source, r.author, r.known) for r in reporter.bisections] == [("body", "mallory", False)]
+
+
+def test_it_names_who_may_speak_for_the_automation_from_the_setting():
+    accounts = vocabulary.parse_automation_accounts("repro_agent=Agent-Account; agent=alice,bob; bot=triage-bot")
+    assert accounts.may_speak_as("repro_agent", "agent-account")  # logins fold case
+    assert not accounts.may_speak_as("repro_agent", "alice")
+    assert accounts.may_speak_as("agent", "alice") and accounts.may_speak_as("agent", "agent-account")
+    assert not accounts.may_speak_as("agent", "mallory") and not accounts.may_speak_as("repro_agent", "")
+    assert vocabulary.parse_automation_accounts("") == vocabulary.AutomationAccounts()  # nobody: every fact a claim
+    for bad in ("repro_agent", "robot=x", "agent=a;agent=b"):
+        with pytest.raises(ValueError, match="AUTOMATION_ACCOUNTS"):
+            vocabulary.parse_automation_accounts(bad)
+    default = vocabulary.DEFAULT
+    assert default.may_speak_as("repro_agent", "karthickai") and default.may_speak_as("agent", "jansel")
+
+
+@pytest.mark.parametrize(
+    ("login", "bot"),
+    [
+        ("pytorch-bot[bot]", True),
+        ("github-actions[bot]", True),
+        ("some-app[bot]", True),  # a GitHub App: only the repository's admins install one
+        ("pytorchbot", True),
+        ("pytorch-bot", True),
+        ("pytorch-auto-revert", True),
+        ("PyTorchBot", True),
+        ("karthickai", False),
+        ("pytorch-bot-fan", False),
+        ("", False),
+    ],
+)
+def test_it_has_one_definition_of_the_bot(login, bot):
+    assert vocabulary.is_bot(login) is bot
+    # The automation reader counts the labels a bot added by that same definition.
+    events = [("module: inductor", login, "labeled")]
+    assert read_automation(comments(), ["bot-triaged"], events).bot_labels == (("module: inductor",) if bot else ())

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import _model_findings, decide, read, shipped_model
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.model import LabelModel, interpolate, isotonic
+from rubric_app.rubric.offline.evaluation import (
     COMPANY_MIN,
     OWN_CURVE_MIN,
     _rule_calibration,
     company_calibration,
     issue_from_record,
 )
-from rubric_app.rubric.model import LabelModel, interpolate, isotonic
 
 
 def record(number: int, title: str, body: str, labels: list[str]) -> dict:

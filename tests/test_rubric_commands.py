@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.offline.evaluation import (
     Counts,
     answer,
     g4_ceiling,
@@ -22,6 +22,7 @@ from rubric_app.rubric.evaluation import (
     wilson_lower,
     without_title_heading,
 )
+from rubric_app.vocabulary import is_module
 
 DEV = Path(__file__).resolve().parent / "data" / "pt2_dev.jsonl"
 
@@ -65,7 +66,7 @@ def test_it_writes_one_suggestion_line_per_issue(tmp_path):
     # The backend result is the evidence shown (R2.3), however sure the learned labeler is of the label.
     dynamo = first["evidence"]["module: dynamo"]
     assert dynamo["rule_id"] == "R2.3" and dynamo["evidence"] in ISSUES[0]["comments"][0]
-    assert export["labels"][0] == "oncall: export" and not any(l.startswith("module:") for l in export["labels"])
+    assert export["labels"][0] == "oncall: export" and not any(is_module(l) for l in export["labels"])
     # G0: already distributed's. Nothing to add; the output still names the queue it belongs in.
     assert skipped["route"] == "skip" and skipped["labels"] == ["oncall: distributed"]
     assert first["labels"][-1] == "oncall: pt2"  # the file's labels say it is there already: named, not duplicated

@@ -8,8 +8,9 @@ import io
 import pytest
 from django.urls import reverse
 
-from rubric_app import metrics
-from rubric_app.models import Outcome, TriageDecision
+from rubric_app.models import TriageDecision
+from rubric_app.triage import metrics
+from rubric_app.triage.metrics import Outcome
 from tests.factories import make_issue, make_user
 
 URL = reverse("rubric_app:rubric_health")
@@ -50,7 +51,7 @@ def decided(triager):
 def test_it_tells_each_suggestion_outcome_of_a_decision(decided):
     first = sorted(
         (o.label, o.rule_id, o.shown, o.applied, o.unticked, o.added)
-        for o in TriageDecision.objects.outcomes()
+        for o in metrics.decision_outcomes()
         if o.issue_number == 1
     )
     assert first == [
@@ -61,12 +62,12 @@ def test_it_tells_each_suggestion_outcome_of_a_decision(decided):
         ("triage review", "", False, True, False, True),
         ("triaged", "G6", True, False, True, False),
     ]
-    assert {o.issue_number for o in TriageDecision.objects.outcomes()} == {1, 2}
-    assert all(isinstance(o, Outcome) for o in TriageDecision.objects.outcomes())
+    assert {o.issue_number for o in metrics.decision_outcomes()} == {1, 2}
+    assert all(isinstance(o, Outcome) for o in metrics.decision_outcomes())
 
 
 def test_it_computes_precision_per_rule_and_the_labels_no_rule_suggested(decided):
-    rules, added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    rules, added = metrics.rubric_health(metrics.decision_outcomes())
     table = {r.rule_id: (r.shown, r.applied, r.unticked, r.precision) for r in rules}
     assert table == {"R1.2": (2, 2, 0, 1.0), "G6": (2, 1, 1, 0.5), "G4": (2, 0, 2, 0.0), "G0": (2, 0, 0, None)}
     assert {r.rule_id: (r.applied_issues, r.unticked_issues) for r in rules}["G6"] == ([2], [1])
@@ -86,7 +87,7 @@ def test_it_tells_how_often_triagers_kept_what_a_would_apply(client, viewer, tri
     _decision(1, triager, added=["module: dynamo", "triaged"], shown=ticked)
     _decision(2, triager, added=["triaged"], shown=ticked)  # unticked Dynamo: `a` would have been wrong once
     _decision(3, triager, added=["module: dynamo"])  # recorded before the ticks were kept
-    rules, _added = metrics.rubric_health(TriageDecision.objects.outcomes())
+    rules, _added = metrics.rubric_health(metrics.decision_outcomes())
     table = {r.rule_id: (r.ticked, r.ticked_kept, r.kept) for r in rules}
     assert table == {"R1.2": (2, 1, 0.5), "G6": (2, 2, 1.0), "G4": (0, 0, None), "G0": (0, 0, None)}
     assert (metrics.preselection(rules).ticked, metrics.preselection(rules).ticked_kept) == (4, 3)
@@ -99,13 +100,13 @@ def test_it_tells_how_often_triagers_kept_what_a_would_apply(client, viewer, tri
 
 def test_it_shows_the_table_with_links_in_constant_queries(client, viewer, decided, django_assert_num_queries):
     client.force_login(viewer)
-    # session, user, the viewer's permissions (own and groups'), the outcomes, the bot's reviews.
-    with django_assert_num_queries(6):
+    # session, user, the viewer's permissions (own and groups'), the outcomes, the bot's reviews, the skill's files.
+    with django_assert_num_queries(7):
         html = client.get(URL).content.decode()
     assert '<tr data-rule="G6">' in html and 'data-col="precision">0.50<' in html
     assert f'href="{reverse("rubric_app:issue", args=[1])}"' in html
     _decision(6, viewer, added=["module: dynamo"])
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         assert client.get(URL).status_code == 200
 
 
@@ -167,3 +168,39 @@ def _assert_inert(html: str) -> None:
 
     Tags().feed(html)
     assert not found
+
+
+def test_it_counts_only_what_a_decision_said_about_labels(triager):
+    # Issue #36: a duplicate-close, a usage question, a transfer or a reply alone says nothing about the labels, and
+    # a hand-off (G5) only about the route: none of their module labels was "unticked".
+    shown = [*SHOWN, {"label": "oncall: export", "rule_id": "G5", "preselected": True}]
+    _decision(1, triager, added=[], shown=shown, close_reason="duplicate", reply="duplicate", duplicate_of=9)
+    _decision(2, triager, added=[], shown=shown, close_reason="not_planned", reply="redirect_to_forum")
+    _decision(3, triager, added=[], shown=shown, transfer_to="pytorch/vision")
+    _decision(4, triager, added=[], shown=shown, reply="request_more_info")
+    _decision(5, triager, added=["oncall: export"], shown=shown, redirect="oncall: export")
+    _decision(
+        6, triager, added=["oncall: cpu inductor", "module: dynamo"], shown=SHOWN, redirect="oncall: cpu inductor"
+    )
+    outcomes = list(metrics.decision_outcomes())
+    assert {o.issue_number for o in outcomes} == {5, 6}
+    handed_off = [(o.label, o.applied, o.unticked) for o in outcomes if o.issue_number == 5]
+    assert handed_off == [("oncall: pt2", False, False), ("oncall: export", True, False)]
+    # The CPU lane is PT2's own: its labels were decided like any other.
+    assert {o.label for o in outcomes if o.issue_number == 6 and o.unticked} == {"triaged", "module: compile ux"}
+    rules, added = metrics.rubric_health(outcomes)
+    assert {r.rule_id: (r.applied, r.unticked) for r in rules}["G4"] == (0, 1)
+
+
+def test_it_counts_triaged_that_a_applied_as_g6s_not_as_a_label_no_rule_suggested(triager):
+    # The engine suggests no `triaged` beside a flag; where the triager left the flag off, the plan adds `triaged`
+    # itself (G6), and a `bot-mislabeled` says what they thought of the bot, not of the rubric.
+    flagged = [{"label": "module: inductor", "rule_id": "R2.2", "preselected": True}]
+    _decision(1, triager, added=["module: inductor", "triaged"], shown=flagged)
+    review = [*flagged, {"label": "triage review", "rule_id": "R11", "preselected": True}]
+    _decision(2, triager, added=["module: inductor", "triaged", "bot-mislabeled"], shown=review)
+    rules, added = metrics.rubric_health(metrics.decision_outcomes())
+    assert added == []
+    g6 = {r.rule_id: r for r in rules}["G6"]
+    assert (g6.shown, g6.applied, g6.ticked, g6.ticked_kept) == (2, 2, 1, 1)  # #2: the triager unticked the flag
+    assert {r.rule_id: (r.applied, r.unticked) for r in rules}["R11"] == (0, 1)

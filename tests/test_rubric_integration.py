@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from rubric_app import suggestions
-from rubric_app.demo import load_catalog_labels
+from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
+from rubric_app.triage import suggestions
 from tests.factories import make_issue
 
 
@@ -88,6 +88,8 @@ def test_it_refreshes_many_issues_in_a_constant_number_of_queries(catalog):
         assert refreshed == len(numbers)
         return len(captured)
 
+    # The issues share one failure: the group's other open issues are refreshed too, in one batch more (issue #36).
+    queries_for(range(4990, 4991))
     assert queries_for(range(5000, 5003)) == queries_for(range(6000, 6030))
     assert Suggestion.objects.filter(issue__number=6029, kind="add", label="module: dynamo").count() == 1
 

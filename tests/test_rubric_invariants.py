@@ -11,12 +11,23 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, Neighbour, evaluate, rules, rules_domain
+from rubric_app.rubric import (
+    BisectionEvidence,
+    CommentText,
+    IssueText,
+    Neighbour,
+    evaluate,
+    rules,
+    rules_domain,
+    rules_skill,
+)
 from rubric_app.rubric.catalog import is_forbidden
 from rubric_app.rubric.engine import shipped_catalog
-from rubric_app.rubric.evaluation import training_examples
 from rubric_app.rubric.facts import _FOLD, locator, needles
 from rubric_app.rubric.model import SHIPPED_MODEL_FILE, LabelModel, train
+from rubric_app.rubric.offline.evaluation import training_examples
+from rubric_app.rubric.skill import Skill, parse_labels
+from rubric_app.vocabulary import is_module, is_oncall
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,6 +81,25 @@ PHRASES = [
     "This is expected behavior.",
     "looks like an inductor bug",
     "PyTorch version: 2.5.1+cpu",
+    # What PyTorch's triage skill added (R5.1, G9-G13): layers, downloads, edge cases, crashes, versions.
+    "looks like a functionalization bug",
+    'File "torch/_subclasses/fake_tensor.py", line 1, in dispatch',
+    "torch.library.custom_op",
+    "model.load_state_dict(torch.load('ckpt.pt'))",
+    "https://drive.google.com/file/d/x",
+    "on an H100",
+    "I can't share the model",
+    "torch.finfo(torch.float16).max",
+    "returns NaN for very large inputs",
+    "equal_nan=True",
+    "Segmentation fault",
+    "only on Windows",
+    "Workaround: torch._dynamo.config.cache_size_limit = 64",
+    "calling .contiguous() is a workaround",
+    "PyTorch version: 2.13.0+cu128",
+    "PyTorch version: 2.14.0.dev20261201",
+    "pip install torch==2.13.1",
+    "### 🚀 The feature, motivation and pitch",
     "\u202e\u0000\ufeff",
     "```python\nx = 1\n```",
 ]
@@ -82,6 +112,9 @@ LABELS = [
     "topic: fuzzer",
     "module: dynamo",
     "high priority",
+    "module: aotdispatch",
+    "bot-triage-blocked",
+    "enhancement",
 ]
 VERDICTS = [
     BisectionEvidence("module: dynamo", "R2.3", "fails while tracing", 1),
@@ -125,11 +158,13 @@ issues = st.builds(
     labels=st.lists(st.sampled_from(LABELS), max_size=3, unique=True).map(tuple),
     bisection=st.lists(st.sampled_from(VERDICTS), max_size=2).map(tuple),
     neighbours=neighbours,
+    release=st.sampled_from(["", "v2.13.0", "v2.12.1", "not a tag"]),
+    labelled_by=st.sampled_from([(), (("high priority", "malfet"),), (("high priority", "pytorch-bot[bot]"),)]),
 )
 
 
 def _oncall_labels(labels) -> set[str]:
-    return {l for l in labels if l.startswith("oncall:")}
+    return {l for l in labels if is_oncall(l)}
 
 
 # A small learned labeler, so the invariants are checked with a model weighing in too.
@@ -159,6 +194,7 @@ MODEL = train(
 
 # The model shipped in the repo, calibrated: the one `make run` uses.
 SHIPPED = LabelModel.load(SHIPPED_MODEL_FILE)
+CURRENT_CATALOG = Skill(parse_labels((ROOT / "rubric_app" / "data" / "skill_labels.json").read_text())).names()
 
 
 def test_it_ships_a_calibrated_model():
@@ -179,10 +215,10 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
     assert set(a.preselected()) <= set(labels)
     assert not any(s.preselected and s.rule_id == "G4" for s in a.add)
     if any(c.rule_id == "G1" and "question" in c.text for c in a.checklist):
-        assert not any(l.startswith("module:") for l in a.preselected())
+        assert not any(is_module(l) for l in a.preselected())
     # G4: what `a` applies never leaves a PT2 issue triaged without a module: label.
     if "triaged" in a.preselected():
-        assert any(l.startswith("module:") for l in [*a.preselected(), *issue.labels])
+        assert any(is_module(l) for l in [*a.preselected(), *issue.labels])
         assert "triage review" not in a.preselected()
     # G7 / R7.4: nothing forbidden, nothing outside the catalog.
     assert all(l in catalog and not is_forbidden(l) for l in labels), labels
@@ -194,13 +230,36 @@ def test_it_keeps_the_invariants_for_any_issue(issue, engine):
         assert labels == []
     elif a.route == "handoff":
         # G5: exactly one oncall label, no module labels, no triaged.
-        assert len(_oncall_labels(labels)) == 1 and not any(l.startswith("module:") for l in labels)
+        assert len(_oncall_labels(labels)) == 1 and not any(is_module(l) for l in labels)
         assert "triaged" not in labels
     else:
         # G4: at least one module label, on the issue already or suggested.
-        assert any(l.startswith("module:") for l in [*labels, *issue.labels])
+        assert any(is_module(l) for l in [*labels, *issue.labels])
     for s in a.add:
         assert 0.0 <= s.confidence <= 1.0 and s.rule_id
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(issues)
+def test_it_flags_release_triage_only_through_a_gate_and_keeps_the_skills_restrictions(issue):
+    # The catalog of the skill as the repository has it now (it has `release triage`): G12 and G13 on any issue.
+    a = evaluate(issue, catalog=CURRENT_CATALOG, model=SHIPPED)
+    labels = a.labels()
+    release = next((s for s in a.add if s.label == "release triage"), None)
+    if release is not None:
+        # G12: the latest release known, never for a feature or an enhancement, and the gate is the evidence.
+        assert rules_skill.parse_release(issue.release) is not None and "enhancement" not in issue.labels
+        assert release.rule_id in ("G12.1", "G12.2") and release.evidence
+        if release.rule_id == "G12.1":
+            assert release.evidence.endswith(f"the latest release is {issue.release}")
+    # G13: never releng nor a distributed sub-queue; R5.1's layer only beside its umbrella.
+    assert not any(rules_skill.never_applied(l) for l in labels)
+    layers = {"module: aotdispatch", "module: functionalization", "module: fakeTensor", "module: custom-operators"}
+    if layers & set(labels):
+        assert "module: pt2-dispatcher" in labels or "module: pt2-dispatcher" in issue.labels
+    # G9: a request for a reproduction is never marked triaged.
+    if "needs reproduction" in labels:
+        assert "triaged" not in labels
 
 
 @settings(max_examples=200, deadline=None)
@@ -248,12 +307,12 @@ def test_it_locates_without_losing_a_match(text):
     folded = text.translate(_FOLD).lower()
     patterns = [
         (name, value)
-        for module in (rules, rules_domain)
+        for module in (rules, rules_domain, rules_skill)
         for name, value in vars(module).items()
         if isinstance(value, re.Pattern)
     ] + [
         (row[0], item)
-        for module in (rules, rules_domain)
+        for module in (rules, rules_domain, rules_skill)
         for value in vars(module).values()
         if isinstance(value, tuple)
         for row in value
@@ -275,7 +334,7 @@ def test_it_says_the_same_in_every_process_whatever_its_hash_seed():
     code = (
         "import json\n"
         "from rubric_app.rubric import evaluate\n"
-        "from rubric_app.rubric.evaluation import issue_from_record, output_line, read_jsonl\n"
+        "from rubric_app.rubric.offline.evaluation import issue_from_record, output_line, read_jsonl\n"
         "records = list(read_jsonl(open('tests/data/pt2_dev.jsonl')))[:80]\n"
         "print(json.dumps([output_line(int(r['number']), evaluate(issue_from_record(r, use_labels=False)))"
         " for r in records], sort_keys=True))\n"

@@ -8,13 +8,14 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.model_store import decision_examples
 from rubric_app.models import Issue, TrainedModel, TriageDecision
 from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import read
-from rubric_app.rubric.evaluation import cross_validate, training_examples
 from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
+from rubric_app.rubric.offline.evaluation import cross_validate, training_examples
 from rubric_app.rubric.text import Source
+from rubric_app.triage.model_store import decision_examples
+from rubric_app.vocabulary import is_module
 from tests.factories import make_issue
 
 # Two recognisable kinds of issue, in words the rules do not know, so only a learned model can tell them apart.
@@ -151,7 +152,7 @@ def test_it_learns_a_kind_of_name_and_knows_one_it_never_saw():
 def test_it_keeps_the_invariants_with_a_model():
     model = train(training_examples(RECORDS))
     a = evaluate(IssueText(1, "walrus frobnicator", "torch.export.export(m, x) fails", labels=()), model=model)
-    assert a.route == "handoff" and not any(l.startswith("module:") for l in a.labels())
+    assert a.route == "handoff" and not any(is_module(l) for l in a.labels())
 
 
 def test_it_saves_and_loads_the_model(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import facts_of
 from rubric_app.rubric.facts import RULES, Finding
+from rubric_app.vocabulary import is_module, is_oncall
 
 # A rule id may have several functions (rules.py's text rule and rules_automation.py's): all of them.
 RULE_FNS = {rule_id: [fn for rid, fn in RULES if rid == rule_id] for rule_id, _ in RULES}
@@ -408,9 +409,58 @@ CASES = [
             "```python\ny = torch.relu(x)\nprint(torch._dynamo.utils.same(y, c, fp64_ref=y64))\n```",
         ),
     ),
+    (
+        "G9.1",
+        "flag",
+        "needs reproduction",
+        issue(
+            "Compiled detector gives NaN",
+            "```python\nmodel.load_state_dict(torch.load('detector.pth'))\n```\nThe weights: https://drive.google.com/file/d/1x",
+        ),
+        issue(
+            "Compiled detector gives NaN",
+            "```python\nimport torch\nm = torch.nn.Linear(4, 4)\ntorch.compile(m)(x)\n```",
+        ),
+    ),
+    (
+        "G9.2",
+        "flag",
+        "needs reproduction",
+        issue("torch.compile hangs in our training job on 64 nodes", "It hangs at step 3000; I can't share the model."),
+        issue(
+            "torch.compile hangs on a Linear",
+            "```python\nimport torch\ntorch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))\n```",
+        ),
+    ),
+    (
+        "G10",
+        "add",
+        "module: edge cases",
+        issue(
+            "torch.compile overflows near torch.finfo(torch.float16).max",
+            "```python\nx = torch.full((4,), torch.finfo(torch.float16).max, dtype=torch.float16)\n```",
+        ),
+        issue("allclose with equal_nan=True fails under compile", "`torch.allclose(a, b, equal_nan=True)` is False."),
+    ),
+    (
+        "G11",
+        "add",
+        "module: crash",
+        issue("Segmentation fault in torch.compile with cudagraphs", "Fatal Python error: Segmentation fault"),
+        issue("torch.compile raises RuntimeError on a view", "RuntimeError: view size is not compatible"),
+    ),
+    (
+        "G13",
+        "check",
+        "needs_human",
+        issue("Graph break on zip", "Unsupported: zip", labels=("oncall: pt2", "bot-triaged", "bot-triage-blocked")),
+        issue("Graph break on zip", "Unsupported: zip", labels=("oncall: pt2", "bot-triaged")),
+    ),
 ]
 
-ENGINE_RULES = {"G3", "G4", "G5", "G6", "G7", "G8", "R6.5", "R7.4"}
+# Rules of the whole assessment, tested through evaluate() (G9's route, G12's gates and R5.1's layer in
+# tests/test_rubric_skill.py).
+ENGINE_RULES = {"G3", "G4", "G5", "G6", "G7", "G8", "R6.5", "R7.4", "G9", "G12", "R5.1"}
 
 
 @pytest.mark.parametrize(
@@ -432,7 +482,7 @@ def test_it_covers_every_rule_id_of_the_rubric():
 
     rubric = Path(__file__).resolve().parent.parent / "docs" / "RUBRIC.md"
     text = rubric.read_text() if rubric.exists() else ""
-    ids = set(re.findall(r"^- (G\d|R\d{1,2}\.\d)\b", text, re.M)) | {"R2", "R5", "R10", "R11"}
+    ids = set(re.findall(r"^- (G\d{1,2}|R\d{1,2}\.\d)\b", text, re.M)) | {"R2", "R5", "R10", "R11"}
     tested = {c[0] for c in CASES} | ENGINE_RULES
     assert ids, "the rubric document was not found"
     assert ids <= tested, sorted(ids - tested)
@@ -451,12 +501,12 @@ def test_it_keeps_a_pt2_issue_in_the_queue_g3():
 def test_it_falls_back_to_compile_ux_only_when_nothing_fits_g4():
     vague = issue("Model does not work", "It fails. Please help.")
     rules_only = evaluate(vague, use_model=False)
-    assert [s.label for s in rules_only.add if s.label.startswith("module:")] == ["module: compile ux"]
+    assert [s.label for s in rules_only.add if is_module(s.label)] == ["module: compile ux"]
     assert next(s for s in rules_only.add if s.label == "module: compile ux").rule_id == "G4"
     # The learned labeler may offer a weak guess as "possible"; nothing is ticked for `a`, so G4 still
     # asks a human for the component and `triaged` is not pre-selected.
     learned = evaluate(vague)
-    assert not any(l.startswith("module:") for l in learned.preselected()) and "triaged" not in learned.preselected()
+    assert not any(is_module(l) for l in learned.preselected()) and "triaged" not in learned.preselected()
     assert next(c for c in learned.checklist if c.rule_id == "G4").state == "needs_human"
     precise = evaluate(issue("Graph break on zip", TRACE_DYNAMO))
     assert not any(s.rule_id == "G4" for s in precise.add)
@@ -470,8 +520,8 @@ def test_it_hands_off_without_module_labels_g5():
         )
     )
     assert a.route == "handoff"
-    assert [s.label for s in a.add if s.label.startswith("oncall:")] == ["oncall: export"]
-    assert not any(s.label.startswith("module:") or s.label == "triaged" for s in a.add)
+    assert [s.label for s in a.add if is_oncall(s.label)] == ["oncall: export"]
+    assert not any(is_module(s.label) or s.label == "triaged" for s in a.add)
     assert any(x.rule_id == "G5" for x in a.avoid)
     kept = evaluate(issue("torch.compile graph breaks on zip", TRACE_DYNAMO))
     assert kept.route == "pt2" and not any(x.rule_id == "G5" for x in kept.avoid)
@@ -539,7 +589,7 @@ def test_it_suggests_only_dynamic_shapes_when_dynamic_false_fixes_it_r1_1():
     a = evaluate(
         issue("[dynamo] recompilation error on varying batch", "With dynamic=False it works.\n" + TRACE_DYNAMO)
     )
-    modules = [s.label for s in a.add if s.label.startswith("module:")]
+    modules = [s.label for s in a.add if is_module(s.label)]
     assert "module: dynamic shapes" in modules and "module: dynamo" not in modules
     assert any(x.label == "module: dynamo" and x.rule_id == "R1.1" for x in a.avoid)
 
@@ -720,7 +770,7 @@ def test_it_needs_no_fallback_when_the_issue_already_has_a_module_label():
 
 
 def module_labels(a) -> set[str]:
-    return {l for l in a.labels() if l.startswith("module:")}
+    return {l for l in a.labels() if is_module(l)}
 
 
 def needs_human(a, rule_id: str) -> list:
@@ -790,8 +840,8 @@ def test_it_turns_components_under_the_threshold_into_questions():
     assert "module: compile ux" in strict.labels()  # G4's fallback still holds
 
 
-def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g1():
-    from rubric_app.rubric.rules import g1_needs_reproduction
+def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g9():
+    from rubric_app.rubric.rules_skill import g9_1_download as g1_needs_reproduction
 
     needs_file = issue(
         "LoweringException on my detection model",
@@ -810,4 +860,5 @@ def test_it_asks_for_a_self_contained_repro_when_the_repro_needs_a_file_g1():
     assessment = evaluate(needs_file)
     assert "needs reproduction" in assessment.labels()
     suggestion = next(s for s in assessment.add if s.label == "needs reproduction")
-    assert suggestion.rule_id == "G1" and suggestion.evidence in needs_file.body
+    assert suggestion.rule_id == "G9.1" and suggestion.evidence in needs_file.body
+    assert "triaged" not in assessment.labels()  # G9: not triaged until a self-contained reproduction arrives

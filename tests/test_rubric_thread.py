@@ -16,6 +16,7 @@ import pytest
 from rubric_app.rubric import BisectionEvidence, CommentText, IssueText, evaluate
 from rubric_app.rubric.text import Source, split_environment, split_thread_authored
 from rubric_app.rubric.thread import backend_results, conclusion, ladder, read_thread
+from rubric_app.vocabulary import is_module
 
 
 def sources(body: str, *comments: str) -> list[Source]:
@@ -300,7 +301,7 @@ def test_it_ranks_the_thread_conclusion_first_whatever_the_words_say_r2(assess):
         body,
         ("expert", "This is a decomposition bug: the decomposition of silu_backward treats sigmoid(x) as a constant."),
     )
-    modules = [s for s in a.add if s.label.startswith("module:")]
+    modules = [s for s in a.add if is_module(s.label)]
     assert modules[0].label == "module: decompositions" and modules[0].rule_id == "R2"
     assert "module: inductor" not in a.preselected()
     # The reporter's own guess is not a conclusion that outranks the evidence.
@@ -331,7 +332,7 @@ def test_it_transfers_when_the_fix_belongs_in_another_repo_g2(assess):
         ("expert", "The fix belongs in pytorch/vision: roi_align's meta kernel is wrong."),
     )
     assert a.route == "transfer"
-    assert not [l for l in a.labels() if l.startswith("module:") or l in ("triage review", "triaged")]
+    assert not [l for l in a.labels() if is_module(l) or l in ("triage review", "triaged")]
     assert any(c.rule_id == "G2" and c.state == "satisfied" for c in a.checklist)
 
 
@@ -351,7 +352,7 @@ def test_it_preselects_nothing_on_a_usage_question_g1(assess):
         ("expert", "Use torch._dynamo.disable on it; this is expected behavior."),
     )
     assert any(c.rule_id == "G1" for c in a.checklist)
-    assert not [l for l in a.preselected() if l.startswith("module:")]
+    assert not [l for l in a.preselected() if is_module(l)]
     assert "triaged" not in a.labels()
 
 
@@ -488,7 +489,7 @@ def test_it_does_not_add_dynamo_next_to_the_right_component_r1(assess):
     a = assess(
         "[dynamo] inductor generates a wrong kernel for cumsum", "The generated triton kernel loads the wrong index."
     )
-    modules = [l for l in a.labels() if l.startswith("module:")]
+    modules = [l for l in a.labels() if is_module(l)]
     assert modules == ["module: inductor"]
 
 
@@ -593,12 +594,16 @@ def test_it_says_when_the_bisection_and_the_threads_backend_results_disagree_r2(
         ),
         use_model=use_model,
     )
-    assert "module: inductor" in a.preselected() and "module: pt2-dispatcher" not in a.labels()  # the bisection decides
-    [disagree] = [c for c in a.checklist if c.rule_id == "R2" and "bisection points at" in c.text]
+    # A verdict the thread contradicts is weighed, not obeyed (issue #36): the reporter's backend result stands,
+    # the run's component is not pre-selected, and the checklist says what each saw.
+    assert "module: pt2-dispatcher" in a.labels() and "module: inductor" not in a.preselected()
+    [disagree] = [c for c in a.checklist if "Bisection run 7 points at module: inductor" in c.text]
     assert (
         disagree.state == "needs_human"
-        and "module: pt2-dispatcher" in disagree.text
-        and "aot_eager" in disagree.evidence
+        and disagree.rule_id == "R2.2"
+        and 'comment 1 says module: pt2-dispatcher ("On my machine it fails with backend=`aot_eager` too'
+        in disagree.text
+        and "weighed as evidence beside the thread" in disagree.text
     )
     agreeing = evaluate(
         IssueText(
@@ -611,7 +616,8 @@ def test_it_says_when_the_bisection_and_the_threads_backend_results_disagree_r2(
         ),
         use_model=use_model,
     )
-    assert not [c for c in agreeing.checklist if "bisection points at" in c.text]
+    assert not [c for c in agreeing.checklist if "points at" in c.text]
+    assert "module: inductor" in agreeing.preselected()  # where they agree, the verdict decides (R2)
     # Either way the backend results are there: the checklist never also asks to run the bisection.
     for assessed in (a, agreeing):
         assert not [c for c in assessed.checklist if c.text.startswith("No backend results yet")]

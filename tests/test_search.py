@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app import search, search_index
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import Comment, Issue
-from rubric_app.sync import sync_queue
 from tests.factories import make_issue, make_label
 from tests.helpers import passes_on_sqlite
 

@@ -9,9 +9,9 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import sharing
-from rubric_app.models import Assignment, Duty, Suggestion, week_start
-from tests.factories import make_issue, make_user
+from rubric_app.models import Assignment, Duty, week_start
+from rubric_app.triage import sharing
+from tests.factories import make_issue, make_suggestion, make_user
 
 MEETING = reverse("rubric_app:meeting")
 
@@ -24,7 +24,7 @@ def bob(db):
 def _untriaged(number: int, days_old: int, module: str = ""):
     issue = make_issue(number, created_at=timezone.now() - timedelta(days=days_old))
     if module:
-        Suggestion.objects.create(issue=issue, label=module, rule_id="R1.2", confidence=0.9)
+        make_suggestion(issue, module, "R1.2", confidence=0.9)
     return issue
 
 

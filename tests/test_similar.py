@@ -12,12 +12,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from rubric_app import similar, suggestions
-from rubric_app.applying import apply_decision
-from rubric_app.decisions import plan_duplicate, request_decision
+from rubric_app.github.applying import apply_decision
+from rubric_app.github.sync import sync_queue
 from rubric_app.models import GitHubWrite, Issue, IssueTerm, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import load_replies
-from rubric_app.sync import sync_queue
+from rubric_app.triage import similar, suggestions
+from rubric_app.triage.decisions import plan_duplicate, request_decision
 from tests.factories import make_issue, make_label
 from tests.test_signature import _lowering
 
@@ -226,8 +226,9 @@ def test_it_shows_the_failures_open_issues_share_above_the_queue(client, viewer,
 def test_it_lists_the_group_and_offers_one_decision(client, viewer, group, django_assert_num_queries):
     client.force_login(viewer)
     url = reverse("rubric_app:signature_group", args=[group[0].signature])
-    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog
-    with django_assert_num_queries(11):
+    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog,
+    # the triage skill's files (the labels' descriptions)
+    with django_assert_num_queries(12):
         html = client.get(url).content.decode()
     assert "3 open issues share this failure" in html
     assert all(f'data-member="{n}"' in html for n in (1001, 1002, 1003)) and "#1004" in html  # the closed one, apart
@@ -242,8 +243,9 @@ def test_it_previews_every_issues_changes_and_each_refusal(client, triager, view
     client.post(url, data, headers=HTMX)
 
     # No label ticked: `triaged` alone is refused (G4) on the two without a module label, fine on #1001.
-    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog
-    with django_assert_num_queries(11):
+    # session, user, permissions (2), members, their labels, suggestions, decisions, others, their labels, catalog,
+    # the triage skill's files (the labels' descriptions)
+    with django_assert_num_queries(12):
         html = client.post(url, data, headers=HTMX).content.decode()
     rows = html.split('data-plan="')[1:]
     assert [r.split('"')[0] for r in rows] == ["1001", "1002", "1003"]
@@ -296,6 +298,32 @@ def test_it_closes_a_group_as_duplicates_of_its_oldest_report(client, triager, g
     assert decision.status == Status.APPLIED, decision.result_message
     assert fake_github.issues[1002]["state_reason"] == "duplicate"
     assert fake_github.issues[1002]["comments"][0]["body"].startswith("Duplicate of #1001\n")
+
+
+def test_it_labels_the_original_when_it_closes_the_others_as_its_duplicates(client, triager, group, fake_github):
+    """ "Labels for all of them" with Duplicates: the original, the one left open, gets them (and `triaged`, G6);
+    the others are closed with the standard comment; a label picked from the catalog (G7) goes with them."""
+    client.force_login(triager)
+    key = group[0].signature
+    data = _group_post(
+        key, route="duplicate", duplicate_of=1002, labels=["module: dynamic shapes"], add_labels="module: inductor"
+    )
+    preview = client.post(reverse("rubric_app:group_preview", args=[key]), data, headers=HTMX).content.decode()
+    original = preview.split('data-plan="1002"')[1].split("</tr>")[0]
+    assert "+ module: dynamic shapes" in original and "+ module: inductor" in original and "+ triaged" in original
+    assert "the original: unchanged" not in preview and preview.count('data-close="duplicate"') == 2
+
+    client.post(reverse("rubric_app:group_apply", args=[key]), data)
+
+    made = {d.issue.number: d for d in TriageDecision.objects.all()}
+    assert (made[1002].labels_added, made[1002].close_issue) == (
+        ["module: dynamic shapes", "module: inductor", "triaged"],
+        False,
+    )
+    assert [(made[n].duplicate_of, made[n].labels_added) for n in (1001, 1003)] == [(1002, []), (1002, [])]
+    assert all(apply_decision(d.pk).status == Status.APPLIED for d in made.values())
+    assert fake_github.labels_of(1002) == ["module: dynamic shapes", "module: inductor", "oncall: pt2", "triaged"]
+    assert fake_github.issues[1003]["state_reason"] == "duplicate"
 
 
 @pytest.mark.parametrize("view", ["group_preview", "group_apply"])

@@ -23,9 +23,10 @@ from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
-from rubric_app import bisecting, recovery
-from rubric_app.applying import HEARTBEAT_STALE_AFTER, apply_decision
+from rubric_app.github import recovery
+from rubric_app.github.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
+from rubric_app.runs import bisecting
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN, FakeGitHub
@@ -55,12 +56,9 @@ def _applying_decision(issue, user, **fields) -> TriageDecision:
 
 
 @pytest.fixture
-def synced(fake_github, settings):
-    settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in ADD + SEEN:
-        make_label(name)
-    fake_github.add_issue(5101, labels=SEEN)
-    return make_issue(5101, labels=SEEN)
+def synced(sync_issue):
+    """#5101, waiting for reproduction, on the fake GitHub and locally."""
+    return sync_issue(5101, SEEN)
 
 
 def _writes(fake) -> list[tuple[str, str]]:
@@ -291,7 +289,7 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     gate.set()
     wait_until(lambda: "module: inductor" in fake_github.labels_of(5101), timeout=30)
     # Started again: on its first heartbeat it sees the holder's process gone and resumes the decision from
-    # what GitHub shows; no sweep, no waiting out the decision's heartbeat (rubric_app/recovery.py).
+    # what GitHub shows; no sweep, no waiting out the decision's heartbeat (rubric_app/github/recovery.py).
     broker.start_worker(["default", "github"])
 
     wait_until_finished(decision, timeout=60)  # within a minute of the restart, as a triager waits

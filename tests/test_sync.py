@@ -8,9 +8,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app import github
+from rubric_app.demo.github_server import seed_skill
+from rubric_app.github import client as github
+from rubric_app.github.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
 from rubric_app.models import Comment, Issue, Label, SyncState
-from rubric_app.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
 from tests.factories import make_label
 from tests.helpers import wait_until
 
@@ -45,10 +46,11 @@ def test_it_syncs_the_queue_in_pages_of_100_with_comments_and_labels(fake_github
     assert [c.author for c in issue.comments.all()] == ["bob"]
     assert issue.last_synced_at is not None and issue.comments_synced_at is not None
     assert issue.suggestions_updated_at is not None  # changed issues get fresh suggestions
-    # The floor: 3 pt2 list pages + 1 cpu page + 231 comment pages, plus the label catalog (1 page).
+    # The floor: 3 pt2 list pages + 1 cpu page + 231 comment pages, plus the label catalog (1 page) and the triage
+    # skill's two files and latest release (none here: each answers 404, and the shipped copies stay in use).
     assert len(_list_requests(fake_github)) == 4
     assert all(r.query["per_page"] == "100" for r in _list_requests(fake_github))
-    assert report.requests == 4 + 231 + 1 == len(fake_github.requests)
+    assert report.requests == 4 + 231 + 1 + 3 == len(fake_github.requests)
     assert report.issues_fetched == 237 and report.issues_changed == 236 and report.comments_fetched == 231
 
 
@@ -138,17 +140,19 @@ def test_it_syncs_incrementally_since_the_high_water_mark(fake_github):
     assert SyncState.objects.get(key=INCREMENTAL_KEY).high_water_mark > mark
 
 
-def test_it_makes_a_no_op_incremental_sync_with_one_request_answered_304(fake_github):
+def test_it_makes_a_no_op_incremental_sync_with_requests_answered_304(fake_github):
     _queue(fake_github, 120, comments=1)
+    seed_skill(fake_github)  # the triage skill's files and a release: read once, then only asked whether they changed
     sync_queue(full=True)
     sync_queue()  # primes the ETag for the current high-water mark
     fake_github.requests.clear()
 
     report = sync_queue()
 
-    assert [(r.method, r.status) for r in fake_github.requests] == [("GET", 304)]
-    assert fake_github.requests[0].headers["if-none-match"].startswith('W/"')
-    assert (report.requests, report.not_modified, report.issues_changed) == (1, 1, 0)
+    # The skill's two files, the latest release, the queue's first page: each answered 304.
+    assert [(r.method, r.status) for r in fake_github.requests] == [("GET", 304)] * 4
+    assert all(r.headers["if-none-match"].startswith('W/"') for r in fake_github.requests)
+    assert (report.requests, report.not_modified, report.issues_changed) == (4, 4, 0)
 
 
 def test_it_fetches_comments_only_when_count_or_updated_at_changed(fake_github):

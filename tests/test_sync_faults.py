@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from rubric_app import github
+from rubric_app.github import client as github
+from rubric_app.github.sync import FULL_KEY, sync_queue
 from rubric_app.models import Comment, Issue, SyncState
-from rubric_app.sync import FULL_KEY, sync_queue
 
 pytestmark = pytest.mark.django_db
 

@@ -10,10 +10,10 @@ from django.db import connection
 from django.test import override_settings
 from django.urls import reverse
 
-from rubric_app.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
-from rubric_app.models import BisectionRun, Comment, Label, Meeting, Suggestion, TriageDecision
+from rubric_app.models import BisectionRun, Comment, Label, Meeting, TriageDecision
+from rubric_app.web.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
 from tests.bounded import run_bounded
-from tests.factories import make_issue
+from tests.factories import make_issue, make_suggestion
 
 HOSTILE = [
     "<script>alert('x')</script>",
@@ -50,10 +50,10 @@ def hostile_issue(db):
     )
     issue.labels.add(label)
     Comment.objects.create(issue=issue, github_id=77, author="<b>mallory</b>", body=BODY)
-    Suggestion.objects.create(
-        issue=issue,
-        label="<script>s()</script>",
-        rule_id="<i>R1</i>",
+    make_suggestion(
+        issue,
+        "<script>s()</script>",
+        "<i>R1</i>",
         reason="<svg onload=x>",
         evidence="<script>alert('x')</script>",
         evidence_source="body",
@@ -168,7 +168,7 @@ def test_it_renders_markdown_in_linear_bounded_time():
     # markdown-it took quadratic time in a paragraph's delimiters (64 KB of `[` 2.2 s, of `*_` 1.7 s) and
     # 14 ms per 300-character paragraph of `![`: at these sizes, minutes each. Capped, milliseconds.
     out = run_bounded("""
-        from rubric_app.markdown import MarkdownBudget, render_markdown
+        from rubric_app.web.markdown import MarkdownBudget, render_markdown
         page = MarkdownBudget(chars=150_000)
         texts = ["[" * 1_000_000, "*_" * 500_000, "[a](" * 250_000, ("![" * 150 + "\\n\\n") * 15_000,
                  ("<" * 60 + "x" * 40 + "\\n\\n") * 20_000, "> " * 500_000, "`" * 1_000_000, " " * 1_000_000 + "x"]
@@ -220,7 +220,7 @@ def test_it_highlights_code_only_with_lexers_linear_on_hostile_text():
     # Pygments' console, yaml and ini lexers are quadratic (5-25 s on 19,000 characters of `0x`, `@`, `:`
     # here, depending on load): 32 blocks take minutes. Not highlighted, milliseconds.
     out = run_bounded("""
-        from rubric_app.markdown import render_markdown
+        from rubric_app.web.markdown import render_markdown
         blocks = ["console", "0x" * 9_500], ["yaml", "@" * 19_000], ["ini", ":" * 19_000], ["cuda", "{" * 19_000]
         html = [render_markdown(f"```{lang}\\n{code}\\n```") for lang, code in blocks * 8]
         print(sum("<span" in h for h in html))

@@ -9,10 +9,10 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
-from rubric_app import similar
 from rubric_app.bisection import extract_repro
-from rubric_app.models import BisectionRun, Comment, Issue, Suggestion, TriageDecision
-from tests.factories import make_issue, make_label
+from rubric_app.models import BisectionRun, Comment, Issue, TriageDecision
+from rubric_app.triage import similar
+from tests.factories import make_issue, make_label, make_suggestion
 
 HTMX = {"HX-Request": "true"}
 
@@ -37,27 +37,27 @@ def triaged_issue(db):
         suggested_route="pt2",
     )
     Comment.objects.create(issue=issue, github_id=1, author="bob", body="It passes with `dynamic=False`.")
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamic shapes",
-        rule_id="R1.4",
+    make_suggestion(
+        issue,
+        "module: dynamic shapes",
+        "R1.4",
         confidence=0.9,
         evidence="causes a graph break",
         evidence_source="body",
         reason="data-dependent op",
     )
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamic shapes",
-        rule_id="R1.1",
+    make_suggestion(
+        issue,
+        "module: dynamic shapes",
+        "R1.1",
         confidence=0.8,
         evidence="passes with",
         evidence_source="comment:0",
     )
-    Suggestion.objects.create(issue=issue, label="compile-cache", rule_id="R7.2", confidence=0.4)
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamo",
+    make_suggestion(issue, "compile-cache", "R7.2", confidence=0.4)
+    make_suggestion(
+        issue,
+        "module: dynamo",
         kind="avoid",
         rule_id="R1.1",
         reason="the failure disappears with dynamic=False",
@@ -289,15 +289,15 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(
     similar.reindex(Issue.objects.all())
     client.force_login(viewer)
     client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
-    # session, user, permissions (2), issue, labels, comments, suggestions, runs, triage catalog,
-    # latest decision, previous and next issue in the queue, the workers' heartbeats; similar issues:
-    # the issue's vector, candidates, their scores, the neighbours and their labels
-    with django_assert_num_queries(19):
+    # session, user, permissions (2), issue, labels, comments, suggestions, runs, the triage skill's files (the labels'
+    # descriptions), triage catalog, latest decision, previous and next issue in the queue, the workers' heartbeats;
+    # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels
+    with django_assert_num_queries(20):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(19):
+    with django_assert_num_queries(20):
         assert 'data-similar="2003"' in client.get(_url("issue", 2001)).content.decode()
 
 

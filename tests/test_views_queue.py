@@ -8,17 +8,15 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import suggestions
 from rubric_app.models import BisectionRun, Comment, Issue, Label, Suggestion
-from tests.factories import make_issue, make_label
+from rubric_app.triage import suggestions
+from tests.factories import make_issue, make_label, make_suggestion
 
 URL = reverse("rubric_app:queue")
 
 
 def _suggest(issue: Issue, label: str, rule_id: str = "R1.2", confidence: float = 0.9) -> Suggestion:
-    return Suggestion.objects.create(
-        issue=issue, label=label, rule_id=rule_id, confidence=confidence, evidence="graph break", evidence_source="body"
-    )
+    return make_suggestion(issue, label, rule_id, confidence=confidence, evidence="graph break", evidence_source="body")
 
 
 def _bulk_issues(count: int, start: int = 50_000) -> None:
@@ -143,9 +141,7 @@ def test_it_tells_pre_selected_suggestions_from_possible_ones(client, viewer):
     # What Accept (`a`) applies is what the issue page ticks: the queue shows the same difference.
     issue = make_issue(1)
     _suggest(issue, "module: inductor", rule_id="R2.2", confidence=0.93)
-    Suggestion.objects.create(
-        issue=issue, label="module: dynamic shapes", rule_id="R3.1", confidence=0.41, preselected=False
-    )
+    make_suggestion(issue, "module: dynamic shapes", "R3.1", confidence=0.41, preselected=False)
     client.force_login(viewer)
     html = client.get(URL).content.decode()
     assert '<span class="chip suggested" title="R2.2 · 93% · pre-selected">module: inductor</span>' in html

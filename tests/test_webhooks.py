@@ -12,8 +12,8 @@ import pytest
 from django.db import DatabaseError, connection
 from django.urls import reverse
 
+from rubric_app.github.sync import process_webhook
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
-from rubric_app.sync import process_webhook
 from tests.factories import make_issue
 from tests.helpers import wait_until
 
@@ -560,3 +560,24 @@ def test_it_leaves_a_delivery_unprocessed_when_the_database_fails_so_a_retry_los
     process_webhook(delivery.pk)  # the task's retry
     delivery.refresh_from_db()
     assert delivery.processed_at is not None and Issue.objects.filter(number=7).exists()
+
+
+def test_it_stores_who_posted_a_comment_and_their_association_with_the_repository(client, fake_github):
+    # Whose words are the automation's, and whose repro counts (issue #35), read GitHub's author_association.
+    fake_github.add_issue(12, user="reporter")
+    comment = fake_github.add_comment(12, "**🤖 PT2 Repro Agent**\n\nReproduced.", user="mallory", association="NONE")
+    payload = {
+        "action": "created",
+        "issue": fake_github.issue_json(fake_github.issues[12]),
+        "comment": fake_github.comment_json(12, comment),
+        "repository": {"full_name": fake_github.repo},
+    }
+    assert payload["comment"]["author_association"] == "NONE"
+    _post(client, "issue_comment", payload, delivery="c-who")
+    process_webhook(WebhookDelivery.objects.get(delivery_id="c-who").pk)
+    assert list(Comment.objects.values_list("author", "author_association")) == [("mallory", "NONE")]
+
+    promoted = {**payload["comment"], "author_association": "MEMBER", "updated_at": "2030-01-01T00:00:00Z"}
+    _post(client, "issue_comment", {**payload, "action": "edited", "comment": promoted}, delivery="c-who-2")
+    process_webhook(WebhookDelivery.objects.get(delivery_id="c-who-2").pk)
+    assert list(Comment.objects.values_list("author", "author_association")) == [("mallory", "MEMBER")]

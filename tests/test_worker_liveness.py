@@ -114,7 +114,7 @@ def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, view
 
 
 def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue, settings):
-    from rubric_app import workers
+    from rubric_app.runs import workers
 
     settings.BISECTION_DEVICE = "cuda"
     workers.beat("gpu@box", ["gpu"])

@@ -12,14 +12,14 @@ app.autodiscover_tasks()
 
 @worker_ready.connect
 def _start_heartbeat(sender, **kwargs) -> None:
-    """Record this worker's queues and liveness for the dashboard (rubric_app.workers)."""
-    from rubric_app import workers
+    """Record this worker's queues and liveness for the dashboard (rubric_app.runs.workers)."""
+    from rubric_app.runs import workers
 
     workers.start(sender.hostname, [queue.name for queue in sender.task_consumer.queues])
 
 
 @worker_shutdown.connect
 def _stop_heartbeat(**kwargs) -> None:
-    from rubric_app import workers
+    from rubric_app.runs import workers
 
     workers.stop()

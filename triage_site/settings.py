@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from rubric_app.bisection.builds import parse as parse_torch_builds
+from rubric_app.vocabulary import DEFAULT_AUTOMATION_ACCOUNTS, QUEUE_LABELS, parse_automation_accounts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
@@ -123,7 +124,7 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "rubric_app.middleware.NotFoundPageMiddleware",
+    "rubric_app.web.middleware.NotFoundPageMiddleware",
 ]
 
 if not DEBUG:
@@ -143,8 +144,14 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "rubric_app.context_processors.github_mode",
+                "rubric_app.web.context_processors.github_mode",
             ],
+            # The app's tags live with the rest of the web layer (rubric_app/web/), not in the
+            # templatetags folder Django looks for by default.
+            "libraries": {
+                "triage": "rubric_app.web.templatetags.triage",
+                "health": "rubric_app.web.templatetags.health",
+            },
         },
     },
 ]
@@ -164,7 +171,7 @@ elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# In memory, per process: the queue's rendered table (rubric_app/queue_cache.py). Each entry's key
+# In memory, per process: the queue's rendered table (rubric_app/web/queue_cache.py). Each entry's key
 # holds a token the database changes with every write the table shows, so processes keeping their
 # own copies never serve an old table; MAX_ENTRIES bounds the memory (an entry is ~100 KB).
 CACHES = {
@@ -263,20 +270,20 @@ SOCIALACCOUNT_PROVIDERS = {
         ),
     },
 }
-SOCIALACCOUNT_ADAPTER = "rubric_app.signin.SocialAccountAdapter"
-ACCOUNT_ADAPTER = "rubric_app.signin.AccountAdapter"
-# The user's token is kept encrypted by rubric_app/credentials.py, never in allauth's plaintext table.
+SOCIALACCOUNT_ADAPTER = "rubric_app.github.signin.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "rubric_app.github.signin.AccountAdapter"
+# The user's token is kept encrypted by rubric_app/github/credentials.py, never in allauth's plaintext table.
 SOCIALACCOUNT_STORE_TOKENS = False
 SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_LOGIN_ON_GET = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
-GITHUB_QUEUE_LABELS = ["oncall: pt2", "oncall: cpu inductor"]
+GITHUB_QUEUE_LABELS = list(QUEUE_LABELS)
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
-# The history backfill (rubric_app/history.py) waits for the reset once this many of the hour's requests are left:
-# they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
+# The history backfill (rubric_app/github/history.py) waits for the reset once this many of the hour's requests are
+# left: they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
 HISTORY_RATE_RESERVE = int(env_float("HISTORY_RATE_RESERVE", 1000))
 # The beat's history run: how often, and for how long at most (a backfill goes on in slices, its cursor saved).
 HISTORY_INTERVAL_MINUTES = env_float("HISTORY_INTERVAL_MINUTES", 60)
@@ -350,7 +357,7 @@ CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
     # Someone who left a team loses its role within a day (and at once at their next sign-in).
     "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
-    # A labeler trained on the week's history, promoted only through the gate (rubric_app/model_store.py).
+    # A labeler trained on the week's history, promoted only through the gate (rubric_app/triage/model_store.py).
     "train-label-model": {"task": "rubric_app.tasks.train_label_model_task", "schedule": timedelta(days=7)},
 }
 if (
@@ -360,7 +367,7 @@ if (
         "task": "rubric_app.tasks.sync_queue_task",
         "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
     }
-    # History: the backfill in slices until done, then what changed since the last run (rubric_app/history.py).
+    # History: the backfill in slices until done, then what changed since the last run (rubric_app/github/history.py).
     CELERY_BEAT_SCHEDULE["sync-history"] = {
         "task": "rubric_app.tasks.sync_history_task",
         "schedule": timedelta(minutes=HISTORY_INTERVAL_MINUTES),
@@ -373,6 +380,8 @@ if (
 WORKER_HEARTBEAT_S = env_float("WORKER_HEARTBEAT_S", 10)
 WORKER_HEARTBEAT_STALE_S = env_float("WORKER_HEARTBEAT_STALE_S", 45)
 QUEUE_WAIT_TIMEOUT_MINUTES = env_float("QUEUE_WAIT_TIMEOUT_MINUTES", 30)
+# A meeting decision is one click: it is held this long before any worker writes it, with an Undo button meanwhile.
+MEETING_UNDO_SECONDS = env_float("MEETING_UNDO_SECONDS", 10)
 
 # Bisection: which device this process's worker serves, and the sandbox's limits.
 BISECTION_DEVICE = os.environ.get("BISECTION_DEVICE", "cpu")
@@ -384,16 +393,24 @@ try:
     TORCH_BUILDS = parse_torch_builds(os.environ.get("TORCH_BUILDS", ""))
 except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
-# Bisect each repro as it arrives (rubric_app/auto_bisect.py): off, cpu (repros without CUDA) or all.
+# Bisect each repro as it arrives (rubric_app/runs/auto_bisect.py): off, cpu (repros without CUDA) or all.
 # `make run`'s demo turns it on (scripts/run.sh); untrusted code, so bounded by these budgets.
 AUTO_BISECT = os.environ.get("AUTO_BISECT", "off").strip().lower()
 if AUTO_BISECT not in ("off", "cpu", "all"):
     raise ImproperlyConfigured(f"AUTO_BISECT={AUTO_BISECT!r}: choose off, cpu or all")
 AUTO_BISECT_PER_HOUR = int(env_float("AUTO_BISECT_PER_HOUR", 20))
 AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
-# Re-checks of open issues' repros on a newer torch build (rubric_app/build_checks.py): a budget of their own, so a
+# Re-checks of open issues' repros on a newer torch build (rubric_app/runs/build_checks.py): a budget of their own, so a
 # new nightly's backlog never takes the arrivals' runs.
 RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
+
+# Who may speak for PyTorch's automation (rubric_app/vocabulary.py): "repro_agent=login;agent=login,login;bot=login".
+# Anyone else's "🤖 PT2 Repro Agent" comment or "unable to reproduce on <sha>" is shown as a claim, never used as
+# evidence. The default is PyTorch's accounts (docs/engine.md, "Who may speak for the automation").
+try:
+    AUTOMATION_ACCOUNTS = parse_automation_accounts(os.environ.get("AUTOMATION_ACCOUNTS", DEFAULT_AUTOMATION_ACCOUNTS))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 LOGGING = {
     "version": 1,
@@ -409,7 +426,7 @@ LOGGING = {
     },
 }
 
-# /health (rubric_app/health.py): the queues that must have a live worker, and how old the last successful
+# /health (rubric_app/web/health.py): the queues that must have a live worker, and how old the last successful
 # sync may be (judged only with a GitHub token) before the check answers 503.
 HEALTH_QUEUES = env_list("HEALTH_QUEUES", "github,cpu")
 HEALTH_SYNC_STALE_MINUTES = env_float("HEALTH_SYNC_STALE_MINUTES", 60)

@@ -139,6 +139,8 @@ class Comparison:
     newer: int | None
     older_version: str = ""
     newer_version: str = ""
+    # Why a repro passing on the newer build is not evidence that the issue may be fixed (bisection/evidence.py).
+    held_back: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -148,6 +150,7 @@ class Comparison:
             "newer": self.newer,
             "older_version": self.older_version,
             "newer_version": self.newer_version,
+            "held_back": self.held_back,
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 # Issue text is untrusted and this runs on every issue page: the work is linear in the text and
@@ -132,15 +132,28 @@ def _score(code: str) -> int | None:
     return score
 
 
-def extract_repro(texts: list[str]) -> Repro | None:
+def extract_repro(texts: list[str], sources: Collection[int] | None = None) -> Repro | None:
     """Return the best fenced Python block from texts (the body first, then comments), or None.
 
     Ties go to the earliest text: the body's repro is usually the reference one.
     A block must import torch to be considered. Linear and bounded (see MAX_TEXT).
+    sources: the indexes of the texts whose repro may be chosen (None: any): whose repro counts is the caller's
+    to say (the reporter's or a maintainer's, rubric_app/runs/repro_sources.py); another commenter's is only offered.
     """
     best: Repro | None = None
+    for repro in repros_by_text(texts, convert=False):
+        if (sources is None or repro.source in sources) and (best is None or repro.score > best.score):
+            best = repro
+    return _converted(best) if best is not None else None
+
+
+def repros_by_text(texts: list[str], *, convert: bool = True) -> list[Repro]:
+    """The best block of each text that has a repro (score 4 or more), in the texts' order; converted to the module
+    convention where it can be (convert=True). The same bounds as extract_repro."""
+    found: list[Repro] = []
     budget = MAX_PARSED
     for index, text in enumerate(texts[:MAX_TEXTS]):
+        best: Repro | None = None
         for lang, block in fenced_blocks((text or "")[:MAX_TEXT]):
             if lang.lower() not in ("", "python", "py", "python3", "pycon") or len(block) > min(MAX_BLOCK, budget):
                 continue
@@ -151,11 +164,18 @@ def extract_repro(texts: list[str]) -> Repro | None:
                 continue
             if best is None or score > best.score:
                 best = Repro(code=code, style=detect_style(code), source=index, score=score)
-    if best is not None and best.style == "script":
-        converted = to_module_style(best.code)
+        if best is not None:
+            found.append(_converted(best) if convert else best)
+    return found
+
+
+def _converted(repro: Repro) -> Repro:
+    """The repro in the module convention when it is a script to_module_style can convert, else as posted."""
+    if repro.style == "script":
+        converted = to_module_style(repro.code)
         if converted is not None:
-            return Repro(code=converted, style="module", source=best.source, score=best.score, original=best.code)
-    return best
+            return Repro(code=converted, style="module", source=repro.source, score=repro.score, original=repro.code)
+    return repro
 
 
 def _tuple(items: list[str]) -> str:

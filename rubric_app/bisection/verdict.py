@@ -10,15 +10,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..rubric.signature import pt2_frame
-
-DYNAMO = "module: dynamo"
-DYNAMIC_SHAPES = "module: dynamic shapes"
-DISPATCHER = "module: pt2-dispatcher"
-DECOMPOSITIONS = "module: decompositions"
-INDUCTOR = "module: inductor"
-FUNCTORCH = "module: functorch"
-CPU_INDUCTOR = "oncall: cpu inductor"
-TRIAGE_REVIEW = "triage review"
+from ..vocabulary import CPU_INDUCTOR_ONCALL as CPU_INDUCTOR
+from ..vocabulary import DECOMPOSITIONS, DYNAMIC_SHAPES, DYNAMO, FUNCTORCH, INDUCTOR, TRIAGE_REVIEW
+from ..vocabulary import PT2_DISPATCHER as DISPATCHER
 
 # (label, rule id, what the first failing mode says) by first failing mode.
 COMPONENT = {

@@ -6,7 +6,8 @@ from django.db import migrations, models
 from rubric_app.rubric import CommentText, IssueText
 from rubric_app.rubric.signature import signature_of
 from rubric_app.rubric.similarity import terms_of
-from rubric_app.similar import SIGNATURE_FIELDS, signature_fields
+from rubric_app.triage.similar import SIGNATURE_FIELDS, signature_fields
+from rubric_app.vocabulary import is_module
 
 
 def index_existing(apps, schema_editor):
@@ -24,7 +25,7 @@ def index_existing(apps, schema_editor):
             signature = signature_of(text)
             for name, value in signature_fields(signature).items():
                 setattr(issue, name, value)
-            labelled = any(label.name.startswith("module:") for label in issue.labels.all())
+            labelled = any(is_module(label.name) for label in issue.labels.all())
             terms += [IssueTerm(issue_id=issue.pk, term=t, weight=w, labelled=labelled) for t, w in terms_of(text, signature).items()]
         Issue.objects.bulk_update(issues, SIGNATURE_FIELDS)
         IssueTerm.objects.bulk_create(terms, batch_size=2000)

@@ -11,25 +11,36 @@
 - PyTorch's LLM triage bot: `bot-triaged`, the labels it added (from the label events, when the caller has
   them), and `bot-mislabeled`, the triagers' verdict that it got the issue wrong.
 
-Every fact cites the comment it came from and the words that say it. Issue text is untrusted: each comment is
-capped, read line by line with bounded patterns, so the cost is linear. A format we do not know is "a Repro Agent
-comment we could not read", never a fact we made up.
+Every fact cites the comment it came from, the words that say it and who posted it. Anyone can open a comment with
+the agent's mark: a fact is the automation's (`known`) only when its poster may speak for that part of it
+(rubric_app/vocabulary.py, settings.AUTOMATION_ACCOUNTS; another agent's result or a bisector's also from a
+maintainer). Anyone else's is read the same way but kept as a claim: shown as "claimed by @login, not a known
+automation account", never a rule's evidence, a lane or a script offered to run. Issue text is untrusted: each
+comment is capped, read line by line with bounded patterns, so the cost is linear. A format we do not know is "a
+Repro Agent comment we could not read", never a fact we made up.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..vocabulary import (
+    AGENT,
+    AGENT_INCORRECT,
+    BOT_MISLABELED,
+    BOT_TRIAGED,
+    DEFAULT,
+    REPRO_AGENT,
+    AutomationAccounts,
+    is_bot,
+    is_maintainer,
+)
 from .text import Source
 
 AGENT_MARK = re.compile(r"^\W{0,12}(?:🤖\s{0,3})?\**\s{0,3}PT2 Repro Agent\b")
 AGENT_LABEL = "repro:agent:h100:"
-AGENT_INCORRECT = "repro:agent:h100:incorrect"
-BOT_TRIAGED = "bot-triaged"
-BOT_MISLABELED = "bot-mislabeled"
-FEEDBACK_LABELS = (BOT_MISLABELED, AGENT_INCORRECT)  # what a triager adds to say the automation was wrong
 # The agent's label outcomes, by prefix (copies cut at 40 characters keep these prefixes).
 LABEL_OUTCOMES = (
     ("repro_success:reproduce", "reproduced"),
@@ -94,6 +105,8 @@ class BisectorResult:
     replay: str  # the TORCH_BISECT_* line that replays it ("" when not given)
     source: str  # "comment:3"
     evidence: str
+    author: str = ""  # who posted it
+    known: bool = False  # posted by an account that may speak for the automation (or a maintainer): evidence
 
 
 @dataclass(frozen=True)
@@ -111,17 +124,29 @@ class AgentReport:
     script: str = ""
     script_needs_cuda: bool = False
     evidence: str = ""
+    author: str = ""  # who posted it
+    known: bool = False  # posted by the Repro Agent's account; otherwise someone's claim to be the agent
+
+
+@dataclass(frozen=True)
+class NotReproduced:
+    """Another agent's "unable to reproduce this on <sha>", with who said it."""
+
+    sha: str
+    source: str
+    author: str = ""
+    known: bool = False  # posted by an agent account or a maintainer; otherwise a claim
 
 
 @dataclass(frozen=True)
 class Automation:
     """Everything the automation said about one issue."""
 
-    agent: tuple[AgentReport, ...] = ()
+    agent: tuple[AgentReport, ...] = ()  # every comment opening with the agent's mark, the claims included
     agent_label: str = ""  # reproduced | not reproduced | mitigated (from repro:agent:h100:<outcome>), or ""
     agent_marked_incorrect: bool = False
     bisections: tuple[BisectorResult, ...] = ()
-    not_reproduced: tuple[tuple[str, str], ...] = ()  # (sha, source) of other agents' "unable to reproduce"
+    not_reproduced: tuple[NotReproduced, ...] = ()  # other agents' "unable to reproduce", the claims included
     traces: tuple[str, ...] = ()
     bot_triaged: bool = False
     bot_mislabeled: bool = False
@@ -129,7 +154,14 @@ class Automation:
 
     @property
     def latest_agent(self) -> AgentReport | None:
-        return self.agent[-1] if self.agent else None
+        """The Repro Agent's latest comment, from its own account (a claim never is)."""
+        return next((report for report in reversed(self.agent) if report.known), None)
+
+    @property
+    def known_bisections(self) -> tuple[BisectorResult, ...]:
+        """The bisector results the rules may cite: the Repro Agent's, then the other agents' or maintainers'."""
+        results = [r.bisector for r in self.agent if r.known and r.bisector is not None]
+        return tuple(results + [r for r in self.bisections if r.known])
 
     @property
     def any(self) -> bool:
@@ -137,26 +169,42 @@ class Automation:
 
 
 def read_automation(
-    sources: list[Source], labels: Iterable[str], label_events: Iterable[tuple[str, str, str]] = ()
+    sources: list[Source],
+    labels: Iterable[str],
+    label_events: Iterable[tuple[str, str, str]] = (),
+    accounts: AutomationAccounts = DEFAULT,
 ) -> Automation:
     """The automation's facts in an issue's sources (title, body, comments: text.sources_of) and labels.
 
     label_events: (label, actor login, "labeled" | "unlabeled") in time order, when the caller has them: the
-    labels the bot (an actor whose login ends in "[bot]" or names the triage bot) added and did not remove.
+    labels the bot (vocabulary.is_bot: a GitHub App, or one of the accounts' bots) added and did not remove.
+    accounts: who may speak for the automation; each fact records its poster and whether they may (`known`).
     """
     names = [str(n) for n in labels]
     agent, bisections, unable, traces = [], [], [], []
     for source in sources:
         text = source.text[:MAX_TEXT]
+        # Another agent's result or a bisector's output: the agent accounts', or a maintainer's own run.
+        vouched = accounts.may_speak_as(AGENT, source.author) or is_maintainer(source.association)
         if source.name.startswith("comment:") and _is_agent_comment(text):
-            agent.append(_agent_report(text, source.name))
+            report = _agent_report(text, source.name)
+            known = accounts.may_speak_as(REPRO_AGENT, source.author)
+            bisector = report.bisector and replace(report.bisector, author=source.author, known=known)
+            agent.append(replace(report, author=source.author, known=known, bisector=bisector))
         for match in _BISECTION_RESULT.finditer(text):
             bisections.append(
                 BisectorResult(
-                    match.group(1), match.group(2) or "", match.group(4) or "", "", source.name, match.group(0)
+                    match.group(1),
+                    match.group(2) or "",
+                    match.group(4) or "",
+                    "",
+                    source.name,
+                    match.group(0),
+                    source.author,
+                    vouched,
                 )
             )
-        unable += [(m.group(1), source.name) for m in _UNABLE.finditer(text)]
+        unable += [NotReproduced(m.group(1), source.name, source.author, vouched) for m in _UNABLE.finditer(text)]
         traces += [m.group(0) for m in _TRACE.finditer(text)]
     return Automation(
         agent=tuple(agent),
@@ -167,7 +215,7 @@ def read_automation(
         traces=tuple(dict.fromkeys(traces))[:10],
         bot_triaged=BOT_TRIAGED in names,
         bot_mislabeled=BOT_MISLABELED in names,
-        bot_labels=_bot_added(label_events),
+        bot_labels=_bot_added(label_events, accounts),
     )
 
 
@@ -291,17 +339,13 @@ def _label_outcome(names: list[str]) -> str:
     return ""
 
 
-def _bot_added(events: Iterable[tuple[str, str, str]]) -> tuple[str, ...]:
+def _bot_added(events: Iterable[tuple[str, str, str]], accounts: AutomationAccounts) -> tuple[str, ...]:
     added: dict[str, None] = {}
     for label, actor, action in events:
-        if not _is_bot(actor):
+        if not is_bot(actor, accounts):
             continue
         if action == "labeled":
             added[label] = None
         elif action == "unlabeled":
             added.pop(label, None)
     return tuple(added)
-
-
-def _is_bot(login: str) -> bool:
-    return login.endswith("[bot]") or login in ("pytorch-bot", "pytorchbot", "pytorch-auto-revert")

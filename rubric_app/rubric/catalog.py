@@ -25,8 +25,9 @@ def load_catalog(path: Path = CATALOG_FILE) -> list[dict]:
         return json.load(fh)["labels"]
 
 
+@cache
 def catalog_names(path: Path = CATALOG_FILE) -> frozenset[str]:
-    """Names of the shipped catalog that G7 allows."""
+    """Names of the shipped catalog that G7 allows (read once per process: it ships with the code)."""
     return frozenset(item["name"] for item in load_catalog(path) if not is_forbidden(item["name"]))
 
 

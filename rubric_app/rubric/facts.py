@@ -12,27 +12,54 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
+from rubric_app import vocabulary as words
+
 from .text import CodeFacts, Source
 from .types import IssueText
 
-DYNAMO = "module: dynamo"
-INDUCTOR = "module: inductor"
-DYNAMIC = "module: dynamic shapes"
-DISPATCHER = "module: pt2-dispatcher"
-DECOMP = "module: decompositions"
-FX = "module: fx"
-FUNCTORCH = "module: functorch"
-HELION = "module: helion"
-COMPILE_UX = "module: compile ux"
-CPU_ONCALL = "oncall: cpu inductor"
-EXPORT_ONCALL = "oncall: export"
-DIST_ONCALL = "oncall: distributed"
-PT2_ONCALL = "oncall: pt2"
-TRIAGED = "triaged"
-REVIEW = "triage review"
-LOW = "low priority"
-HIGH = "high priority"
-NEEDS_REPRO = "needs reproduction"
+# The rules' short names for the vocabulary's labels (rubric_app/vocabulary.py spells each once).
+AOTDISPATCH = words.AOTDISPATCH
+AUTOGRAD = words.AUTOGRAD
+BOT_TRIAGE_BLOCKED = words.BOT_TRIAGE_BLOCKED
+COMPILE_UX = words.COMPILE_UX
+CPU_ONCALL = words.CPU_INDUCTOR_ONCALL
+CUSTOM_OPS = words.CUSTOM_OPERATORS
+DECOMP = words.DECOMPOSITIONS
+DISPATCHER_LAYERS = words.DISPATCHER_LAYERS
+DIST_ONCALL = words.DISTRIBUTED_ONCALL
+DIST_SUBQUEUES = words.DISTRIBUTED_SUBQUEUES
+DOCS = words.DOCS
+DYNAMIC = words.DYNAMIC_SHAPES
+DYNAMO = words.DYNAMO
+EDGE_CASES = words.EDGE_CASES
+ENHANCEMENT = words.ENHANCEMENT
+EXPORT_ONCALL = words.EXPORT_ONCALL
+FAKE_TENSOR = words.FAKE_TENSOR
+FEATURE = words.FEATURE
+FUNCTIONALIZATION = words.FUNCTIONALIZATION
+FUNCTION_REQUEST = words.FUNCTION_REQUEST
+FUNCTORCH = words.FUNCTORCH
+FUZZER_TOPIC = words.FUZZER_TOPIC
+FX = words.FX
+HAS_WORKAROUND = words.HAS_WORKAROUND
+HELION = words.HELION
+HIGH = words.HIGH_PRIORITY
+HUMAN_ONLY = words.HUMAN_ONLY
+INDUCTOR = words.INDUCTOR
+LOW = words.LOW_PRIORITY
+MODULE_CRASH = words.MODULE_CRASH
+MODULE_REGRESSION = words.MODULE_REGRESSION
+MODULE_TESTS = words.MODULE_TESTS
+NEEDS_REPRO = words.NEEDS_REPRODUCTION
+NUMERICS = words.NUMERICAL_STABILITY
+PERFORMANCE = words.PERFORMANCE
+DISPATCHER = words.PT2_DISPATCHER
+PT2_ONCALL = words.PT2_ONCALL
+RELEASE_TRIAGE = words.RELEASE_TRIAGE
+RELENG_ONCALL = words.RELENG_ONCALL
+TRIAGED = words.TRIAGED
+REVIEW = words.TRIAGE_REVIEW
+WINDOWS = words.WINDOWS
 
 # The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
 CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rubric_app.vocabulary import is_module
+
 from .facts import PT2_ONCALL, TRIAGED
 
 G4_VIOLATION = "A PT2 issue needs at least one module: label."
@@ -15,7 +17,7 @@ G4_VIOLATION = "A PT2 issue needs at least one module: label."
 
 def ends_with_component(labels: Iterable[str]) -> bool:
     """What G4 asks an issue to end with: at least one `module:` label among `labels`."""
-    return any(name.startswith("module:") for name in labels)
+    return any(is_module(name) for name in labels)
 
 
 def breaks_g4(labels: Iterable[str]) -> bool:
@@ -34,5 +36,5 @@ def change_breaks_g4(labels: Iterable[str], add: Iterable[str], remove: Iterable
     hand on GitHub) can still get other changes, and its G4 warning stays on its page.
     """
     add, remove = set(add), set(remove)
-    makes_it = TRIAGED in add or any(name.startswith("module:") for name in remove)
+    makes_it = TRIAGED in add or any(is_module(name) for name in remove)
     return makes_it and breaks_g4((set(labels) | add) - remove)

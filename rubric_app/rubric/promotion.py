@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import evaluate
-from .evaluation import has_component, is_held_out, issue_from_record, score, trust
 from .model import LabelModel
+from .offline.evaluation import has_component, is_held_out, issue_from_record, score, trust
 from .types import Assessment
 
 # The figures the gate compares, as evaluation.trust() gives them, and the ones shown beside them.

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from rubric_app.vocabulary import is_oncall
+
 from .facts import (
     CPU_ONCALL,
     DECOMP,
@@ -23,7 +25,6 @@ from .facts import (
     DYNAMO,
     FX,
     INDUCTOR,
-    NEEDS_REPRO,
     PT2_ONCALL,
     Facts,
     Finding,
@@ -61,7 +62,7 @@ SILENT_WRONG = re.compile(
 @rule("G0")
 def g0_other_oncall(f: Facts) -> list[Finding]:
     """An issue already in another oncall's queue is theirs: skip it (cpu inductor is PT2's own lane)."""
-    others = sorted(l for l in f.labels if l.startswith("oncall:") and l not in (PT2_ONCALL, CPU_ONCALL))
+    others = sorted(l for l in f.labels if is_oncall(l) and l not in (PT2_ONCALL, CPU_ONCALL))
     if others:
         return [Finding("G0", "route", others[0], 1.0, others[0], "labels", "already in another oncall's queue")]
     if CPU_ONCALL in f.labels:
@@ -69,36 +70,7 @@ def g0_other_oncall(f: Facts) -> list[Finding]:
     return []
 
 
-# The triage template `needs_reproduction` (rubric_app/data/pytorch_triage_templates.json): the
-# repro depends on a file the reporter must send, so nobody can run it as posted.
-EXTERNAL_FILE = re.compile(
-    r"\b[\w-]{1,80}\.(?:pt|pth|pkl|ckpt|safetensors|onnx|bin)\b(?!\w)"
-    r"|drive\.google\.com|dropbox\.com|onedrive\.live\.com|1drv\.ms|mega\.nz|wetransfer\.com|huggingface\.co/[\w.-]{1,60}/[\w.-]{1,60}/(?:resolve|blob)/",
-    I,
-)
-LOADS_FILE = re.compile(
-    r"torch\.load\(|from_pretrained\(|load_state_dict\(|onnx\.load\(|pickle\.load\(|\bdownload\b", I
-)
-
-
-@rule("G1")
-def g1_needs_reproduction(f: Facts) -> list[Finding]:
-    """The repro needs an external file (a checkpoint, a Drive link): ask for a self-contained one."""
-    # LOADS_FILE first: its literals let the prefilter skip most issues before the costlier scan.
-    hit = f.has(LOADS_FILE, "text") and f.find(EXTERNAL_FILE, "text")
-    if hit:
-        return [
-            Finding(
-                "G1",
-                "flag",
-                NEEDS_REPRO,
-                0.7,
-                hit[0],
-                hit[1],
-                "the repro needs a file the reporter must share: ask for a self-contained one",
-            )
-        ]
-    return []
+# G9 (a repro that needs a download, a GPU, a cluster...) is rules_skill.py's.
 
 
 QUESTION_TITLE = re.compile(

@@ -12,10 +12,13 @@ from .facts import REVIEW, Facts, Finding, rule
 
 
 def automation_of(f: Facts) -> automation.Automation:
-    """The issue's automation facts, read once per Facts (empty when reading them is switched off)."""
+    """The issue's automation facts, read once per Facts (empty when reading them is switched off). Only the facts
+    its own accounts posted (`known`) are any rule's evidence: anyone can write "🤖 PT2 Repro Agent"."""
     if f.automation is None:
         f.automation = (
-            automation.read_automation(f.sources, f.labels) if automation.READ_AUTOMATION else automation.Automation()
+            automation.read_automation(f.sources, f.labels, accounts=f.issue.automation_accounts)
+            if automation.READ_AUTOMATION
+            else automation.Automation()
         )
     return f.automation
 
@@ -58,10 +61,8 @@ BISECTED = {
 def r2_bisector(f: Facts) -> list[Finding]:
     """torch's CompilerBisector, run by the Repro Agent or another agent: the backend it stopped at names a
     component (R2.1-R2.5), shown with its subsystem for the triager to confirm."""
-    auto = automation_of(f)
-    results = [r.bisector for r in auto.agent if r.bisector is not None] + list(auto.bisections)
     found = []
-    for result in results[-1:]:
+    for result in automation_of(f).known_bisections[-1:]:
         rule_id, label = BISECTED.get("eager" if result.backend == "dynamo" else result.backend, ("R2", ""))
         where = result.backend + (f" / {result.subsystem}" if result.subsystem else "")
         names = f": {rule_id} says {label}" if label else ""

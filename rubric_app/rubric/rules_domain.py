@@ -15,6 +15,7 @@ from .facts import (
     DIST_ONCALL,
     EXPORT_ONCALL,
     FUNCTORCH,
+    FUZZER_TOPIC,
     HELION,
     INDUCTOR,
     LOW,
@@ -450,7 +451,7 @@ FUZZER = re.compile(r"\[fuzzer\]|\bfuzz(?:er|ing|ed)\b", I)
 
 
 def _is_fuzzer(f: Facts) -> bool:
-    return "topic: fuzzer" in f.labels or f.has(FUZZER, "title")
+    return FUZZER_TOPIC in f.labels or f.has(FUZZER, "title")
 
 
 @rule("R12.1")

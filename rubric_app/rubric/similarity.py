@@ -5,7 +5,7 @@ terms_of() turns an issue into at most TERMS_PER_ISSUE + a few signature terms, 
 product of two vectors is their cosine. The failure signature (signature.py) adds terms of its
 own: the whole key, the message and the innermost frame, so that reports of one failure rank above
 reports that only share words. The same vectors are stored per issue in the
-database (rubric_app/similar.py), where the dot product is a join on the term; MemoryIndex is the
+database (rubric_app/triage/similar.py), where the dot product is a join on the term; MemoryIndex is the
 same arithmetic in memory, for the offline evaluation.
 
 similar_findings() is the engine's finding source: "4 of the 5 most similar triaged issues are
@@ -183,7 +183,7 @@ def shared_words(a: dict[str, float], b: dict[str, float], limit: int = 4) -> li
 
 
 class MemoryIndex:
-    """Vectors in memory with the database's arithmetic (rubric_app/similar.py): candidates by
+    """Vectors in memory with the database's arithmetic (rubric_app/triage/similar.py): candidates by
     shared terms, scored by the dot product. For the offline evaluation and the benchmark's checks."""
 
     def __init__(self) -> None:

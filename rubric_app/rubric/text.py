@@ -30,10 +30,16 @@ _THREAD_MARK = re.compile(r"^([^\s·]{1,60}) · (description|comment) · (\d{4}-
 
 @dataclass(frozen=True)
 class Source:
-    """One searchable piece of the issue. name is the evidence_source: title, body, comment:<i>."""
+    """One searchable piece of the issue. name is the evidence_source: title, body, comment:<i>.
+
+    author: who wrote it (the reporter for the title and body), association: GitHub's author_association of a
+    comment's author ("" when unknown): what decides whether a fact read from it speaks for the automation
+    (automation.py) or is only someone's claim."""
 
     name: str
     text: str
+    author: str = ""
+    association: str = ""
 
 
 @dataclass
@@ -87,8 +93,8 @@ def read_sources(issue: IssueText) -> tuple[list[Source], list[Source]]:
     """(sources_of(issue), the environment reports cut out of them, each under the name of its source)."""
     body, report = split_environment((issue.body or "")[:MAX_BODY])
     sources, environment = (
-        [Source("title", (issue.title or "")[:MAX_TITLE]), Source("body", body)],
-        [Source("body", report)],
+        [Source("title", (issue.title or "")[:MAX_TITLE], issue.author), Source("body", body, issue.author)],
+        [Source("body", report, issue.author)],
     )
     budget = MAX_THREAD - len(body)
     for i, comment in enumerate(issue.comments[:MAX_COMMENTS]):
@@ -96,8 +102,8 @@ def read_sources(issue: IssueText) -> tuple[list[Source], list[Source]]:
             break
         text, report = split_environment((comment.body or "")[: min(MAX_COMMENT, budget)])
         budget -= len(text)
-        sources.append(Source(f"comment:{i}", text))
-        environment.append(Source(f"comment:{i}", report))
+        sources.append(Source(f"comment:{i}", text, comment.author, comment.association))
+        environment.append(Source(f"comment:{i}", report, comment.author, comment.association))
     return sources, [s for s in environment if s.text]
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rubric_app.vocabulary import DEFAULT as DEFAULT_ACCOUNTS
+from rubric_app.vocabulary import PT2_ONCALL, AutomationAccounts
+
 
 @dataclass(frozen=True)
 class CommentText:
     body: str
     author: str = ""
     github_id: int | None = None
+    association: str = ""  # GitHub's author_association of the author (MEMBER, CONTRIBUTOR, NONE...), "" unknown
 
 
 @dataclass(frozen=True)
@@ -24,12 +28,27 @@ class BisectionEvidence:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A similar issue (rubric_app/similar.py) with the labels it carries: evidence for similarity.similar_findings."""
+    """A similar issue (rubric_app/triage/similar.py) with the labels it carries: evidence for
+    similarity.similar_findings."""
 
     number: int
     labels: tuple[str, ...]
     similarity: float  # cosine of the two issues' term vectors, 0..1
     same_signature: bool = False  # the very same failure signature (signature.py)
+
+
+@dataclass(frozen=True)
+class SharedEvidence:
+    """What settles a component on another open issue with the very same failure signature (signature.py): a
+    backend result or a diagnosis in its thread, or its bisection's verdict. Issues sharing one failure take
+    their components from the same evidence (weighing.shared_findings); evidence is the exact text on #number."""
+
+    number: int
+    label: str
+    rule_id: str
+    evidence: str
+    reason: str = ""
+    weight: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,14 @@ class IssueText:
     bisection: tuple[BisectionEvidence, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
+    shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure
+    # Who may speak for PyTorch's automation (rubric_app/vocabulary.py; settings.AUTOMATION_ACCOUNTS on the site).
+    automation_accounts: AutomationAccounts = DEFAULT_ACCOUNTS
+    # The repository's latest release ("v2.13.0"), read by the caller from GitHub; "" when unknown. G12 compares
+    # the version an issue states with it and never guesses it.
+    release: str = ""
+    # Who added a label, where the caller knows it: ((label, login), ...), the latest `labeled` event of each (G12.2).
+    labelled_by: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +126,7 @@ class Assessment:
     avoid: list[Avoided] = field(default_factory=list)
     route: str = "pt2"
     checklist: list[ChecklistItem] = field(default_factory=list)
-    queue: str = "oncall: pt2"
+    queue: str = PT2_ONCALL
 
     def labels(self) -> list[str]:
         """Every label to add, in suggestion order, without duplicates."""

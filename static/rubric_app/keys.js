@@ -4,9 +4,23 @@
 (function () {
   "use strict";
 
+  // Keys that type text into a field are the field's. A clicked radio, checkbox or button keeps the focus but takes no
+  // text: after a click on a lane (a radio), j and a must still work.
+  var NOT_TEXT = ["checkbox", "radio", "button", "submit", "reset", "image", "range", "color", "file"];
+
   function typing(target) {
     var tag = target && target.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (target && target.isContentEditable);
+    if (tag === "INPUT") return NOT_TEXT.indexOf((target.type || "text").toLowerCase()) < 0;
+    return tag === "TEXTAREA" || tag === "SELECT" || !!(target && target.isContentEditable);
+  }
+
+  // Scroll the page up or down, never sideways, just enough to show el (scrollIntoView also scrolls a wide
+  // table's container sideways to its left edge).
+  function reveal(el) {
+    if (!el) return;
+    var box = el.getBoundingClientRect(), top = 0, bottom = window.innerHeight;
+    if (box.bottom > bottom) window.scrollBy(0, Math.min(box.bottom - bottom + 8, box.top - top - 8));
+    else if (box.top < top) window.scrollBy(0, box.top - top - 8);
   }
 
   function rows() { return Array.prototype.slice.call(document.querySelectorAll("[data-issue-row]")); }
@@ -18,13 +32,22 @@
     if (old) old.classList.remove("selected");
     if (!row) return;
     row.classList.add("selected");
-    row.scrollIntoView({ block: "nearest" });
+    reveal(row);
     sessionStorage.setItem("pt2-selected", row.getAttribute("data-issue-row"));
+  }
+
+  // A row already waiting needs nothing from the triager now: flagged for the meeting (R11) or with a decision on
+  // its way (the server marks both in data-waiting), or decided from this page (its slot shows the decision).
+  function waitingRow(row) {
+    if (row.getAttribute("data-waiting")) return true;
+    var slot = row.nextElementSibling;
+    var shown = slot && slot.querySelector("[data-decision-status]");
+    return !!shown && ["pending", "applying", "applied"].indexOf(shown.getAttribute("data-decision-status")) >= 0;
   }
 
   function move(step) {
     var issue = document.querySelector("[data-issue]");
-    if (issue) {  // on an issue page, j/k go to the neighbouring issue of the queue
+    if (issue) {  // on an issue page, j/k go to the neighbouring issue of the queue (the server skips the waiting)
       var href = issue.getAttribute(step > 0 ? "data-next" : "data-prev");
       if (href) window.location.href = href;
       return;
@@ -32,7 +55,10 @@
     var all = rows();
     if (!all.length) return;
     var i = all.indexOf(selectedRow());
-    select(all[i < 0 ? 0 : Math.min(Math.max(i + step, 0), all.length - 1)]);
+    if (i < 0) i = step > 0 ? -1 : all.length;
+    for (var j = i + step; j >= 0 && j < all.length; j += step) {
+      if (!waitingRow(all[j])) { select(all[j]); return; }
+    }
   }
 
   function click(selector, scope) {
@@ -56,7 +82,8 @@
   // shows exactly what is ticked.
   function choices(form) {
     var data = new FormData(form);
-    return JSON.stringify([data.getAll("labels").sort(), data.get("route") || "", data.get("handoff_to") || "",
+    var labels = data.getAll("labels").concat(data.getAll("add_labels").filter(function (v) { return v.trim(); }));
+    return JSON.stringify([labels.sort(), data.get("route") || "", data.get("handoff_to") || "",
                            data.get("transfer_to") || "", data.get("duplicate_of") || "", data.get("review") === "on"]);
   }
 
@@ -142,11 +169,50 @@
   document.addEventListener("click", function (event) {
     if (event.target.closest("[data-help-toggle]")) toggleHelp();
     // Accept previews the rubric's suggestions: show them ticked too (the rendered state), before
-    // htmx reads the form, so the boxes never disagree with the preview.
+    // htmx reads the form, so the boxes never disagree with the preview; labels picked by hand go.
     var accepting = event.target.closest("#triage-form [data-accept]");
-    if (accepting) accepting.form.reset();
+    if (accepting) {
+      accepting.form.reset();
+      Array.prototype.forEach.call(accepting.form.querySelectorAll("[data-picked]"), function (el) { el.remove(); });
+    }
   });
   document.addEventListener("htmx:afterSettle", applyWhenCurrent);
+
+  // A preview or a decision that a click or a key asked for (a POST) appears where the eye is: the page scrolls just
+  // enough to show it (on the issue page it also sticks to the bottom of the window, triage.css).
+  // A poll that grows a result already in sight (GitHub's answer) keeps it whole in sight; one the triager scrolled
+  // away from stays where it is. Once settled: an outerHTML swap has replaced the target by then, so the element is
+  // looked up by its id.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    var config = event.detail.requestConfig;
+    var shown = document.getElementById((event.detail.target && event.detail.target.id) || "");
+    if (!config || !shown || !shown.classList.contains("outcome")) return;
+    var top = shown.getBoundingClientRect().top;
+    if (config.verb === "post" || (top >= 0 && top < window.innerHeight)) reveal(shown);
+  });
+
+  // The label picker (web/forms.py LabelPicker): a catalog label typed or picked in its field becomes a ticked box
+  // beside it, and the field empties for the next one. Without JS the field itself is posted (names, comma-separated).
+  function pickLabel(input) {
+    var list = input.list, name = input.value.trim();
+    if (!list || !name) return;
+    var known = Array.prototype.some.call(list.options, function (o) { return o.value === name; });
+    var picked = input.closest("[data-label-picker]").querySelector(".picked");
+    var already = Array.prototype.some.call(picked.querySelectorAll("input"), function (b) { return b.value === name; });
+    if (!known || already) return;
+    var label = document.createElement("label");
+    label.setAttribute("data-picked", "");
+    var box = document.createElement("input");
+    box.type = "checkbox"; box.name = input.name; box.value = name; box.checked = true; box.defaultChecked = true;
+    label.appendChild(box);
+    label.appendChild(document.createTextNode(" " + name + " "));
+    picked.appendChild(label);
+    input.value = "";
+  }
+  document.addEventListener("change", function (event) {
+    var input = event.target;
+    if (input.matches && input.matches("[data-label-picker] input[list]")) pickLabel(input);
+  });
 
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;

@@ -53,7 +53,10 @@ def test_it_reviews_the_bot_from_the_lane_and_the_issue_page(
     assert "Not reviewed" in page.inner_text("#automation")
     page.click("#automation summary")
     page.uncheck('#bot-correct-form input[name=keep][value="module: inductor"]')
-    page.select_option("#bot-correct-form select[name=add]", ["module: dynamo"])
+    # The type-ahead picker (a text field tied to the catalog's datalist): the pick becomes a ticked box.
+    page.fill("#bot-correct-form [data-label-picker] input[list]", "module: dynamo")
+    page.press("#bot-correct-form [data-label-picker] input[list]", "Tab")
+    assert page.is_checked('#bot-correct-form [data-picked] input[value="module: dynamo"]')
     page.click("[data-bot-correct]")
     page.wait_for_selector('[data-decision-status="applied"]', timeout=30_000)
     screenshot(page, "bot-corrected")

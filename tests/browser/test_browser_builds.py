@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app import build_checks
 from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
+from rubric_app.runs import build_checks
 from tests.browser.conftest import screenshot
 from tests.factories import INDUCTOR_RAISED, PASSED, make_finished_run, make_issue, make_label
 from tests.helpers import wait_until

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from rubric_app.models import Assignment, Duty, Issue, Suggestion, week_start
+from rubric_app.models import Assignment, Duty, Issue, week_start
 from tests.browser.conftest import screenshot
-from tests.factories import make_issue, make_label
+from tests.factories import make_issue, make_label, make_suggestion
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
@@ -50,10 +50,10 @@ def test_it_charts_the_queue_and_a_decision_moves_the_figures(
     )
     fake_github.add_issue(7001, title="graph break 7001", labels=["oncall: pt2"])
     issue = Issue.objects.get(number=7001)
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamo",
-        rule_id="R1.2",
+    make_suggestion(
+        issue,
+        "module: dynamo",
+        "R1.2",
         confidence=0.9,
         evidence="graph break",
         evidence_source="title",

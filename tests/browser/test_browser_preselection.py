@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app.models import Suggestion
 from tests.browser.conftest import screenshot
-from tests.factories import make_issue, make_label
+from tests.factories import make_issue, make_label, make_suggestion
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
@@ -29,20 +28,20 @@ def _issue(fake, number: int) -> None:
     )
     fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
     issue = make_issue(number, title=title, body=body, labels=("oncall: pt2",), suggested_route="pt2")
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: dynamo",
-        rule_id="R1.2",
+    make_suggestion(
+        issue,
+        "module: dynamo",
+        "R1.2",
         confidence=0.93,
         preselected=True,
         evidence="graph break",
         evidence_source="body",
         reason="graph breaks belong to Dynamo",
     )
-    Suggestion.objects.create(
-        issue=issue,
-        label="module: inductor",
-        rule_id="R2.2",
+    make_suggestion(
+        issue,
+        "module: inductor",
+        "R2.2",
         confidence=0.41,
         preselected=False,
         evidence="kernel",

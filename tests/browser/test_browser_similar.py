@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app import suggestions
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.triage import suggestions
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -104,12 +104,14 @@ def test_it_decides_for_a_group_without_javascript(
     page.check('input[name="route"][value="duplicate"]')
     page.fill('input[name="duplicate_of"]', "5301")
     page.click("[data-group-preview]")  # a plain form post: the whole page comes back with every plan
-    assert "the original: unchanged" in page.inner_text('[data-plan="5301"]')
+    # The labels "for all of them" (pre-ticked: the rubric pre-selects them on both) go to the original, left open.
+    assert "+ module: inductor" in page.inner_text('[data-plan="5301"]')
     page.click("[data-group-apply]")  # posts, then redirects back to the group (PRG)
     page.wait_for_url("**/signatures/*")
-    assert "1 decision queued, 0 refused" in page.inner_text(".messages")
-    wait_until(lambda: TriageDecision.objects.filter(status="applied").exists(), timeout=30)
+    assert "2 decisions queued, 0 refused" in page.inner_text(".messages")
+    wait_until(lambda: TriageDecision.objects.filter(status="applied").count() == 2, timeout=30)
     page.reload()
     assert fake_github.issues[5302]["state_reason"] == "duplicate" and fake_github.issues[5301]["state"] == "open"
+    assert "module: inductor" in fake_github.labels_of(5301)
     # #5302 left the queue: listed with the same failure elsewhere, closed; #5301 stays, the only member.
     assert page.locator("[data-member]").count() == 1 and "#5302" in page.inner_text(".similar")

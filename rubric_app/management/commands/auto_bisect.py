@@ -1,8 +1,8 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app import auto_bisect
 from rubric_app.models import Issue
+from rubric_app.runs import auto_bisect
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from rubric_app import bisection
-from rubric_app.rubric.evaluation import issue_from_record
+from rubric_app.rubric.offline.evaluation import issue_from_record
 
 
 def pool_repros(paths: list[str]):

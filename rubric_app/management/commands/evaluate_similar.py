@@ -8,9 +8,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.evaluation import InputError, issue_from_record, read_jsonl
+from rubric_app.rubric.offline.evaluation import InputError, issue_from_record, read_jsonl
+from rubric_app.rubric.offline.similarity import evaluate_similarity
 from rubric_app.rubric.similarity import VOCABULARY_FILE, Vocabulary
-from rubric_app.rubric.similarity_eval import evaluate_similarity
 
 
 class Command(BaseCommand):

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 from rubric_app.bisection import verdict
 from rubric_app.rubric import automation
 from rubric_app.rubric.engine import evaluate, shipped_model
-from rubric_app.rubric.evaluation import (
+from rubric_app.rubric.model import train
+from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
     REVIEW_TRUTH,
     InputError,
@@ -32,7 +33,6 @@ from rubric_app.rubric.evaluation import (
     trust,
     without_fallback,
 )
-from rubric_app.rubric.model import train
 from rubric_app.rubric.text import sources_of
 
 TARGETS = (

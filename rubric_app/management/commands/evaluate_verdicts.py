@@ -11,7 +11,7 @@ from collections import Counter
 from django.core.management.base import BaseCommand
 
 from rubric_app.bisection import builds, verdict
-from rubric_app.rubric.evaluation import COMPONENTS
+from rubric_app.rubric.offline.evaluation import COMPONENTS
 
 
 def outcome(results: list[dict]) -> str:

@@ -6,9 +6,9 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from rubric_app import similar
 from rubric_app.models import Issue
-from rubric_app.suggestions import refresh as refresh_suggestions
+from rubric_app.triage import similar
+from rubric_app.triage.suggestions import refresh as refresh_suggestions
 
 
 class Command(BaseCommand):

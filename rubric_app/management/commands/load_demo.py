@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from rubric_app.demo import DEMO_FILE, load_catalog_labels, load_demo_issues
+from rubric_app.demo.loading import DEMO_FILE, load_catalog_labels, load_demo_issues
 from rubric_app.roles import ensure_roles
 
 DEMO_USERS = {"triager": "triager", "chair": "meeting chair", "viewer": "viewer"}

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app import build_checks
+from rubric_app.runs import build_checks
 
 
 class Command(BaseCommand):

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app import github, history
+from rubric_app.github import client as github
+from rubric_app.github import history
 
 
 def _date(value: str) -> datetime:
@@ -21,8 +22,9 @@ def _date(value: str) -> datetime:
 
 class Command(BaseCommand):
     help = (
-        "Mirror every issue that carried a queue label, open or closed, with its comments (history.py): resumes a "
-        "backfill under way at its cursor, starts one when none was done, else fetches what changed since the last run."
+        "Mirror every issue that carried a queue label, open or closed, with its comments (github/history.py): "
+        "resumes a backfill under way at its cursor, starts one when none was done, else fetches what changed since "
+        "the last run."
     )
 
     def add_arguments(self, parser):

@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app import github
-from rubric_app.sync import sync_queue
+from rubric_app.github import client as github
+from rubric_app.github.sync import sync_queue
 
 
 class Command(BaseCommand):

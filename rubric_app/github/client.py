@@ -1,0 +1,893 @@
+"""GitHub, through PyGithub: the only module that imports it.
+
+It returns plain data (IssueData, CommentData, LabelData, Page, WriteResult)
+and raises the named exceptions below; callers never see PyGithub's types.
+
+Reads go through a client that retries 5xx answers, timeouts and secondary
+rate limits (honouring Retry-After), watches X-RateLimit-Remaining/Reset and
+sends If-None-Match where the caller has an ETag. Writes are never retried on
+5xx or timeouts (the change may have landed): they report GitHub's answer, and
+are paced at least settings.GITHUB_WRITE_INTERVAL seconds apart per process
+(one worker consumes the `github` queue, so that is the pace of the whole site).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import quote, urlencode, urlsplit
+
+import requests
+import urllib3
+from django.conf import settings
+from github import Auth, Github, GithubException, GithubRetry
+
+log = logging.getLogger(__name__)
+
+# How long a read may wait for a primary rate-limit reset before giving up (the sync resumes later).
+MAX_RATE_LIMIT_WAIT_S = 120
+MALFORMED_RETRIES = 2
+
+
+class GitHubError(Exception):
+    """GitHub could not be read or written; `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class GitHubUnavailable(GitHubError):
+    """5xx answers or timeouts, still failing after the retries."""
+
+
+class RateLimited(GitHubError):
+    """The rate limit is spent until `reset_at`, later than we are willing to wait."""
+
+    def __init__(self, message: str, reset_at: datetime | None = None) -> None:
+        super().__init__(message, 403)
+        self.reset_at = reset_at
+
+
+class MalformedResponse(GitHubError):
+    """GitHub answered 200 with a body that is not the JSON it should be."""
+
+
+class TokenRefused(GitHubError):
+    """A person's own token cannot be used (revoked, expired, none): they must sign in to GitHub again."""
+
+
+class PageGone(GitHubError):
+    """A page of a listing answered 404/410/422 while we paginated (the listing changed)."""
+
+
+@dataclass(frozen=True)
+class LabelData:
+    name: str
+    color: str = "ededed"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class CommentData:
+    github_id: int
+    author: str
+    body: str
+    created_at: datetime
+    updated_at: datetime
+    association: str = ""  # GitHub's author_association: MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...
+
+
+@dataclass(frozen=True)
+class LabelEventData:
+    """Who added (labeled) or removed (unlabeled) which label when, from an issue's events."""
+
+    label: str
+    action: str
+    actor: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class IssueData:
+    number: int
+    title: str
+    body: str
+    state: str
+    author: str
+    html_url: str
+    labels: tuple[LabelData, ...]
+    comments_count: int
+    created_at: datetime
+    updated_at: datetime
+    is_pull_request: bool
+    closed_at: datetime | None = None
+    node_id: str = ""  # GraphQL's id: what transferIssue names the issue by
+    state_reason: str = ""  # why it was closed: completed, not_planned, duplicate ("" while open)
+    repository_url: str = ""  # the API address of the repository it is in now (another one's: transferred away)
+
+    @property
+    def label_names(self) -> list[str]:
+        return sorted(label.name for label in self.labels)
+
+
+@dataclass
+class Page:
+    """One page of a listing. not_modified: GitHub answered 304 to our ETag (items is empty)."""
+
+    items: list = field(default_factory=list)
+    next_url: str = ""
+    etag: str = ""
+    not_modified: bool = False
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """GitHub's answer to one mutating request (status None: no answer, e.g. a timeout)."""
+
+    action: str
+    target: str
+    status: int | None
+    ok: bool
+    response: str
+    labels: tuple[str, ...] | None = None  # the issue's labels after the write, when GitHub said
+    data: object = field(default=None, compare=False, repr=False)  # GitHub's decoded answer, when it was JSON
+
+
+@dataclass
+class _Answer:
+    status: int
+    headers: dict[str, str]
+    text: str
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def parse_label(raw: dict) -> LabelData:
+    return LabelData(
+        name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or ""
+    )
+
+
+def parse_issue(raw: dict) -> IssueData:
+    """Map GitHub's issue JSON (REST or webhook payload) to IssueData; KeyError if a field is missing."""
+    return IssueData(
+        number=int(raw["number"]),
+        title=raw.get("title") or "",
+        body=raw.get("body") or "",
+        state=raw.get("state") or "open",
+        author=(raw.get("user") or {}).get("login", ""),
+        html_url=raw.get("html_url") or "",
+        labels=tuple(parse_label(label) for label in raw.get("labels") or []),
+        comments_count=int(raw.get("comments") or 0),
+        node_id=raw.get("node_id") or "",
+        created_at=parse_time(raw["created_at"]),
+        updated_at=parse_time(raw["updated_at"]),
+        is_pull_request=bool(raw.get("pull_request")),
+        closed_at=parse_time(raw.get("closed_at")),
+        state_reason=raw.get("state_reason") or "",
+        repository_url=raw.get("repository_url") or "",
+    )
+
+
+def parse_label_event(raw: dict) -> LabelEventData | None:
+    """A labeled/unlabeled event; None for the issue's other events."""
+    if raw.get("event") not in ("labeled", "unlabeled"):
+        return None
+    return LabelEventData(
+        label=str((raw.get("label") or {})["name"]),
+        action=raw["event"],
+        actor=str((raw.get("actor") or {}).get("login", "")),
+        created_at=parse_time(raw["created_at"]),
+    )
+
+
+def parse_comment(raw: dict) -> CommentData:
+    return CommentData(
+        github_id=int(raw["id"]),
+        author=(raw.get("user") or {}).get("login", ""),
+        body=raw.get("body") or "",
+        created_at=parse_time(raw["created_at"]),
+        updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
+        association=str(raw.get("author_association") or "")[:30],
+    )
+
+
+def _next_link(link_header: str) -> str:
+    for part in (link_header or "").split(","):
+        if 'rel="next"' in part:
+            return part.split(";")[0].strip().strip("<>")
+    return ""
+
+
+def _excerpt(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# The last mutation's monotonic time, per process: pacing must hold across tasks and clients.
+_write_lock = threading.Lock()
+_last_write_at = 0.0
+
+
+class Client:
+    """A connection to one repo. Counts what it asked: `requests_made`, `not_modified` (304s)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        token: str,
+        repo: str,
+        timeout: float = 15.0,
+        write_interval: float = 1.0,
+        on_answer=None,
+        as_user: bool = False,
+    ) -> None:
+        self.repo = repo
+        # as_user: the token is a person's (sign-in), so a 401 or a 403 names what they must do.
+        self.as_user = as_user
+        # on_answer(status, rate_remaining, rate_reset_at): called after each answer (credentials keeps them).
+        self._on_answer = on_answer
+        self.write_interval = write_interval
+        self.requests_made = 0
+        self.not_modified = 0
+        self.rate_remaining: int | None = None
+        self._spent_until = 0  # epoch of the rate limit's reset while the budget is spent
+        auth = Auth.Token(token) if token else None
+        common = dict(
+            base_url=base_url,
+            auth=auth,
+            per_page=100,
+            timeout=max(int(round(timeout)), 1),
+            # PyGithub's own throttle would add 0.25 s per read; writes are paced below, per process.
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+        )
+        self._reader = Github(
+            retry=GithubRetry(total=5, backoff_factor=0.25, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S),
+            **common,
+        )
+        # Writes: retry only a 403 that says "rate limited" (GitHub did nothing); a 5xx or a
+        # timeout may have been applied, so it is reported, not repeated.
+        self._writer = Github(
+            retry=GithubRetry(
+                total=3,
+                status_forcelist=[],
+                read=0,
+                backoff_factor=0.25,
+                max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S,
+                allowed_methods=frozenset({"GET", "POST", "DELETE", "PATCH"}),
+            ),
+            **common,
+        )
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+        """One logical request through PyGithub's requester; raises GitHubUnavailable/RateLimited."""
+        self._before_request()
+        self.requests_made += 1
+        try:
+            status, resp_headers, text = gh.requester.requestJson(
+                verb, url, parameters=params, headers=headers, input=input
+            )
+        except GithubException as exc:  # raised by the retry layer (403s it gave up on)
+            message = (exc.data or {}).get("message", "") if isinstance(exc.data, dict) else str(exc.data)
+            if exc.status == 403 and "rate limit" in message.lower():
+                raise RateLimited(f"GitHub rate limit: {message}") from None
+            answer = _Answer(
+                exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data)
+            )
+            self._watch_rate_limit(answer)
+            return answer
+        except (requests.exceptions.RetryError, urllib3.exceptions.MaxRetryError) as exc:
+            raise GitHubUnavailable(f"GitHub kept failing for {verb} {url}: {exc.__class__.__name__}") from None
+        except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
+            raise GitHubUnavailable(f"GitHub did not answer {verb} {url} ({exc.__class__.__name__})") from None
+        answer = _Answer(status, {k.lower(): v for k, v in resp_headers.items()}, text or "")
+        if status == 304:
+            self.not_modified += 1
+        self._watch_rate_limit(answer)
+        return answer
+
+    def _watch_rate_limit(self, answer: _Answer) -> None:
+        """Note when the budget is spent: the next request waits for the reset (see _before_request)."""
+        remaining = answer.headers.get("x-ratelimit-remaining")
+        reset = answer.headers.get("x-ratelimit-reset", "")
+        if remaining is not None and remaining.isdigit():
+            self.rate_remaining = int(remaining)
+            self._spent_until = int(reset) if self.rate_remaining == 0 and reset.isdigit() else 0
+        if self._on_answer is not None:
+            known = remaining is not None and remaining.isdigit()
+            reset_at = datetime.fromtimestamp(int(reset), UTC) if known and reset.isdigit() else None
+            self._on_answer(answer.status, int(remaining) if known else None, reset_at)
+
+    def _before_request(self) -> None:
+        """Wait for the rate limit's reset if it is near; raise RateLimited if it is far."""
+        if not self._spent_until:
+            return
+        wait = self._spent_until - time.time() + 1
+        reset_at = datetime.fromtimestamp(self._spent_until, UTC)
+        if wait > MAX_RATE_LIMIT_WAIT_S:
+            raise RateLimited(f"GitHub's rate limit is spent until {reset_at:%H:%M:%S} UTC", reset_at)
+        log.info("rate limit spent; waiting %.1f s for the reset", wait)
+        time.sleep(max(wait, 0))
+        self._spent_until = 0
+
+    def _read_json(self, url: str, *, params=None, etag: str = "") -> tuple[_Answer, object]:
+        """GET url and decode it; returns (answer, data) with data None on 304.
+
+        Raises PageGone (404/410/422), GitHubUnavailable (5xx), GitHubError (other 4xx),
+        MalformedResponse when the body stays undecodable after MALFORMED_RETRIES retries.
+        """
+        headers = {"If-None-Match": etag} if etag else None
+        for attempt in range(MALFORMED_RETRIES + 1):
+            answer = self._call(self._reader, "GET", url, params=params, headers=headers)
+            if answer.status == 304:
+                return answer, None
+            if answer.status == 401 and self.as_user:
+                raise TokenRefused(self._refusal(answer), 401)
+            if answer.status in (404, 410, 422):
+                raise PageGone(f"GET {url} answered {answer.status}", answer.status)
+            if answer.status >= 500:
+                raise GitHubUnavailable(f"GET {url} answered {answer.status}", answer.status)
+            if answer.status >= 400:
+                raise GitHubError(f"GET {url} answered {answer.status}: {_excerpt(answer.text, 200)}", answer.status)
+            try:
+                return answer, json.loads(answer.text)
+            except ValueError:
+                log.warning("malformed JSON from GET %s (attempt %d)", url, attempt + 1)
+        raise MalformedResponse(f"GET {url} kept answering malformed JSON", answer.status)
+
+    def _page(self, url: str, *, params=None, etag: str = "", parse=None) -> Page:
+        answer, data = self._read_json(url, params=params, etag=etag)
+        if answer.status == 304:
+            return Page(not_modified=True, etag=etag)
+        if not isinstance(data, list):
+            raise MalformedResponse(f"GET {url} answered {type(data).__name__}, expected a list", answer.status)
+        try:
+            items = [parse(raw) for raw in data]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
+        return Page(
+            items=items, next_url=_next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", "")
+        )
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def issues_url(
+        self, *, label: str = "", state: str = "open", since: datetime | None = None, sort: str = "created"
+    ) -> str:
+        """The first page's URL of the repo's issues, oldest first by `sort`, 100 a page."""
+        params = {"state": state, "sort": sort, "direction": "asc", "per_page": 100}
+        if label:
+            params["labels"] = label
+        if since is not None:
+            params["since"] = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"/repos/{self.repo}/issues?{urlencode(params)}"
+
+    def issues_page(self, url: str, *, etag: str = "") -> Page:
+        """One page of issues from issues_url() or an earlier page's next_url; PRs included (callers skip them)."""
+        return self._page(url, etag=etag, parse=parse_issue)
+
+    def comments(self, number: int) -> list[CommentData]:
+        """All comments of an issue, oldest first (one request per 100)."""
+        return self._every_page(f"/repos/{self.repo}/issues/{number}/comments", parse=parse_comment)
+
+    def label_events(self, number: int) -> list[LabelEventData]:
+        """The issue's label events (who added or removed which label), oldest first (one request per 100 events)."""
+        events = self._every_page(f"/repos/{self.repo}/issues/{number}/events", parse=parse_label_event)
+        return [e for e in events if e is not None]
+
+    def labels(self) -> list[LabelData]:
+        """The repo's whole label catalog."""
+        return self._every_page(f"/repos/{self.repo}/labels", parse=parse_label)
+
+    def _every_page(self, path: str, *, parse):
+        """Every item of a paginated list, following Link headers, 100 a page."""
+        page = self._page(path, params={"per_page": 100}, parse=parse)
+        items = list(page.items)
+        while page.next_url:
+            page = self._page(page.next_url, parse=parse)
+            items += page.items
+        return items
+
+    def issue(self, number: int) -> IssueData:
+        """One issue as GitHub has it now; PageGone if it is gone (404/410)."""
+        answer, data = self._read_json(f"/repos/{self.repo}/issues/{number}")
+        try:
+            return parse_issue(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedResponse(f"issue #{number}: unexpected answer ({exc})", answer.status) from None
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def _pace(self) -> None:
+        """Sleep until write_interval has passed since the previous mutation was answered."""
+        wait = _last_write_at + self.write_interval - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _write(self, action: str, target: str, verb: str, url: str, input=None) -> WriteResult:
+        global _last_write_at
+        # Counted from the previous answer, not its start: GitHub sees the gap even when a request was slow.
+        with _write_lock:
+            self._pace()
+            try:
+                answer = self._call(self._writer, verb, url, input=input)
+            except GitHubError as exc:
+                return WriteResult(action, target, exc.status, False, exc.message)
+            finally:
+                _last_write_at = time.monotonic()
+        ok = 200 <= answer.status < 300
+        if self.as_user and answer.status in (401, 403):
+            return WriteResult(action, target, answer.status, False, self._refusal(answer))
+        labels = data = None
+        if ok:
+            try:
+                data = json.loads(answer.text)
+                # A label write answers the labels, an issue PATCH the issue with its labels; a comment has none.
+                raw_labels = data if isinstance(data, list) else data["labels"] if "labels" in data else None
+                if raw_labels is not None:
+                    labels = tuple(sorted(parse_label(raw).name for raw in raw_labels))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                labels = None
+        # The audit shows the labels GitHub says the issue has now, rather than raw JSON.
+        response = f"labels now: {', '.join(labels)}" if labels is not None else _excerpt(answer.text)
+        return WriteResult(action, target, answer.status, ok, response, labels, data)
+
+    def _refusal(self, answer: _Answer) -> str:
+        """What a person must do when GitHub refused their own token (401: revoked or expired; 403: no right)."""
+        try:
+            message = str(json.loads(answer.text).get("message", ""))
+        except (ValueError, AttributeError):
+            message = ""
+        if answer.status == 401:
+            why = _excerpt(message, 100) or "bad credentials"
+            return f"GitHub no longer accepts your token ({why}): sign in to GitHub again"
+        if "rate limit" in message.lower():
+            return f"GitHub's rate limit for your account is spent: {_excerpt(message, 100)}"
+        return (
+            f"GitHub refused: your account lacks triage permission on {self.repo} "
+            f"({_excerpt(message, 100) or 'forbidden'}); ask a maintainer for the triage role"
+        )
+
+    def add_label(self, number: int, name: str) -> WriteResult:
+        """Add one label (GitHub keeps the others): POST /issues/{n}/labels."""
+        return self._write("add_label", name, "POST", f"/repos/{self.repo}/issues/{number}/labels", {"labels": [name]})
+
+    def remove_label(self, number: int, name: str) -> WriteResult:
+        """Remove one label: DELETE /issues/{n}/labels/{name}."""
+        return self._write(
+            "remove_label", name, "DELETE", f"/repos/{self.repo}/issues/{number}/labels/{quote(name, safe='')}"
+        )
+
+    def comment(self, number: int, body: str) -> WriteResult:
+        """Post a comment (a standard reply): POST /issues/{n}/comments. The audit keeps its first line."""
+        first_line = body.strip().splitlines()[0] if body.strip() else ""
+        return self._write(
+            "comment", first_line[:200], "POST", f"/repos/{self.repo}/issues/{number}/comments", {"body": body}
+        )
+
+    def close_issue(self, number: int, reason: str = "completed") -> WriteResult:
+        """Close the issue with GitHub's state_reason: completed, not_planned (a question) or duplicate."""
+        return self._write(
+            "close",
+            f"#{number} ({reason.replace('_', ' ')})",
+            "PATCH",
+            f"/repos/{self.repo}/issues/{number}",
+            {"state": "closed", "state_reason": reason},
+        )
+
+    def repository_id(self, full_name: str) -> str:
+        """The GraphQL node id of a repository ("pytorch/vision"); PageGone when there is none."""
+        _, data = self._read_json(f"/repos/{full_name}")
+        node_id = data.get("node_id") if isinstance(data, dict) else None
+        if not node_id:
+            raise MalformedResponse(f"repository {full_name}: no node_id in GitHub's answer")
+        return node_id
+
+    def transfer_issue(self, issue_node_id: str, repository_node_id: str, *, number: int, to: str) -> WriteResult:
+        """Move the issue to another repository (G2). REST has no endpoint for it: GraphQL's transferIssue.
+
+        GitHub answers 200 even when it refuses; the refusal is in `errors`, and counts as a failure.
+        """
+        mutation = (
+            "mutation($issue: ID!, $repo: ID!) { transferIssue(input: {issueId: $issue, repositoryId: $repo}) "
+            "{ issue { number url } } }"
+        )
+        result = self._write(
+            "transfer",
+            f"#{number} to {to}",
+            "POST",
+            "/graphql",
+            {"query": mutation, "variables": {"issue": issue_node_id, "repo": repository_node_id}},
+        )
+        if not result.ok:
+            return result
+        data = result.data if isinstance(result.data, dict) else {}
+        errors = data.get("errors")
+        moved = ((data.get("data") or {}).get("transferIssue") or {}).get("issue")
+        if errors or not isinstance(moved, dict):
+            why = (
+                "; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors)
+                if isinstance(errors, list) and errors
+                else "no issue in GitHub's answer"
+            )
+            return WriteResult(
+                result.action, result.target, 422, False, f"GitHub refused the transfer: {_excerpt(why)}"
+            )
+        return WriteResult(result.action, result.target, result.status, True, f"now {moved.get('url', '')}")
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local_url(url: str) -> bool:
+    """True when url names this machine (the demo GitHub, the tests' fake): nothing leaves it."""
+    host = (urlsplit(url).hostname or "").lower()
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def mode() -> str:
+    """ "github" with a token; "demo" without one, against a GitHub on this machine (the demo
+    GitHub `make run` starts); "off" without a token elsewhere: nothing may be sent there."""
+    if settings.GITHUB_TOKEN or settings.GITHUB_APP_ID:
+        return "github"
+    return "demo" if is_local_url(settings.GITHUB_API_URL) else "off"
+
+
+def off_reason() -> str:
+    """Why GitHub cannot be reached in this setup, or "" when it can."""
+    if mode() != "off":
+        return ""
+    return (
+        f"no GITHUB_TOKEN or GITHUB_APP_ID, and GITHUB_API_URL ({settings.GITHUB_API_URL}) "
+        "is not the local demo GitHub: "
+        "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
+        "which serves the demo GitHub on 127.0.0.1."
+    )
+
+
+def client() -> Client:
+    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL as the site: GITHUB_TOKEN, or the
+    GitHub App's installation token when GITHUB_APP_ID is set.
+
+    Raises GitHubError without a token unless the API is on this machine: an anonymous
+    request to api.github.com would leave the machine and fail after its retries.
+    """
+    if why := off_reason():
+        raise GitHubError(f"GitHub is off: {why}")
+    return Client(
+        base_url=settings.GITHUB_API_URL,
+        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+    )
+
+
+# --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
+
+
+def user_client(token: str) -> Client:
+    """A Client that acts with `token` (a signed-in user's, or the site's) at settings.GITHUB_API_URL."""
+    return Client(
+        base_url=settings.GITHUB_API_URL,
+        token=token,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+    )
+
+
+def is_org_member(*, token: str, org: str, login: str) -> bool:
+    """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
+
+    GitHub redirects (302) a token that cannot see the org's private members to the public
+    list; PyGithub follows it and the answer is then 204 or 404 for public membership.
+    Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
+    """
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
+    if answer.status == 204:
+        return True
+    if answer.status == 404:
+        return False
+    raise GitHubError(f"GitHub answered {answer.status} for {org}'s membership of {login}", answer.status)
+
+
+def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
+    """True when `login` is an active member of the team (GET /orgs/{org}/teams/{team_slug}/memberships/{username};
+    a pending invitation does not count). 404: not a member, or a team the token cannot see."""
+    cli = user_client(token)
+    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/teams/{quote(team_slug)}/memberships/{quote(login)}")
+    if answer.status == 404:
+        return False
+    if answer.status != 200:
+        raise GitHubError(
+            f"GitHub answered {answer.status} for team {team_slug}'s membership of {login}", answer.status
+        )
+    try:
+        return json.loads(answer.text).get("state") == "active"
+    except (ValueError, AttributeError):
+        raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
+
+
+def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
+    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
+    spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
+    cli = Client(
+        base_url=settings.GITHUB_API_URL,
+        token=token,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+        on_answer=on_answer,
+        as_user=True,
+    )
+    if spent_until is not None:
+        cli._spent_until = int(spent_until.timestamp())
+    return cli
+
+
+# The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires
+# (GitHub issues them for an hour): one token request an hour, not one per write.
+INSTALLATION_TOKEN_MARGIN = 300
+_installation_lock = threading.Lock()
+_installation: dict = {}
+
+
+def installation_token() -> str:
+    """A token for the GitHub App's installation on GITHUB_REPO, cached until shortly before it expires.
+
+    Finds the installation with the App's JWT (GET /repos/{repo}/installation), then asks for a token
+    (POST /app/installations/{id}/access_tokens). Raises GitHubError when GitHub refuses either.
+    """
+    from github import GithubIntegration  # only the App setup needs it
+
+    key = (settings.GITHUB_API_URL, settings.GITHUB_APP_ID, settings.GITHUB_REPO)
+    with _installation_lock:
+        cached = _installation.get(key)
+        if cached and cached["expires_at"] > time.time() + INSTALLATION_TOKEN_MARGIN:
+            return cached["token"]
+        integration = GithubIntegration(
+            base_url=settings.GITHUB_API_URL,
+            auth=Auth.AppAuth(settings.GITHUB_APP_ID, settings.GITHUB_APP_PRIVATE_KEY),
+            timeout=max(int(round(settings.GITHUB_TIMEOUT)), 1),
+        )
+        try:
+            installation_id = cached["installation_id"] if cached else None
+            if installation_id is None:
+                owner, name = settings.GITHUB_REPO.split("/", 1)
+                installation_id = integration.get_repo_installation(owner, name).id
+            grant = integration.get_access_token(installation_id)
+        except GithubException as exc:
+            raise GitHubError(
+                f"the GitHub App could not get an installation token ({exc.status})", exc.status
+            ) from None
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
+            raise GitHubUnavailable(
+                f"GitHub did not answer the App's token request ({exc.__class__.__name__})"
+            ) from None
+        expires_at = grant.expires_at.timestamp() if grant.expires_at else time.time() + 3600
+        _installation[key] = {"token": grant.token, "expires_at": expires_at, "installation_id": installation_id}
+        return grant.token
+
+
+# --- the triage skill's files and the latest release (rubric_app/github/skill_files.py) -----------------------
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """A file read through the contents API. not_modified: GitHub answered 304 to our ETag (text is empty)."""
+
+    path: str
+    text: str = ""
+    sha: str = ""
+    etag: str = ""
+    not_modified: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseData:
+    """The repository's latest release. not_modified: 304 to our ETag (the other fields are empty)."""
+
+    tag: str = ""
+    name: str = ""
+    published_at: datetime | None = None
+    etag: str = ""
+    not_modified: bool = False
+
+
+def repo_file(gh: Client, path: str, *, ref: str = "", etag: str = "") -> RepoFile:
+    """One file of the repository (GET /repos/{repo}/contents/{path}), decoded as UTF-8; with `etag`, an unchanged
+    file is answered 304 and not read again. PageGone when there is no such file; MalformedResponse when the answer
+    is no file (a directory, a symlink) or its content does not decode."""
+    import base64  # only this read needs it
+
+    answer, data = gh._read_json(
+        f"/repos/{gh.repo}/contents/{quote(path)}", params={"ref": ref} if ref else None, etag=etag
+    )
+    if answer.status == 304:
+        return RepoFile(path, etag=etag, not_modified=True)
+    if not isinstance(data, dict) or data.get("type") != "file":
+        raise MalformedResponse(f"{path} is not a file in {gh.repo}", answer.status)
+    try:
+        raw = data.get("content") or ""
+        text = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()
+        return RepoFile(path, text.decode("utf-8"), str(data.get("sha") or ""), answer.headers.get("etag", ""))
+    except (ValueError, TypeError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        why = f"{path}: its content does not decode ({exc.__class__.__name__})"
+        raise MalformedResponse(why, answer.status) from None
+
+
+def latest_release(gh: Client, *, etag: str = "") -> ReleaseData:
+    """The repository's latest release (GET /repos/{repo}/releases/latest: neither a draft nor a prerelease); with
+    `etag`, an unchanged one is answered 304. PageGone when the repository has none."""
+    answer, data = gh._read_json(f"/repos/{gh.repo}/releases/latest", etag=etag)
+    if answer.status == 304:
+        return ReleaseData(etag=etag, not_modified=True)
+    if not isinstance(data, dict) or not isinstance(data.get("tag_name"), str):
+        raise MalformedResponse(f"the latest release of {gh.repo} has no tag", answer.status)
+    try:
+        published = parse_time(data.get("published_at"))
+    except (TypeError, ValueError):
+        published = None
+    return ReleaseData(data["tag_name"], str(data.get("name") or ""), published, answer.headers.get("etag", ""))
+
+
+# --- long read-only walks over the repository (the history backfill, rubric_app/github/history.py)--------------
+
+# One request is sent again after at most this many rate-limit answers in a row, then RateLimited.
+MAX_RATE_LIMIT_WAITS = 20
+# A secondary limit's 403 or 429 without Retry-After: GitHub's documentation asks for a minute at least.
+SECONDARY_RATE_WAIT_S = 60
+
+
+class IssueGone(PageGone):
+    """An issue's comments or events answered 404/410 while we walked the listing: it was transferred or deleted."""
+
+    def __init__(self, number: int, status: int | None) -> None:
+        super().__init__(f"issue #{number} is gone (GitHub answered {status})", status)
+        self.number = number
+
+
+def rate_limit_wait(status: int, headers: dict[str, str], text: str, now: float) -> float | None:
+    """Seconds GitHub asks us to wait before sending the request again, or None when the answer is no rate limit.
+
+    A 429, or a 403 with Retry-After, a spent X-RateLimit-Remaining or "rate limit" in its message: Retry-After
+    first, then the reset of the spent budget (plus one second: the reset's second is not exact), else
+    SECONDARY_RATE_WAIT_S. A 403 without any of these is a refusal (no permission), not a limit."""
+    if status not in (403, 429):
+        return None
+    retry_after, remaining = headers.get("retry-after", ""), headers.get("x-ratelimit-remaining")
+    reset = headers.get("x-ratelimit-reset", "")
+    if status == 403 and not retry_after and remaining != "0" and "rate limit" not in text.lower():
+        return None
+    if retry_after.isdigit():
+        return float(retry_after)
+    if remaining == "0" and reset.isdigit():
+        return max(int(reset) - now, 0.0) + 1
+    return float(SECONDARY_RATE_WAIT_S)
+
+
+class PacedClient(Client):
+    """A read-only Client for walks of thousands of requests: GitHub's rate limits are waited out, never failed.
+
+    Every answer's X-RateLimit-Remaining/Reset is read: once `reserve` requests or fewer are left, the next request
+    waits for the reset (the hour's last requests stay with the queue's sync and the decisions, which share the
+    token). A 403 or 429 that says rate limit (rate_limit_wait) is sent again after Retry-After or the reset. Each
+    wait is announced to on_wait(seconds, why) first, then slept with `sleep` (time.sleep; tests give a short,
+    real one). `waited_s` sums the waits; `last_link` is the last answer's Link header (its rel="last" page says
+    how long a listing is), `rate_reset` the budget's reset. 5xx answers and timeouts are retried as the site's
+    reader retries them.
+    """
+
+    def __init__(self, *, sleep=time.sleep, on_wait=None, reserve: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._sleep, self._on_wait, self.reserve = sleep, on_wait, reserve
+        self.waited_s = 0.0
+        self.last_link = ""
+        self.rate_reset = 0  # epoch of the rate limit's next reset, as the last answer said
+        token = kwargs.get("token", "")
+        self._reader = Github(
+            base_url=kwargs["base_url"],
+            auth=Auth.Token(token) if token else None,
+            per_page=100,
+            timeout=max(int(round(kwargs.get("timeout", 15.0))), 1),
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            # Not GithubRetry: it sleeps on a rate limit itself (up to a cap, then raises). 403 and 429 come back here.
+            retry=urllib3.Retry(
+                total=5,
+                backoff_factor=0.25,
+                backoff_max=4,
+                status_forcelist=list(range(500, 600)),
+                allowed_methods=frozenset({"GET"}),
+                raise_on_status=False,
+                respect_retry_after_header=False,
+            ),
+        )
+
+    def _wait(self, seconds: float, why: str) -> None:
+        if self._on_wait is not None:
+            self._on_wait(seconds, why)
+        log.info("waiting %.0f s: %s", seconds, why)
+        self._sleep(seconds)
+        self.waited_s += seconds
+
+    def _before_request(self) -> None:
+        """Wait for the reset once the budget is down to the reserve (never raise: a backfill may wait an hour)."""
+        if not self._spent_until:
+            return
+        wait, until = self._spent_until - time.time() + 1, self._spent_until
+        self._spent_until = 0
+        if wait > 0:
+            reset = datetime.fromtimestamp(until, UTC)
+            self._wait(wait, f"{self.rate_remaining} requests left until the reset at {reset:%H:%M:%S} UTC")
+
+    def _watch_rate_limit(self, answer: _Answer) -> None:
+        super()._watch_rate_limit(answer)
+        reset = answer.headers.get("x-ratelimit-reset", "")
+        self.rate_reset = int(reset) if reset.isdigit() else self.rate_reset
+        if self.rate_remaining is not None and self.rate_remaining <= self.reserve and reset.isdigit():
+            self._spent_until = int(reset)
+
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+        for _ in range(MAX_RATE_LIMIT_WAITS + 1):
+            answer = super()._call(gh, verb, url, params=params, headers=headers, input=input)
+            wait = rate_limit_wait(answer.status, answer.headers, answer.text, time.time())
+            if wait is None:
+                self.last_link = answer.headers.get("link", "")
+                return answer
+            self._spent_until = 0  # this wait covers the reset too
+            self._wait(wait, f"GitHub answered {answer.status}: {_excerpt(answer.text, 120)}")
+        raise RateLimited(f"GitHub kept answering {answer.status} (rate limit) to GET {url}")
+
+    def comments(self, number: int) -> list[CommentData]:
+        try:
+            return super().comments(number)
+        except PageGone as exc:
+            raise IssueGone(number, exc.status) from None
+
+    def label_events(self, number: int) -> list[LabelEventData]:
+        try:
+            return super().label_events(number)
+        except PageGone as exc:
+            raise IssueGone(number, exc.status) from None
+
+
+def last_page(link_header: str) -> int | None:
+    """The page number of a Link header's rel="last" (how many pages the listing has), or None."""
+    for part in (link_header or "").split(","):
+        if 'rel="last"' in part:
+            query = urlsplit(part.split(";")[0].strip().strip("<>")).query
+            pages = [value for key, _, value in (p.partition("=") for p in query.split("&")) if key == "page"]
+            return int(pages[0]) if pages and pages[0].isdigit() else None
+    return None
+
+
+def paced_client(*, sleep=time.sleep, on_wait=None, reserve: int = 0) -> PacedClient:
+    """A PacedClient as the site (client()'s identity and checks) for settings.GITHUB_REPO."""
+    if why := off_reason():
+        raise GitHubError(f"GitHub is off: {why}")
+    return PacedClient(
+        base_url=settings.GITHUB_API_URL,
+        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+        sleep=sleep,
+        on_wait=on_wait,
+        reserve=reserve,
+    )

@@ -1,0 +1,648 @@
+"""Sync the oncall: pt2 queue from GitHub into the local mirror, and apply webhook deliveries.
+
+Full sync: the label catalog, then every open issue of each queue label
+(settings.GITHUB_QUEUE_LABELS), 100 a page, oldest first, following Link
+headers; comments only for issues whose comment count or updated_at changed.
+The next page's URL is saved after each page, so an interrupted sync resumes
+there: a page is stored in one transaction, and storing is an upsert, so a
+page seen twice leaves no duplicate and none is skipped. At the end, issues
+that were in the queue but not listed are re-read one by one and marked
+in_queue=False if they left (closed, relabelled); they are never deleted.
+
+Incremental sync: the repo's issues updated since the high-water mark (any
+state, any label, so that closing and relabelling are seen too), with the
+first page's ETag: when nothing changed GitHub answers 304 and the sync costs
+one request and no rate limit.
+
+Everywhere: an issue is only overwritten by data with a newer updated_at.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from rubric_app.github import client as github
+from rubric_app.github import skill_files
+from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState, WebhookDelivery
+from rubric_app.runs import auto_bisect, build_checks
+from rubric_app.triage import suggestions
+from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, allowed_for_triage, is_automation_label
+
+log = logging.getLogger(__name__)
+
+FULL_KEY = "queue:full"
+INCREMENTAL_KEY = "queue:incremental"
+LOCK_KEY = "queue:lock"
+# Longer than any sync should take; a claim this old belongs to a worker that died mid-sync.
+SYNC_LEASE = timedelta(hours=1)
+ISSUE_FIELDS = [
+    "repo",
+    "title",
+    "body",
+    "state",
+    "author",
+    "html_url",
+    "is_pull_request",
+    "created_at",
+    "updated_at",
+    "comments_count",
+    "in_queue",
+    "last_synced_at",
+    "review_flagged_at",
+    "closed_at",
+    "state_reason",
+]
+
+
+def needs_label_events(label_names) -> bool:
+    """Whether an issue's label events are worth a request: it carries PyTorch automation's labels, or `high priority`
+    (G12.2 asks whether a human added it)."""
+    return any(is_automation_label(n) or n == HIGH_PRIORITY for n in label_names)
+
+
+@dataclass
+class SyncReport:
+    """What one sync did. `requests` counts our HTTP requests; `not_modified` those answered 304."""
+
+    mode: str
+    issues_fetched: int = 0
+    issues_changed: int = 0
+    comments_fetched: int = 0
+    left_queue: int = 0
+    labels_synced: int = 0
+    requests: int = 0
+    not_modified: int = 0
+    resumed: bool = False
+    refresh_suggestions: bool = True
+    skipped: bool = False
+    skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"{self.mode} sync skipped: another sync is running"
+        return (
+            f"{self.mode} sync{' (resumed)' if self.resumed else ''}: {self.issues_fetched} issues fetched, "
+            f"{self.issues_changed} changed, {self.left_queue} left the queue, {self.comments_fetched} comments, "
+            f"{self.labels_synced} labels, {self.requests} requests ({self.not_modified} answered 304)"
+        )
+
+
+def in_queue(data: github.IssueData) -> bool:
+    """Open, not a PR, and labelled with one of the queue labels."""
+    names = {label.name for label in data.labels}
+    return data.state == "open" and not data.is_pull_request and bool(names & set(settings.GITHUB_QUEUE_LABELS))
+
+
+# --- storing ---------------------------------------------------------------------------------
+
+
+def sync_labels(gh: github.Client) -> int:
+    """Mirror the repo's label catalog; returns how many labels GitHub has.
+
+    allowed_for_triage = in the triage skill's catalog in use (skill_files) and not forbidden by G7;
+    labels GitHub no longer has keep their row with in_catalog=False.
+    """
+    remote = gh.labels()
+    allowed = skill_files.in_use().names()
+    existing = {label.name: label for label in Label.objects.all()}
+    with transaction.atomic():
+        for data in remote:
+            ok = allowed_for_triage(data.name, allowed)
+            label = existing.get(data.name)
+            if label is None:
+                Label.objects.create(
+                    name=data.name,
+                    color=data.color,
+                    description=data.description,
+                    allowed_for_triage=ok,
+                    in_catalog=True,
+                )
+            elif (label.color, label.description, label.allowed_for_triage, label.in_catalog) != (
+                data.color,
+                data.description,
+                ok,
+                True,
+            ):
+                label.color, label.description, label.allowed_for_triage, label.in_catalog = (
+                    data.color,
+                    data.description,
+                    ok,
+                    True,
+                )
+                label.save(update_fields=["color", "description", "allowed_for_triage", "in_catalog"])
+        Label.objects.exclude(name__in=[d.name for d in remote]).update(in_catalog=False)
+    return len(remote)
+
+
+def _label_ids(labels) -> dict[str, int]:
+    """Label ids by name, creating the unknown ones (not allowed for triage until a catalog sync says so)."""
+    names = {label.name: label for label in labels}
+    ids = dict(Label.objects.filter(name__in=names).values_list("name", "pk"))
+    missing = [names[n] for n in names if n not in ids]
+    if missing:
+        Label.objects.bulk_create(
+            [Label(name=m.name, color=m.color, description=m.description, allowed_for_triage=False) for m in missing],
+            ignore_conflicts=True,
+        )
+        ids = dict(Label.objects.filter(name__in=names).values_list("name", "pk"))
+    return ids
+
+
+def store_issues(
+    items: list[github.IssueData],
+    *,
+    gh: github.Client | None,
+    report: SyncReport,
+    only_known_or_queued: bool = True,
+    authoritative: bool = True,
+) -> list[int]:
+    """Upsert issues (skipping PRs and older data) and their comments; returns the ids that changed.
+
+    Issues not in the queue and unknown locally are ignored. Comments are fetched
+    (gh given) only when comments_count or updated_at changed. Call inside a transaction.
+    authoritative: the data was just read from GitHub, so when its updated_at equals ours
+    (second resolution) but the content differs, it wins; a webhook's data does not.
+    """
+    items = [i for i in items if not i.is_pull_request]
+    now = timezone.now()
+    existing = {
+        row["number"]: row
+        for row in Issue.objects.filter(number__in=[i.number for i in items]).values(
+            "pk",
+            "number",
+            "updated_at",
+            "comments_count",
+            "in_queue",
+            "review_flagged_at",
+            "comments_synced_at",
+            "title",
+            "state",
+        )
+    }
+    ties = [
+        existing[i.number]["pk"]
+        for i in items
+        if i.number in existing and i.updated_at == existing[i.number]["updated_at"]
+    ]
+    tie_labels: dict[int, set[str]] = {pk: set() for pk in ties}
+    if authoritative and ties:
+        for pk, name in Issue.labels.through.objects.filter(issue_id__in=ties).values_list("issue_id", "label__name"):
+            tie_labels[pk].add(name)
+    changed: list[github.IssueData] = []
+    touched: list[int] = []
+    for data in items:
+        row = existing.get(data.number)
+        queued = in_queue(data)
+        if row is None and not queued and only_known_or_queued:
+            continue
+        if row is not None and (
+            data.updated_at < row["updated_at"]
+            or (
+                data.updated_at == row["updated_at"]
+                and row["in_queue"] == queued
+                and row["comments_synced_at"]
+                and (
+                    not authoritative
+                    or (
+                        (row["title"], row["state"], row["comments_count"], tie_labels[row["pk"]])
+                        == (data.title[:1024], data.state, data.comments_count, set(data.label_names))
+                    )
+                )
+            )
+        ):
+            touched.append(row["pk"])  # older or the same: never overwrite newer data with older
+            continue
+        changed.append(data)
+    if touched:
+        Issue.objects.filter(pk__in=touched).update(last_synced_at=now)
+    report.left_queue += sum(1 for d in changed if existing.get(d.number, {}).get("in_queue") and not in_queue(d))
+    if not changed:
+        return []
+    rows = []
+    for data in changed:
+        row = existing.get(data.number) or {}
+        flagged = TRIAGE_REVIEW in data.label_names
+        rows.append(
+            Issue(
+                number=data.number,
+                repo=settings.GITHUB_REPO,
+                title=data.title[:1024],
+                body=data.body,
+                state=data.state,
+                author=data.author[:100],
+                html_url=data.html_url[:500],
+                is_pull_request=False,
+                created_at=data.created_at,
+                updated_at=data.updated_at,
+                comments_count=data.comments_count,
+                in_queue=in_queue(data),
+                last_synced_at=now,
+                closed_at=data.closed_at,
+                state_reason=data.state_reason[:20],
+                review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
+            )
+        )
+    Issue.objects.bulk_create(rows, update_conflicts=True, unique_fields=["number"], update_fields=ISSUE_FIELDS)
+    ids = dict(Issue.objects.filter(number__in=[d.number for d in changed]).values_list("number", "pk"))
+    label_ids = _label_ids([label for d in changed for label in d.labels])
+    through = Issue.labels.through
+    through.objects.filter(issue_id__in=ids.values()).delete()
+    through.objects.bulk_create(
+        [through(issue_id=ids[d.number], label_id=label_ids[label.name]) for d in changed for label in d.labels],
+        ignore_conflicts=True,
+    )
+    fetched: dict[int, list[github.CommentData]] = {}
+    for data in changed:
+        row = existing.get(data.number)
+        needs_comments = (
+            row is None
+            or row["comments_count"] != data.comments_count
+            or (row["updated_at"] != data.updated_at)
+            or not row["comments_synced_at"]
+        )
+        if gh is not None and needs_comments:
+            fetched[ids[data.number]] = gh.comments(data.number) if data.comments_count else []
+            report.comments_fetched += len(fetched[ids[data.number]])
+    store_comments(fetched, now)
+    if gh is not None:  # label events only where automation labelled the issue, and only when it changed
+        events = {ids[d.number]: gh.label_events(d.number) for d in changed if needs_label_events(d.label_names)}
+        store_label_events(events)
+    report.issues_changed += len(changed)
+    return list(ids.values())
+
+
+def store_comments(fetched: dict[int, list[github.CommentData]], now: datetime) -> None:
+    """Make each issue's local comments exactly GitHub's list (edits upserted, deleted ones dropped).
+
+    fetched: {issue id: its comments}; three queries whatever the number of issues.
+    """
+    if not fetched:
+        return
+    Comment.objects.bulk_create(
+        [
+            Comment(
+                issue_id=issue_id,
+                github_id=c.github_id,
+                author=c.author[:100],
+                author_association=c.association,
+                body=c.body,
+                created_at=c.created_at,
+                updated_at=c.updated_at,
+            )
+            for issue_id, comments in fetched.items()
+            for c in comments
+        ],
+        update_conflicts=True,
+        unique_fields=["github_id"],
+        update_fields=["issue", "author", "author_association", "body", "updated_at"],
+        batch_size=500,
+    )
+    keep = [c.github_id for comments in fetched.values() for c in comments]
+    Comment.objects.filter(issue_id__in=fetched).exclude(github_id__in=keep).delete()
+    Issue.objects.filter(pk__in=fetched).update(comments_synced_at=now)
+
+
+def store_label_events(fetched: dict[int, list[github.LabelEventData]]) -> None:
+    """Make each issue's stored label events exactly GitHub's list; two queries whatever the number of issues."""
+    if not fetched:
+        return
+    LabelEvent.objects.filter(issue_id__in=fetched).delete()
+    LabelEvent.objects.bulk_create(
+        [
+            LabelEvent(issue_id=pk, label=e.label[:100], action=e.action, actor=e.actor[:100], created_at=e.created_at)
+            for pk, events in fetched.items()
+            for e in events
+        ],
+        batch_size=500,
+    )
+
+
+def refresh(issue_ids: list[int]) -> None:
+    """Recompute the rubric's suggestions of the issues that changed (one catalog read for all), after what their
+    runs across torch builds say (an edit may have given the reporter's version)."""
+    if issue_ids:
+        build_checks.compare_issues(issue_ids)
+        suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
+
+
+# --- the syncs ---------------------------------------------------------------------------------
+
+
+def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_suggestions: bool = True) -> SyncReport:
+    """Sync the queue (full: every page; else since the high-water mark). Returns a SyncReport.
+
+    Raises github.GitHubError (e.g. RateLimited) when GitHub stays unusable; what was
+    stored so far stays, and the next run resumes from the saved point.
+    refresh_suggestions=False leaves the rubric engine out (the benchmark times it apart).
+    Only one sync runs at a time: while another holds the claim, this one returns at once
+    with report.skipped set and makes no request.
+    """
+    report = SyncReport(mode="full" if full else "incremental", refresh_suggestions=refresh_suggestions)
+    if not _claim_sync():
+        report.skipped = True
+        log.info("%s", report.summary())
+        return report
+    try:
+        gh, started = gh or github.client(), timezone.now()
+        # The triage skill first: its catalog and the latest release decide this sync's suggestions.
+        report.skill_changed = skill_files.sync_skill(gh).changed
+        _sync(full=full, gh=gh, report=report)
+        if report.skill_changed and report.refresh_suggestions:
+            # Every queued issue follows the new skill; those this sync refreshed already do.
+            older = Q(suggestions_updated_at__lt=started) | Q(suggestions_updated_at=None)
+            refresh(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)))
+        return report
+    finally:
+        SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
+
+
+def _sync(*, full: bool, gh: github.Client, report: SyncReport) -> SyncReport:
+    """sync_queue's work, under the claim the caller holds."""
+    state, _ = SyncState.objects.get_or_create(key=FULL_KEY if full else INCREMENTAL_KEY)
+    try:
+        if full:
+            _full_sync(gh, state, report)
+        else:
+            _incremental_sync(gh, state, report)
+    except github.GitHubError as exc:
+        state.last_error = f"{exc.__class__.__name__}: {exc.message}"
+        state.last_requests = gh.requests_made
+        state.save(update_fields=["last_error", "last_requests"])
+        raise
+    report.requests, report.not_modified = gh.requests_made, gh.not_modified
+    state.last_requests, state.last_error, state.last_finished_at = gh.requests_made, "", timezone.now()
+    state.save(update_fields=["last_requests", "last_error", "last_finished_at"])
+    log.info("%s", report.summary())
+    return report
+
+
+def _claim_sync() -> bool:
+    """Take the one sync claim with a conditional UPDATE; False when another sync holds it."""
+    SyncState.objects.get_or_create(key=LOCK_KEY)
+    now = timezone.now()
+    return bool(
+        SyncState.objects.filter(key=LOCK_KEY)
+        .filter(Q(running_since__isnull=True) | Q(running_since__lt=now - SYNC_LEASE))
+        .update(running_since=now)
+    )
+
+
+def _store_page(page: github.Page, gh: github.Client, report: SyncReport) -> None:
+    with transaction.atomic():
+        changed = store_issues(page.items, gh=gh, report=report)
+    report.issues_fetched += len(page.items)
+    if report.refresh_suggestions:
+        refresh(changed)
+    auto_bisect.queue_for_issues(changed, cause="sync")
+
+
+def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
+    labels = list(settings.GITHUB_QUEUE_LABELS)
+    start_index, url = 0, ""
+    if state.resume_url:
+        report.resumed = True
+        url = state.resume_url
+        resumed_label = parse_qs(urlsplit(url).query).get("labels", [""])[0]
+        start_index = labels.index(resumed_label) if resumed_label in labels else 0
+    else:
+        state.last_started_at = timezone.now()
+        state.save(update_fields=["last_started_at"])
+        report.labels_synced = sync_labels(gh)
+    high_water = state.high_water_mark
+    for index in range(start_index, len(labels)):
+        url = url or gh.issues_url(label=labels[index], state="open", sort="created")
+        restarted = False
+        while url:
+            try:
+                page = gh.issues_page(url)
+            except github.PageGone:
+                # The listing changed under us (issues closed or relabelled): list it again
+                # from the start, once; upserts make the pages seen twice harmless.
+                if restarted:
+                    raise
+                restarted, url = True, gh.issues_url(label=labels[index], state="open", sort="created")
+                continue
+            _store_page(page, gh, report)
+            if page.items:
+                newest = max(i.updated_at for i in page.items)
+                high_water = max(high_water, newest) if high_water else newest
+            url = page.next_url
+            # Where to resume if interrupted now: the next page, or the next label's first page.
+            if url:
+                state.resume_url = url
+            elif index + 1 < len(labels):
+                state.resume_url = gh.issues_url(label=labels[index + 1], state="open", sort="created")
+            else:
+                state.resume_url = ""
+            state.high_water_mark = high_water
+            state.save(update_fields=["resume_url", "high_water_mark"])
+    _mark_departures(gh, state.last_started_at, report)
+    state.resume_url, state.last_full_sync_at = "", timezone.now()
+    state.save(update_fields=["resume_url", "last_full_sync_at"])
+    incremental, _ = SyncState.objects.get_or_create(key=INCREMENTAL_KEY)
+    if high_water and (incremental.high_water_mark is None or high_water > incremental.high_water_mark):
+        incremental.high_water_mark = high_water
+        incremental.save(update_fields=["high_water_mark"])
+
+
+def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport) -> None:
+    """Re-read each queued issue the listing did not show since started_at, to learn why it left."""
+    missing = Issue.objects.filter(in_queue=True).exclude(last_synced_at__gte=started_at)
+    for number in list(missing.values_list("number", flat=True)):
+        try:
+            data = gh.issue(number)
+        except github.PageGone:  # deleted or transferred: it left, but the row stays
+            Issue.objects.filter(number=number).update(in_queue=False, last_synced_at=timezone.now())
+            report.left_queue += 1
+            continue
+        with transaction.atomic():
+            changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False)
+        refresh(changed)
+
+
+def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
+    if state.high_water_mark is None:
+        # Nothing to be incremental from: a full sync sets the mark.
+        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", refresh_suggestions=report.refresh_suggestions))
+        report.mode, report.issues_fetched, report.issues_changed = (
+            "full (first)",
+            full.issues_fetched,
+            full.issues_changed,
+        )
+        report.comments_fetched, report.left_queue, report.labels_synced = (
+            full.comments_fetched,
+            full.left_queue,
+            full.labels_synced,
+        )
+        return
+    state.last_started_at = timezone.now()
+    state.save(update_fields=["last_started_at"])
+    since = state.high_water_mark
+    page = gh.issues_page(gh.issues_url(state="all", since=since, sort="updated"), etag=state.etag)
+    first_etag = page.etag
+    while not page.not_modified:
+        _store_page(page, gh, report)
+        if page.items:
+            # Sorted by updated_at, oldest first: everything up to this page's newest is stored.
+            state.high_water_mark = max(state.high_water_mark, max(i.updated_at for i in page.items))
+            state.save(update_fields=["high_water_mark"])
+        if not page.next_url:
+            break
+        page = gh.issues_page(page.next_url)
+    # The ETag only means something for the same `since`: keep it only when the mark did not move.
+    state.etag = first_etag if state.high_water_mark == since else ""
+    state.save(update_fields=["etag"])
+
+
+# --- webhooks ---------------------------------------------------------------------------------
+
+
+def foreign_repository(payload: dict) -> str:
+    """Why a webhook payload is not for GITHUB_REPO ("" when it is), whatever its event kind.
+
+    Every event GitHub sends about a repository names it; one that names none (an org hook's
+    ping, or a hand-made payload) cannot be shown to be ours, so it is not applied either.
+    GitHub compares repository names case-insensitively, and so does this.
+    """
+    repository = payload.get("repository")
+    name = repository.get("full_name") if isinstance(repository, dict) else None
+    if not isinstance(name, str) or not name:
+        return f"the payload names no repository (this dashboard mirrors {settings.GITHUB_REPO})"
+    if name.lower() != settings.GITHUB_REPO.lower():
+        return f"from repository {name[:100]}, not {settings.GITHUB_REPO}"
+    return ""
+
+
+def process_webhook(delivery_id: int) -> None:
+    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data.
+
+    issues / issue_comment: the payload's issue is upserted if newer (comments of
+    issue_comment events are upserted or dropped too); label: the catalog row is
+    created, renamed, updated or marked gone, unless it saw a newer label event. A
+    delivery of another repository (any event kind) is marked ignored, with the reason,
+    and not applied; unknown events are marked processed.
+    """
+    # Claim, apply and mark processed in one transaction: if the database fails midway,
+    # nothing is marked and the (idempotent) task can run again; nothing is lost.
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
+        if delivery is None:
+            return  # already processed (a redelivered task)
+        changed: list[int] = []
+        try:
+            payload = delivery.payload
+            delivery.ignored = foreign_repository(payload) if isinstance(payload, dict) else "not a JSON object"
+            if not delivery.ignored:
+                with transaction.atomic():
+                    changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
+        delivery.processed_at = timezone.now()
+        delivery.save(update_fields=["processed_at", "error", "ignored"])
+    refresh(changed)
+    auto_bisect.queue_for_issues(changed, cause="webhook")
+
+
+def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:
+    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "")."""
+    report = SyncReport(mode="webhook")
+    if event == "label":
+        return [], _apply_label_event(payload)
+    if event not in ("issues", "issue_comment") or "issue" not in payload:
+        return [], ""
+    data = github.parse_issue(payload["issue"])
+    action = payload.get("action", "")
+    if event == "issues" and action in ("deleted", "transferred"):
+        Issue.objects.filter(number=data.number).update(in_queue=False)
+        return [], ""
+    changed = store_issues([data], gh=None, report=report, authoritative=False)
+    if event == "issue_comment" and "comment" in payload:
+        issue = Issue.objects.filter(number=data.number).first()
+        comment = github.parse_comment(payload["comment"])
+        if issue is not None:
+            if action == "deleted":
+                deleted, _ = Comment.objects.filter(github_id=comment.github_id).delete()
+                changed += [issue.pk] if deleted else []
+            elif _store_comment(issue, comment):
+                changed.append(issue.pk)
+    return sorted(set(changed)), ""
+
+
+def _store_comment(issue: Issue, data: github.CommentData) -> bool:
+    """Upsert one comment unless ours is newer; returns True when it changed."""
+    current = Comment.objects.filter(github_id=data.github_id).first()
+    if current is not None and current.updated_at >= data.updated_at:
+        return False
+    Comment.objects.update_or_create(
+        github_id=data.github_id,
+        defaults={
+            "issue": issue,
+            "author": data.author[:100],
+            "author_association": data.association,
+            "body": data.body,
+            "created_at": data.created_at,
+            "updated_at": data.updated_at,
+        },
+    )
+    return True
+
+
+def label_event_stamp(payload: dict) -> datetime | None:
+    """The ordering key of a label event: the repository's clock in the payload, or None.
+
+    Label payloads carry no updated_at, and no header is signed; but every payload has the
+    repository as it was when the event was sent, and its pushed_at / updated_at only move
+    forward (a repository like pytorch/pytorch is pushed to every few minutes). An event
+    whose stamp is older than the label's event_stamp was sent before an event already
+    applied. Equal stamps (no push between two label changes) cannot be ordered: they
+    apply in arrival order, and a resent copy of the same delivery is caught by its body hash.
+    """
+    repository = payload.get("repository") or {}
+    stamps = []
+    for key in ("pushed_at", "updated_at"):
+        value = repository.get(key)
+        if isinstance(value, int):  # push events give pushed_at as a Unix time
+            stamps.append(datetime.fromtimestamp(value, tz=UTC))
+        elif isinstance(value, str) and value:
+            stamps.append(github.parse_time(value))
+    return max(stamps) if stamps else None
+
+
+def _apply_label_event(payload: dict) -> str:
+    """Apply a label event unless a newer one was applied to its label(s); returns why not, or ""."""
+    data = github.parse_label(payload["label"])
+    action = payload.get("action", "")
+    stamp = label_event_stamp(payload)
+    old_name = ((payload.get("changes") or {}).get("name") or {}).get("from") if action == "edited" else None
+    names = {data.name, old_name} - {None}
+    stamps = Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)
+    newest = max(filter(None, stamps), default=None)
+    if stamp is not None and newest is not None and stamp < newest:
+        return f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
+    if action == "deleted":
+        # A row even for a label we never had: it keeps the deletion's stamp, so that a late
+        # "created" or "edited" sent before the deletion does not bring the label back.
+        kept = {"in_catalog": False, **({"event_stamp": stamp} if stamp else {})}
+        Label.objects.update_or_create(name=data.name, defaults=kept)
+        return ""
+    label = Label.objects.filter(name=data.name).first()
+    renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
+    if renamed is not None and label is not None:
+        # Renamed onto a name we already have a row for (GitHub deleted that label and we missed
+        # the event, or an issue carried it first): one label now, its issues keep it.
+        label.issues.add(*renamed.issues.all())
+        renamed.delete()
+    label = label or renamed or Label(name=data.name)
+    label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
+    label.allowed_for_triage = allowed_for_triage(data.name, skill_files.in_use().names())
+    label.event_stamp = stamp or label.event_stamp
+    label.save()
+    return ""

@@ -1,0 +1,256 @@
+"""The domain's words, spelled once: the labels the dashboard reasons about, the queue's lanes and the predicates
+every layer asks ("is this a component label?", "is this login a bot?").
+
+Pure Python, at the bottom of the house beside rubric/ and bisection/: the engine, the bisection verdicts, the
+models, the sync and the pages all import their names from here instead of re-spelling them. The label catalog
+itself (every name with its description) is data: rubric/catalog.py reads it.
+
+Who may speak for PyTorch's automation: anyone can open a comment with "🤖 PT2 Repro Agent" or write "My agent
+was unable to reproduce this on <sha>": what the text says is a claim until GitHub's own data says who posted it.
+AUTOMATION_ACCOUNTS (settings) names the accounts that speak for each part of the automation (docs/engine.md, "Who
+may speak for the automation"):
+
+- repro_agent: the PT2 Repro Agent's comments (in PyTorch's threads every one is posted by one account);
+- agent: other agents' results, "My agent was unable to reproduce this on <sha>" and CompilerBisector output
+  (posted by maintainers who run their own agents);
+- bot: the triage bot, whose label events say which labels it added. Any GitHub App (a login ending in "[bot]") is a
+  bot too: GitHub reserves that suffix for apps, which only the repository's admins install.
+
+GitHub logins are case-insensitive: every comparison here folds case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The queues this dashboard triages (settings.GITHUB_QUEUE_LABELS by default), and the other oncalls it routes to.
+PT2_ONCALL = "oncall: pt2"
+CPU_INDUCTOR_ONCALL = "oncall: cpu inductor"
+EXPORT_ONCALL = "oncall: export"
+DISTRIBUTED_ONCALL = "oncall: distributed"
+QUEUE_LABELS = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
+# G13: never a redirect (`module: ci` instead); distributed issues get DISTRIBUTED_ONCALL, never one of its sub-queues.
+RELENG_ONCALL = "oncall: releng"
+DISTRIBUTED_SUBQUEUES = (
+    "oncall: distributed parallelisms",
+    "oncall: distributed infra",
+    "oncall: distributed checkpointing",
+)
+
+# Status labels: G6 adds `triaged`; R11's flag for the weekly meeting; what only the meeting may add.
+TRIAGED = "triaged"
+TRIAGE_REVIEW = "triage review"
+NEEDS_REPRODUCTION = "needs reproduction"
+HIGH_PRIORITY = "high priority"
+LOW_PRIORITY = "low priority"
+# G12: the release manager's short list, a flag of its own beside R11's `triage review`.
+RELEASE_TRIAGE = "release triage"
+# G13: what PyTorch's triage bot never adds (a human's judgement after reading the issue); humans still may.
+ACTIONABLE = "actionable"
+NEEDS_DESIGN = "needs design"
+NEEDS_RESEARCH = "needs research"
+HUMAN_ONLY = (ACTIONABLE, NEEDS_DESIGN, NEEDS_REPRODUCTION, NEEDS_RESEARCH)
+
+# The components (R1-R5) and the other `module:` labels the rules name.
+DYNAMO = "module: dynamo"
+INDUCTOR = "module: inductor"
+DYNAMIC_SHAPES = "module: dynamic shapes"
+PT2_DISPATCHER = "module: pt2-dispatcher"
+DECOMPOSITIONS = "module: decompositions"
+FX = "module: fx"
+FUNCTORCH = "module: functorch"
+HELION = "module: helion"
+COMPILE_UX = "module: compile ux"
+MODULE_REGRESSION = "module: regression"
+# R5.1: the layer labels that go next to the `module: pt2-dispatcher` umbrella.
+AOTDISPATCH = "module: aotdispatch"
+FUNCTIONALIZATION = "module: functionalization"
+FAKE_TENSOR = "module: fakeTensor"
+CUSTOM_OPERATORS = "module: custom-operators"
+DISPATCHER_LAYERS = (AOTDISPATCH, FUNCTIONALIZATION, FAKE_TENSOR, CUSTOM_OPERATORS)
+# G10: edge cases and numerical accuracy.
+EDGE_CASES = "module: edge cases"
+NUMERICAL_STABILITY = "module: numerical-stability"
+# G11: the labels triagers often miss (MODULE_REGRESSION is one), and G12's gate reads DOCS as no bug.
+MODULE_CRASH = "module: crash"
+PERFORMANCE = "module: performance"
+WINDOWS = "module: windows"
+MODULE_TESTS = "module: tests"
+AUTOGRAD = "module: autograd"
+DOCS = "module: docs"
+HAS_WORKAROUND = "has workaround"
+# G12: what is no bug (PyTorch's issue forms name them): never on the release manager's list.
+FEATURE = "feature"
+ENHANCEMENT = "enhancement"
+FUNCTION_REQUEST = "function request"
+# R12: a fuzzer's report (its repro's tolerances, not a silently wrong result for R11).
+FUZZER_TOPIC = "topic: fuzzer"
+
+# PyTorch's automation (rubric/automation.py reads it): the LLM triage bot marks what it labelled with BOT_TRIAGED;
+# triagers audit it with BOT_MISLABELED; the PT2 Repro Agent's labels start with REPRO_AGENT_PREFIX and ask for
+# AGENT_INCORRECT when its verdict is wrong. The two feedback labels are not in the shipped catalog (nothing
+# suggests them): a person may add exactly these, where the repository has them.
+BOT_TRIAGED = "bot-triaged"
+BOT_MISLABELED = "bot-mislabeled"
+REPRO_AGENT_PREFIX = "repro:agent:"
+AGENT_INCORRECT = "repro:agent:h100:incorrect"
+# G13: the bot's run on an issue was stopped before it finished; a human picks the issue up (its own queue lane).
+BOT_TRIAGE_BLOCKED = "bot-triage-blocked"
+FEEDBACK_LABELS = frozenset({BOT_MISLABELED, AGENT_INCORRECT})
+
+# What runs of one repro on several torch builds can say (Issue.build_finding, bisection/builds.py), and the reply
+# of our own that asks a reporter to confirm a fix (rubric/catalog.py OWN_REPLIES).
+REGRESSION = "regression"
+MAY_BE_FIXED = "may_be_fixed"
+CONFIRM_FIXED_REPLY = "confirm_fixed"
+
+# The queue page's lanes by code, in the order the page lists them (models.LANES says what each one lists).
+LANE_PT2, LANE_CPU, LANE_REVIEW, LANE_REPRO, LANE_BOT, LANE_BLOCKED, LANE_FIXED, LANE_ALL, LANE_MINE = (
+    "pt2",
+    "cpu",
+    "review",
+    "repro",
+    "bot",
+    "blocked",
+    "fixed",
+    "all",
+    "mine",
+)
+
+# Who may speak for PyTorch's automation (AUTOMATION_ACCOUNTS in settings; docs/engine.md).
+REPRO_AGENT = "repro_agent"
+AGENT = "agent"
+BOT = "bot"
+ROLES = (REPRO_AGENT, AGENT, BOT)
+
+# PyTorch's accounts, as its threads show them: every "🤖 PT2 Repro Agent" comment in the harvested PT2 threads
+# (tests/data) is karthickai's; the "My agent was unable to reproduce this on <sha>" comments are jansel's; the
+# bots that label and comment on pytorch/pytorch are pytorch-bot (the GitHub App and its older user account) and the
+# workflows' github-actions[bot], where the LLM triage workflow runs.
+DEFAULT_AUTOMATION_ACCOUNTS = (
+    "repro_agent=karthickai;"
+    "agent=jansel;"
+    "bot=pytorch-bot[bot],pytorchbot,pytorch-bot,pytorch-auto-revert,github-actions[bot]"
+)
+
+# GitHub's author_association values that mean the poster maintains the repository (member of its organisation,
+# its owner, or a collaborator with write access). CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER and NONE do not.
+MAINTAINER_ASSOCIATIONS = frozenset({"MEMBER", "OWNER", "COLLABORATOR"})
+
+
+@dataclass(frozen=True)
+class AutomationAccounts:
+    """The logins (lowercase) allowed to speak as each part of PyTorch's automation."""
+
+    repro_agent: frozenset[str] = frozenset()
+    agent: frozenset[str] = frozenset()
+    bot: frozenset[str] = frozenset()
+
+    def may_speak_as(self, role: str, login: str) -> bool:
+        """Whether `login` may post `role`'s facts: the Repro Agent's account for the Repro Agent; it, the agent
+        accounts and the bots for another agent's; the bots for the bot."""
+        name = (login or "").strip().lower()
+        if not name:
+            return False
+        if role == REPRO_AGENT:
+            return name in self.repro_agent
+        if role == AGENT:
+            return name in self.agent or name in self.repro_agent or is_bot(name, self)
+        if role == BOT:
+            return is_bot(name, self)
+        raise ValueError(f"unknown automation role {role!r}: one of {', '.join(ROLES)}")
+
+    def is_automation(self, login: str) -> bool:
+        """Whether `login` is one of the automation's accounts, in any role."""
+        return any(self.may_speak_as(role, login) for role in ROLES)
+
+
+def parse_automation_accounts(spec: str) -> AutomationAccounts:
+    """AUTOMATION_ACCOUNTS as AutomationAccounts: "repro_agent=a;agent=b,c;bot=d[bot]" (a role left out has no
+    account). Raises ValueError saying what is wrong: an unknown role, a role given twice, a part without "="."""
+    found: dict[str, frozenset[str]] = {}
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        role, sep, logins = (s.strip() for s in part.partition("="))
+        if not sep or role not in ROLES:
+            raise ValueError(
+                f"AUTOMATION_ACCOUNTS: {part!r} is not role=login,login with role one of {', '.join(ROLES)}"
+            )
+        if role in found:
+            raise ValueError(f"AUTOMATION_ACCOUNTS names the role {role!r} twice")
+        found[role] = frozenset(name.strip().lower() for name in logins.split(",") if name.strip())
+    return AutomationAccounts(**found)
+
+
+DEFAULT = parse_automation_accounts(DEFAULT_AUTOMATION_ACCOUNTS)
+# The accounts of PyTorch's bots by default, beside any GitHub App (whose login ends in "[bot]").
+BOT_ACCOUNTS = DEFAULT.bot
+
+
+def is_module(name: str) -> bool:
+    """A component label (`module: ...`): what G4 asks every triaged PT2 issue to carry."""
+    return name.startswith("module:")
+
+
+def is_oncall(name: str) -> bool:
+    """An oncall queue's label (`oncall: ...`): a route, never a checkbox."""
+    return name.startswith("oncall:")
+
+
+def is_home_oncall(name: str) -> bool:
+    """One of the two queues this dashboard triages (G5 hands issues off to the others)."""
+    return name in QUEUE_LABELS
+
+
+def is_bot(login: str, accounts: AutomationAccounts = DEFAULT) -> bool:
+    """Whether `login` is a bot: a GitHub App ("...[bot]") or one of the accounts' bots. The one definition the
+    automation reader (the labels the triage bot added) and the issue page (what the bot labelled) share."""
+    name = (login or "").strip().lower()
+    return name.endswith("[bot]") or name in accounts.bot
+
+
+def is_maintainer(association: str) -> bool:
+    """Whether GitHub's author_association says the poster maintains the repository."""
+    return (association or "").strip().upper() in MAINTAINER_ASSOCIATIONS
+
+
+def repro_counts(*, author: str, association: str, reporter: str, accounts: AutomationAccounts = DEFAULT) -> bool:
+    """Whether a repro posted by `author` is one the dashboard runs by default and may conclude from: the
+    reporter's, a maintainer's, or one of the automation's accounts'. Another commenter's is only offered."""
+    name = (author or "").strip().lower()
+    if not name:
+        return False
+    return name == (reporter or "").strip().lower() or is_maintainer(association) or accounts.is_automation(name)
+
+
+def is_automation_label(name: str) -> bool:
+    """A label PyTorch's automation adds (the bot's mark or a Repro Agent verdict): its events say who added it."""
+    return name == BOT_TRIAGED or name.startswith(REPRO_AGENT_PREFIX)
+
+
+def allowed_for_triage(name: str, catalog: frozenset[str] | None = None) -> bool:
+    """Whether the dashboard may suggest or apply `name`: in the triage catalog (`catalog`: the triage skill's in use,
+    github/skill_files.py; the shipped one when None) and not forbidden by G7."""
+    # Imported here: the rubric package's own modules import this one (its __init__ loads the engine).
+    from rubric_app.rubric.catalog import catalog_names, is_forbidden
+
+    return name in (catalog_names() if catalog is None else catalog) and not is_forbidden(name)
+
+
+# The Celery queues of a bisection by device ("cpu", "cuda", "both": BisectionRun.Device): a GPU box has a CPU too,
+# so "both" goes to gpu. Automatic runs (runs/auto_bisect.py) wait in queues of their own, which a worker reads
+# after the human ones, and re-checks on a new build (runs/build_checks.py) in the last ones it reads.
+RUN_QUEUES = {"cpu": "cpu", "cuda": "gpu", "both": "gpu"}
+AUTO_RUN_QUEUES = {"cpu": "cpu_auto", "cuda": "gpu_auto", "both": "gpu_auto"}
+RECHECK_RUN_QUEUES = {"cpu": "cpu_recheck", "cuda": "gpu_recheck", "both": "gpu_recheck"}
+# Each device queue, and every queue whose workers run its bisections: a person's, the automatic ones, the re-checks.
+BISECTION_QUEUES = {
+    queue: {
+        name
+        for table in (RUN_QUEUES, AUTO_RUN_QUEUES, RECHECK_RUN_QUEUES)
+        for device, name in table.items()
+        if RUN_QUEUES[device] == queue
+    }
+    for queue in dict.fromkeys(RUN_QUEUES.values())
+}
+# The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
+WORKER_QUEUES = ("cpu", "gpu", "github")

@@ -1,0 +1,740 @@
+"""Forms of the dashboard: queue filters, the triage (apply) form, bisection and meeting decisions."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, OuterRef, QuerySet
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from rubric_app.bisection import names_cuda
+from rubric_app.lanes import LANES
+from rubric_app.models import AgendaItem, BisectionRun, Issue, Label, Meeting, Suggestion
+from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden, load_catalog
+from rubric_app.rubric.facts import CORE
+from rubric_app.rubric.flow import change_breaks_g4
+from rubric_app.rubric.rules_skill import never_applied
+from rubric_app.search import issue_number
+from rubric_app.triage import accepting, decisions
+from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS
+from rubric_app.vocabulary import (
+    MAY_BE_FIXED,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    is_home_oncall,
+    is_module,
+    is_oncall,
+)
+
+ROUTES = [
+    ("pt2", "Keep in oncall: pt2"),
+    ("cpu inductor", "Route to oncall: cpu inductor"),
+    ("handoff", "Hand off to another oncall"),
+    (
+        decisions.REPRODUCTION,
+        "No self-contained reproduction: label it, add needs reproduction and ask for one with the standard reply; "
+        "not triaged (G9)",
+    ),
+    # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
+    (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
+    (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
+    (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
+    (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment"),
+    # Offered only where the issue's runs say it may be fixed (Issue.build_finding).
+    (
+        decisions.CONFIRM_FIXED,
+        "May be fixed: it passes on a newer torch build; ask the reporter to confirm there (a reply, nothing closed)",
+    ),
+    # Offered only where the rubric reads an edge case (G10 on the checklist).
+    (
+        decisions.EXPECTED_NUMERICS,
+        "Expected floating-point behaviour, as the documentation says: close with the numerical-accuracy reply (G10)",
+    ),
+]
+STOPS_LABELLING = frozenset(
+    {
+        decisions.QUESTION,
+        decisions.MORE_INFO,
+        decisions.TRANSFER,
+        decisions.DUPLICATE,
+        decisions.CONFIRM_FIXED,
+        decisions.EXPECTED_NUMERICS,
+    }
+)
+# The status flags have their own controls (the review checkbox, and `triaged`, which
+# plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
+FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
+MEETING_DECISIONS = list(decisions.MEETING_DECISIONS)
+
+_catalog_cache: list[dict] | None = None
+
+
+def catalog() -> list[dict]:
+    """The shipped label catalog (read from disk once per process; it ships with the code)."""
+    global _catalog_cache
+    if _catalog_cache is None:
+        _catalog_cache = [item for item in load_catalog() if not is_forbidden(item["name"])]
+    return _catalog_cache
+
+
+def module_label_names() -> list[str]:
+    return sorted(item["name"] for item in catalog() if is_module(item["name"]))
+
+
+def known_module_labels() -> list[str]:
+    """Every module label a queue filter can match: the catalog's and any applied on GitHub."""
+    applied = Label.objects.filter(name__startswith="module:").values_list("name", flat=True)
+    return sorted(set(module_label_names()) | set(applied))
+
+
+def handoff_oncalls() -> list[str]:
+    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two, and except what
+    G13 says is never a redirect (`oncall: releng`; a distributed sub-queue, which the distributed team's triage
+    picks)."""
+    return sorted(
+        name
+        for name in (item["name"] for item in catalog())
+        if is_oncall(name) and not is_home_oncall(name) and not never_applied(name)
+    )
+
+
+class _Described:
+    """Choices that carry their label's description (the triage skill's words) as a tooltip."""
+
+    def __init__(self, *args, descriptions: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.descriptions = descriptions or {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if self.descriptions.get(value):
+            option["attrs"]["title"] = self.descriptions[value]
+        return option
+
+
+class DescribedSelectMultiple(_Described, forms.SelectMultiple):
+    """A multiple select of labels, each option with its description."""
+
+
+class DescribedCheckboxes(_Described, forms.CheckboxSelectMultiple):
+    """Checkboxes of labels, each with its description."""
+
+
+def pickable_labels(allowed: frozenset[str]) -> list[str]:
+    """The catalog labels a triager may add by hand (G7's triage catalog), less the ones with controls of their
+    own: the status flags (the review box, `triaged` from G6) and the oncall labels (the route)."""
+    return sorted(name for name in allowed if name not in FLAG_LABELS and not is_oncall(name))
+
+
+def catalog_descriptions() -> dict[str, str]:
+    """{label name: its description in the shipped catalog} (what the label picker shows beside each name)."""
+    return {item["name"]: item.get("description", "") for item in catalog()}
+
+
+# The page's one <datalist> of labels (web/templatetags/triage.py label_datalist) that every LabelPicker names.
+LABEL_DATALIST_ID = "label-catalog"
+
+
+class LabelPicker(forms.Widget):
+    """A type-ahead label picker that is a plain form field without JS: a ticked box for each label chosen already,
+    and a text field tied to the page's catalog <datalist> (names with their descriptions) for more, one or several
+    comma-separated. keys.js turns a name picked in the field into one more ticked box."""
+
+    def __init__(self, attrs=None, placeholder: str = "type to find a label"):
+        super().__init__(attrs)
+        self.placeholder = placeholder
+
+    def value_from_datadict(self, data, files, name) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name) or [])
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return False  # like checkboxes: nothing posted means nothing picked
+
+    def render(self, name, value, attrs=None, renderer=None) -> str:
+        values = [v for v in (value if isinstance(value, (list, tuple)) else split_names(value)) if v]
+        attrs = self.build_attrs(self.attrs, attrs)
+        boxes = format_html_join(
+            "",
+            '<label data-picked><input type="checkbox" name="{}" value="{}" checked> {}</label> ',
+            ((name, v, v) for v in values),
+        )
+        return format_html(
+            '<span class="label-picker" data-label-picker><span class="picked">{}</span>'
+            '<input type="text" name="{}" id="{}" list="{}" placeholder="{}" autocomplete="off" size="26"></span>',
+            boxes,
+            name,
+            attrs.get("id", f"id_{name}"),
+            LABEL_DATALIST_ID,
+            self.placeholder,
+        )
+
+
+def split_names(value) -> list[str]:
+    """Label names from what a LabelPicker posted: a list of fields, each one name or several comma-separated."""
+    items = value if isinstance(value, (list, tuple)) else [value] if value else []
+    return list(dict.fromkeys(part.strip() for item in items for part in str(item).split(",") if part.strip()))
+
+
+class CatalogLabelsField(forms.Field):
+    """Labels picked from the catalog (LabelPicker); each must be one of `allowed` (G7), matched without regard to
+    case, and "dynamo" stands for "module: dynamo". Cleans to the names, each once."""
+
+    widget = LabelPicker
+
+    def __init__(self, *, allowed=(), refused: dict[str, str] | None = None, **kwargs):
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.allowed = allowed
+        self.refused = refused or {}
+
+    def to_python(self, value) -> list[str]:
+        by_lower = {name.lower(): name for name in self.allowed}
+        out = []
+        for name in split_names(value):
+            key = name.lower()
+            out.append(by_lower.get(key) or by_lower.get(f"module: {key}") or name)
+        return list(dict.fromkeys(out))
+
+    def validate(self, value: list[str]) -> None:
+        for name in value:
+            if name in self.refused:
+                raise forms.ValidationError(self.refused[name])
+        unknown = [name for name in value if name not in self.allowed]
+        if unknown:
+            raise forms.ValidationError(
+                f"Not in the triage label catalog (G7): {', '.join(unknown)}. Pick a label from the list."
+            )
+
+
+# Typed in a picker but chosen elsewhere on the form: said so, rather than "not in the catalog".
+OWN_CONTROLS = {
+    TRIAGE_REVIEW: "`triage review` is the review box below (R11), not a label to pick.",
+    TRIAGED: "`triaged` is added by Apply itself when the issue is labelled (G6), not a label to pick.",
+}
+
+
+class QueueFilterForm(forms.Form):
+    """The queue's filters; they live in the query string so a filtered view is a shareable URL."""
+
+    LANES = [(lane.code, lane.title) for lane in LANES]
+
+    lane = forms.ChoiceField(choices=LANES, required=False)
+    module = forms.CharField(required=False, max_length=100, help_text="suggested or applied module label")
+    author = forms.CharField(required=False, max_length=100)
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL',
+    )
+
+    def clean_module(self) -> str:
+        """A module label the queue knows (catalog or applied); "dynamo" means "module: dynamo"."""
+        name = self.cleaned_data["module"].strip()
+        if not name:
+            return ""
+        valid = known_module_labels()
+        if name not in valid and f"module: {name}" in valid:
+            return f"module: {name}"
+        if name not in valid:
+            raise forms.ValidationError(f"unknown module: {name}", code="unknown_module")
+        return name
+
+    def lane_value(self) -> str:
+        return (self.cleaned_data.get("lane") if self.is_valid() else "") or "pt2"
+
+    def filter(self, qs: QuerySet[Issue]) -> QuerySet[Issue]:
+        """Return qs narrowed by the valid filters; invalid input filters nothing (and shows its error)."""
+        if not self.is_valid():
+            return qs
+        data = self.cleaned_data
+        if data["module"]:
+            # Exists, not a join: a join on labels or suggestions would repeat rows.
+            suggested = Suggestion.objects.filter(issue=OuterRef("pk"), kind=Suggestion.Kind.ADD, label=data["module"])
+            applied = Issue.labels.through.objects.filter(issue=OuterRef("pk"), label__name=data["module"])
+            qs = qs.filter(Exists(suggested) | Exists(applied))
+        if data["author"]:
+            qs = qs.filter(author__iexact=data["author"].lstrip("@"))
+        if data["q"]:
+            qs = qs.search(data["q"])  # ranked: best match first
+        return qs
+
+    def reference(self) -> dict | None:
+        """The issue the search names ("#170029", an issue URL) wherever it is, or None when it names none.
+
+        {"number", "issue" (None when the mirror lacks it), "lanes": [(lane, name)] listing it, "github_url"}:
+        the lane filter must not hide the issue a triager asked for by number.
+        """
+        number = issue_number(self.cleaned_data["q"]) if self.is_valid() and self.cleaned_data["q"] else None
+        if number is None:
+            return None
+        issue = Issue.objects.prefetch_related("labels").filter(number=number).first()
+        lanes = issue.queue_lanes() if issue else []
+        return {
+            "number": number,
+            "issue": issue,
+            "lanes": [(code, name) for code, name in self.LANES if code in lanes],
+            "github_url": f"{settings.GITHUB_URL}/{settings.GITHUB_REPO}/issues/{number}",
+        }
+
+
+class HistorySearchForm(forms.Form):
+    """The history page's search (/history): the queue's query language over the issues in no lane."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL',
+    )
+
+
+class TriageForm(forms.Form):
+    """The issue page's apply form: chosen labels, route, review flag, and what the page showed.
+
+    labels_seen carries the labels the triager saw, so the apply step can detect that
+    someone changed the issue on GitHub meanwhile (a conflict, not an overwrite).
+    """
+
+    labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    route = forms.ChoiceField(choices=ROUTES, initial="pt2", widget=forms.RadioSelect)
+    handoff_to = forms.ChoiceField(required=False, label="Hand off to")
+    transfer_to = forms.ChoiceField(
+        required=False, label="Transfer to", choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS]
+    )
+    duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Duplicate of #")
+    review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+    # Labels the engine did not suggest, picked from the catalog (G7).
+    add_labels = CatalogLabelsField(label="Add a label the engine did not suggest")
+
+    def __init__(
+        self,
+        *args,
+        issue: Issue,
+        suggestions: list[Suggestion],
+        allowed: frozenset[str],
+        descriptions: dict[str, str] | None = None,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        self.issue = issue
+        self.pickable = pickable_labels(allowed)
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = {
+            **OWN_CONTROLS,
+            **{n: f"{n!r} is a route: pick it under Route (G5)." for n in allowed if is_oncall(n)},
+        }
+        # What each label is for, in the triage skill's words (skill_files.in_use): shown beside each checkbox.
+        self.descriptions = descriptions or {}
+        checkable = [
+            s
+            for s in suggestions
+            if s.kind == Suggestion.Kind.ADD and s.label not in FLAG_LABELS and not is_oncall(s.label)
+        ]
+        names = list(dict.fromkeys(s.label for s in checkable))
+        # A label outside the triage catalog is shown but never offered for applying (R7.4, G7).
+        self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
+        self.not_in_catalog = [n for n in names if n not in allowed]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        hidden = {decisions.CONFIRM_FIXED} if issue.build_finding != MAY_BE_FIXED else set()
+        if not any(item.get("rule_id") == "G10" for item in issue.checklist):
+            hidden.add(decisions.EXPECTED_NUMERICS)
+        self.fields["route"].choices = [c for c in ROUTES if c[0] not in hidden]
+        self.suggested = self.suggested_initial(suggestions)
+        if not self.is_bound:
+            self.initial.update(self.suggested)
+
+    def suggested_initial(self, suggestions: list[Suggestion]) -> dict:
+        """The rubric's answer as form values: what "accept the suggestions" means (accepting.accepted)."""
+        handoffs = {n for n, _ in self.fields["handoff_to"].choices if n}
+        offered = [n for n, _ in self.fields["labels"].choices]
+        values = accepting.accepted(self.issue, suggestions, offered=offered, handoffs=handoffs)
+        return {**values, "labels_seen": json.dumps(self.issue.label_names())}
+
+    def clean_labels_seen(self) -> list[str]:
+        try:
+            seen = json.loads(self.cleaned_data["labels_seen"])
+        except ValueError:
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.") from None
+        if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.")
+        return seen
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("route") == "handoff" and not data.get("handoff_to"):
+            self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
+        if data.get("route") == decisions.TRANSFER and not data.get("transfer_to"):
+            self.add_error("transfer_to", "Choose the repository to transfer the issue to (G2).")
+        if data.get("route") == "handoff" and data.get("review"):  # refused anyway: said on the box, before Apply
+            self.add_error("review", decisions.HANDOFF_REVIEW_MESSAGE)
+        if data.get("route") == decisions.DUPLICATE and "duplicate_of" in data:
+            number = data["duplicate_of"]
+            original = Issue.objects.filter(number=number).first() if number else None
+            why = decisions.duplicate_refusal(self.issue, number, original)
+            if why:
+                self.add_error("duplicate_of", why)
+        if not self.errors:
+            plan = self.plan()
+            if change_breaks_g4(self.issue.label_names(), plan.add, plan.remove):
+                self.add_error(None, accepting.g4_advice(self.issue, self.suggested, data.get("route")))
+        return data
+
+    def plan(self) -> decisions.Plan:
+        """What Apply would send to GitHub for the valid choices (decisions.plan_changes)."""
+        return decisions.plan_changes(
+            self.issue,
+            chosen=self.chosen(),
+            route=self.route_value(),
+            review=self.cleaned_data["review"],
+            transfer_to=self.cleaned_data["transfer_to"],
+            duplicate_of=self.cleaned_data["duplicate_of"],
+        )
+
+    def stops_labelling(self) -> bool:
+        """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
+        return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
+
+    def chosen(self) -> list[str]:
+        """The checked labels and the ones picked from the catalog, each once."""
+        return list(dict.fromkeys(self.cleaned_data["labels"] + self.cleaned_data.get("add_labels", [])))
+
+    def route_value(self) -> str:
+        """plan_changes' route: "pt2", "cpu inductor", the `oncall:` label handed off to, or a route
+        that stops labelling (question, more info, transfer)."""
+        return accepting.route_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+
+    def redirect_to(self) -> str:
+        return accepting.redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])
+
+
+class BotCorrectionForm(forms.Form):
+    """ "The bot got it wrong": which of the issue's labels to keep, which catalog labels to add, and whether the
+    Repro Agent's verdict was wrong too. Cleans to decisions.correct_bot's keywords (add, remove, labels_seen,
+    repro_incorrect); `bot-mislabeled` is always added by correct_bot itself.
+    """
+
+    keep = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple, label="Keep")
+    add = CatalogLabelsField(label="Add", widget=LabelPicker(placeholder="type to add a label"))
+    repro_incorrect = forms.BooleanField(
+        required=False, label="The Repro Agent's verdict is wrong too (adds repro:agent:h100:incorrect)"
+    )
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+    clean_labels_seen = TriageForm.clean_labels_seen
+
+    def __init__(
+        self, *args, issue: Issue, allowed: frozenset[str], descriptions: dict[str, str] | None = None, **kwargs
+    ):
+        current = issue.label_names()
+        kwargs.setdefault(
+            "initial", {"keep": current, "add": engine_additions(issue, allowed), "labels_seen": json.dumps(current)}
+        )
+        super().__init__(*args, **kwargs)
+        self.current = current
+        self.fields["add"].widget.descriptions = descriptions or {}
+        self.fields["keep"].choices = [(n, n) for n in current]
+        self.fields["add"].allowed = allowed - set(current)
+        self.fields["add"].refused = {n: f"#{issue.number} has {n!r} already: keep it above." for n in current}
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if self.errors:
+            return data
+        keep = set(data.get("keep") or ())
+        return {
+            "add": list(data.get("add") or ()),
+            "remove": [n for n in self.current if n not in keep],
+            "labels_seen": data["labels_seen"],
+            "repro_incorrect": data.get("repro_incorrect", False),
+        }
+
+
+def engine_additions(issue: Issue, allowed: frozenset[str]) -> list[str]:
+    """What the rubric engine pre-selects that the issue lacks (its prefetched suggestions): the bot correction's
+    "Add" starts with it. Never `triaged`: correcting the bot is not triaging the issue (G6)."""
+    current = set(issue.label_names())
+    picked = [
+        s.label
+        for s in issue.suggestions.all()
+        if s.kind == Suggestion.Kind.ADD and s.preselected and s.label in allowed
+        if s.label not in current and s.label != TRIAGED
+    ]
+    return list(dict.fromkeys(picked))
+
+
+class BisectForm(forms.Form):
+    # strip=False: leading indentation is part of Python code.
+    code = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}),
+        max_length=100_000,
+        strip=False,
+        label="Repro (runs sandboxed; edit freely)",
+    )
+    device = forms.ChoiceField(choices=BisectionRun.Device.choices, initial=BisectionRun.Device.CPU)
+    # The torch builds the live workers host (TORCH_BUILDS): ticking two runs the same repro on each, and the
+    # issue page compares them (a regression, R11). None ticked: the workers' first build.
+    builds = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Torch builds (tick two to compare)"
+    )
+
+    def __init__(
+        self, *args, live: dict[str, list[str]] | None = None, hosted: dict[str, dict] | None = None, **kwargs
+    ) -> None:
+        """live: WorkerHeartbeat.objects.queues(); each device choice whose queue has no live worker says so.
+        hosted: WorkerHeartbeat.objects.hosted_builds(), the builds offered (each with its version)."""
+        super().__init__(*args, **kwargs)
+        self.live, self.hosted = live, hosted or {}
+        offered: dict[str, str] = {}  # every build a live bisection worker hosts
+        for versions in self.hosted.values():
+            for name, version in versions.items():
+                offered.setdefault(name, version)
+        self.fields["builds"].choices = [(name, f"{name} (torch {version})") for name, version in offered.items()]
+        self.offers_builds = len(offered) > 1
+        if live is not None:
+            self.fields["device"].choices = [
+                (
+                    value,
+                    label
+                    if live.get(BisectionRun.QUEUES[value])
+                    else f"{label}: no {BisectionRun.QUEUES[value]} worker online",
+                )
+                for value, label in BisectionRun.Device.choices
+            ]
+
+    def clean_device(self) -> str:
+        """Refuse a GPU run while no GPU worker is online: it would wait in the queue for nothing."""
+        device = self.cleaned_data["device"]
+        if self.live is not None and BisectionRun.QUEUES[device] == "gpu" and not self.live.get("gpu"):
+            raise forms.ValidationError(
+                "No GPU worker is online (none has sent a heartbeat lately), so a cuda or both run would wait for "
+                "nothing. Pick cpu, or start a GPU worker: BISECTION_DEVICE=cuda celery -A triage_site worker -Q gpu."
+            )
+        return device
+
+    def clean(self) -> dict:
+        """Each ticked build must be hosted by a live worker of the device's queue: elsewhere it would only fail."""
+        cleaned = super().clean()
+        device, chosen = cleaned.get("device"), cleaned.get("builds") or []
+        if device and chosen and self.hosted:
+            queue = BisectionRun.QUEUES[device]
+            missing = [name for name in chosen if name not in self.hosted.get(queue, {})]
+            if missing:
+                self.add_error("builds", f"No live {queue} worker hosts {', '.join(missing)}: pick another build.")
+        cleaned["builds"] = chosen or [""]
+        return cleaned
+
+    @classmethod
+    def for_repro(cls, code: str, live: dict[str, list[str]] | None = None, hosted: dict | None = None) -> BisectForm:
+        """The unbound form for an extracted repro: a repro that names cuda gets the GPU pre-selected,
+        since on a CPU worker it would only fail for want of one."""
+        cuda = names_cuda(code)
+        form = cls(
+            initial={"code": code, "device": BisectionRun.Device.CUDA if cuda else BisectionRun.Device.CPU},
+            live=live,
+            hosted=hosted,
+        )
+        form.names_cuda = cuda
+        return form
+
+    def clean_code(self) -> str:
+        code = self.cleaned_data["code"]
+        if not code.strip():
+            raise forms.ValidationError("Paste a repro to bisect.")
+        return code
+
+
+class MeetingDecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+    # The suggested `module:` label the agenda shows for an issue that has none (G4).
+    component = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+
+    clean_labels_seen = TriageForm.clean_labels_seen
+
+    def plan(self, issue: Issue) -> decisions.Plan:
+        """The Plan of the chosen outcome (accepting.meeting_plan)."""
+        return accepting.meeting_plan(issue, self.cleaned_data["decision"], self.cleaned_data["component"])
+
+
+class AgendaItemForm(forms.Form):
+    """What the meeting records about one agenda item for its minutes: who owns it (a user of the dashboard, by
+    name; empty: nobody) and a note."""
+
+    owner = forms.CharField(required=False, max_length=150)
+    note = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 1}))
+
+    def clean_owner(self):
+        name = self.cleaned_data["owner"].strip().lstrip("@")
+        if not name:
+            return None
+        user = get_user_model().objects.filter(username=name, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"No dashboard user is named {name!r}: the owner must have an account.")
+        return user
+
+    def record(self, *, meeting: Meeting, issue: Issue, by) -> AgendaItem:
+        """Store the owner and note of `issue` in `meeting` (one row per meeting and issue)."""
+        item, _ = AgendaItem.objects.update_or_create(
+            meeting=meeting,
+            issue=issue,
+            defaults={
+                "owner": self.cleaned_data["owner"],
+                "note": self.cleaned_data["note"].strip(),
+                "updated_by": by,
+                "updated_at": timezone.now(),
+            },
+        )
+        return item
+
+
+class MetricsForm(forms.Form):
+    """The metrics page's window, in weeks (the current week included)."""
+
+    weeks = forms.IntegerField(required=False, min_value=1, max_value=MAX_WEEKS, initial=DEFAULT_WEEKS)
+
+    def weeks_value(self) -> int:
+        return (self.cleaned_data.get("weeks") if self.is_valid() else None) or DEFAULT_WEEKS
+
+
+class DutyForm(forms.Form):
+    """Put a triager on this week's roster, with the modules they prefer (comma-separated)."""
+
+    username = forms.CharField(max_length=150)
+    modules = forms.CharField(required=False, max_length=1000, help_text="e.g. module: dynamo, module: inductor")
+
+    def clean_modules(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["modules"].split(",") if name.strip()]
+        unknown = sorted(set(names) - set(module_label_names()))
+        if unknown:
+            raise forms.ValidationError(f"Not module labels of the catalog: {', '.join(unknown)}.")
+        return names
+
+
+# What one decision may do to every issue of a signature group: label them alike, hand them off, ask
+# for more information, or close all but the original as its duplicates.
+GROUP_ROUTES = [
+    (value, name) for value, name in ROUTES if value in ("pt2", "cpu inductor", "handoff", decisions.MORE_INFO)
+] + [
+    (
+        decisions.DUPLICATE,
+        "Duplicates: close every ticked issue but the original as a duplicate of it, with the standard comment",
+    )
+]
+
+
+class GroupDecisionForm(forms.Form):
+    """One decision for the ticked issues of a group sharing a failure signature.
+
+    Each issue gets its own plan (decisions.plan_changes on its own labels), its own refusal and its
+    own TriageDecision; labels_seen carries what the page showed of each ({number: labels}), so each
+    is checked for a conflict on its own.
+    """
+
+    issues = forms.TypedMultipleChoiceField(coerce=int, widget=forms.CheckboxSelectMultiple, label="Issues")
+    labels = forms.MultipleChoiceField(required=False, widget=DescribedCheckboxes, label="Labels")
+    add_labels = CatalogLabelsField(label="More labels")
+    route = forms.ChoiceField(choices=GROUP_ROUTES, initial="pt2", widget=forms.RadioSelect)
+    handoff_to = forms.ChoiceField(required=False, label="Hand off to")
+    duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Original #")
+    review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    labels_seen = forms.CharField(widget=forms.HiddenInput)
+
+    def __init__(
+        self, *args, members: list[Issue], allowed: frozenset[str], descriptions: dict[str, str] | None = None, **kwargs
+    ):
+        """members: the group's open queue issues, labels and suggestions prefetched; descriptions: what each label
+        is for (skill_files.in_use), shown on its checkbox."""
+        super().__init__(*args, **kwargs)
+        self.fields["labels"].widget.descriptions = descriptions or {}
+        self.members, self.allowed = {issue.number: issue for issue in members}, allowed
+        self.pickable = pickable_labels(allowed)
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = OWN_CONTROLS
+        self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
+        # The module labels suggested for or carried by the most of them first, then the other core components.
+        suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
+        counts: dict[str, int] = {name: 0 for name in CORE}
+        for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
+            if is_module(name):
+                counts[name] = counts.get(name, 0) + 1
+        self.fields["labels"].choices = [
+            (name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed
+        ]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        if not self.is_bound:
+            # Ticked: every issue, and the module labels the rubric pre-selects on all of them.
+            everywhere = (
+                set.intersection(*[{s.label for s in issue.suggestions.all() if s.preselected} for issue in members])
+                if members
+                else set()
+            )
+            self.initial.update(
+                {
+                    "issues": list(self.members),
+                    "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
+                    "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
+                    # R11 binds: one crash or silent wrong result flagged for the meeting flags the shared failure.
+                    "review": any(
+                        s.label == TRIAGE_REVIEW and s.preselected for issue in members for s in issue.suggestions.all()
+                    ),
+                    "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
+                }
+            )
+
+    def clean_labels_seen(self) -> dict[int, list[str]]:
+        try:
+            seen = {int(n): labels for n, labels in json.loads(self.cleaned_data["labels_seen"]).items()}
+        except (ValueError, AttributeError):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the group.") from None
+        if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in seen.values()):
+            raise forms.ValidationError("The page's label snapshot is unreadable; reload the group.")
+        return seen
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("route") == "handoff" and not data.get("handoff_to"):
+            self.add_error("handoff_to", "Choose the oncall to hand the issues off to (G5).")
+        if (
+            data.get("route") == decisions.DUPLICATE
+            and not data.get("duplicate_of")
+            and "duplicate_of" not in self.errors
+        ):
+            self.add_error("duplicate_of", "Name the original: the issue the others duplicate.")
+        missing = [n for n in data.get("issues", []) if n not in data.get("labels_seen", {})]
+        if missing and "labels_seen" in data:
+            self.add_error(None, f"The page did not show #{missing[0]}'s labels; reload the group.")
+        return data
+
+    def chosen(self) -> list[str]:
+        """The ticked labels and the ones picked from the catalog, each once."""
+        return list(dict.fromkeys(self.cleaned_data["labels"] + self.cleaned_data.get("add_labels", [])))
+
+    def plans(self) -> list[tuple[Issue, decisions.Plan | None]]:
+        """(issue, its Plan) for every ticked issue, in number order.
+
+        Duplicates: every ticked issue but the original is closed as its duplicate, and the original gets the
+        labels (and the review flag) chosen "for all of them", in its own lane: the one issue left open is the one
+        that needs them. None for an original with nothing chosen for it (left unchanged).
+        """
+        data = self.cleaned_data
+        route = accepting.route_of(data["route"], data["handoff_to"])
+        chosen = self.chosen()
+        out = []
+        for number in sorted(set(data["issues"])):
+            issue = self.members[number]
+            if route == decisions.DUPLICATE and number != data["duplicate_of"]:
+                out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
+            elif route == decisions.DUPLICATE:
+                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"])
+                out.append((issue, keep if chosen or data["review"] else None))
+            else:
+                out.append((issue, decisions.plan_changes(issue, chosen=chosen, route=route, review=data["review"])))
+        return out
+
+    def redirect_to(self) -> str:
+        return accepting.redirect_of(self.cleaned_data["route"], self.cleaned_data["handoff_to"])

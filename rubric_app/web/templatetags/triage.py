@@ -1,0 +1,413 @@
+"""Template helpers: sanitized Markdown, evidence highlighting, label colours, rubric warnings."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from html import escape as escape_html
+
+from django import template
+from django.core.exceptions import ObjectDoesNotExist
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.html import conditional_escape, escape, format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
+from rubric_app.runs import hardware
+from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW
+from rubric_app.web.forms import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
+from rubric_app.web.markdown import MarkdownBudget, render_markdown
+from rubric_app.web.markdown import summary as markdown_summary
+from rubric_app.web.queue_cache import age, age_marker
+
+register = template.Library()
+
+_HEX = re.compile(r"^[0-9a-fA-F]{6}$")
+
+
+def readable_text_color(background: str) -> str:
+    """Black or white, whichever reads better on a label's hex colour (as GitHub does)."""
+    try:
+        r, g, b = (int(background[i : i + 2], 16) for i in (0, 2, 4))
+    except ValueError:
+        return "000000"
+    return "000000" if (r * 299 + g * 587 + b * 114) / 1000 > 140 else "ffffff"
+
+
+@register.filter
+def hexcolor(value: str) -> str:
+    """A label colour fit for a style attribute: six hex digits, else GitHub's default grey."""
+    return value if isinstance(value, str) and _HEX.match(value) else "ededed"
+
+
+def _evidence(suggestions, source: str) -> list[str]:
+    return [s.evidence for s in suggestions if s.evidence and s.evidence_source == source]
+
+
+# Characters of issue text one page renders as Markdown, body and comments together (what the
+# rubric reads, rubric.text.MAX_THREAD): a thread of a hundred 64 KB comments would otherwise
+# cost seconds; past it, the text is shown as plain preformatted text (linear, nothing dropped).
+MARKDOWN_PAGE_CHARS = 150_000
+_BUDGET_KEY = "triage.markdown_budget"
+
+
+@register.simple_tag(takes_context=True)
+def markdown(context, text: str, suggestions=(), source: str = "", comment: int | None = None) -> SafeString:
+    """Issue Markdown as sanitized HTML, with the evidence of suggestions from `source` marked.
+
+    comment=N means source "comment:N". The repro code's evidence ("code") is marked in
+    the body, where the code comes from. One page renders at most MARKDOWN_PAGE_CHARS
+    characters as Markdown (and MarkdownBudget.work of inline parsing).
+    """
+    if comment is not None:
+        source = f"comment:{comment}"
+    evidence = _evidence(suggestions, source) if source else []
+    if source == "body":
+        evidence += _evidence(suggestions, "code")
+    budget = context.render_context.get(_BUDGET_KEY)
+    if budget is None:  # one budget for the whole page, spent by each text in turn
+        budget = context.render_context[_BUDGET_KEY] = MarkdownBudget(chars=MARKDOWN_PAGE_CHARS)
+    return render_markdown(text, evidence, budget)
+
+
+@register.simple_tag
+def highlight_plain(text: str, suggestions=(), source: str = "title") -> SafeString:
+    """Plain text escaped, with evidence substrings wrapped in <mark> (the title is not Markdown)."""
+    escaped = str(escape(text))
+    for needle in sorted({escape(e) for e in _evidence(suggestions, source) if len(e) >= 3}, key=len, reverse=True):
+        escaped = escaped.replace(needle, f'<mark class="evidence">{needle}</mark>')
+    return mark_safe(escaped)  # noqa: S308 - built from escaped text and a fixed tag
+
+
+@register.filter
+def violations(issue) -> list[dict]:
+    """The rubric checklist items the issue violates, plus G4 when a triaged PT2 issue has no module label.
+
+    G4 says a PT2 issue *ends* with a module label: an untriaged one without is simply
+    work to do, so only `triaged` without a `module:` label is a violation. It is checked
+    from the labels too, so the warning shows before the engine has run.
+    """
+    items = [item for item in (issue.checklist or []) if isinstance(item, dict) and item.get("state") == "violated"]
+    if breaks_g4(label.name for label in issue.labels.all()) and not any(i.get("rule_id") == "G4" for i in items):
+        items.append({"rule_id": "G4", "text": G4_VIOLATION})
+    return items
+
+
+@register.simple_tag
+def chip(name: str, color: str = "", suggested: bool = False, title: str = "") -> SafeString:
+    """A label chip in its GitHub colour (a dashed outline for a suggestion)."""
+    return mark_safe(_chip(name, color, suggested, title))  # noqa: S308 - escaped in _chip
+
+
+def _chip(name: str, color: str = "", suggested: bool = False, title: str = "", possible: bool = False) -> str:
+    if suggested:
+        kind = "chip suggested possible" if possible else "chip suggested"
+        return f'<span class="{kind}" title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
+    color = hexcolor(color)
+    return (
+        f'<span class="chip" style="background:#{color};color:#{readable_text_color(color)}" '
+        f'title="{escape_html(str(title))}">{escape_html(str(name))}</span>'
+    )
+
+
+@register.simple_tag
+def module_options() -> SafeString:
+    """The catalog's module labels as <option>s, for the queue filter's datalist."""
+    return _module_options()
+
+
+@functools.cache
+def _module_options() -> SafeString:
+    # Built once per process (the catalog ships with the code): 239 options cost 1.5 ms a page in the template.
+    return format_html_join("", '<option value="{}">', ((name,) for name in module_label_names()))
+
+
+@register.simple_tag
+def label_datalist(names) -> SafeString:
+    """The page's <datalist> of catalog labels, each with its description, that every label picker
+    (forms.LabelPicker) types ahead from."""
+    return _label_datalist(tuple(names))
+
+
+@functools.lru_cache(maxsize=8)
+def _label_datalist(names: tuple[str, ...]) -> SafeString:
+    # Kept per process for the few catalogs in use (the catalog changes only with a label sync): ~290 options.
+    described = catalog_descriptions()
+    options = format_html_join(
+        "", '<option value="{}" label="{}"></option>', ((n, described.get(n) or n) for n in names)
+    )
+    return format_html('<datalist id="{}">{}</datalist>', LABEL_DATALIST_ID, options)
+
+
+@register.simple_tag(takes_context=True)
+def queue_row(context, issue) -> SafeString:
+    """One issue's rows of the queue table: the row, then the slot its Accept preview fills.
+
+    Built here, with f-strings and html.escape, rather than in the template: the template engine
+    (and format_html's lazy wrappers) spent about 0.3 ms a row on this markup, most of what a queue
+    page cost to render. URLs come from reverse(), never joined by hand. The row shows the issue as
+    IssueQuerySet.for_queue prefetches it (labels, add_suggestions, latest_verdict, assignment); every value
+    is escaped.
+    """
+    user, url = context["user"], escape_html(issue.get_absolute_url())
+    assign_url = escape_html(reverse("rubric_app:issue_assign", args=[issue.number]))
+    preview_url = escape_html(reverse("rubric_app:issue_preview", args=[issue.number]))
+    can_apply = user.has_perm("rubric_app.apply_labels")
+    try:
+        holder = issue.assignment
+    except ObjectDoesNotExist:
+        holder = None
+    csrf = f'<input type="hidden" name="csrfmiddlewaretoken" value="{escape_html(str(context.get("csrf_token", "")))}">'
+    warnings = "".join(
+        f'<div class="warn" title="{escape_html(str(w.get("text")))}">⚠ {escape_html(str(w.get("rule_id")))}: '
+        f"{escape_html(str(w.get('text')))}</div>"
+        for w in violations(issue)
+    )
+    taken = f" · <span data-assignee>taken by {escape_html(holder.user.get_username())}</span>" if holder else ""
+    take = (
+        f'<form method="post" action="{assign_url}">{csrf}<input type="hidden" name="next" '
+        f'value="{escape_html(context["request"].get_full_path())}">'
+        '<button type="submit" class="link" data-take>take it</button></form>'
+        if can_apply and (holder is None or holder.user_id != user.pk)
+        else ""
+    )
+    accept = (
+        f'<form method="post" action="{preview_url}" hx-post="{preview_url}" hx-target="#apply-preview-{issue.number}" '
+        f'hx-swap="outerHTML">{csrf}<input type="hidden" name="accept" value="1">'
+        '<input type="hidden" name="in_queue" value="1">'
+        '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">'
+        "Accept…</button></form>"
+        if can_apply and issue.add_suggestions
+        else ""
+    )
+    if context.get("lane") == "bot" and can_apply:  # reviewing the bot: `a` keeps its labels (no GitHub write)
+        seen = "".join(
+            f'<input type="hidden" name="labels_seen" value="{escape_html(n)}">' for n in issue.label_names()
+        )
+        accept = (
+            f'<form method="post" action="{url}/bot/confirm" hx-post="{url}/bot/confirm" '
+            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}{seen}'
+            '<button type="submit" class="accept" data-accept data-bot-confirm title="Keep the bot\'s labels (a)">'
+            "Bot was right</button></form>"
+        )
+    if context.get("lane") == "fixed" and can_apply:  # may be fixed: `a` previews the reply asking to confirm
+        seen = escape_html(json.dumps(issue.label_names()))
+        accept = (
+            f'<form method="post" action="{preview_url}" hx-post="{preview_url}" '
+            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}'
+            f'<input type="hidden" name="route" value="confirm fixed"><input type="hidden" name="labels_seen" '
+            f'value="{seen}"><input type="hidden" name="in_queue" value="1">'
+            '<button type="submit" class="accept" data-accept data-confirm-fixed '
+            'title="Preview the reply asking the reporter to confirm on the newer build (a)">Ask to confirm…</button>'
+            "</form>"
+        )
+    labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
+    suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
+    opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
+    issue_age = conditional_escape(age_now(context, issue.created_at))
+    waiting = row_waiting(issue, context.get("lane"))
+    note = f' · <span class="waiting-note">{WAITING_NOTES[waiting]}</span>' if waiting else ""
+    return mark_safe(  # noqa: S308 - every interpolated value is escaped above
+        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}" data-waiting="{waiting}">'
+        f'<td><a href="{url}">#{issue.number}</a></td>'
+        f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
+        f'{escape_html(issue.author or "?")}{taken}{note}<span class="opened-narrow"> · {issue_age}</span></div>'
+        f"{take}</td>"
+        f"<td>{row_labels(issue.number, labels)}</td><td>{suggested}</td>"
+        f'<td class="verdict">{_build_marker(issue)}{escape_html(issue.latest_verdict or "")}</td>'
+        f'<td class="age" title="opened {opened}">{issue_age}</td><td>{accept}</td></tr>'
+        f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
+    )
+
+
+# Why `j` passes over a queue row (keys.js): the meeting decides a flagged issue (R11), and a decision on its way
+# to GitHub has been made already. The triage review lane lists the flagged ones on purpose: there they count.
+WAITING_NOTES = {"meeting": "waiting for the meeting (R11)", "decision": "a decision is on its way to GitHub"}
+
+
+def row_waiting(issue, lane: str | None) -> str:
+    """ "decision", "meeting" or "": what a queue row waits for (its issue annotated by with_decision_in_flight)."""
+    if getattr(issue, "decision_in_flight", False):
+        return "decision"
+    if lane != LANE_REVIEW and any(label.name == TRIAGE_REVIEW for label in issue.labels.all()):
+        return "meeting"
+    return ""
+
+
+def row_labels(number: int, chips: str, oob: bool = False) -> str:
+    """The queue row's labels, in a span the decision's poll replaces out of band once GitHub has them."""
+    swap = ' hx-swap-oob="true"' if oob else ""
+    return f'<span id="row-labels-{number}" class="row-labels"{swap}>{chips}</span>'
+
+
+@register.simple_tag
+def label_chips(issue, where: str = "header") -> SafeString:
+    """An issue's labels as chips, out of band (hx-swap-oob) for the issue page's header or its queue row: what
+    the finished decision's fragment carries, so the labels refresh in place where GitHub changed them."""
+    chips = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
+    if where == "row":
+        return mark_safe(row_labels(issue.number, chips, oob=True))  # noqa: S308 - escaped in _chip
+    return mark_safe(  # noqa: S308 - escaped in _chip
+        f'<p class="labels" id="issue-labels-{issue.number}" hx-swap-oob="true">{chips}</p>'
+    )
+
+
+# What the repro's runs across torch builds say, as the queue marks it (Issue.build_finding).
+BUILD_MARKERS = {REGRESSION: ("regression", "R11"), MAY_BE_FIXED: ("may be fixed", "")}
+
+
+def _build_marker(issue) -> str:
+    if issue.build_finding not in BUILD_MARKERS:
+        return ""
+    text, rule = BUILD_MARKERS[issue.build_finding]
+    summary = escape_html(str(issue.build_comparison.get("summary", "")))
+    rule = f" ({rule})" if rule else ""
+    # "May be fixed" is a claim a triager repeats to the reporter: its evidence is on the row, not only on hover.
+    shown = f'<span class="muted" data-build-evidence>{summary}</span> ' if issue.build_finding == MAY_BE_FIXED else ""
+    return (
+        f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
+        f'title="{summary}">{text}{rule}</span> {shown}'
+    )
+
+
+def _suggested_chip(s) -> str:
+    """A suggestion in the queue as the issue page shows it: pre-selected (what Accept, `a`, applies) or only
+    possible (dotted), with its rule and calibrated confidence on hover."""
+    state = "pre-selected" if s.preselected else "possible: not pre-selected"
+    return _chip(
+        s.label, suggested=True, title=f"{s.rule_id} · {s.confidence:.0%} · {state}", possible=not s.preselected
+    )
+
+
+# The routes that end with no label to add: the rule that says so and what it says (engine: G2's transfer,
+# G0's issue already in another oncall's queue).
+ROUTES_WITHOUT_LABELS = {"transfer": "G2", "skip": "G0"}
+
+
+def _no_labels_why(issue) -> str:
+    """The queue's Suggested cell for an issue whose route adds no label: the rule's own line, so that an empty
+    cell never reads as "the engine found nothing" when it concluded "transfer it"."""
+    rule_id = ROUTES_WITHOUT_LABELS.get(issue.suggested_route)
+    item = (
+        next((i for i in issue.checklist or () if isinstance(i, dict) and i.get("rule_id") == rule_id), None)
+        if rule_id
+        else None
+    )
+    if item is None:
+        return ""
+    return (
+        f'<span class="route-note" data-route="{escape_html(issue.suggested_route)}">'
+        f'<span class="rule">{escape_html(rule_id)}</span> '
+        f"{escape_html(str(item.get('text', '')))}</span>"
+    )
+
+
+@register.filter
+def percent(value: float) -> str:
+    try:
+        return f"{float(value) * 100:.0f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
+@register.filter
+def source_label(source: str) -> str:
+    """'comment:2' -> 'comment 3' (people count from one), 'bisection:7' -> 'bisection run 7', 'run:7' -> a run
+    weighed against the thread (rubric/weighing.py), 'issue:170014' -> the issue sharing the failure."""
+    kind, _, rest = (source or "").partition(":")
+    if kind == "comment" and rest.isdigit():
+        return f"comment {int(rest) + 1}"
+    if kind == "bisection":
+        return f"bisection run {rest}"
+    if kind == "run":
+        return f"bisection run {rest}, weighed" if rest else "bisection, weighed"
+    if kind == "issue":
+        return f"#{rest}, same failure"
+    return kind or "—"
+
+
+@register.filter
+def json_list(value) -> str:
+    """A list as JSON text, for a hidden input (autoescaping still applies)."""
+    return json.dumps(list(value))
+
+
+@register.filter
+def md_cell(value) -> str:
+    """Text fit for one Markdown table cell: no newlines, pipes escaped."""
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+@register.filter
+def summary(text: str) -> str:
+    """The issue's first paragraph of prose, as plain text (auto-escaped by the template)."""
+    return markdown_summary(text)
+
+
+register.filter("age", age)
+
+
+@register.simple_tag(takes_context=True)
+def age_now(context, value) -> str:
+    """age(value); in a table rendered for the queue's cache, a marker that queue_cache fills in on each
+    request (an age read from the cache would stop growing)."""
+    if value and context.get("age_marker"):
+        return mark_safe(age_marker(value))  # noqa: S308 - hex digits and an ISO date
+    return age(value)
+
+
+STATE_NAMES = {
+    "satisfied": "satisfied",
+    "violated": "violated",
+    "needs_human": "needs a human",
+    "not_applicable": "n/a",
+}
+
+
+@register.filter
+def state_name(state: str) -> str:
+    return STATE_NAMES.get(state, state or "")
+
+
+@register.filter
+def reply_name(name: str) -> str:
+    """A reply template's or close reason's name in words: "redirect_to_forum" -> "redirect to forum"."""
+    return name.replace("_", " ")
+
+
+@register.filter
+def ran_on(run_hardware: dict) -> str:
+    """Which device and ISA ran a bisection (BisectionRun.hardware), in a few words; "" when it was not recorded."""
+    return hardware.describe(run_hardware or {})
+
+
+@register.filter
+def isolation(run) -> str:
+    """What sandbox was in force for a run, in one line from its sandbox_report ("" before it ran)."""
+    report = run.sandbox_report or {}
+    if report.get("refused"):
+        return f"refused, the repro did not run: {report['refused']}"
+    if not report:
+        return ""
+    parts = [
+        name
+        for name, key in (
+            ("no network", "netns"),
+            ("own pid namespace", "pidns"),
+            ("read-only allow-list root", "root"),
+        )
+        if report.get(key)
+    ]
+    if report.get("uid", -1) > 0:
+        parts.append(f"uid {report['uid']}")
+    cgroup = report.get("cgroup") or {}
+    if cgroup.get("memory_max_mb"):
+        parts.append(f"cgroup {cgroup.get('version', '')} memory {cgroup['memory_max_mb']} MB".replace("  ", " "))
+    else:
+        parts.append("no cgroup memory cap (per-process limits only)")
+    if cgroup.get("pids_max"):
+        parts.append(f"pids {cgroup['pids_max']}")
+    return ", ".join(parts)
