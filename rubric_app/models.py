@@ -440,6 +440,8 @@ class BisectionRun(models.Model):
         RUNNING = "running"
         DONE = "done"
         FAILED = "failed"
+        # An author's first automatic run while the hourly budget is spent: its place, sent when the budget frees.
+        WAITING = "waiting"
 
     class Device(models.TextChoices):
         CPU = "cpu", "CPU"
@@ -958,6 +960,10 @@ class GitHubCredential(models.Model):
     )
     rate_limit_remaining = models.PositiveIntegerField(null=True, blank=True)
     rate_limit_reset_at = models.DateTimeField(null=True, blank=True)
+    # When GitHub last answered who this person is (their role from the org and teams, identity.py), and why
+    # it could not the last time it was asked: a write needs an answer at most identity.WRITE_TRUST old.
+    roles_checked_at = models.DateTimeField(null=True, blank=True)
+    roles_check_error = models.CharField(max_length=300, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

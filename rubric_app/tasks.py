@@ -13,7 +13,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from rubric_app.github import applying, history, signin, sync
-from rubric_app.runs import bisecting, build_checks
+from rubric_app.runs import auto_bisect, bisecting, build_checks
 from rubric_app.triage import model_store
 
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
@@ -83,7 +83,8 @@ def run_bisection_task(self, run_id: int) -> None:
     delivered again and run_bisection, seeing its own task id on a "running" row,
     marks the run failed. No retries: the triager decides whether to run untrusted code again.
     """
-    bisecting.run_bisection(run_id, task_id=self.request.id or "")
+    consumed = frozenset(self.app.amqp.queues.consume_from)  # this worker's -Q: whether an automatic run makes way
+    bisecting.run_bisection(run_id, task_id=self.request.id or "", consumed=consumed)
 
 
 @shared_task
@@ -95,6 +96,7 @@ def requeue_stuck_task() -> None:
     Ended with the reason: bisections running longer than any run can last (their worker died),
     and bisections or decisions that no worker of their queue took within QUEUE_WAIT_TIMEOUT_MINUTES.
     Re-checked: repros an older torch build reproduced, once a worker hosts a newer one (build_checks.py).
+    Sent: automatic runs of authors' first reports that waited for the hourly budget (auto_bisect.py).
     Each task claims its row with a conditional UPDATE, so a message that was only slow makes
     the second run a no-op.
     """
@@ -112,6 +114,8 @@ def requeue_stuck_task() -> None:
         process_webhook_task.delay(pk)
     # A worker reporting a newer torch build: re-run what an older one reproduced (budgeted, lowest priority).
     build_checks.queue_rechecks(now)
+    # Authors' first reports that waited for the hourly budget: sent as it frees.
+    auto_bisect.release_waiting(now)
 
 
 @shared_task

@@ -99,26 +99,29 @@ def wait_for_worker(name: str, timeout: float = 60) -> None:
     raise RuntimeError("the Celery worker did not answer a ping within 60 s")
 
 
-def worker_command(name: str, queues: str, *, pool: str = "solo", loglevel: str = "INFO") -> list[str]:
-    """The command line of a real `celery worker` named `name` consuming `queues` ("a,b"), one task at a time."""
-    return [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues] + [
-        "--concurrency",
-        "1",
-        "--pool",
-        pool,
-        "--loglevel",
-        loglevel,
-        "-n",
-        name,
-    ]
+def worker_command(
+    name: str, queues: str, *, pool: str = "solo", loglevel: str = "INFO", concurrency: int = 1, beat_schedule: str = ""
+) -> list[str]:
+    """The command line of a real `celery worker` named `name` consuming `queues` ("a,b"), one task at a time unless
+    concurrency says otherwise; beat_schedule: run beat in it too (-B, as `make run`'s cpu worker), keeping its
+    schedule in that file."""
+    return (
+        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues]
+        + ["--concurrency", str(concurrency), "--pool", pool, "--loglevel", loglevel, "-n", name]
+        + (["-B", "-s", beat_schedule] if beat_schedule else [])
+    )
 
 
 @contextmanager
-def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "INFO"):
-    """Start a real worker (worker_command) writing to `log`, wait until it answers a ping, yield its process; stop it
-    afterwards (SIGTERM: a warm shutdown, then SIGKILL after 20 s)."""
+def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "INFO", **command):
+    """Start a real worker (worker_command, with `command`'s options) writing to `log`, wait until it answers a ping,
+    yield its process; stop it afterwards (SIGTERM, then SIGKILL after 20 s)."""
     proc = subprocess.Popen(
-        worker_command(name, queues, loglevel=loglevel), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        worker_command(name, queues, loglevel=loglevel, **command),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for_worker(name)

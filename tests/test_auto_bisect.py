@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import itertools
+import json
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -70,6 +75,15 @@ def test_it_runs_nothing_for_an_edit_that_keeps_the_code_and_again_for_new_code(
 def test_it_holds_the_hourly_budget(auto):
     auto.AUTO_BISECT_PER_HOUR = 3
     issues = [make_issue(5100 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author=f"user{i}") for i in range(5)]
+    for i, issue in enumerate(issues):  # each author reported before (an author's first report waits instead)
+        BisectionRun.objects.create(
+            issue=issue,
+            automatic=True,
+            caused_by_login=f"user{i}",
+            repro_code="x",
+            status="done",
+            created_at=timezone.now() - timedelta(days=2),
+        )
     reasons = [o.reason for o in queue(*issues)]
     assert reasons.count("queued") == 3
     assert all("hourly budget" in r for r in reasons if r != "queued")
@@ -111,6 +125,83 @@ def test_it_never_bisects_another_commenters_repro_automatically_and_says_it_is_
     assert outcome.reason == (
         "no repro from the reporter or a maintainer (offered on the issue page, never run automatically: @drive-by's)"
     )
+
+
+def test_it_keeps_an_authors_first_report_in_line_when_the_hourly_budget_is_spent(
+    auto, django_capture_on_commit_callbacks
+):
+    auto.AUTO_BISECT_PER_HOUR = 2
+    issues = [make_issue(5150 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author=f"first{i}") for i in range(3)]
+    again = make_issue(5160, body=body(REPRO.replace("+ 1", "- 1")), author="first0")  # not their first: refused
+    outcomes = [queue(issue)[0] for issue in [*issues, again]]
+    assert [o.reason for o in outcomes[:2]] == ["queued", "queued"]
+    assert outcomes[2].reason.startswith("waiting: @first2's first report") and outcomes[2].run.status == "waiting"
+    assert "hourly budget" in outcomes[3].reason and outcomes[3].run is None
+    waiting = outcomes[2].run
+    assert auto_bisect.release_waiting() == 0  # the budget is still spent
+    BisectionRun.objects.exclude(pk=waiting.pk).update(created_at=timezone.now() - timedelta(minutes=61))
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        assert auto_bisect.release_waiting() == 1
+    waiting.refresh_from_db()
+    assert waiting.status == "queued" and len(sent) == 1
+    assert queue(make_issue(5161, body=body(REPRO.replace("+ 1", "- 2")), author="another"))[0].reason == "queued"
+    assert "hourly budget" in queue(make_issue(5162, body=body(REPRO.replace("+ 1", "- 3")), author="x"))[0].reason
+
+
+FLOOD_SECRET = "flood-test-secret"
+
+
+def _signed(client, payload: dict):
+    """POST one issues event to the webhook receiver as GitHub signs it."""
+    raw = json.dumps(payload).encode()
+    signature = "sha256=" + hmac.new(FLOOD_SECRET.encode(), raw, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": str(uuid.uuid4()), "X-Hub-Signature-256": signature}
+    return client.post("/github/webhook", data=raw, content_type="application/json", headers=headers)
+
+
+def test_it_gives_a_newcomer_arriving_after_a_flood_of_34_webhooks_a_run(
+    auto, client, django_capture_on_commit_callbacks
+):
+    """Issue 35, attack 6: one author's eight issues and six one-character edits of their repros, then twenty
+    throwaway authors, used the whole hourly budget; a newcomer's genuine report then got no run, and nothing ever
+    retried it. Now the newcomer's first report keeps a place, sent when the budget frees."""
+    auto.GITHUB_WEBHOOK_SECRETS = [FLOOD_SECRET]
+    minutes = itertools.count(1)
+
+    def event(number: int, author: str, code: str, action: str = "opened") -> dict:
+        payload = opened_issue_payload(
+            number, repo=auto.GITHUB_REPO, title=f"compile fails ({number})", body=body(code), author=author
+        )
+        payload["action"] = action
+        payload["issue"]["updated_at"] = f"2026-12-01T10:{next(minutes):02d}:00Z"
+        return payload
+
+    flood = [event(6100 + i, "flooder", REPRO.replace("+ 1", f"+ {i}")) for i in range(8)]
+    flood += [event(6100 + i, "flooder", REPRO.replace("+ 1", f"+ {i}9"), "edited") for i in range(6)]
+    flood += [event(6200 + i, f"throwaway{i}", REPRO.replace("+ 1", f"* {i + 2}")) for i in range(20)]
+    newcomer = event(6300, "newcomer", REPRO.replace("torch.sin(x) + 1", "torch.cos(x).exp()"))
+    assert len(flood) == 34
+    with django_capture_on_commit_callbacks(execute=False):  # the receiver's half; the worker's follows, in order
+        assert all(_signed(client, payload).status_code == 202 for payload in [*flood, newcomer])
+    for delivery in WebhookDelivery.objects.order_by("pk"):
+        with django_capture_on_commit_callbacks(execute=False):
+            sync.process_webhook(delivery.pk)
+        delivery.refresh_from_db()
+        assert not delivery.error, delivery.error
+
+    automatic = BisectionRun.objects.filter(automatic=True)
+    assert automatic.filter(status="queued").count() == auto.AUTO_BISECT_PER_HOUR == 20
+    assert automatic.filter(caused_by_login="flooder").count() == auto.AUTO_BISECT_PER_AUTHOR == 5
+    run = automatic.get(issue__number=6300)
+    assert (run.status, run.caused_by) == ("waiting", "@newcomer (webhook)")  # before: no run at all
+
+    # An hour on, the sweep (beat) sends the places in arrival order; the newcomer's is among them.
+    automatic.filter(status="queued").update(created_at=timezone.now() - timedelta(minutes=61))
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        released = auto_bisect.release_waiting()
+    run.refresh_from_db()
+    assert released == 6 and len(sent) == 6 and run.status == "queued"
+    assert not automatic.filter(status="waiting").exists()
 
 
 def test_it_fails_fast_saying_needs_network_for_a_repro_that_downloads(auto, django_capture_on_commit_callbacks):
@@ -203,5 +294,48 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
     finally:
         # The backlog's messages find their rows ended and do nothing: the worker is free for the next test.
         BisectionRun.objects.filter(automatic=True, status="queued").update(status="failed", error="test over")
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge("cpu_auto")
+
+
+SLEEPS = """import time
+import torch
+
+def fn(x):
+    time.sleep(5)
+    return x + {n}
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(celery_worker_process, triager, settings):
+    """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both (`-Q cpu,cpu_auto`).
+    Now the automatic run makes way at its next mode, and goes back to its own queue."""
+    settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 100
+    issue = make_issue(5900, body=f"```python\n{SLEEPS.format(n=1)}```\n", author="reporter")
+    [outcome] = queue(issue)
+    automatic, asked = outcome.run, None
+    try:
+        wait_until(lambda: BisectionRun.objects.filter(pk=automatic.pk, current_mode="aot_eager").exists(), timeout=240)
+        quick = SLEEPS.format(n=2).replace("time.sleep(5)", "pass")
+        asked = bisect_runs.start_bisection(issue=issue, user=triager, code=quick, device="cpu")
+        wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=120)
+        asked.refresh_from_db()
+        waited = (asked.started_at - asked.created_at).total_seconds()
+        # At most the rest of the mode it was in (a 5 s sleep), the 2 s a free worker gets to take the run first,
+        # and the hand-over; the whole automatic run would have been ~40 s more.
+        assert waited < 5 + bisecting.MAKE_WAY_AFTER.total_seconds() + 6, waited
+        automatic.refresh_from_db()
+        # Back in its queue behind the triager's run (or started again once that one was taken).
+        assert automatic.status == "queued" or automatic.started_at > asked.started_at
+    finally:
+        BisectionRun.objects.filter(pk__in=[automatic.pk]).update(status="failed", error="test over")
+        if asked is not None:
+            wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).is_finished, timeout=240)
         with app.connection_for_write() as conn:
             conn.default_channel.queue_purge("cpu_auto")

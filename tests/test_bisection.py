@@ -289,3 +289,33 @@ def test_it_runs_the_repro_agents_test_fn_with_each_backend():
     assert by_mode["eager"]["status"] == "passed" and by_mode["aot_eager"]["status"] == "passed"
     assert by_mode["inductor"]["status"] != "passed"
     assert "test_fn() returned False" in by_mode["inductor"]["message"]
+
+
+# Fast in eager; every compiled mode sleeps just under the timeout, so each one "passes" at its limit.
+STALLS_EACH_COMPILED_MODE = """import time
+import torch
+
+def fn(x):
+    if torch.compiler.is_compiling():
+        time.sleep(5)
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def test_it_bounds_an_automatic_run_to_one_timeout_after_eager_however_each_mode_stalls():
+    """Issue 35, attack 6: such a repro cost one timeout per mode (five in all); with the automatic run's budget the
+    compile modes share one, the mode that reaches it is a timeout marked as the budget's, and no label is read from
+    where it stopped."""
+    limit = 6.0
+    report = bisect(STALLS_EACH_COMPILED_MODE, limits=Limits(timeout_s=limit), budget_s=limit)
+    ran = [r for r in report.results if r["status"] != "skipped"]
+    eager = ran[0]
+    assert eager["mode"] == "eager" and eager["status"] == "passed"
+    stopped = ran[-1]
+    assert stopped["status"] == "timeout" and stopped["budget_s"] == limit and "budget" in stopped["message"]
+    assert statuses(report.results)[len(ran) :] == ["skipped"] * (len(report.results) - len(ran))
+    assert sum(r["wall_s"] for r in ran[1:]) <= limit + 2.0  # one timeout after eager, not one per mode
+    assert report.labels == [] and "budget" in report.summary and "no verdict" in report.summary

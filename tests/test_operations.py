@@ -48,15 +48,25 @@ def _env(**extra) -> dict:
 # --- /health ------------------------------------------------------------------------------------------------
 
 
+HEALTH_TOKEN = "health-token-not-a-secret-7c1e"
+PROBE = {"Authorization": f"Bearer {HEALTH_TOKEN}"}
+
+
+@pytest.fixture
+def health_token(settings):
+    settings.HEALTH_TOKEN = HEALTH_TOKEN
+    return PROBE
+
+
 @pytest.mark.django_db
-def test_it_answers_health_with_every_part_and_no_secret(client, settings, django_assert_max_num_queries):
+def test_it_answers_health_with_every_part_and_no_secret(client, settings, django_assert_max_num_queries, health_token):
     only_this_tests_workers()
     for name, queues in (("github@box", ["github"]), ("cpu@box", ["default", "cpu", "cpu_auto"])):
         WorkerHeartbeat.objects.create(name=name, queues=queues, device="cpu")
     SyncState.objects.create(key="queue:incremental", last_finished_at="2026-12-01T10:00:00Z")
     # SELECT 1, the live workers, the last sync: nothing else, whatever the data.
     with django_assert_max_num_queries(3):
-        response = client.get(reverse("rubric_app:health"))  # no login: the proxy asks
+        response = client.get(reverse("rubric_app:health"), headers=health_token)  # no login: the probe's token
     assert response.status_code == 200, response.content
     report = response.json()
     assert report["status"] == "ok" and report["down"] == []
@@ -67,30 +77,52 @@ def test_it_answers_health_with_every_part_and_no_secret(client, settings, djang
 
 
 @pytest.mark.django_db
-def test_it_answers_503_naming_the_broker_when_it_is_down(client, settings):
+def test_it_tells_anonymous_callers_only_up_or_down(client, settings, health_token, triager):
+    """The attack: an anonymous /health listed the live workers per queue and the last sync."""
+    only_this_tests_workers()
+    WorkerHeartbeat.objects.create(name="github@box", queues=["github"], device="cpu")
+    WorkerHeartbeat.objects.create(name="cpu@box", queues=["default", "cpu"], device="cpu")
+    SyncState.objects.create(key="queue:incremental", last_finished_at="2026-12-01T10:00:00Z")
+    url = reverse("rubric_app:health")
+    anonymous = client.get(url)
+    assert anonymous.status_code == 200 and anonymous.json() == {"status": "ok"}
+    assert client.get(url, headers={"Authorization": "Bearer wrong"}).json() == {"status": "ok"}
+    client.force_login(triager)  # a role is not staff
+    assert client.get(url).json() == {"status": "ok"}
+    triager.is_staff = True
+    triager.save(update_fields=["is_staff"])
+    assert client.get(url).json()["workers"]["github"] == 1
+    settings.HEALTH_QUEUES = ["gpu"]
+    client.logout()
+    down = client.get(url)
+    assert down.status_code == 503 and down.json() == {"status": "down"}
+
+
+@pytest.mark.django_db
+def test_it_answers_503_naming_the_broker_when_it_is_down(client, settings, health_token):
     only_this_tests_workers()
     settings.HEALTH_QUEUES = []
     settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
-    response = client.get(reverse("rubric_app:health"))
+    response = client.get(reverse("rubric_app:health"), headers=health_token)
     assert response.status_code == 503
     assert response.json()["down"] == ["broker"] and response.json()["broker"] == "down"
     assert str(settings.CELERY_BROKER_URL) not in response.content.decode()
 
 
 @pytest.mark.django_db
-def test_it_judges_the_sync_only_with_a_token(client, settings):
+def test_it_judges_the_sync_only_with_a_token(client, settings, health_token):
     only_this_tests_workers()
     settings.HEALTH_QUEUES = []
     assert client.get(reverse("rubric_app:health")).status_code == 200  # the demo and the tests have no token
     settings.GITHUB_TOKEN = "ghp_" + "x" * 36
-    response = client.get(reverse("rubric_app:health"))
+    response = client.get(reverse("rubric_app:health"), headers=health_token)
     assert response.status_code == 503 and response.json()["down"] == ["sync"]
     assert "ghp_" not in response.content.decode()
 
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_503_naming_the_queue_once_its_worker_stops(client, settings):
+def test_it_answers_503_naming_the_queue_once_its_worker_stops(client, settings, health_token):
     # A real worker on the gpu queue (its heartbeat says cuda, what a GPU box's says), stopped as an
     # operator would: its clean shutdown removes its heartbeat, and the check names the queue.
     settings.HEALTH_QUEUES = ["gpu"]
@@ -106,11 +138,12 @@ def test_it_answers_503_naming_the_queue_once_its_worker_stops(client, settings)
     )
     try:
         wait_until(lambda: client.get(reverse("rubric_app:health")).status_code == 200, timeout=90)
-        assert client.get(reverse("rubric_app:health")).json()["workers"]["gpu"] >= 1
+        assert client.get(reverse("rubric_app:health"), headers=health_token).json()["workers"]["gpu"] >= 1
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=60)
         response = wait_until(
-            lambda: (r := client.get(reverse("rubric_app:health"))).status_code == 503 and r, timeout=30
+            lambda: (r := client.get(reverse("rubric_app:health"), headers=health_token)).status_code == 503 and r,
+            timeout=30,
         )
         assert response.json()["down"] == ["workers: gpu"]
     finally:

@@ -274,3 +274,26 @@ def test_it_releases_the_claim_when_github_fails(fake_github):
     with pytest.raises(github.MalformedResponse):
         sync_queue(full=True)
     assert SyncState.objects.get(key=LOCK_KEY).running_since is None
+
+
+def test_it_makes_an_unknown_hand_off_label_a_finding_on_that_issue_not_a_crash_of_the_full_sync(fake_github):
+    """Issue 35: one issue whose hand-off label (oncall: export) is missing from the repository's catalog raised
+    StopIteration in the engine and stopped the whole full sync."""
+    _queue(fake_github, 2, start=3601)
+    fake_github.add_issue(
+        3610,
+        title="torch.export.export fails on an unflattened module",
+        body="ep = torch.export.export(m, args) raises a KeyError in a FakeTensor.",
+        labels=["oncall: pt2"],
+    )
+    _queue(fake_github, 2, start=3620)
+    assert "oncall: export" not in fake_github.labels
+
+    report = sync_queue(full=True)
+
+    assert report.issues_changed == 5
+    assert not Issue.objects.filter(suggestions_updated_at__isnull=True).exists()
+    handoff = Issue.objects.get(number=3610)
+    assert handoff.suggested_route == "handoff"
+    [item] = [c for c in handoff.checklist if c["rule_id"] == "G5"]
+    assert item["state"] == "needs_human" and "not in the repository's label catalog" in item["text"]

@@ -1,11 +1,18 @@
-"""The task wiring, once, through the real broker and a real worker process."""
+"""The task wiring, once, through the real broker and a real worker process; and a worker's stop."""
+
+import os
+import signal
+import socket
+import time
+import uuid
 
 import pytest
+from django.db import connection
 
-from rubric_app.models import Issue, WebhookDelivery
-from rubric_app.tasks import process_webhook_task
-from tests.factories import opened_issue_payload
-from tests.helpers import wait_until
+from rubric_app.models import BisectionRun, Issue, WebhookDelivery
+from rubric_app.tasks import process_webhook_task, run_bisection_task
+from tests.factories import make_issue, opened_issue_payload
+from tests.helpers import running_worker, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -27,3 +34,52 @@ def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_pro
     delivery.refresh_from_db()
     assert delivery.processed_at is not None and not delivery.error
     assert issue.suggestions.exists()
+
+
+SLEEPS_IN_EVERY_MODE = """import time
+import torch
+
+def fn(x):
+    time.sleep(60)
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+@pytest.mark.torch
+def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisection(triager, tmp_path):
+    """Issue 35: the worker that runs beat (`make run`'s cpu worker: prefork, -B) ignored SIGTERM and SIGQUIT for more
+    than 80 s while a bisection ran: Celery's SIGTERM waited for the task, and the task's cleanup waited on the fork
+    server busy with the running mode. Now SIGTERM stops it within seconds and the run goes back to its queue."""
+    queue = f"cpu-sigterm-{uuid.uuid4().hex[:8]}"
+    issue = make_issue(4343)
+    run = BisectionRun.objects.create(
+        issue=issue, requested_by=triager, repro_code=SLEEPS_IN_EVERY_MODE, repro_style="module"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"],
+        "PYTHONUNBUFFERED": "1",
+    }
+    name = f"beat-{os.getpid()}@{socket.gethostname()}"
+    schedule = str(tmp_path / "celerybeat-schedule")
+    with (
+        open(tmp_path / "worker.log", "w") as log,
+        running_worker(name, queue, env=env, log=log, pool="prefork", concurrency=2, beat_schedule=schedule) as worker,
+    ):
+        run_bisection_task.apply_async((run.pk,), queue=queue)
+        wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, current_mode="eager").exists(), timeout=240)
+        time.sleep(2)  # inside the sandbox's 60 s sleep
+
+        worker.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        worker.wait(timeout=30)
+        stopped_in = time.monotonic() - started
+
+    assert stopped_in < 10, f"the worker took {stopped_in:.1f} s to stop"
+    assert "beat: Starting" in (tmp_path / "worker.log").read_text()  # beat ran in it
+    run.refresh_from_db()
+    # Its message went back to the broker: the run waits in the queue for the next worker, not "died mid-run".
+    assert (run.status, run.started_at, run.task_id) == ("queued", None, "")

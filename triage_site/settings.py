@@ -125,6 +125,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "rubric_app.web.middleware.NotFoundPageMiddleware",
+    # A GitHub user's role is re-read from GitHub at least every 10 minutes while signed in (github/identity.py).
+    "rubric_app.web.middleware.CurrentRoleMiddleware",
 ]
 
 if not DEBUG:
@@ -186,10 +188,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Local accounts (the demo's, an operator's break-glass superuser) and, when configured, GitHub.
+# Local accounts (the demo's, an operator's break-glass superuser) sign in with a password; an account linked to
+# GitHub never does (rubric_app/github/auth_backends.py), and a GitHub sign-in's session names the second backend.
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
-    "allauth.account.auth_backends.AuthenticationBackend",
+    "rubric_app.github.auth_backends.LocalAccountBackend",
+    "rubric_app.github.auth_backends.GitHubSignInBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "rubric_app:queue"
@@ -274,7 +277,11 @@ SOCIALACCOUNT_ADAPTER = "rubric_app.github.signin.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "rubric_app.github.signin.AccountAdapter"
 # The user's token is kept encrypted by rubric_app/github/credentials.py, never in allauth's plaintext table.
 SOCIALACCOUNT_STORE_TOKENS = False
+# The account is made from what GitHub vouches for (the login, the name), never through allauth's sign-up form,
+# which would let anyone pick a username and an e-mail, and keep the pending token in the session meanwhile.
 SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_QUERY_EMAIL = False
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_LOGIN_ON_GET = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
@@ -400,6 +407,9 @@ if AUTO_BISECT not in ("off", "cpu", "all"):
     raise ImproperlyConfigured(f"AUTO_BISECT={AUTO_BISECT!r}: choose off, cpu or all")
 AUTO_BISECT_PER_HOUR = int(env_float("AUTO_BISECT_PER_HOUR", 20))
 AUTO_BISECT_PER_AUTHOR = int(env_float("AUTO_BISECT_PER_AUTHOR", 5))
+# An automatic run's compile modes and probes together, after the eager reference: one per-mode timeout by default,
+# so a repro that runs every mode to just under its limit costs one limit, not one per mode (harness.bisect).
+AUTO_BISECT_BUDGET_S = env_float("AUTO_BISECT_BUDGET_S", BISECTION_TIMEOUT_S)
 # Re-checks of open issues' repros on a newer torch build (rubric_app/runs/build_checks.py): a budget of their own, so a
 # new nightly's backlog never takes the arrivals' runs.
 RECHECK_PER_HOUR = int(env_float("RECHECK_PER_HOUR", 10))
@@ -430,6 +440,8 @@ LOGGING = {
 # sync may be (judged only with a GitHub token) before the check answers 503.
 HEALTH_QUEUES = env_list("HEALTH_QUEUES", "github,cpu")
 HEALTH_SYNC_STALE_MINUTES = env_float("HEALTH_SYNC_STALE_MINUTES", 60)
+# Anonymous /health says only up or down; this bearer token (and signed-in staff) also gets the parts.
+HEALTH_TOKEN = os.environ.get("HEALTH_TOKEN", "")
 # The proxy's and the orchestrator's plain-http probe is answered, not redirected to https.
 SECURE_REDIRECT_EXEMPT = [r"^health$"]
 

@@ -17,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from . import builds
 from . import verdict as verdict_rules
@@ -219,6 +220,7 @@ def bisect(
     repeats: int = 0,
     cuda_probe: bool | None = None,
     narrow: bool = True,
+    budget_s: float | None = None,
 ) -> Report:
     """Run code under each mode (child.MODES) until the first failure, probe that failure, decide labels.
 
@@ -227,6 +229,9 @@ def bisect(
     (default: when the machine has a GPU) re-runs a CPU inductor failure on
     cuda for R2.4; narrow runs torch's CompilerBisector on an Inductor error or
     divergence of a module-style repro (the subsystem and pass/op to blame).
+    budget_s (automatic runs): everything after the eager reference, the compile modes and the probes together,
+    gets at most this long; the mode that reaches it ends as a timeout marked "budget_s" and the chain stops there,
+    so a repro built to run each mode to just under its limit costs one limit plus eager, not one per mode.
     Raises ForkServerError only if the fork server itself dies.
     """
     run = _Bisection(
@@ -236,14 +241,23 @@ def bisect(
         limits or Limits(),
         server or shared_server(),
         on_progress or (lambda mode, results: None),
+        budget_s,
     )
+    stopping = False
     try:
         failed = run.chain()
         if failed is not None:
             run.probe(failed, repeats, run.server.cuda if cuda_probe is None else cuda_probe, narrow)
+    except (SystemExit, KeyboardInterrupt):
+        # The worker is stopping (its SIGTERM handler raised): the server is busy with the running mode and would
+        # answer `forget` only once that mode ends (minutes). Closing it kills the mode's sandbox with it.
+        stopping = True
+        run.server.close()
+        raise
     finally:
         try:
-            run.server.forget(run.key)
+            if not stopping:
+                run.server.forget(run.key)
         except ForkServerError:
             pass
     report = run.report
@@ -265,18 +279,33 @@ class _Bisection:
         limits: Limits,
         server: ForkServer,
         progress: Callable[[str, list[dict]], None],
+        budget_s: float | None = None,
     ):
         self.code, self.device, self.style, self.limits, self.server = code, device, style, limits, server
         self.progress, self.key, self.logs = progress, uuid.uuid4().hex, []
         self.report = Report(device=device, style=style)
+        self.budget_s = budget_s
+        self.deadline: float | None = None  # monotonic; set once the eager reference has run
 
     def run(self, mode: str, overrides: dict | None = None, on: str = "", narrow: bool = False) -> dict:
         on = on or self.device
-        reply = self.server.run_mode(self.key, mode, self.code, self.style, on, self.limits, overrides, narrow)
+        limits, capped = self.limits, False
+        if self.deadline is not None:
+            left = max(self.deadline - time.monotonic(), 1.0)
+            if left < limits.timeout_s:
+                limits, capped = replace(limits, timeout_s=round(left, 1)), True
+        reply = self.server.run_mode(self.key, mode, self.code, self.style, on, limits, overrides, narrow)
+        result = reply["result"]
+        if capped and result["status"] == "timeout":
+            result["budget_s"] = self.budget_s
+            result["message"] = (
+                f"the automatic run's budget ({self.budget_s:g} s for everything after eager) ran out here: "
+                f"{result['message']}"
+            )
         self.report.sandbox = self.report.sandbox or reply["sandbox"]
         tag = mode + (f" {overrides}" if overrides else "") + (f" on {on}" if on != self.device else "")
-        self.logs.append(f"===== {tag}: {reply['result']['status']} =====\n{reply['log']}")
-        return reply["result"]
+        self.logs.append(f"===== {tag}: {result['status']} =====\n{reply['log']}")
+        return result
 
     def chain(self) -> dict | None:
         """Run the modes in order until one fails (the rest are recorded as skipped); return that result."""
@@ -297,6 +326,8 @@ class _Bisection:
                 continue
             self.progress(mode, results)
             results.append(self.run(mode))
+            if self.budget_s is not None and self.deadline is None:
+                self.deadline = time.monotonic() + self.budget_s  # the eager reference is not counted
             self.progress(mode, results)
             if results[-1]["status"] != "passed":
                 failed = results[-1]

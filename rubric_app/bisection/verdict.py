@@ -221,6 +221,13 @@ def decide(results: list[dict], device: str, read_failures: bool = True) -> Verd
             summary=f"No failure reproduced on {device}: every mode matched eager. "
             "Try other inputs, another device, or ask for a fuller repro."
         )
+    if bad.get("budget_s"):
+        # An automatic run's own limit, not the compiler's: which mode it stopped in says nothing about a component.
+        return Verdict(
+            first_failure=bad["mode"],
+            summary=f"The automatic run's budget ({bad['budget_s']:g} s after eager) ran out in {bad['mode']}: "
+            "no verdict. A triager can bisect it with the full per-mode limits.",
+        )
     label, rule, prefix = COMPONENT[bad["mode"]]
     owner = read_failure(bad) if read_failures else None
     if owner is not None and owner[0] != label:

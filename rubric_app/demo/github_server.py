@@ -159,14 +159,18 @@ class FakeGitHub:
             self.tokens: dict[str, str] = {}  # access token -> login (per-token identity)
             self.org_members: dict[str, set[str]] = {}  # org -> logins
             self.team_members: dict[tuple[str, str], set[str]] = {}  # (org, team slug) -> logins
+            self.public_members: dict[str, set[str]] = {}  # org -> logins who made their membership public
             self.oauth_apps: dict[str, str] = {}  # client id -> client secret
             self.oauth_codes: dict[str, dict] = {}  # code -> {client_id, login, scope, redirect_uri}
             self.label_events: list[dict] = []  # {"issue", "event", "label", "actor"}, oldest first
 
-    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=()) -> dict:
-        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in."""
+    def add_user(self, login: str, *, name: str = "", org: str | None = None, teams=(), email: str = "") -> dict:
+        """A GitHub user; org: make them a member of it; teams: slugs of its teams they are in; email: the public
+        e-mail on their profile (anyone may type any address there)."""
         with self.lock:
-            user = self.users.setdefault(login, {"login": login, "id": 5_000_000 + len(self.users), "name": name})
+            user = self.users.setdefault(
+                login, {"login": login, "id": 5_000_000 + len(self.users), "name": name, "email": email}
+            )
             if org:
                 self.org_members.setdefault(org, set()).add(login)
                 for slug in teams:
@@ -176,6 +180,25 @@ class FakeGitHub:
     def remove_from_team(self, login: str, org: str, slug: str) -> None:
         with self.lock:
             self.team_members.get((org, slug), set()).discard(login)
+
+    def remove_from_org(self, login: str, org: str) -> None:
+        """An owner removes `login` from the org: GitHub drops their team memberships there too."""
+        with self.lock:
+            self.org_members.get(org, set()).discard(login)
+            self.public_members.get(org, set()).discard(login)
+            for (team_org, _), members in self.team_members.items():
+                if team_org == org:
+                    members.discard(login)
+
+    def sees_private_members(self, requester: str, org: str) -> bool:
+        """Whether GitHub shows `requester` the org's private members: the org's own members, and the site's
+        identities (the dashboard's account and its App are in the org); anyone else is sent to the public list."""
+        with self.lock:
+            return (
+                requester == DASHBOARD_LOGIN
+                or requester.endswith("[bot]")
+                or requester in self.org_members.get(org, set())
+            )
 
     def add_oauth_app(self, client_id: str, client_secret: str) -> None:
         with self.lock:
@@ -203,7 +226,7 @@ class FakeGitHub:
             "node_id": f"U_{login}",
             "type": "User",
             "name": user["name"] or login,
-            "email": None,
+            "email": user.get("email") or None,
             "html_url": f"https://github.com/{login}",
             "avatar_url": "",
         }
@@ -895,7 +918,15 @@ class Handler(BaseHTTPRequestHandler):
                     raise KeyError(path)
                 return 200, {"state": "active", "role": "member", "organization": {"login": org}}, {}
             if match := re.fullmatch(r"/orgs/([\w.-]+)/members/([\w.-]+)", path):
-                if match.group(2) not in fake.org_members.get(match.group(1), set()):
+                org, login = match.groups()
+                if not fake.sees_private_members(self._actor(), org):
+                    # GitHub's answer to a requester outside the org: the public list, whoever is asked about.
+                    return 302, None, {"Location": f"{fake.url}/orgs/{org}/public_members/{login}"}
+                if login not in fake.org_members.get(org, set()):
+                    raise KeyError(path)
+                return 204, None, {}
+            if match := re.fullmatch(r"/orgs/([\w.-]+)/public_members/([\w.-]+)", path):
+                if match.group(2) not in fake.public_members.get(match.group(1), set()):
                     raise KeyError(path)
                 return 204, None, {}
             if match := re.fullmatch(r"/orgs/([\w.-]+)/teams/([\w.-]+)/memberships/([\w.-]+)", path):
@@ -998,7 +1029,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _send(self, record: Recorded, status: int, payload, headers: dict | None = None) -> None:
-        body = b"" if status == 204 else json.dumps(payload).encode()  # 204: no body, as HTTP says
+        body = b"" if status in (204, 302) else json.dumps(payload).encode()  # 204, 302: no body, as GitHub sends them
         self._send_bytes(record, status, body, headers or {})
 
     def _send_bytes(self, record: Recorded, status: int, body: bytes, headers: dict) -> None:

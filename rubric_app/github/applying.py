@@ -17,10 +17,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import credentials, recovery
+from rubric_app.github import credentials, identity, recovery
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision, queue_state
 from rubric_app.triage import suggestions
-from rubric_app.vocabulary import TRIAGE_REVIEW
+from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW
 
 
 def _finish(decision: TriageDecision, status: str, message: str) -> TriageDecision:
@@ -113,6 +113,15 @@ def apply_decision(decision_id: int, *, task_id: str = "", gh: github.Client | N
         return decision
     issue = decision.issue
     stopped = " (its first worker stopped mid-way: the next sync shows what had landed)" if resumed else ""
+    # The triager's role as GitHub says it now (an answer at most identity.WRITE_TRUST old), whoever's token
+    # writes: someone removed from the team or the org since they decided gets nothing written (issue 35).
+    needs = ("rubric_app.apply_labels",) + (
+        ("rubric_app.record_meeting_decision",) if HIGH_PRIORITY in decision.labels_added else ()
+    )
+    lost = identity.write_refusal(decision.user, needs=needs)
+    if lost:
+        _audit(decision, github.WriteResult("role_check", str(decision.user or ""), None, False, lost))
+        return _finish(decision, TriageDecision.Status.FAILED, f"Not written to GitHub: {lost}{stopped}")
     try:
         # As the triager (their own token) or as the site; never another identity when theirs is refused.
         gh = gh or credentials.write_client_for(decision.user)

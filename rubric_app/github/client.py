@@ -593,12 +593,16 @@ def user_client(token: str) -> Client:
 def is_org_member(*, token: str, org: str, login: str) -> bool:
     """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
 
-    GitHub redirects (302) a token that cannot see the org's private members to the public
-    list; PyGithub follows it and the answer is then 204 or 404 for public membership.
+    GitHub answers 302 when the token's own user is not a member of the org (someone removed from it
+    asking with their own token): the redirect names the public list, GET /orgs/{org}/public_members/
+    {username}, asked here directly (PyGithub does not follow a 302, and a Location is not trusted to
+    stay on GitHub): 204 is a public member, 404 is not a member. A 302 is an answer, never "unavailable".
     Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
     """
     cli = user_client(token)
     answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
+    if answer.status in (301, 302, 307):
+        answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/public_members/{quote(login)}")
     if answer.status == 204:
         return True
     if answer.status == 404:

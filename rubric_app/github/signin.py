@@ -2,8 +2,10 @@
 
 A GitHub user gets in only as a member of settings.TRIAGE_ORG; their role comes from the teams in
 settings.TRIAGE_TEAMS (the highest one they are an active member of), else viewer. Everyone else
-is refused before allauth creates a user. Roles are re-read at each sign-in and by
-`refresh_github_roles` (beat, daily), so leaving a team costs the role within a day.
+is refused before allauth creates a user. Roles are re-read at each sign-in, by `refresh_github_roles`
+(beat, daily), at least every 10 minutes of a session and before every write (identity.py). A GitHub user
+never signs in with a password (auth_backends.py) and never sees allauth's sign-up form: the account is
+made from GitHub's data.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialAccount, SocialLogin
 from allauth.socialaccount.providers.github.views import GitHubOAuth2Adapter
 from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView, OAuth2LoginView
+from allauth.socialaccount.views import login_cancelled  # noqa: F401 - mounted in triage_site/urls.py
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest
 from django.shortcuts import render
+from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import credentials
+from rubric_app.models import GitHubCredential
 from rubric_app.roles import ROLES, ensure_roles
 
 log = logging.getLogger(__name__)
@@ -77,12 +82,17 @@ def _save_token(user: User, sociallogin: SocialLogin) -> None:
         scopes=",".join(settings.SOCIALACCOUNT_PROVIDERS["github"]["SCOPE"]),
         login=str(sociallogin.account.extra_data.get("login", "")),
     )
+    # pre_social_login has just read the role from GitHub: the answer a write may rely on (identity.py).
+    GitHubCredential.objects.filter(user=user).update(roles_checked_at=timezone.now(), roles_check_error="")
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):
     def pre_social_login(self, request: HttpRequest, sociallogin: SocialLogin) -> None:
         """Refuse anyone outside the org (no user row is made); re-read an existing user's role."""
         login = str(sociallogin.account.extra_data.get("login", ""))
+        # No e-mail from GitHub reaches allauth: one matching a local account's would send the user to allauth's
+        # sign-up form (a username and an unverified e-mail of their choosing, the token pending in the session).
+        sociallogin.email_addresses = []
         try:
             role = github_role(token=sociallogin.token.token, login=login)
         except github.GitHubError as exc:
@@ -114,6 +124,20 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest, sociallogin: SocialLogin) -> bool:
         # Only reached after pre_social_login let the user in.
         return "role" in sociallogin.state
+
+    def is_auto_signup_allowed(self, request: HttpRequest, sociallogin: SocialLogin) -> bool:
+        # Always: the account is made from GitHub's data, never through the sign-up form (not mounted).
+        return True
+
+    def populate_user(self, request: HttpRequest, sociallogin: SocialLogin, data: dict) -> User:
+        """The new account from what GitHub vouches for: its login as the username (allauth makes it unique when a
+        local account has it) and the name; no e-mail (GitHub's public one is unverified, and nothing is mailed)."""
+        sociallogin.email_addresses = []
+        user = super().populate_user(request, sociallogin, {**data, "email": None})
+        login = str(data.get("username") or "")
+        if login and User.objects.filter(username__iexact=login).exists():
+            user.username = f"{login}@github"  # a local account holds the login: this one says where it is from
+        return user
 
     def save_user(self, request: HttpRequest, sociallogin: SocialLogin, form=None) -> User:
         user = super().save_user(request, sociallogin, form)
@@ -191,6 +215,7 @@ def refresh_github_roles() -> dict[str, int]:
             continue
         before = set(user.groups.values_list("name", flat=True)) & set(ROLES)
         set_role(user, role)
+        GitHubCredential.objects.filter(user=user).update(roles_checked_at=timezone.now(), roles_check_error="")
         counts["checked"] += 1
         counts["changed"] += before != ({role} if role else set())
     return counts

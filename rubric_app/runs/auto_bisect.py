@@ -4,7 +4,11 @@ compiler does with the repro (R2), and a triager opening an issue should find a 
 It is untrusted code run at an outsider's request, so every run is bounded here, before anything is queued:
 - AUTO_BISECT: off, cpu (repros that do not name CUDA), or all (CUDA repros too, when a GPU worker is live);
 - one run per repro per issue: the code's hash, so an edit that keeps the code runs nothing;
-- AUTO_BISECT_PER_HOUR runs in all and AUTO_BISECT_PER_AUTHOR a day for whoever posted the repro;
+- AUTO_BISECT_PER_HOUR runs in all and AUTO_BISECT_PER_AUTHOR a day for whoever posted the repro; but an author's
+  first report is never turned away by a flood of others' (issue 35): over the hourly budget it gets a place
+  (status waiting) that the sweep sends, oldest first, as soon as the budget frees (release_waiting);
+- a bounded cost: its compile modes together get one per-mode timeout after the eager run (AUTO_BISECT_BUDGET_S,
+  harness.bisect's budget_s), and it makes way for a run a person asks for at its next mode (bisecting.py);
 - no run for a repro that downloads models or data: the sandbox has no network, so it is recorded at once as
   failed with "needs network" instead of spending a run to learn it;
 - its own low-priority queues (cpu_auto, gpu_auto): a worker takes a human's run (cpu, gpu) first.
@@ -88,7 +92,10 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
         if BisectionRun.objects.filter(issue=issue, repro_hash=code_hash).exists():
             return Outcome(None, "this repro was already bisected")
         refusal = _over_budget(poster)
-        if refusal:
+        # An author's first report waits for the hourly budget instead of being dropped (the per-author one cannot
+        # refuse it): a flood of throwaway reports can delay a newcomer's run, never take it away.
+        waits = bool(refusal) and bool(poster) and not _has_reported(poster)
+        if refusal and not waits:
             return Outcome(None, refusal)
         # The newest build a live worker hosts (a nightly, when there is one): a verdict on a build older than the
         # report says little, and one on the reporter's build or newer is the evidence R2 means.
@@ -104,6 +111,7 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
             caused_by=f"@{poster} ({cause})" if poster else cause,
             caused_by_login=poster,
             repro_author=poster,
+            status=BisectionRun.Status.WAITING if waits else BisectionRun.Status.QUEUED,
         )
         fetches = NEEDS_NETWORK.search(repro.code)
         if fetches:
@@ -115,6 +123,8 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
             )
             run.save(update_fields=["status", "started_at", "finished_at", "error"])
             return Outcome(run, "needs network")
+        if waits:
+            return Outcome(run, f"waiting: @{poster}'s first report, sent when the hourly budget frees ({refusal})")
         # By name: the task module imports the sync, which calls this module.
         queue = AUTO_QUEUES[device]
         transaction.on_commit(lambda: current_app.send_task(TASK, args=(run.pk,), queue=queue))
@@ -126,7 +136,9 @@ def _over_budget(poster: str) -> str:
     budget of their own (build_checks.py) and do not count here."""
     now = timezone.now()
     automatic = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True)
-    if automatic.filter(created_at__gte=now - timedelta(hours=1)).count() >= settings.AUTO_BISECT_PER_HOUR:
+    # A waiting place spends the hourly budget only once it is sent (release_waiting dates it then).
+    sent = automatic.exclude(status=BisectionRun.Status.WAITING)
+    if sent.filter(created_at__gte=now - timedelta(hours=1)).count() >= settings.AUTO_BISECT_PER_HOUR:
         return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
     if poster:
         today = automatic.filter(caused_by_login=poster, created_at__gte=now - timedelta(days=1)).count()
@@ -136,3 +148,38 @@ def _over_budget(poster: str) -> str:
                 "AUTO_BISECT_PER_AUTHOR)"
             )
     return ""
+
+
+def _has_reported(poster: str) -> bool:
+    """Whether an automatic run was ever recorded for `poster`'s repro (any status, waiting included): their
+    first report is the one without."""
+    return BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True, caused_by_login=poster).exists()
+
+
+def release_waiting(now=None) -> int:
+    """Send the waiting automatic runs (authors' first reports), oldest first, as far as the hourly budget allows now;
+    returns how many. Each is dated when sent, so it spends the budget of this hour. The sweep calls it (beat, every
+    5 minutes), so a place is honoured within minutes of the budget freeing."""
+    now = now or timezone.now()
+    sent = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True).exclude(
+        status=BisectionRun.Status.WAITING
+    )
+    room = settings.AUTO_BISECT_PER_HOUR - sent.filter(created_at__gte=now - timedelta(hours=1)).count()
+    if room <= 0 or settings.AUTO_BISECT == "off":
+        return 0
+    with transaction.atomic():
+        waiting = (
+            BisectionRun.objects.select_for_update(skip_locked=True)
+            .filter(status=BisectionRun.Status.WAITING)
+            .order_by("created_at", "pk")[:room]
+        )
+        runs = list(waiting)
+        for run in runs:
+            # Conditional: a second sweep at the same moment finds it no longer waiting.
+            BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.WAITING).update(
+                status=BisectionRun.Status.QUEUED, created_at=now
+            )
+            transaction.on_commit(
+                lambda pk=run.pk, queue=run.queue_name: current_app.send_task(TASK, args=(pk,), queue=queue)
+            )
+    return len(runs)

@@ -11,6 +11,7 @@ import json
 import logging
 from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -25,6 +26,7 @@ from rubric_app.triage import suggestions
 log = logging.getLogger(__name__)
 
 QUEUES = BisectionRun.QUEUES
+TASK = "rubric_app.tasks.run_bisection_task"
 # What a worker declaring BISECTION_DEVICE can run: a GPU box has a CPU too.
 SERVES = {"cpu": {"cpu"}, "cuda": {"cuda", "both"}}
 
@@ -89,7 +91,24 @@ def fail_unclaimed_runs(live: dict[str, list[str]], now=None) -> int:
 AUTO_WAIT = timedelta(days=1)
 
 
-def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
+class MakeWay(Exception):
+    """An automatic run stops at a mode's boundary for a run a person asked for (see run_bisection)."""
+
+
+# A person's run queued this long with no taker means every worker of its queue is busy (an idle one takes it at once).
+MAKE_WAY_AFTER = timedelta(seconds=2)
+
+
+def person_waiting(queue: str, now=None) -> bool:
+    """Whether a run a person asked for has waited MAKE_WAY_AFTER on `queue` (cpu, gpu) with no worker taking it."""
+    now = now or timezone.now()
+    devices = [device for device, name in QUEUES.items() if name == queue]
+    return BisectionRun.objects.filter(
+        status=BisectionRun.Status.QUEUED, automatic=False, device__in=devices, created_at__lte=now - MAKE_WAY_AFTER
+    ).exists()
+
+
+def run_bisection(run_id: int, *, task_id: str = "", consumed: frozenset[str] = frozenset()) -> BisectionRun:
     """Run a queued BisectionRun in the sandbox, writing progress to its row; return the run.
 
     The queued -> running claim is a conditional UPDATE that records the claiming task's id:
@@ -98,6 +117,10 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
     worker which took it died (acks_late + reject_on_worker_lost): that run is marked failed
     rather than left running forever. The task id is compared, not a broker's redelivered flag:
     kombu's filesystem transport does not put that flag where Celery reads it.
+
+    consumed: the queues this worker reads. An automatic run on a worker that also reads the person's queue of its
+    device makes way for a person's run waiting there: at its next mode boundary it goes back to its own queue (a new
+    message) and the worker takes the person's run, so a triager waits at most one mode, not a whole run (issue 35).
     """
     worker = f"{recovery.this_process()} ({settings.BISECTION_DEVICE})"
     claimed = BisectionRun.objects.filter(pk=run_id, status=BisectionRun.Status.QUEUED).update(
@@ -131,7 +154,11 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
         )
     run.build = build
 
+    makes_way = run.automatic and QUEUES[run.device] in consumed
+
     def progress(mode: str, results: list[dict]) -> None:
+        if makes_way and person_waiting(QUEUES[run.device]):
+            raise MakeWay
         run.current_mode, run.results = mode, capped_results(results)
         run.save(update_fields=["current_mode", "results"])
 
@@ -145,6 +172,9 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
             limits=limits(),
             on_progress=progress,
             server=server_for(hosted[build]),
+            # Untrusted code nobody asked for: its compile modes share one budget (auto_bisect.py, issue 35). A re-check
+            # on a newer build re-runs a repro that already reproduced, with the limits its first run had.
+            budget_s=settings.AUTO_BISECT_BUDGET_S if run.automatic and not run.recheck_of_id else None,
         )
     except bisection.SandboxRefused as exc:
         # No isolation, no run: say why, and what isolation there was, on the run's page.
@@ -152,6 +182,25 @@ def run_bisection(run_id: int, *, task_id: str = "") -> BisectionRun:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
     except bisection.ForkServerError as exc:
         return _finish(run, BisectionRun.Status.FAILED, error=str(exc))
+    except MakeWay:
+        with transaction.atomic():
+            BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, task_id=task_id).update(
+                status=BisectionRun.Status.QUEUED, started_at=None, worker="", task_id="", current_mode="", results=[]
+            )
+            queue = run.queue_name
+            # By name, as auto_bisect.py sends it (the task module imports this one).
+            transaction.on_commit(lambda: current_app.send_task(TASK, args=(run.pk,), queue=queue))
+        log.info("automatic run %s made way for a person's run on %s", run.pk, QUEUES[run.device])
+        run.refresh_from_db()
+        return run
+    except (SystemExit, KeyboardInterrupt):
+        # The worker is stopping (SIGTERM: a cold shutdown, triage_site/celery.py) and gives the message back to the
+        # broker: the run goes back in the queue, so the message delivered again starts it afresh instead of
+        # reading "running" with its own task id as a worker that died mid-run.
+        BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, task_id=task_id).update(
+            status=BisectionRun.Status.QUEUED, started_at=None, worker="", task_id="", current_mode="", results=[]
+        )
+        raise
     run.results = capped_results(report.results)
     # Which device and ISA ran it: a report naming hardware the run lacked is not fixed by its pass (build_checks).
     run.hardware = {"device": "cuda" if device == "cuda" else "cpu", **hardware.this_machine()}

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import credentials, skill_files
+from rubric_app.github import credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
 from rubric_app.rubric.flow import change_breaks_g4
@@ -314,11 +314,15 @@ def request_decision(
     ]
     off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
     unsigned = credentials.why_not_as(user)  # written as the triager, who has no usable GitHub token
+    # A GitHub user's role as GitHub says it now (at most identity.WRITE_TRUST old), or why it cannot be told.
+    lost = "" if off or unsigned else identity.write_refusal(user)
     why = (
         f"Apply is disabled: {off}"
         if off
         else f"Not sent to GitHub: {unsigned}."
         if unsigned
+        else f"Not sent to GitHub: {lost}"
+        if lost
         else refusal(
             issue=issue, user=user, plan=plan, meeting_decision=meeting_decision, catalog=catalog, original=original
         )
@@ -387,8 +391,10 @@ def confirm_bot(*, issue: Issue, user, labels_seen) -> TriageDecision:
     Takes the issue out of the "bot-triaged, not reviewed" lane (IssueQuerySet.bot_unreviewed); refused (and kept
     for the audit log) where a triage decision could not be made, or the issue does not carry `bot-triaged`.
     """
-    why = ""
-    if user is None or not user.has_perm("rubric_app.apply_labels"):
+    why = identity.write_refusal(user)  # a GitHub user's role as GitHub says it now
+    if why:
+        why = f"Not recorded: {why}"
+    elif user is None or not user.has_perm("rubric_app.apply_labels"):
         why = "You may not review the bot's labels (the triager role is needed)."
     elif not issue.in_queue or issue.state != Issue.State.OPEN:
         why = f"#{issue.number} is no longer in the oncall: pt2 queue (closed or relabelled); sync and look again."

@@ -3,11 +3,14 @@
 The database (one query), the broker (a connection, two seconds at most), a live worker on each queue in
 HEALTH_QUEUES (the heartbeat table: no broker round trip), and, where a GitHub token is configured, a sync that
 finished within HEALTH_SYNC_STALE_MINUTES. Cheap (three queries) and free of secrets: it names parts, counts
-workers and gives times, never a URL, a token or an error's text that might hold one.
+workers and gives times, never a URL, a token or an error's text that might hold one. Anonymous callers get only
+up or down (how many workers serve which queue, and when the last sync ran, tell an outsider when to strike):
+the parts are for signed-in staff and for a probe that sends `Authorization: Bearer <HEALTH_TOKEN>`.
 """
 
 from __future__ import annotations
 
+import hmac
 from datetime import timedelta
 
 from django.conf import settings
@@ -61,3 +64,12 @@ def broker_reachable() -> bool:
         return True
     except Exception:  # noqa: BLE001 - any failure to connect is "down"; its text may hold the broker's URL
         return False
+
+
+def may_see_details(request) -> bool:
+    """Whether the caller gets the report's parts (else only its status): signed-in staff, the HEALTH_TOKEN bearer."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if settings.HEALTH_TOKEN and scheme.lower() == "bearer":
+        return hmac.compare_digest(token.strip().encode(), settings.HEALTH_TOKEN.encode())
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_authenticated and user.is_staff)

@@ -81,7 +81,9 @@ def rubric_health_csv(request: HttpRequest) -> HttpResponse:
 @require_GET
 @never_cache
 def health(request: HttpRequest) -> JsonResponse:
-    """The proxy's and the orchestrator's probe: 200 when every part is up, 503 naming what is down. No login:
-    it tells nothing but which parts are up (rubric_app/web/health.py)."""
+    """The proxy's and the orchestrator's probe: 200 when every part is up, 503 when one is down. No login: anonymous
+    callers get only {"status"}; staff and the HEALTH_TOKEN bearer get which parts are up (rubric_app/web/health.py)."""
     up, report = health_check.check()
+    if not health_check.may_see_details(request):
+        report = {"status": report["status"]}
     return JsonResponse(report, status=200 if up else 503)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0019_skill_files'),
+        ('rubric_app', '0020_identity_checks_waiting_runs'),
     ]
 
     operations = [

@@ -1,0 +1,150 @@
+"""Benchmark: what an automatic bisection costs and how long a triager waits behind one (issue 35), the old way and
+the new way measured in the same run.
+
+1. cost: a repro built to run every mode to just under the per-mode timeout (it sleeps), bisected the way a person's
+   run is (every mode gets the whole timeout) and the way an automatic run is now (everything after the eager
+   reference shares one timeout, AUTO_BISECT_BUDGET_S); in per-mode timeouts.
+2. wait: an automatic run of a slow repro is running on a worker that also serves people's runs (`-Q cpu,cpu_auto`,
+   the real setup's cpu worker); a triager asks for a run while it is in its second mode. Timed from the triager's
+   click until the worker is free to take it: the old way (the automatic run finishes first) and now (it makes way
+   at its next mode). run_bisection is called as the worker's task calls it, on a scratch SQLite database.
+
+    .venv/bin/python bench/bench_auto_fairness.py [--timeout 8] [--sleep 3]
+
+Targets: cost at most about one timeout plus the eager run; the triager's wait within one per-mode timeout. Needs
+root (the sandbox).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SLEEPER = """import time
+import torch
+
+def fn(x):
+    time.sleep({seconds})
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+# The attack's shape: fast in eager, and each compiled mode sleeps just under the timeout (every mode "passes").
+STALLER = """import time
+import torch
+
+def fn(x):
+    if torch.compiler.is_compiling():
+        time.sleep({seconds})
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def cost(timeout: float, seconds: float) -> dict[str, float]:
+    """Wall seconds of one bisection of STALLER, without and with the automatic budget, on one warm fork server."""
+    from rubric_app.bisection import ForkServer, Limits, bisect
+
+    server = ForkServer()
+    server.start()
+    try:
+        bisect(SLEEPER.format(seconds=0), server=server, limits=Limits(timeout_s=60))  # warm: imports, caches
+        out = {}
+        for name, budget in (("every mode its timeout (before)", None), ("one budget after eager (now)", timeout)):
+            started = time.perf_counter()
+            report = bisect(
+                STALLER.format(seconds=seconds), server=server, limits=Limits(timeout_s=timeout), budget_s=budget
+            )
+            out[name] = time.perf_counter() - started
+            modes = ", ".join(f"{r['mode']} {r['status']} {r['wall_s']:.1f}s" for r in report.results)
+            print(f"    {name}: {modes}")
+        return out
+    finally:
+        server.close()
+
+
+def wait(tmp: Path, seconds: float) -> dict[str, float]:
+    """Seconds from a triager's click (a person's run queued) until the worker running an automatic run is free."""
+    os.environ.update(
+        DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",
+        TRIAGE_VAR_DIR=str(tmp),
+        CELERY_BROKER_URL="memory://",
+        DJANGO_SETTINGS_MODULE="triage_site.settings",
+        LOG_LEVEL="WARNING",
+    )
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+
+    from rubric_app.models import BisectionRun, Issue
+    from rubric_app.runs import bisecting
+
+    call_command("migrate", verbosity=0)
+    issue = Issue.objects.create(number=1, title="slow", body="", author="a")
+    out = {}
+    budget = settings.AUTO_BISECT_BUDGET_S
+    for name, consumed in (("the automatic run finishes (before)", frozenset()), ("it makes way (now)", None)):
+        # Before: no budget and no making way (the old code); now: both.
+        settings.AUTO_BISECT_BUDGET_S = budget if consumed is None else 1e9
+        consumed = frozenset({"cpu", "cpu_auto"}) if consumed is None else consumed
+        automatic = BisectionRun.objects.create(
+            issue=issue, automatic=True, repro_code=SLEEPER.format(seconds=seconds), repro_style="module"
+        )
+        done = threading.Event()
+
+        def worker(pk=automatic.pk, consumed=consumed, done=done):
+            try:
+                bisecting.run_bisection(pk, task_id=f"bench-{pk}", consumed=consumed)
+            finally:
+                connection.close()
+                done.set()
+
+        threading.Thread(target=worker, daemon=True).start()
+        while not BisectionRun.objects.filter(pk=automatic.pk, current_mode="dynamo_eager").exists():
+            time.sleep(0.05)
+        clicked = time.perf_counter()
+        person = BisectionRun.objects.create(issue=issue, repro_code=SLEEPER.format(seconds=0), repro_style="module")
+        done.wait()
+        out[name] = time.perf_counter() - clicked
+        automatic.refresh_from_db()
+        print(f"    {name}: the automatic run ended {automatic.status} ({len(automatic.results)} modes recorded)")
+        BisectionRun.objects.filter(pk=person.pk).update(status="done")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeout", type=float, default=8.0, help="the per-mode timeout (BISECTION_TIMEOUT_S)")
+    parser.add_argument("--sleep", type=float, default=3.0, help="what the slow repro sleeps per call (wait)")
+    parser.add_argument("--stall", type=float, default=0.0, help="what each compiled mode sleeps (cost): 0.9 timeout")
+    args = parser.parse_args()
+    stall = args.stall or 0.9 * args.timeout
+    os.environ["BISECTION_TIMEOUT_S"] = os.environ["AUTO_BISECT_BUDGET_S"] = str(args.timeout)
+    print(f"automatic runs, per-mode timeout {args.timeout:g} s")
+    with tempfile.TemporaryDirectory(prefix="bench-fair-") as tmp:
+        print(f"  wait of a triager's run behind an automatic one (a repro sleeping {args.sleep:g} s a call):")
+        waited = wait(Path(tmp), args.sleep)
+    print(f"  cost of one automatic run of a repro whose compiled modes each sleep {stall:g} s:")
+    costs = cost(args.timeout, stall)
+    for name, seconds in costs.items():
+        print(f"  cost  {seconds:6.1f} s = {seconds / args.timeout:4.2f} timeouts  ({name})")
+    for name, seconds in waited.items():
+        print(f"  wait  {seconds:6.1f} s = {seconds / args.timeout:4.2f} timeouts  ({name})")
+
+
+if __name__ == "__main__":
+    main()
