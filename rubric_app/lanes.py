@@ -38,6 +38,10 @@ def _decisions() -> models.QuerySet:
     return apps.get_model("rubric_app", "TriageDecision").objects.all()
 
 
+def _issue_labels() -> models.QuerySet:
+    return apps.get_model("rubric_app", "Issue").labels.through.objects.all()
+
+
 def _covering() -> frozenset:
     return apps.get_model("rubric_app", "TriageDecision").COVERING
 
@@ -66,7 +70,8 @@ class Lane:
         if self.finding:
             qs = qs.filter(build_finding=self.finding)
         for name in self.labels:
-            qs = qs.filter(labels__name=name)
+            # EXISTS, not a join: a join lets SQLite start from the label's rows, every history issue's among them.
+            qs = qs.filter(Exists(_issue_labels().filter(issue=OuterRef("pk"), label__name=name)))
         if self.without:
             qs = qs.exclude(labels__name__in=self.without)
         if self.undecided:

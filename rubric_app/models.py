@@ -206,6 +206,8 @@ class Issue(models.Model):
     # (nothing to compare, fails or passes on both), and the comparison itself for the page.
     build_finding = models.CharField(max_length=20, blank=True, db_index=True)
     build_comparison = models.JSONField(default=dict, blank=True)
+    # GitHub's state_reason once closed (completed, not_planned, duplicate): "closed as completed on ..." (similar.py).
+    state_reason = models.CharField(max_length=20, blank=True)
 
     objects = IssueQuerySet.as_manager()
 
@@ -214,6 +216,9 @@ class Issue(models.Model):
         indexes = [
             models.Index(fields=["in_queue", "state", "-updated_at"], name="issue_queue_idx"),
             models.Index(fields=["author"], name="issue_author_idx"),
+            # The queue's rows alone: with the history beside them, the planner (SQLite's above all) knows the
+            # queue is a few of the issues and starts there, not from the labels' or the signatures' index.
+            models.Index(fields=["-updated_at"], condition=Q(in_queue=True, state="open"), name="issue_open_queue_idx"),
         ]
 
     def __str__(self) -> str:
@@ -312,6 +317,16 @@ class Issue(models.Model):
             return []
         names = set(self.label_names())
         return [lane.code for lane in LANES if lane.lists(names, self.build_finding)]
+
+    @property
+    def closed_how(self) -> str:
+        """How and when it was closed ("closed as completed on 2026-03-02", from GitHub's state_reason and
+        closed_at); "open" while it is."""
+        if self.state != self.State.CLOSED:
+            return "open"
+        how = {"completed": " as completed", "not_planned": " as not planned", "duplicate": " as a duplicate"}
+        when = f" on {self.closed_at:%Y-%m-%d}" if self.closed_at else ""
+        return f"closed{how.get(self.state_reason, '')}{when}"
 
 
 class IssueTerm(models.Model):
@@ -867,6 +882,8 @@ class SyncState(models.Model):
     # Set while a sync holds the row's claim, so two syncs (beat, a webhook-triggered or a manual
     # one) never run at once; a claim older than the lease is a dead worker's and is taken over.
     running_since = models.DateTimeField(null=True, blank=True)
+    # "host:pid" of the process holding the claim (github/history.py): a killed backfill's claim is taken over at once.
+    holder = models.CharField(max_length=200, blank=True)
 
     def __str__(self) -> str:
         return self.key
@@ -987,3 +1004,59 @@ class SkillFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.sha[:10] or '-'}"
+
+
+class TrainedModelQuerySet(models.QuerySet):
+    def in_use_pk(self) -> int | None:
+        """The id of the model in use (the latest promoted), or None (the shipped file): one query on an index, what
+        every process reads to notice a new promotion (model_store.in_use)."""
+        return self.in_use_order().values_list("pk", flat=True).first()
+
+    def in_use_order(self) -> TrainedModelQuerySet:
+        return self.filter(status=TrainedModel.Status.PROMOTED).order_by("-promoted_at", "-pk")
+
+    def for_page(self) -> TrainedModelQuerySet:
+        """Newest first, without the weights and the numbers learned from (the page shows neither)."""
+        return self.defer("data", "learned_numbers").order_by("-created_at", "-pk")
+
+
+class TrainedModel(models.Model):
+    """A learned labeler trained from the history (triage/model_store.py): its weights, what it learned from, its
+    figures and the model in use's on the same held-out issues, and what the promotion gate decided
+    (rubric/promotion.py).
+
+    The model in use is the promoted row with the latest promoted_at, in every web and worker process; with none,
+    the file shipped in rubric_app/data/. Rows are kept: a refused candidate says why, an earlier model what it did.
+    """
+
+    class Status(models.TextChoices):
+        PROMOTED = "promoted"
+        REFUSED = "refused"
+
+    created_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=40, default="history", help_text="what it was trained from")
+    trained_on = models.PositiveIntegerField(default=0, help_text="issues of history it learned from")
+    decisions = models.PositiveIntegerField(default=0, help_text="triagers' decisions it learned from")
+    trained_until = models.PositiveIntegerField(null=True, blank=True, help_text="the newest issue it learned from")
+    held_out = models.PositiveIntegerField(default=0, help_text="the newest triaged issues kept out, to judge it by")
+    compared = models.PositiveIntegerField(default=0, help_text="held-out issues the model in use never learned from")
+    compared_with = models.CharField(max_length=100, blank=True, help_text="the model in use it was judged against")
+    # {"candidate": {figure: value}, "in_use": {...}, "baseline": [label, component F1]} (promotion.Verdict).
+    figures = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices)
+    reason = models.TextField(blank=True)
+    forced = models.BooleanField(default=False, help_text="promoted by --force against the gate's answer")
+    trained_by = models.CharField(max_length=200, blank=True, help_text="who or what trained it")
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    data = models.TextField(help_text="the model's JSON (LabelModel.to_json)")
+    # The issue numbers it learned from (its records and its decisions): the gate never scores it on those.
+    learned_numbers = models.JSONField(default=list, blank=True)
+
+    objects = TrainedModelQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["status", "-promoted_at"], name="trainedmodel_in_use_idx")]
+
+    def __str__(self) -> str:
+        return f"model {self.pk} ({self.status})"

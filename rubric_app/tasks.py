@@ -8,11 +8,13 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from rubric_app.github import applying, events, signin, sync
+from rubric_app.github import applying, events, history, signin, sync
 from rubric_app.runs import auto_bisect, bisecting, build_checks
+from rubric_app.triage import model_store
 
 from .models import BisectionRun, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
@@ -30,6 +32,24 @@ def sync_queue_task(full: bool = False) -> None:
     high-water mark make the next run continue where this one stopped.
     """
     sync.sync_queue(full=full)
+
+
+@shared_task
+def sync_history_task() -> None:
+    """Backfill the repository's history for at most HISTORY_BUDGET_MINUTES (its cursor saved), or, once it is done,
+    fetch what changed since the last run (beat, every HISTORY_INTERVAL_MINUTES); a run holding the claim makes this
+    one a no-op."""
+    history.sync_history(budget_s=settings.HISTORY_BUDGET_MINUTES * 60)
+
+
+@shared_task
+def train_label_model_task() -> None:
+    """Train a labeler on the history and promote it when the gate finds it at least as good as the one in use
+    (beat, weekly): what train_label_model --from-db does, recorded on /rubric/models either way."""
+    try:
+        model_store.train_from_history(trained_by="the weekly task", out=log.info)
+    except model_store.TooLittleHistory as exc:
+        log.info("no labeler trained this week: %s", exc)
 
 
 # Safe to retry: the delivery is claimed and marked processed in the same transaction.

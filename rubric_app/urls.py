@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from rubric_app.github import webhooks
-from rubric_app.web.views import groups, issue, lists, meeting, queue
+from rubric_app.web.views import groups, history, issue, lists, meeting, models, queue
 
 app_name = "rubric_app"
 
@@ -27,6 +27,8 @@ urlpatterns = [
     path("audit", lists.audit, name="audit"),
     path("metrics", lists.metrics_page, name="metrics"),
     path("rubric", lists.rubric_health, name="rubric_health"),
+    path("rubric/models", models.models_page, name="models"),
+    path("history", history.history_page, name="history"),
     path("roster", meeting.roster_add, name="roster_add"),
     path("roster/<int:pk>/remove", meeting.roster_remove, name="roster_remove"),
     path("roster/share", meeting.share_out, name="share_out"),

@@ -8,14 +8,14 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from rubric_app.management.commands.train_label_model import decision_examples
-from rubric_app.models import Issue, TriageDecision
+from rubric_app.models import Issue, TrainedModel, TriageDecision
 from rubric_app.rubric import CommentText, IssueText, evaluate
 from rubric_app.rubric.engine import read
 from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
 from rubric_app.rubric.offline.evaluation import training_examples
 from rubric_app.rubric.offline.fitting import cross_validate
 from rubric_app.rubric.text import Source
+from rubric_app.triage.model_store import decision_examples
 from rubric_app.vocabulary import is_module
 from tests.factories import make_issue
 
@@ -196,9 +196,11 @@ def test_it_trains_from_the_synced_triaged_issues(tmp_path):
         make_issue(number=r["number"], title=r["title"], body=r["body"], labels=r["labels"])
     make_issue(number=999, title="walrus untriaged", labels=("oncall: pt2",))
     out = StringIO()
-    call_command("train_label_model", from_db=True, output=str(tmp_path / "m.json"), stdout=out)
-    assert "Trained on 40 issues" in out.getvalue()
-    assert Issue.objects.count() == 41
+    call_command("train_label_model", from_db=True, stdout=out)
+    # The newest 20 triaged issues (the fewest the gate judges by) are held out; the untriaged one is no answer.
+    assert "Training on 20 triaged issues of history (#1 to #20)" in out.getvalue()
+    assert "the newest 20 (#101 on) held out" in out.getvalue() and TrainedModel.objects.get().trained_on == 20
+    assert Issue.objects.count() == 41 and not (tmp_path / "m.json").exists()  # in the database, not a file
 
 
 def _decided(number: int, user, *, seen=("oncall: pt2",), added=(), removed=(), shown=(), status="applied", **fields):
@@ -265,9 +267,9 @@ def test_it_learns_from_triagers_decisions_on_issues_not_yet_triaged(tmp_path, t
     kiwi = read(IssueText(1, "kiwi heron again", "the kiwi heron misbehaves")).features()
 
     out = StringIO()
-    call_command("train_label_model", from_db=True, output=str(tmp_path / "with.json"), stdout=out)
-    assert "Learning from 12 triagers' decisions too" in out.getvalue() and "Trained on 40 issues" in out.getvalue()
-    learned = LabelModel.load(tmp_path / "with.json")
+    call_command("train_label_model", from_db=True, stdout=out)
+    assert "Training on 20 triaged issues of history (#1 to #20) and 12 triagers' decisions" in out.getvalue()
+    learned = LabelModel.from_json(TrainedModel.objects.get().data)
     without = train(training_examples(RECORDS))
     dynamic, dynamo = (learned.predict(kiwi)[l][0] for l in ("module: dynamic shapes", "module: dynamo"))
     assert dynamic > 0.5 > dynamo

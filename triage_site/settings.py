@@ -289,6 +289,12 @@ GITHUB_QUEUE_LABELS = list(QUEUE_LABELS)
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
+# The history backfill (rubric_app/github/history.py) waits for the reset once this many of the hour's requests are
+# left: they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
+HISTORY_RATE_RESERVE = int(env_float("HISTORY_RATE_RESERVE", 1000))
+# The beat's history run: how often, and for how long at most (a backfill goes on in slices, its cursor saved).
+HISTORY_INTERVAL_MINUTES = env_float("HISTORY_INTERVAL_MINUTES", 60)
+HISTORY_BUDGET_MINUTES = env_float("HISTORY_BUDGET_MINUTES", 45)
 # Whose identity writes to GitHub (sign-in with GitHub is configured above).
 # "user": each decision is written with its triager's own token (GitHub's timeline names them);
 # "app": with the site's token (GITHUB_TOKEN or the GitHub App), the audit still naming the triager.
@@ -358,6 +364,8 @@ CELERY_BEAT_SCHEDULE = {
     "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
     # Someone who left a team loses its role within a day (and at once at their next sign-in).
     "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
+    # A labeler trained on the week's history, promoted only through the gate (rubric_app/triage/model_store.py).
+    "train-label-model": {"task": "rubric_app.tasks.train_label_model_task", "schedule": timedelta(days=7)},
 }
 if (
     GITHUB_TOKEN or GITHUB_APP_ID
@@ -365,6 +373,11 @@ if (
     CELERY_BEAT_SCHEDULE["sync-queue"] = {
         "task": "rubric_app.tasks.sync_queue_task",
         "schedule": timedelta(minutes=int(env_float("SYNC_INTERVAL_MINUTES", 10))),
+    }
+    # History: the backfill in slices until done, then what changed since the last run (rubric_app/github/history.py).
+    CELERY_BEAT_SCHEDULE["sync-history"] = {
+        "task": "rubric_app.tasks.sync_history_task",
+        "schedule": timedelta(minutes=HISTORY_INTERVAL_MINUTES),
     }
 
 # Stuck work. Each worker writes a heartbeat (its queues) every WORKER_HEARTBEAT_S; the dashboard

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from rubric_app.vocabulary import BOT_TRIAGED, HIGH_PRIORITY, PT2_ONCALL, TRIAGE_REVIEW, TRIAGED
+from rubric_app.vocabulary import BOT_TRIAGED, HIGH_PRIORITY, PT2_ONCALL, QUEUE_LABELS, TRIAGE_REVIEW, TRIAGED
 
 REPO = "pytorch/pytorch"
 # Who the dashboard's token is, as the comments it posts show it.
@@ -103,12 +103,16 @@ OTHER_REPOS = (
     "pytorch/TensorRT",
     "pytorch/tutorials",
 )
+# The site token's requests an hour, as GitHub grants a token; the budget comes back whole at its reset.
+RATE_LIMIT = 5000
 FAULT_KINDS = (
     "race",
     "error",
     "timeout",
     "secondary_rate_limit",
     "rate_limit_exhausted",
+    "rate_limited",
+    "too_many_requests",
     "malformed_json",
     "vanish_page",
 )
@@ -132,7 +136,7 @@ class FakeGitHub:
             self.labels: dict[str, dict] = {}
             self.requests: list[Recorded] = []
             self.faults: list[Fault] = []
-            self.rate_limit_remaining = 5000
+            self.rate_limit_remaining = RATE_LIMIT
             self.rate_limit_reset = int(time.time()) + 3600
             self._clock = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
             self._next_comment_id = 900_000_001
@@ -252,10 +256,13 @@ class FakeGitHub:
         user: str = "someone",
         updated_at: datetime | None = None,
         labelled_by: str = "",
+        closed_at: datetime | None = None,
+        state_reason: str | None = None,
     ) -> dict:
         """Create (or replace) an issue. comments: strings, or dicts with body/user (and id, created_at, association:
         GitHub's author_association, NONE unless given). Its labels' `labeled` events name labelled_by (default: the
-        author) as their actor."""
+        author) as their actor. A closed issue was closed at closed_at (default: its updated_at), for state_reason
+        (GitHub's: completed, not_planned, duplicate; default completed)."""
         with self.lock:
             for name in labels:
                 if name not in self.labels:
@@ -273,6 +280,8 @@ class FakeGitHub:
                 "updated_at": stamp,
                 "comments": [],
                 "events": [],
+                "closed_at": (closed_at or stamp) if state == "closed" else None,
+                "state_reason": (state_reason or "completed") if state == "closed" else None,
             }
             self.issues[number] = issue
             self._label_events(issue, (), labels, labelled_by or user, stamp)
@@ -533,8 +542,20 @@ class FakeGitHub:
         """Change fields (title, body, state, ...) as someone on GitHub would (bumps updated_at)."""
         with self.lock:
             issue = self.issues[number]
+            was = issue["state"]
             issue.update(fields)
             issue["updated_at"] = self.tick()
+            if issue["state"] == "closed" and was != "closed":  # GitHub stamps the close and says why
+                issue["closed_at"] = fields.get("closed_at") or issue["updated_at"]
+                issue["state_reason"] = fields.get("state_reason") or "completed"
+            elif issue["state"] == "open":
+                issue["closed_at"] = issue["state_reason"] = None
+
+    def move_issue(self, number: int, repo: str) -> None:
+        """The issue was transferred to `repo` and the listing still shows it there (repository_url names the other
+        repository, as in GitHub's listing right after a transfer); its own addresses answer 404."""
+        with self.lock:
+            self.issues[number]["moved_to"] = repo
 
     def inject(
         self, kind: str, *, method: str | None = None, path: str | None = None, query=None, times: int = 1, **options
@@ -573,10 +594,11 @@ class FakeGitHub:
 
     def issue_json(self, issue: dict) -> dict:
         number = issue["number"]
+        moved = issue.get("moved_to")
         data = {
             "id": 10_000_000 + number,
             "url": f"{self._base()}/issues/{number}",
-            "repository_url": self._base(),
+            "repository_url": f"{self.url}/repos/{moved}" if moved else self._base(),
             "comments_url": f"{self._base()}/issues/{number}/comments",
             "html_url": f"https://github.com/{self.repo}/issues/{number}",
             "number": number,
@@ -589,7 +611,7 @@ class FakeGitHub:
             "comments": len(issue["comments"]),
             "created_at": _iso(issue["created_at"]),
             "updated_at": _iso(issue["updated_at"]),
-            "closed_at": _iso(issue["updated_at"]) if issue["state"] == "closed" else None,
+            "closed_at": _iso(issue.get("closed_at") or issue["updated_at"]) if issue["state"] == "closed" else None,
             "state_reason": issue.get("state_reason"),
         }
         if issue["pull_request"]:
@@ -725,6 +747,17 @@ class Handler(BaseHTTPRequestHandler):
                 },
                 {"Retry-After": str(fault.options.get("retry_after", 1))},
             )
+        if fault and fault.kind == "rate_limited":
+            reset = str(int(time.time() + fault.options.get("reset_in", 1)))
+            message = "API rate limit exceeded for installation. (But here's the good news: ...)"
+            return self._send(
+                record, 403, {"message": message}, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset}
+            )
+        if fault and fault.kind == "too_many_requests":
+            message = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+            return self._send(
+                record, 429, {"message": message}, {"Retry-After": str(fault.options.get("retry_after", 1))}
+            )
         if fault and fault.kind == "rate_limit_exhausted":
             extra = {
                 "X-RateLimit-Remaining": "0",
@@ -813,6 +846,8 @@ class Handler(BaseHTTPRequestHandler):
         number, rest = int(match.group(1)), match.group(2) or ""
         with fake.lock:
             issue = fake.issues[number]
+            if issue.get("moved_to"):
+                raise KeyError(path)
             if rest == "" and method == "GET":
                 return 200, fake.issue_json(issue), {}
             if rest == "" and method == "PATCH":
@@ -1008,6 +1043,8 @@ class Handler(BaseHTTPRequestHandler):
                 headers.setdefault("X-RateLimit-Remaining", str(fake.user_rate_limits[record.actor]))
         elif status != 401:
             with fake.lock:
+                if time.time() >= fake.rate_limit_reset:  # a new hour: the whole budget again
+                    fake.rate_limit_remaining, fake.rate_limit_reset = RATE_LIMIT, int(time.time()) + 3600
                 fake.rate_limit_remaining = max(fake.rate_limit_remaining - 1, 0)
         record.status = status
         record.body = body[:200].decode("utf-8", "replace")
@@ -1122,6 +1159,51 @@ def seed_skill(fake: FakeGitHub, release: str = DEMO_RELEASE) -> None:
     fake.put_file(SKILL_LABELS, (DATA / "skill_labels.json").read_text(encoding="utf-8"))
     fake.put_file(SKILL_TEMPLATES, (DATA / "skill_templates.json").read_text(encoding="utf-8"))
     fake.publish_release(release)
+
+
+# A harvested thread's marks ("login · comment · 2024-05-01"), as rubric/text.py reads them.
+THREAD_MARK = re.compile(r"^([^\s·]{1,60}) · (description|comment) · (\d{4}-\d{2}-\d{2})[^\n]{0,40}$", re.M)
+
+
+def seed_history(fake: FakeGitHub, records: list[dict]) -> int:
+    """Serve harvested issues (the JSON-lines records of tests/data: number, title, body, labels, state) as the
+    repository's history: each body's thread becomes the issue's description and its
+    comments (authors and dates from the thread's marks), a record without a queue label gets `oncall: pt2` (every
+    harvested issue was a PT2 one; its label was handed off or cut by the harvest), dates follow the numbers where
+    the thread has none, closed issues are closed as completed a day after their last post. Returns how many."""
+    from rubric_app.rubric.text import split_thread_authored  # pure Python, like this module
+
+    ordered = sorted(records, key=lambda r: int(r["number"]))
+    first = datetime(2022, 1, 1, tzinfo=UTC)
+    for i, record in enumerate(ordered):
+        title = record.get("title") or ""
+        body = record.get("body") or ""
+        if body.startswith(f"# {title}"):  # the harvester's heading: GitHub's body has none
+            body = body[len(title) + 2 :].lstrip("\n")
+        dates = [_parse_iso(f"{m.group(3)}T12:00:00Z") for m in THREAD_MARK.finditer(body)]
+        created = dates[0] if dates else first + timedelta(hours=i)
+        description, reporter, thread = split_thread_authored(body)
+        labels = list(record.get("labels") or [])
+        if not any(name in QUEUE_LABELS for name in labels):
+            labels.append(PT2_ONCALL)
+        last = max([created, *dates])
+        closed = record.get("state") == "closed"
+        issue = fake.add_issue(
+            int(record["number"]),
+            title=title,
+            body=description,
+            labels=labels,
+            state="closed" if closed else "open",
+            user=reporter,
+            updated_at=last + timedelta(days=1) if closed else last,
+            closed_at=last + timedelta(days=1) if closed else None,
+            comments=[
+                {"body": text, "user": author, "created_at": dates[k + 1] if k + 1 < len(dates) else last}
+                for k, (author, text) in enumerate(thread)
+            ],
+        )
+        issue["created_at"] = created
+    return len(ordered)
 
 
 # Who can sign in to the demo (the authorize page lists them): one of each kind the dashboard tells apart.

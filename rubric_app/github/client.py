@@ -606,3 +606,150 @@ def latest_release(gh: Client, *, etag: str = "") -> ReleaseData:
     except (TypeError, ValueError):
         published = None
     return ReleaseData(data["tag_name"], str(data.get("name") or ""), published, answer.headers.get("etag", ""))
+
+
+# --- long read-only walks over the repository (the history backfill, rubric_app/github/history.py)--------------
+
+# One request is sent again after at most this many rate-limit answers in a row, then RateLimited.
+MAX_RATE_LIMIT_WAITS = 20
+# A secondary limit's 403 or 429 without Retry-After: GitHub's documentation asks for a minute at least.
+SECONDARY_RATE_WAIT_S = 60
+
+
+class IssueGone(PageGone):
+    """An issue's comments or events answered 404/410 while we walked the listing: it was transferred or deleted."""
+
+    def __init__(self, number: int, status: int | None) -> None:
+        super().__init__(f"issue #{number} is gone (GitHub answered {status})", status)
+        self.number = number
+
+
+def rate_limit_wait(status: int, headers: dict[str, str], text: str, now: float) -> float | None:
+    """Seconds GitHub asks us to wait before sending the request again, or None when the answer is no rate limit.
+
+    A 429, or a 403 with Retry-After, a spent X-RateLimit-Remaining or "rate limit" in its message: Retry-After
+    first, then the reset of the spent budget (plus one second: the reset's second is not exact), else
+    SECONDARY_RATE_WAIT_S. A 403 without any of these is a refusal (no permission), not a limit."""
+    if status not in (403, 429):
+        return None
+    retry_after, remaining = headers.get("retry-after", ""), headers.get("x-ratelimit-remaining")
+    reset = headers.get("x-ratelimit-reset", "")
+    if status == 403 and not retry_after and remaining != "0" and "rate limit" not in text.lower():
+        return None
+    if retry_after.isdigit():
+        return float(retry_after)
+    if remaining == "0" and reset.isdigit():
+        return max(int(reset) - now, 0.0) + 1
+    return float(SECONDARY_RATE_WAIT_S)
+
+
+class PacedClient(Client):
+    """A read-only Client for walks of thousands of requests: GitHub's rate limits are waited out, never failed.
+
+    Every answer's X-RateLimit-Remaining/Reset is read: once `reserve` requests or fewer are left, the next request
+    waits for the reset (the hour's last requests stay with the queue's sync and the decisions, which share the
+    token). A 403 or 429 that says rate limit (rate_limit_wait) is sent again after Retry-After or the reset. Each
+    wait is announced to on_wait(seconds, why) first, then slept with `sleep` (time.sleep; tests give a short,
+    real one). `waited_s` sums the waits; `last_link` is the last answer's Link header (its rel="last" page says
+    how long a listing is), `rate_reset` the budget's reset. 5xx answers and timeouts are retried as the site's
+    reader retries them.
+    """
+
+    def __init__(self, *, sleep=time.sleep, on_wait=None, reserve: int = 0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._sleep, self._on_wait, self.reserve = sleep, on_wait, reserve
+        self.waited_s = 0.0
+        self.last_link = ""
+        self.rate_reset = 0  # epoch of the rate limit's next reset, as the last answer said
+        token = kwargs.get("token", "")
+        self._reader = Github(
+            base_url=kwargs["base_url"],
+            auth=Auth.Token(token) if token else None,
+            per_page=100,
+            timeout=max(int(round(kwargs.get("timeout", 15.0))), 1),
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            # Not GithubRetry: it sleeps on a rate limit itself (up to a cap, then raises). 403 and 429 come back here.
+            retry=urllib3.Retry(
+                total=5,
+                backoff_factor=0.25,
+                backoff_max=4,
+                status_forcelist=list(range(500, 600)),
+                allowed_methods=frozenset({"GET"}),
+                raise_on_status=False,
+                respect_retry_after_header=False,
+            ),
+        )
+
+    def _wait(self, seconds: float, why: str) -> None:
+        if self._on_wait is not None:
+            self._on_wait(seconds, why)
+        log.info("waiting %.0f s: %s", seconds, why)
+        self._sleep(seconds)
+        self.waited_s += seconds
+
+    def _before_request(self) -> None:
+        """Wait for the reset once the budget is down to the reserve (never raise: a backfill may wait an hour)."""
+        if not self._spent_until:
+            return
+        wait, until = self._spent_until - time.time() + 1, self._spent_until
+        self._spent_until = 0
+        if wait > 0:
+            reset = datetime.fromtimestamp(until, UTC)
+            self._wait(wait, f"{self.rate_remaining} requests left until the reset at {reset:%H:%M:%S} UTC")
+
+    def _watch_rate_limit(self, answer: _Answer) -> None:
+        super()._watch_rate_limit(answer)
+        reset = answer.headers.get("x-ratelimit-reset", "")
+        self.rate_reset = int(reset) if reset.isdigit() else self.rate_reset
+        if self.rate_remaining is not None and self.rate_remaining <= self.reserve and reset.isdigit():
+            self._spent_until = int(reset)
+
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+        for _ in range(MAX_RATE_LIMIT_WAITS + 1):
+            answer = super()._call(gh, verb, url, params=params, headers=headers, input=input)
+            wait = rate_limit_wait(answer.status, answer.headers, answer.text, time.time())
+            if wait is None:
+                self.last_link = answer.headers.get("link", "")
+                return answer
+            self._spent_until = 0  # this wait covers the reset too
+            self._wait(wait, f"GitHub answered {answer.status}: {_excerpt(answer.text, 120)}")
+        raise RateLimited(f"GitHub kept answering {answer.status} (rate limit) to GET {url}")
+
+    def comments(self, number: int) -> list[CommentData]:
+        try:
+            return super().comments(number)
+        except PageGone as exc:
+            raise IssueGone(number, exc.status) from None
+
+    def label_events(self, number: int) -> list[LabelEventData]:
+        try:
+            return super().label_events(number)
+        except PageGone as exc:
+            raise IssueGone(number, exc.status) from None
+
+
+def last_page(link_header: str) -> int | None:
+    """The page number of a Link header's rel="last" (how many pages the listing has), or None."""
+    for part in (link_header or "").split(","):
+        if 'rel="last"' in part:
+            query = urlsplit(part.split(";")[0].strip().strip("<>")).query
+            pages = [value for key, _, value in (p.partition("=") for p in query.split("&")) if key == "page"]
+            return int(pages[0]) if pages and pages[0].isdigit() else None
+    return None
+
+
+def paced_client(*, sleep=time.sleep, on_wait=None, reserve: int = 0) -> PacedClient:
+    """A PacedClient as the site (client()'s identity and checks) for settings.GITHUB_REPO."""
+    if why := off_reason():
+        raise GitHubError(f"GitHub is off: {why}")
+    return PacedClient(
+        base_url=settings.GITHUB_API_URL,
+        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
+        repo=settings.GITHUB_REPO,
+        timeout=settings.GITHUB_TIMEOUT,
+        write_interval=settings.GITHUB_WRITE_INTERVAL,
+        sleep=sleep,
+        on_wait=on_wait,
+        reserve=reserve,
+    )

@@ -83,6 +83,8 @@ class IssueData:
     is_pull_request: bool
     closed_at: datetime | None = None
     node_id: str = ""  # GraphQL's id: what transferIssue names the issue by
+    state_reason: str = ""  # why it was closed: completed, not_planned, duplicate ("" while open)
+    repository_url: str = ""  # the API address of the repository it is in now (another one's: transferred away)
 
     @property
     def label_names(self) -> list[str]:
@@ -140,6 +142,8 @@ def parse_issue(raw: dict) -> IssueData:
         updated_at=parse_time(raw["updated_at"]),
         is_pull_request=bool(raw.get("pull_request")),
         closed_at=parse_time(raw.get("closed_at")),
+        state_reason=raw.get("state_reason") or "",
+        repository_url=raw.get("repository_url") or "",
     )
 
 

@@ -58,6 +58,7 @@ ISSUE_FIELDS = [
     "last_synced_at",
     "review_flagged_at",
     "closed_at",
+    "state_reason",
 ]
 
 
@@ -245,6 +246,7 @@ def store_issues(
                 in_queue=in_queue(data),
                 last_synced_at=now,
                 closed_at=data.closed_at,
+                state_reason=data.state_reason[:20],
                 review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
             )
         )

@@ -297,8 +297,11 @@ class LabelModel:
         return out
 
     def save(self, path: Path = MODEL_FILE) -> None:
+        path.write_text(self.to_json())
+
+    def to_json(self) -> str:
         """JSON with each feature named once: `features`, and per label its weights in that order (0 where
-        the weight is under 0.02, which predict() skips)."""
+        the weight is under 0.02, which predict() skips). What save() writes and the database keeps."""
         kept = {l: {f: round(v, 3) for f, v in w.items() if abs(v) >= 0.02} for l, w in self.weights.items()}
         names = sorted({f for w in kept.values() for f in w})
         data = {
@@ -310,28 +313,32 @@ class LabelModel:
             "thresholds": self.thresholds,
             "cross_validated": self.cross_validated,
         }
-        path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> LabelModel:
+        """The model to_json() wrote; reads the older layout ({label: {feature: weight}}) too. Raises ValueError,
+        KeyError or TypeError for anything else."""
+        data = json.loads(text)
+        weights = data["weights"]
+        if "features" in data:
+            weights = {l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()}
+        return cls(
+            weights=weights,
+            bias=data["bias"],
+            trained_on=data.get("trained_on", 0),
+            calibration=data.get("calibration", {}),
+            thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
+            cross_validated=data.get("cross_validated", {}),
+        )
 
     @classmethod
     def load(cls, path: Path | None = None) -> LabelModel | None:
         """The saved model (default: the locally trained one, else the shipped one), or None when there
-        is none (the engine then runs on rules alone). Reads the older layout ({label: {feature: weight}}) too."""
+        is none (the engine then runs on rules alone)."""
         for candidate in [path] if path else [MODEL_FILE, SHIPPED_MODEL_FILE]:
             try:
-                data = json.loads(candidate.read_text())
-                weights = data["weights"]
-                if "features" in data:
-                    weights = {
-                        l: {f: v for f, v in zip(data["features"], values) if v} for l, values in weights.items()
-                    }
-                return cls(
-                    weights=weights,
-                    bias=data["bias"],
-                    trained_on=data.get("trained_on", 0),
-                    calibration=data.get("calibration", {}),
-                    thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})},
-                    cross_validated=data.get("cross_validated", {}),
-                )
+                return cls.from_json(candidate.read_text())
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return None

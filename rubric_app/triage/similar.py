@@ -217,24 +217,37 @@ class Similar:
 
 
 def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
-    """The issue's most similar issues (open and closed, in the queue or not): same failure signature
-    first, then by cosine. Five queries, whatever the size of the mirror."""
+    """The issue's most similar issues (open and closed, in the queue or history): same failure signature
+    first, and among those the closed ones first (the original a report may duplicate: "fixed by #N"), then by
+    cosine. Five queries, whatever the size of the mirror."""
     twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
     found = [
         (twin in terms, score, pk, words)
         for pk, score, words, terms in rank({issue.pk: vector_of(issue)}).get(issue.pk, ())
         if score >= MIN_SHOWN
     ]
-    found = sorted(found, key=lambda item: (not item[0], -item[1], item[2]))[:limit]
+    found = sorted(found, key=lambda item: (not item[0], -item[1], item[2]))[: limit * 2]
     if not found:
         return []
     rows = (
         Issue.objects.filter(pk__in=[pk for _, _, pk, _ in found])
-        .only("number", "title", "state", "in_queue", "is_pull_request", "signature", "html_url")
+        .only(
+            "number",
+            "title",
+            "state",
+            "state_reason",
+            "closed_at",
+            "in_queue",
+            "is_pull_request",
+            "signature",
+            "html_url",
+        )
         .prefetch_related("labels")
         .in_bulk()
     )
-    return [Similar(rows[pk], score, same, words) for same, score, pk, words in found if pk in rows]
+    closed = {pk for pk, row in rows.items() if row.state == Issue.State.CLOSED}
+    found = sorted(found, key=lambda item: (not item[0], not (item[0] and item[2] in closed), -item[1], item[2]))
+    return [Similar(rows[pk], score, same, words) for same, score, pk, words in found[:limit] if pk in rows]
 
 
 def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbour, ...]]:

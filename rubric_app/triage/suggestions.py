@@ -16,7 +16,7 @@ from django.utils import timezone
 from rubric_app import rubric
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, LabelEvent, Suggestion
-from rubric_app.triage import evidence, similar
+from rubric_app.triage import evidence, model_store, similar
 from rubric_app.vocabulary import HIGH_PRIORITY
 
 
@@ -29,6 +29,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
         catalog = Label.objects.triage_catalog()
     finished = BisectionRun.objects.filter(status=BisectionRun.Status.DONE).order_by("-created_at")
     ids = list(issues.order_by("pk").values_list("pk", flat=True))
+    model = model_store.in_use()  # the promoted model, checked once per refresh (None: the engine's file)
     for start in range(0, len(ids), batch):
         chunk = (
             Issue.objects.filter(pk__in=ids[start : start + batch])
@@ -37,7 +38,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
                 "labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs")
             )
         )
-        _store(list(chunk), catalog, later=frozenset(ids[start + batch :]))
+        _store(list(chunk), catalog, model, later=frozenset(ids[start + batch :]))
     return len(ids)
 
 
@@ -45,13 +46,18 @@ def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> rubric
     """Recompute and store one issue's suggestions; return the Assessment (a finished bisection, a decision)."""
     if catalog is None:
         catalog = Label.objects.triage_catalog()
-    return _store([issue], catalog)[0]
+    return _store([issue], catalog, model_store.in_use())[0]
 
 
 def _store(
-    issues: list[Issue], catalog: frozenset[str], siblings: bool = True, later: frozenset[int] = frozenset()
+    issues: list[Issue],
+    catalog: frozenset[str],
+    model=None,
+    siblings: bool = True,
+    later: frozenset[int] = frozenset(),
 ) -> list[rubric.Assessment]:
-    """Run the engine on each issue and replace their stored suggestions, route and checklist.
+    """Run the engine (with `model`, the promoted one, or None: its file) on each issue and replace their stored
+    suggestions, route and checklist.
 
     The issues' rows are locked while theirs are replaced, so two refreshes of one issue (the sync
     and a finished bisection) never leave both sets of suggestions behind. The other open issues sharing
@@ -75,6 +81,7 @@ def _store(
                 labelled_by=((HIGH_PRIORITY, adders[issue.pk]),) if issue.pk in adders else (),
             ),
             catalog,
+            model,
         )
         for issue, text in zip(issues, texts)
     ]
@@ -120,7 +127,7 @@ def _store(
         Issue.objects.bulk_update(issues, ["suggested_route", "checklist", "suggestions_updated_at"])
     others = [other for other in others if other.pk not in later]
     if others and siblings:
-        _store(others, catalog, siblings=False)
+        _store(others, catalog, model, siblings=False)
     return assessments
 
 

@@ -282,6 +282,17 @@ class QueueFilterForm(forms.Form):
         }
 
 
+class HistorySearchForm(forms.Form):
+    """The history page's search (/history): the queue's query language over the issues in no lane."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Search",
+        help_text='words (stemmed), "a phrase", -word, or; #number or an issue URL',
+    )
+
+
 class TriageForm(forms.Form):
     """The issue page's apply form: chosen labels, route, review flag, and what the page showed.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import InvalidPage, Page, Paginator
 from django.db.models import OuterRef, Prefetch, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -25,6 +26,16 @@ PAGE_SIZE = 50
 def require(request: HttpRequest, perm: str) -> None:
     if not request.user.has_perm(f"rubric_app.{perm}"):
         raise PermissionDenied(f"You need the {perm.replace('_', ' ')} permission.")
+
+
+def page_or_last(rows, number: str | None) -> tuple[Page, str]:
+    """The requested page, or the last one with a note saying so (never a silent page 1)."""
+    paginator = Paginator(rows, PAGE_SIZE)
+    try:
+        return paginator.page(number or 1), ""
+    except InvalidPage:
+        page = paginator.page(paginator.num_pages)
+        return page, f"There is no page {number}: showing page {page.number}, the last."
 
 
 def partial_template(request: HttpRequest, template: str, partial: str) -> str:

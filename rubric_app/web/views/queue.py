@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import InvalidPage, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -18,7 +17,7 @@ from rubric_app.web.forms import (
     QueueFilterForm,
     module_label_names,
 )
-from rubric_app.web.views.access import PAGE_SIZE, latest_verdict, require
+from rubric_app.web.views.access import latest_verdict, page_or_last, require
 
 
 @login_required
@@ -40,7 +39,7 @@ def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> 
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=latest_verdict())
     rows = rows.with_decision_in_flight()  # the rows `j` passes over (queue_row's data-waiting)
     rows = _with_assignee(rows, request.user, mine=lane == "mine")
-    page, page_note = _page_or_last(rows, request.GET.get("page"))
+    page, page_note = page_or_last(rows, request.GET.get("page"))
     context = {
         "page": page,
         "page_note": page_note,
@@ -53,16 +52,6 @@ def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> 
         **markers,
     }
     return render_to_string("rubric_app/queue.html#queue-table", context, request)
-
-
-def _page_or_last(rows, number: str | None):
-    """The requested page, or the last one with a note saying so (never a silent page 1)."""
-    paginator = Paginator(rows, PAGE_SIZE)
-    try:
-        return paginator.page(number or 1), ""
-    except InvalidPage:
-        page = paginator.page(paginator.num_pages)
-        return page, f"There is no page {number}: showing page {page.number}, the last."
 
 
 def _query_without_page(request: HttpRequest) -> str:
