@@ -20,7 +20,8 @@ from rubric_app.lanes import LANE_BY_CODE
 from rubric_app.models import Issue, Label, LabelEvent, SkillFile, Suggestion
 from rubric_app.rubric.skill import shipped
 from rubric_app.triage.decisions import EXPECTED_NUMERICS, REPRODUCTION, plan_changes
-from rubric_app.web.forms import TriageForm, handoff_oncalls
+from rubric_app.web.forms import TriageForm
+from rubric_app.web.labels import handoff_oncalls
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db

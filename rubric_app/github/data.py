@@ -168,3 +168,60 @@ def parse_comment(raw: dict) -> CommentData:
         updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
         association=str(raw.get("author_association") or "")[:30],
     )
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """A file read through the contents API. not_modified: GitHub answered 304 to our ETag (text is empty)."""
+
+    path: str
+    text: str = ""
+    sha: str = ""
+    etag: str = ""
+    not_modified: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseData:
+    """The repository's latest release. not_modified: 304 to our ETag (the other fields are empty)."""
+
+    tag: str = ""
+    name: str = ""
+    published_at: datetime | None = None
+    etag: str = ""
+    not_modified: bool = False
+
+
+# One request is sent again after at most this many rate-limit answers in a row, then RateLimited.
+MAX_RATE_LIMIT_WAITS = 20
+
+
+# A secondary limit's 403 or 429 without Retry-After: GitHub's documentation asks for a minute at least.
+SECONDARY_RATE_WAIT_S = 60
+
+
+class IssueGone(PageGone):
+    """An issue's comments or events answered 404/410 while we walked the listing: it was transferred or deleted."""
+
+    def __init__(self, number: int, status: int | None) -> None:
+        super().__init__(f"issue #{number} is gone (GitHub answered {status})", status)
+        self.number = number
+
+
+def rate_limit_wait(status: int, headers: dict[str, str], text: str, now: float) -> float | None:
+    """Seconds GitHub asks us to wait before sending the request again, or None when the answer is no rate limit.
+
+    A 429, or a 403 with Retry-After, a spent X-RateLimit-Remaining or "rate limit" in its message: Retry-After
+    first, then the reset of the spent budget (plus one second: the reset's second is not exact), else
+    SECONDARY_RATE_WAIT_S. A 403 without any of these is a refusal (no permission), not a limit."""
+    if status not in (403, 429):
+        return None
+    retry_after, remaining = headers.get("retry-after", ""), headers.get("x-ratelimit-remaining")
+    reset = headers.get("x-ratelimit-reset", "")
+    if status == 403 and not retry_after and remaining != "0" and "rate limit" not in text.lower():
+        return None
+    if retry_after.isdigit():
+        return float(retry_after)
+    if remaining == "0" and reset.isdigit():
+        return max(int(reset) - now, 0.0) + 1
+    return float(SECONDARY_RATE_WAIT_S)

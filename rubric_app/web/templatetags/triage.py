@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
 from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW
-from rubric_app.web.forms import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
+from rubric_app.web.labels import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
 from rubric_app.web.queue_cache import age, age_marker
@@ -128,7 +128,7 @@ def _module_options() -> SafeString:
 @register.simple_tag
 def label_datalist(names) -> SafeString:
     """The page's <datalist> of catalog labels, each with its description, that every label picker
-    (forms.LabelPicker) types ahead from."""
+    (labels.LabelPicker) types ahead from."""
     return _label_datalist(tuple(names))
 
 

@@ -13,10 +13,8 @@ from rubric_app.models import (
 )
 from rubric_app.triage import similar
 from rubric_app.web import queue_cache
-from rubric_app.web.forms import (
-    QueueFilterForm,
-    module_label_names,
-)
+from rubric_app.web.forms import QueueFilterForm
+from rubric_app.web.labels import module_label_names
 from rubric_app.web.views.access import latest_verdict, page_or_last, require
 
 

@@ -1,0 +1,182 @@
+"""Choosing labels in a form: the shipped catalog's names and descriptions, the widgets that show each label's
+description, and the type-ahead label picker (a text field tied to the page's catalog <datalist>, a plain field
+without JavaScript) with the field that checks what was picked against the triage catalog (G7)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.utils.html import format_html, format_html_join
+
+from rubric_app.models import Issue, Label, Suggestion
+from rubric_app.rubric.catalog import is_forbidden, load_catalog
+from rubric_app.rubric.rules_skill import never_applied
+from rubric_app.vocabulary import (
+    TRIAGE_REVIEW,
+    TRIAGED,
+    is_home_oncall,
+    is_module,
+    is_oncall,
+)
+
+# The status flags have their own controls (the review checkbox, and `triaged`, which
+# plan_changes derives from G6); oncall labels are the route choice, not checkboxes.
+FLAG_LABELS = frozenset({TRIAGE_REVIEW, TRIAGED})
+
+_catalog_cache: list[dict] | None = None
+
+
+def catalog() -> list[dict]:
+    """The shipped label catalog (read from disk once per process; it ships with the code)."""
+    global _catalog_cache
+    if _catalog_cache is None:
+        _catalog_cache = [item for item in load_catalog() if not is_forbidden(item["name"])]
+    return _catalog_cache
+
+
+def module_label_names() -> list[str]:
+    return sorted(item["name"] for item in catalog() if is_module(item["name"]))
+
+
+def known_module_labels() -> list[str]:
+    """Every module label a queue filter can match: the catalog's and any applied on GitHub."""
+    applied = Label.objects.filter(name__startswith="module:").values_list("name", flat=True)
+    return sorted(set(module_label_names()) | set(applied))
+
+
+def handoff_oncalls() -> list[str]:
+    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two, and except what
+    G13 says is never a redirect (`oncall: releng`; a distributed sub-queue, which the distributed team's triage
+    picks)."""
+    return sorted(
+        name
+        for name in (item["name"] for item in catalog())
+        if is_oncall(name) and not is_home_oncall(name) and not never_applied(name)
+    )
+
+
+class _Described:
+    """Choices that carry their label's description (the triage skill's words) as a tooltip."""
+
+    def __init__(self, *args, descriptions: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.descriptions = descriptions or {}
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        if self.descriptions.get(value):
+            option["attrs"]["title"] = self.descriptions[value]
+        return option
+
+
+class DescribedSelectMultiple(_Described, forms.SelectMultiple):
+    """A multiple select of labels, each option with its description."""
+
+
+class DescribedCheckboxes(_Described, forms.CheckboxSelectMultiple):
+    """Checkboxes of labels, each with its description."""
+
+
+def pickable_labels(allowed: frozenset[str]) -> list[str]:
+    """The catalog labels a triager may add by hand (G7's triage catalog), less the ones with controls of their
+    own: the status flags (the review box, `triaged` from G6) and the oncall labels (the route)."""
+    return sorted(name for name in allowed if name not in FLAG_LABELS and not is_oncall(name))
+
+
+def catalog_descriptions() -> dict[str, str]:
+    """{label name: its description in the shipped catalog} (what the label picker shows beside each name)."""
+    return {item["name"]: item.get("description", "") for item in catalog()}
+
+
+# The page's one <datalist> of labels (web/templatetags/triage.py label_datalist) that every LabelPicker names.
+LABEL_DATALIST_ID = "label-catalog"
+
+
+class LabelPicker(forms.Widget):
+    """A type-ahead label picker that is a plain form field without JS: a ticked box for each label chosen already,
+    and a text field tied to the page's catalog <datalist> (names with their descriptions) for more, one or several
+    comma-separated. keys.js turns a name picked in the field into one more ticked box."""
+
+    def __init__(self, attrs=None, placeholder: str = "type to find a label"):
+        super().__init__(attrs)
+        self.placeholder = placeholder
+
+    def value_from_datadict(self, data, files, name) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name) or [])
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return False  # like checkboxes: nothing posted means nothing picked
+
+    def render(self, name, value, attrs=None, renderer=None) -> str:
+        values = [v for v in (value if isinstance(value, (list, tuple)) else split_names(value)) if v]
+        attrs = self.build_attrs(self.attrs, attrs)
+        boxes = format_html_join(
+            "",
+            '<label data-picked><input type="checkbox" name="{}" value="{}" checked> {}</label> ',
+            ((name, v, v) for v in values),
+        )
+        return format_html(
+            '<span class="label-picker" data-label-picker><span class="picked">{}</span>'
+            '<input type="text" name="{}" id="{}" list="{}" placeholder="{}" autocomplete="off" size="26"></span>',
+            boxes,
+            name,
+            attrs.get("id", f"id_{name}"),
+            LABEL_DATALIST_ID,
+            self.placeholder,
+        )
+
+
+def split_names(value) -> list[str]:
+    """Label names from what a LabelPicker posted: a list of fields, each one name or several comma-separated."""
+    items = value if isinstance(value, (list, tuple)) else [value] if value else []
+    return list(dict.fromkeys(part.strip() for item in items for part in str(item).split(",") if part.strip()))
+
+
+class CatalogLabelsField(forms.Field):
+    """Labels picked from the catalog (LabelPicker); each must be one of `allowed` (G7), matched without regard to
+    case, and "dynamo" stands for "module: dynamo". Cleans to the names, each once."""
+
+    widget = LabelPicker
+
+    def __init__(self, *, allowed=(), refused: dict[str, str] | None = None, **kwargs):
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+        self.allowed = allowed
+        self.refused = refused or {}
+
+    def to_python(self, value) -> list[str]:
+        by_lower = {name.lower(): name for name in self.allowed}
+        out = []
+        for name in split_names(value):
+            key = name.lower()
+            out.append(by_lower.get(key) or by_lower.get(f"module: {key}") or name)
+        return list(dict.fromkeys(out))
+
+    def validate(self, value: list[str]) -> None:
+        for name in value:
+            if name in self.refused:
+                raise forms.ValidationError(self.refused[name])
+        unknown = [name for name in value if name not in self.allowed]
+        if unknown:
+            raise forms.ValidationError(
+                f"Not in the triage label catalog (G7): {', '.join(unknown)}. Pick a label from the list."
+            )
+
+
+# Typed in a picker but chosen elsewhere on the form: said so, rather than "not in the catalog".
+OWN_CONTROLS = {
+    TRIAGE_REVIEW: "`triage review` is the review box below (R11), not a label to pick.",
+    TRIAGED: "`triaged` is added by Apply itself when the issue is labelled (G6), not a label to pick.",
+}
+
+
+def engine_additions(issue: Issue, allowed: frozenset[str]) -> list[str]:
+    """What the rubric engine pre-selects that the issue lacks (its prefetched suggestions): the bot correction's
+    "Add" starts with it. Never `triaged`: correcting the bot is not triaging the issue (G6)."""
+    current = set(issue.label_names())
+    picked = [
+        s.label
+        for s in issue.suggestions.all()
+        if s.kind == Suggestion.Kind.ADD and s.preselected and s.label in allowed
+        if s.label not in current and s.label != TRIAGED
+    ]
+    return list(dict.fromkeys(picked))
