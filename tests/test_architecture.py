@@ -122,7 +122,14 @@ LAYERS = (
     ("pure Python", PURE),
     (
         "data",
-        ("rubric_app.models", "rubric_app.lanes", "rubric_app.roles", "rubric_app.search", "rubric_app.search_index"),
+        (
+            "rubric_app.models",
+            "rubric_app.bookkeeping",
+            "rubric_app.lanes",
+            "rubric_app.roles",
+            "rubric_app.search",
+            "rubric_app.search_index",
+        ),
     ),
     ("workflows", ("rubric_app.triage", "rubric_app.runs", "rubric_app.github", "rubric_app.demo", "rubric_app.tasks")),
     (
