@@ -3,7 +3,7 @@
 Two parts, in a scratch database each:
 
 - `--part files`: the 717 harvested PT2 issues of tests/data served as the repository's history by the fake GitHub
-  (demo_github.seed_history), backfilled by `sync_history` through PyGithub over HTTP (its requests counted against
+  (github_seeds.seed_history), backfilled by `sync_history` through PyGithub over HTTP (its requests counted against
   the budget), then the labeler trained from the database against the one trained from the files, both scored on the
   files' held-out slice (evaluation.is_held_out: 131 issues neither learned from), over three training orders each;
   the promotion gate's own run (the newest history held out) against the shipped model; and the learning curve of
@@ -54,7 +54,7 @@ def file_records() -> list[dict]:
 def part_files(orders: int, curve_only: bool) -> None:
     from django.conf import settings
 
-    from rubric_app.demo import github_server as demo_github
+    from rubric_app.demo import github_http, github_seeds
     from rubric_app.github import history
     from rubric_app.models import Comment, Issue
     from rubric_app.rubric import promotion
@@ -65,9 +65,9 @@ def part_files(orders: int, curve_only: bool) -> None:
     from rubric_app.triage import model_store
 
     files = file_records()
-    fake, server = demo_github.start_server(token="bench-token")
+    fake, server = github_http.start_server(token="bench-token")
     try:
-        demo_github.seed_history(fake, files)
+        github_seeds.seed_history(fake, files)
         settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = fake.url, "bench-token", fake.repo
         start = time.perf_counter()
         report = history.sync_history(out=lambda line: None)

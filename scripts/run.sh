@@ -39,7 +39,7 @@ elif [ -z "${GITHUB_API_URL:-}" ]; then
   export GITHUB_OAUTH_CLIENT_ID="${GITHUB_OAUTH_CLIENT_ID:-demo-dashboard}"
   GITHUB_OAUTH_CLIENT_SECRET="${GITHUB_OAUTH_CLIENT_SECRET:-$("$PY" -c 'import secrets; print(secrets.token_hex(20))')}"
   export GITHUB_OAUTH_CLIENT_SECRET
-  "$PY" -u -m rubric_app.demo.github_server --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
+  "$PY" -u -m rubric_app.demo.github_http --port "${DEMO_GITHUB_PORT:-0}" >"$LOGS/demo-github.log" 2>&1 &
   pids+=($!)
   wait_for 30 "the demo GitHub" grep -q "^demo GitHub: http" "$LOGS/demo-github.log"
   demo_github=$(sed -n 's/^demo GitHub: \(http[^ ]*\).*/\1/p' "$LOGS/demo-github.log")

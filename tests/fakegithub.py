@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import pytest
 
-from rubric_app.demo import github_server as demo_github
-from rubric_app.demo.github_server import REPO, FakeGitHub, FakeServer
+from rubric_app.demo import github_http, github_seeds
+from rubric_app.demo.github_http import FakeServer
+from rubric_app.demo.github_server import REPO, FakeGitHub
 
 TOKEN = "test-token-not-a-secret"
 
 
 def start_server(repo: str = REPO) -> tuple[FakeGitHub, FakeServer]:
     """Start a fake GitHub that wants TOKEN, in a daemon thread; returns (state, server)."""
-    return demo_github.start_server(repo, token=TOKEN)
+    return github_http.start_server(repo, token=TOKEN)
 
 
 @pytest.fixture(scope="session")
@@ -47,11 +48,11 @@ CLIENT_SECRET = "dashboard-test-client-secret-not-a-secret"
 def github_signin(fake_github, settings) -> FakeGitHub:
     """The fake GitHub with the demo's people (a pt2-triagers member, a pt2-triage-chairs member, an org
     member in no team, an outsider) and the dashboard's OAuth app, and sign-in with GitHub pointed at it."""
-    demo_github.seed_demo_people(fake_github, client_id=CLIENT_ID, client_secret=CLIENT_SECRET)
+    github_seeds.seed_demo_people(fake_github, client_id=CLIENT_ID, client_secret=CLIENT_SECRET)
     settings.GITHUB_URL = fake_github.url
     settings.GITHUB_OAUTH_CLIENT_ID = CLIENT_ID
     settings.GITHUB_OAUTH_CLIENT_SECRET = CLIENT_SECRET
-    settings.TRIAGE_ORG = demo_github.DEMO_ORG
+    settings.TRIAGE_ORG = github_seeds.DEMO_ORG
     settings.TRIAGE_TEAMS = {"pt2-triagers": "triager", "pt2-triage-chairs": "meeting chair"}
     settings.SOCIALACCOUNT_PROVIDERS = {
         "github": {

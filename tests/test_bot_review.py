@@ -247,7 +247,8 @@ def test_it_counts_what_triagers_kept_and_removed_of_the_bots_labels(client, tri
 def test_it_ships_demo_issues_for_the_bot_lane_with_the_feedback_labels_on_the_repo(fake_github):
     from django.core.management import call_command
 
-    from rubric_app.demo.github_server import FakeGitHub, seed_demo
+    from rubric_app.demo.github_seeds import seed_demo
+    from rubric_app.demo.github_server import FakeGitHub
 
     call_command("load_demo")
     fake = FakeGitHub("pytorch/pytorch")

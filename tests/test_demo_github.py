@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app.demo import github_server as demo_github
+from rubric_app.demo import github_http, github_seeds
 from rubric_app.github import applying
 from rubric_app.github import client as github
 from rubric_app.github.sync import sync_queue
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def demo_server(settings):
     """The demo GitHub as `make run` starts it (seeded, no token wanted), with settings as run.sh sets them."""
-    fake, server = demo_github.start_server()
-    demo_github.seed_demo(fake)
+    fake, server = github_http.start_server()
+    github_seeds.seed_demo(fake)
     settings.GITHUB_TOKEN = ""
     settings.GITHUB_API_URL = fake.url
     yield fake

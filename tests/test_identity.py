@@ -21,7 +21,8 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from rubric_app.demo.github_server import DASHBOARD_LOGIN, DEMO_ORG
+from rubric_app.demo.github_people import DASHBOARD_LOGIN
+from rubric_app.demo.github_seeds import DEMO_ORG
 from rubric_app.github import client as github
 from rubric_app.github import identity, signin
 from rubric_app.models import GitHubCredential, GitHubWrite, Suggestion, TriageDecision

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from rubric_app import tasks
-from rubric_app.demo import github_server as demo_github
+from rubric_app.demo import github_seeds
 from rubric_app.github import history
 from rubric_app.models import Issue, Suggestion, TrainedModel
 from rubric_app.rubric import promotion
@@ -73,7 +73,7 @@ def lines(out: StringIO) -> str:
 
 @pytest.mark.django_db
 def test_it_refuses_a_scrambled_history_and_promotes_a_good_candidate_through_the_gate(fake_github):
-    demo_github.seed_history(fake_github, scrambled(HISTORY))
+    github_seeds.seed_history(fake_github, scrambled(HISTORY))
     history.sync_history(out=lambda line: None)
 
     out = StringIO()

@@ -10,7 +10,7 @@ import requests
 from allauth.socialaccount.models import SocialAccount, SocialToken
 from django.contrib.auth.models import User
 
-from rubric_app.demo.github_server import DEMO_ORG
+from rubric_app.demo.github_seeds import DEMO_ORG
 from rubric_app.github import credentials, signin
 from rubric_app.models import GitHubCredential, TriageDecision
 from rubric_app.tasks import apply_decision_task

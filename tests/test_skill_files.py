@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from rubric_app.demo.github_server import DEMO_RELEASE, SKILL_LABELS, SKILL_TEMPLATES, blob_sha, seed_skill
+from rubric_app.demo.github_seeds import DEMO_RELEASE, SKILL_LABELS, SKILL_TEMPLATES, seed_skill
+from rubric_app.demo.github_server import blob_sha
 from rubric_app.github import skill_files
 from rubric_app.github.sync import sync_queue
 from rubric_app.lanes import LANE_BY_CODE

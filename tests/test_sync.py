@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app.demo.github_server import seed_skill
+from rubric_app.demo.github_seeds import seed_skill
 from rubric_app.github import client as github
 from rubric_app.github.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
 from rubric_app.models import Comment, Issue, Label, SyncState

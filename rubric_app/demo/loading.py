@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 # One source for the demo's file and label colours: the demo GitHub serves the same ones.
-from rubric_app.demo.github_server import DEMO_FILE, colour_for  # noqa: F401 - DEMO_FILE is load_demo's default
+from rubric_app.demo.github_seeds import DEMO_FILE, colour_for
 from rubric_app.models import Comment, Issue, Label
 from rubric_app.rubric.catalog import load_catalog
 from rubric_app.triage import suggestions
