@@ -148,7 +148,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
 def _github_on_this_machine(settings):
     """Tests never reach api.github.com: with no token, GitHub is a local address (nothing listens
     there unless a test starts the fake), as in demo mode. Tests of the "off" mode set their own URL."""
-    from rubric_app.github.client import is_local_url
+    from rubric_app.github.connect import is_local_url
 
     if not settings.GITHUB_TOKEN and not is_local_url(settings.GITHUB_API_URL):
         settings.GITHUB_API_URL = "http://127.0.0.1:9"

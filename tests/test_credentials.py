@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from rubric_app.bisection.sandbox import scrubbed_env
 from rubric_app.github import client as github
-from rubric_app.github import credentials
+from rubric_app.github import connect, credentials
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubCredential, TriageDecision
 from rubric_app.triage.decisions import Plan, request_decision
@@ -223,11 +223,11 @@ def test_it_writes_with_the_app_installation_token_and_audits_the_triager(signed
 
 def test_it_asks_for_a_new_installation_token_shortly_before_expiry(signed_in, triager, github_app, settings):
     settings.GITHUB_WRITE_AS = "app"
-    github.client()
+    connect.client()
     for cached in github._installation.values():
         cached["expires_at"] = cached["expires_at"] - 3600 + github.INSTALLATION_TOKEN_MARGIN - 1
 
-    github.client()
+    connect.client()
 
     assert len(github_app.requests_to(r"/app/installations/\d+/access_tokens", "POST")) == 2
     assert len(github_app.requests_to(r"/repos/pytorch/pytorch/installation", "GET")) == 1

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from rubric_app.demo import github_http, github_seeds
-from rubric_app.github import applying
+from rubric_app.github import applying, connect
 from rubric_app.github import client as github
 from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, Label, TriageDecision
@@ -37,9 +37,9 @@ def demo_server(settings):
 @pytest.mark.parametrize("url", ["https://api.github.com", "http://10.0.0.5:8080", "https://github.example.org/api/v3"])
 def test_it_sends_nothing_without_a_token_unless_the_api_is_on_this_machine(settings, triager, url):
     settings.GITHUB_TOKEN, settings.GITHUB_API_URL = "", url
-    assert github.mode() == "off"
+    assert connect.mode() == "off"
     with pytest.raises(github.GitHubError, match="GitHub is off"):
-        github.client()
+        connect.client()
     issue = make_issue(7001)
     make_label("module: dynamo")
     decision = decisions.request_decision(
@@ -75,7 +75,7 @@ def test_it_disables_apply_with_the_reason_on_every_page_when_github_is_off(clie
 
 
 def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, demo_server, triager):
-    assert github.mode() == "demo"
+    assert connect.mode() == "demo"
     call_command("load_demo")
     assert sync_queue(full=True).issues_changed == 0  # the demo GitHub serves what load_demo loaded
     issue = Issue.objects.get(

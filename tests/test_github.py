@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from rubric_app.github import client as github
+from rubric_app.github import connect
 from tests.fakegithub import TOKEN
 
 
@@ -15,7 +16,7 @@ from tests.fakegithub import TOKEN
 def gh(fake_github, settings) -> github.Client:
     settings.GITHUB_WRITE_INTERVAL = 0.01
     settings.GITHUB_TIMEOUT = 1
-    return github.client()
+    return connect.client()
 
 
 def test_it_returns_issues_as_plain_data(gh, fake_github):

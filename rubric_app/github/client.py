@@ -1,14 +1,11 @@
-"""GitHub, through PyGithub: the only module that imports it.
+"""GitHub, through PyGithub: the only module that imports it. It returns plain data and raises the named errors
+of data.py; callers never see PyGithub's types. connect.py says which GitHub to talk to, and as whom.
 
-It returns plain data (IssueData, CommentData, LabelData, Page, WriteResult)
-and raises the named exceptions below; callers never see PyGithub's types.
-
-Reads go through a client that retries 5xx answers, timeouts and secondary
-rate limits (honouring Retry-After), watches X-RateLimit-Remaining/Reset and
-sends If-None-Match where the caller has an ETag. Writes are never retried on
-5xx or timeouts (the change may have landed): they report GitHub's answer, and
-are paced at least settings.GITHUB_WRITE_INTERVAL seconds apart per process
-(one worker consumes the `github` queue, so that is the pace of the whole site).
+Reads retry 5xx answers, timeouts and secondary rate limits (honouring Retry-After), watch
+X-RateLimit-Remaining/Reset and send If-None-Match where the caller has an ETag. Writes are never retried on 5xx
+or timeouts (the change may have landed): they report GitHub's answer, and are paced at least
+settings.GITHUB_WRITE_INTERVAL seconds apart per process (one worker consumes the `github` queue, so that is the
+pace of the whole site).
 """
 
 from __future__ import annotations
@@ -17,9 +14,8 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import requests
 import urllib3
@@ -28,6 +24,7 @@ from github import Auth, Github, GithubException, GithubRetry
 
 from rubric_app.github.data import (
     MAX_RATE_LIMIT_WAITS,
+    Answer,
     CommentData,
     GitHubError,
     GitHubUnavailable,
@@ -43,6 +40,8 @@ from rubric_app.github.data import (
     RepoFile,
     TokenRefused,
     WriteResult,
+    excerpt,
+    next_link,
     parse_comment,
     parse_issue,
     parse_label,
@@ -56,24 +55,6 @@ log = logging.getLogger(__name__)
 # How long a read may wait for a primary rate-limit reset before giving up (the sync resumes later).
 MAX_RATE_LIMIT_WAIT_S = 120
 MALFORMED_RETRIES = 2
-
-
-@dataclass
-class _Answer:
-    status: int
-    headers: dict[str, str]
-    text: str
-
-
-def _next_link(link_header: str) -> str:
-    for part in (link_header or "").split(","):
-        if 'rel="next"' in part:
-            return part.split(";")[0].strip().strip("<>")
-    return ""
-
-
-def _excerpt(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 # The last mutation's monotonic time, per process: pacing must hold across tasks and clients.
@@ -135,7 +116,7 @@ class Client:
 
     # --- plumbing -----------------------------------------------------------------------
 
-    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> Answer:
         """One logical request through PyGithub's requester; raises GitHubUnavailable/RateLimited."""
         self._before_request()
         self.requests_made += 1
@@ -147,7 +128,7 @@ class Client:
             message = (exc.data or {}).get("message", "") if isinstance(exc.data, dict) else str(exc.data)
             if exc.status == 403 and "rate limit" in message.lower():
                 raise RateLimited(f"GitHub rate limit: {message}") from None
-            answer = _Answer(
+            answer = Answer(
                 exc.status or 0, {k.lower(): v for k, v in (exc.headers or {}).items()}, json.dumps(exc.data)
             )
             self._watch_rate_limit(answer)
@@ -156,13 +137,13 @@ class Client:
             raise GitHubUnavailable(f"GitHub kept failing for {verb} {url}: {exc.__class__.__name__}") from None
         except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
             raise GitHubUnavailable(f"GitHub did not answer {verb} {url} ({exc.__class__.__name__})") from None
-        answer = _Answer(status, {k.lower(): v for k, v in resp_headers.items()}, text or "")
+        answer = Answer(status, {k.lower(): v for k, v in resp_headers.items()}, text or "")
         if status == 304:
             self.not_modified += 1
         self._watch_rate_limit(answer)
         return answer
 
-    def _watch_rate_limit(self, answer: _Answer) -> None:
+    def _watch_rate_limit(self, answer: Answer) -> None:
         """Note when the budget is spent: the next request waits for the reset (see _before_request)."""
         remaining = answer.headers.get("x-ratelimit-remaining")
         reset = answer.headers.get("x-ratelimit-reset", "")
@@ -186,7 +167,7 @@ class Client:
         time.sleep(max(wait, 0))
         self._spent_until = 0
 
-    def _read_json(self, url: str, *, params=None, etag: str = "") -> tuple[_Answer, object]:
+    def _read_json(self, url: str, *, params=None, etag: str = "") -> tuple[Answer, object]:
         """GET url and decode it; returns (answer, data) with data None on 304.
 
         Raises PageGone (404/410/422), GitHubUnavailable (5xx), GitHubError (other 4xx),
@@ -204,7 +185,7 @@ class Client:
             if answer.status >= 500:
                 raise GitHubUnavailable(f"GET {url} answered {answer.status}", answer.status)
             if answer.status >= 400:
-                raise GitHubError(f"GET {url} answered {answer.status}: {_excerpt(answer.text, 200)}", answer.status)
+                raise GitHubError(f"GET {url} answered {answer.status}: {excerpt(answer.text, 200)}", answer.status)
             try:
                 return answer, json.loads(answer.text)
             except ValueError:
@@ -222,7 +203,7 @@ class Client:
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
         return Page(
-            items=items, next_url=_next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", "")
+            items=items, next_url=next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", "")
         )
 
     # --- reads ----------------------------------------------------------------------------
@@ -305,23 +286,23 @@ class Client:
             except (ValueError, KeyError, TypeError, AttributeError):
                 labels = None
         # The audit shows the labels GitHub says the issue has now, rather than raw JSON.
-        response = f"labels now: {', '.join(labels)}" if labels is not None else _excerpt(answer.text)
+        response = f"labels now: {', '.join(labels)}" if labels is not None else excerpt(answer.text)
         return WriteResult(action, target, answer.status, ok, response, labels, data)
 
-    def _refusal(self, answer: _Answer) -> str:
+    def _refusal(self, answer: Answer) -> str:
         """What a person must do when GitHub refused their own token (401: revoked or expired; 403: no right)."""
         try:
             message = str(json.loads(answer.text).get("message", ""))
         except (ValueError, AttributeError):
             message = ""
         if answer.status == 401:
-            why = _excerpt(message, 100) or "bad credentials"
+            why = excerpt(message, 100) or "bad credentials"
             return f"GitHub no longer accepts your token ({why}): sign in to GitHub again"
         if "rate limit" in message.lower():
-            return f"GitHub's rate limit for your account is spent: {_excerpt(message, 100)}"
+            return f"GitHub's rate limit for your account is spent: {excerpt(message, 100)}"
         return (
             f"GitHub refused: your account lacks triage permission on {self.repo} "
-            f"({_excerpt(message, 100) or 'forbidden'}); ask a maintainer for the triage role"
+            f"({excerpt(message, 100) or 'forbidden'}); ask a maintainer for the triage role"
         )
 
     def add_label(self, number: int, name: str) -> WriteResult:
@@ -386,57 +367,8 @@ class Client:
                 if isinstance(errors, list) and errors
                 else "no issue in GitHub's answer"
             )
-            return WriteResult(
-                result.action, result.target, 422, False, f"GitHub refused the transfer: {_excerpt(why)}"
-            )
+            return WriteResult(result.action, result.target, 422, False, f"GitHub refused the transfer: {excerpt(why)}")
         return WriteResult(result.action, result.target, result.status, True, f"now {moved.get('url', '')}")
-
-
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-def is_local_url(url: str) -> bool:
-    """True when url names this machine (the demo GitHub, the tests' fake): nothing leaves it."""
-    host = (urlsplit(url).hostname or "").lower()
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
-
-
-def mode() -> str:
-    """ "github" with a token; "demo" without one, against a GitHub on this machine (the demo
-    GitHub `make run` starts); "off" without a token elsewhere: nothing may be sent there."""
-    if settings.GITHUB_TOKEN or settings.GITHUB_APP_ID:
-        return "github"
-    return "demo" if is_local_url(settings.GITHUB_API_URL) else "off"
-
-
-def off_reason() -> str:
-    """Why GitHub cannot be reached in this setup, or "" when it can."""
-    if mode() != "off":
-        return ""
-    return (
-        f"no GITHUB_TOKEN or GITHUB_APP_ID, and GITHUB_API_URL ({settings.GITHUB_API_URL}) "
-        "is not the local demo GitHub: "
-        "without a token nothing is sent off this machine. Set GITHUB_TOKEN, or start with `make run`, "
-        "which serves the demo GitHub on 127.0.0.1."
-    )
-
-
-def client() -> Client:
-    """A Client for settings.GITHUB_REPO at settings.GITHUB_API_URL as the site: GITHUB_TOKEN, or the
-    GitHub App's installation token when GITHUB_APP_ID is set.
-
-    Raises GitHubError without a token unless the API is on this machine: an anonymous
-    request to api.github.com would leave the machine and fail after its retries.
-    """
-    if why := off_reason():
-        raise GitHubError(f"GitHub is off: {why}")
-    return Client(
-        base_url=settings.GITHUB_API_URL,
-        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-    )
 
 
 # --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
@@ -488,23 +420,6 @@ def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
         return json.loads(answer.text).get("state") == "active"
     except (ValueError, AttributeError):
         raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
-
-
-def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
-    """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
-    spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
-    cli = Client(
-        base_url=settings.GITHUB_API_URL,
-        token=token,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-        on_answer=on_answer,
-        as_user=True,
-    )
-    if spent_until is not None:
-        cli._spent_until = int(spent_until.timestamp())
-    return cli
 
 
 # The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires
@@ -649,14 +564,14 @@ class PacedClient(Client):
             reset = datetime.fromtimestamp(until, UTC)
             self._wait(wait, f"{self.rate_remaining} requests left until the reset at {reset:%H:%M:%S} UTC")
 
-    def _watch_rate_limit(self, answer: _Answer) -> None:
+    def _watch_rate_limit(self, answer: Answer) -> None:
         super()._watch_rate_limit(answer)
         reset = answer.headers.get("x-ratelimit-reset", "")
         self.rate_reset = int(reset) if reset.isdigit() else self.rate_reset
         if self.rate_remaining is not None and self.rate_remaining <= self.reserve and reset.isdigit():
             self._spent_until = int(reset)
 
-    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> _Answer:
+    def _call(self, gh: Github, verb: str, url: str, *, params=None, headers=None, input=None) -> Answer:
         for _ in range(MAX_RATE_LIMIT_WAITS + 1):
             answer = super()._call(gh, verb, url, params=params, headers=headers, input=input)
             wait = rate_limit_wait(answer.status, answer.headers, answer.text, time.time())
@@ -664,7 +579,7 @@ class PacedClient(Client):
                 self.last_link = answer.headers.get("link", "")
                 return answer
             self._spent_until = 0  # this wait covers the reset too
-            self._wait(wait, f"GitHub answered {answer.status}: {_excerpt(answer.text, 120)}")
+            self._wait(wait, f"GitHub answered {answer.status}: {excerpt(answer.text, 120)}")
         raise RateLimited(f"GitHub kept answering {answer.status} (rate limit) to GET {url}")
 
     def comments(self, number: int) -> list[CommentData]:
@@ -678,29 +593,3 @@ class PacedClient(Client):
             return super().label_events(number)
         except PageGone as exc:
             raise IssueGone(number, exc.status) from None
-
-
-def last_page(link_header: str) -> int | None:
-    """The page number of a Link header's rel="last" (how many pages the listing has), or None."""
-    for part in (link_header or "").split(","):
-        if 'rel="last"' in part:
-            query = urlsplit(part.split(";")[0].strip().strip("<>")).query
-            pages = [value for key, _, value in (p.partition("=") for p in query.split("&")) if key == "page"]
-            return int(pages[0]) if pages and pages[0].isdigit() else None
-    return None
-
-
-def paced_client(*, sleep=time.sleep, on_wait=None, reserve: int = 0) -> PacedClient:
-    """A PacedClient as the site (client()'s identity and checks) for settings.GITHUB_REPO."""
-    if why := off_reason():
-        raise GitHubError(f"GitHub is off: {why}")
-    return PacedClient(
-        base_url=settings.GITHUB_API_URL,
-        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-        sleep=sleep,
-        on_wait=on_wait,
-        reserve=reserve,
-    )

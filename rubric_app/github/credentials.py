@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rubric_app.github import client as github
+from rubric_app.github import connect
 from rubric_app.models import GitHubCredential
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def write_as() -> str:
 def why_not_as(user) -> str:
     """Why a decision by `user` could not be written as them ("" when it could, or when the site writes):
     checked when it is requested, so a local account hears it at once instead of from the worker."""
-    if write_as() != "user" or github.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
+    if write_as() != "user" or connect.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
         return ""
     cred = GitHubCredential.objects.filter(user=user).only("revoked_at", "login").first()
     if cred is None:
@@ -192,17 +193,17 @@ def write_client_for(user) -> github.Client:
     so are the local demo accounts' decisions on the demo GitHub (`make run`, no GITHUB_TOKEN).
     """
     if write_as() != "user":
-        return github.client()
+        return connect.client()
     if user is None:
         raise CredentialError("the decision has no author to write as: sign in with GitHub")
-    if github.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
+    if connect.mode() == "demo" and not GitHubCredential.objects.filter(user=user).exists():
         # `make run`'s demo accounts are local; on the demo GitHub they write as the dashboard, as before.
-        return github.client()
+        return connect.client()
     token = token_for(user)
     cred = GitHubCredential.objects.get(user=user)
     # A budget GitHub said was spent stays spent until its reset, across decisions and processes.
     spent = cred.rate_limit_remaining == 0 and cred.rate_limit_reset_at and cred.rate_limit_reset_at > timezone.now()
-    return github.client_for_user(
+    return connect.client_for_user(
         token,
         on_answer=lambda status, remaining, reset_at: _note(cred, status, remaining, reset_at),
         spent_until=cred.rate_limit_reset_at if spent else None,

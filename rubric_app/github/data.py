@@ -225,3 +225,23 @@ def rate_limit_wait(status: int, headers: dict[str, str], text: str, now: float)
     if remaining == "0" and reset.isdigit():
         return max(int(reset) - now, 0.0) + 1
     return float(SECONDARY_RATE_WAIT_S)
+
+
+def next_link(link_header: str) -> str:
+    for part in (link_header or "").split(","):
+        if 'rel="next"' in part:
+            return part.split(";")[0].strip().strip("<>")
+    return ""
+
+
+def excerpt(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+@dataclass
+class Answer:
+    """One HTTP answer as the client read it: status, headers (lower-case names), body text."""
+
+    status: int
+    headers: dict[str, str]
+    text: str

@@ -44,7 +44,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import recovery, sync
+from rubric_app.github import connect, recovery, sync
 from rubric_app.models import Issue, SyncState
 from rubric_app.triage import similar
 
@@ -172,7 +172,7 @@ def sync_history(
         return report
     progress = Progress(report, out)
     try:
-        gh = gh or github.paced_client(sleep=sleep, on_wait=progress.waiting, reserve=settings.HISTORY_RATE_RESERVE)
+        gh = gh or connect.paced_client(sleep=sleep, on_wait=progress.waiting, reserve=settings.HISTORY_RATE_RESERVE)
         progress.gh = gh
         state, _ = SyncState.objects.get_or_create(key=BACKFILL_KEY)
         if restart:
@@ -246,7 +246,7 @@ def _backfill(
         while url:
             page = gh.issues_page(url)
             progress.page = int(parse_qs(urlsplit(url).query).get("page", ["1"])[0])
-            progress.last = github.last_page(gh.last_link) or progress.last or progress.page
+            progress.last = connect.last_page(gh.last_link) or progress.last or progress.page
             store_page(page.items, gh, report)
             url = page.next_url
             if url:

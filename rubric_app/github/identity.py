@@ -21,7 +21,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import signin
+from rubric_app.github import connect, signin
 from rubric_app.models import GitHubCredential
 from rubric_app.roles import ROLES
 
@@ -76,7 +76,7 @@ def recheck(user, *, max_age: timedelta, now=None) -> RoleCheck:
         return RoleCheck(linked=True, role=held_role(user))
     token = signin._check_token(user)
     try:
-        if not token and github.mode() != "demo":
+        if not token and connect.mode() != "demo":
             raise github.GitHubError("there is no GitHub token to ask with (GITHUB_TOKEN, or the user's own)")
         role = signin.github_role(token=token, login=login)
     except github.GitHubError as exc:

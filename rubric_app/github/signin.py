@@ -28,7 +28,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import credentials
+from rubric_app.github import connect, credentials
 from rubric_app.models import GitHubCredential
 from rubric_app.roles import ROLES, ensure_roles
 
@@ -204,7 +204,7 @@ def refresh_github_roles() -> dict[str, int]:
     for account in SocialAccount.objects.filter(provider="github").select_related("user"):
         user, login = account.user, str(account.extra_data.get("login", ""))
         token = _check_token(user)
-        if not token and github.mode() != "demo":  # nothing to ask with (the demo GitHub needs no token)
+        if not token and connect.mode() != "demo":  # nothing to ask with (the demo GitHub needs no token)
             counts["failed"] += 1
             continue
         try:

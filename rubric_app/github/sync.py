@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import skill_files
+from rubric_app.github import connect, skill_files
 from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState
 from rubric_app.runs import auto_bisect, build_checks
 from rubric_app.triage import suggestions
@@ -351,7 +351,7 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
         log.info("%s", report.summary())
         return report
     try:
-        gh, started = gh or github.client(), timezone.now()
+        gh, started = gh or connect.client(), timezone.now()
         # The triage skill first: its catalog and the latest release decide this sync's suggestions.
         report.skill_changed = skill_files.sync_skill(gh).changed
         _sync(full=full, gh=gh, report=report)

@@ -19,8 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rubric_app.github import client as github
-from rubric_app.github import credentials, identity, skill_files
+from rubric_app.github import connect, credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
 from rubric_app.rubric.flow import change_breaks_g4
@@ -312,7 +311,7 @@ def request_decision(
         for s in issue.suggestions.all()
         if s.kind == Suggestion.Kind.ADD
     ]
-    off = github.off_reason()  # no token and no local demo GitHub: nothing may be sent
+    off = connect.off_reason()  # no token and no local demo GitHub: nothing may be sent
     unsigned = credentials.why_not_as(user)  # written as the triager, who has no usable GitHub token
     # A GitHub user's role as GitHub says it now (at most identity.WRITE_TRUST old), or why it cannot be told.
     lost = "" if off or unsigned else identity.write_refusal(user)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest
 
-from rubric_app.github import client as github
+from rubric_app.github import connect
 
 
 def github_mode(request: HttpRequest) -> dict:
@@ -14,10 +14,10 @@ def github_mode(request: HttpRequest) -> dict:
 
     The API URL is shown only for the demo (it is this machine's); never the token.
     """
-    current = github.mode()
+    current = connect.mode()
     return {
         "github_mode": current,
-        "github_off": github.off_reason(),
+        "github_off": connect.off_reason(),
         "demo_github_url": settings.GITHUB_API_URL if current == "demo" else "",
         # GitHub's web root, for "on GitHub" links: the demo GitHub's own pages in the demo.
         "github_web_url": settings.GITHUB_URL,
