@@ -595,7 +595,7 @@ def _assess(
                 out.avoid.append(
                     Avoided(x.label, "G5", "handed off to another oncall: no module labels", x.evidence, x.source)
                 )
-        chosen = [x for x in chosen if not x.label.startswith(("module:", "oncall:"))]
+        chosen = [x for x in chosen if not (is_module(x.label) or is_oncall(x.label))]
     elif cpu_lane or (
         cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))
     ):
