@@ -51,15 +51,20 @@ def client() -> Client:
     Raises GitHubError without a token unless the API is on this machine: an anonymous
     request to api.github.com would leave the machine and fail after its retries.
     """
+    return Client(**_as_site())
+
+
+def _as_site() -> dict:
+    """The keywords of a client acting as the site, after the check that GitHub is not off."""
     if why := off_reason():
         raise GitHubError(f"GitHub is off: {why}")
-    return Client(
-        base_url=settings.GITHUB_API_URL,
-        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-    )
+    return {
+        "base_url": settings.GITHUB_API_URL,
+        "token": installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
+        "repo": settings.GITHUB_REPO,
+        "timeout": settings.GITHUB_TIMEOUT,
+        "write_interval": settings.GITHUB_WRITE_INTERVAL,
+    }
 
 
 def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
@@ -91,15 +96,4 @@ def last_page(link_header: str) -> int | None:
 
 def paced_client(*, sleep=time.sleep, on_wait=None, reserve: int = 0) -> PacedClient:
     """A PacedClient as the site (client()'s identity and checks) for settings.GITHUB_REPO."""
-    if why := off_reason():
-        raise GitHubError(f"GitHub is off: {why}")
-    return PacedClient(
-        base_url=settings.GITHUB_API_URL,
-        token=installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-        sleep=sleep,
-        on_wait=on_wait,
-        reserve=reserve,
-    )
+    return PacedClient(**_as_site(), sleep=sleep, on_wait=on_wait, reserve=reserve)
