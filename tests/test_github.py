@@ -73,6 +73,20 @@ def test_it_raises_unavailable_when_5xx_outlasts_the_retries(gh, fake_github):
 
     with pytest.raises(github.GitHubUnavailable, match="kept failing"):
         gh.labels()
+    assert len(fake_github.requests_to(r"/labels$")) == 6  # the request and its 5 retries
+
+
+def test_it_waits_longer_before_each_retry_as_github_retry_backoff_says(fake_github, settings):
+    # The suite retries without waiting (tests/conftest.py); here the waits are real: 0, 2, 4, 8, 16 x 0.05 s.
+    settings.GITHUB_RETRY_BACKOFF = 0.05
+    fake_github.inject("error", path=r"/labels$", status=502, times=5)
+
+    assert connect.client().labels() == []
+
+    sent = [r.at for r in fake_github.requests_to(r"/labels$")]
+    gaps = [later - earlier for earlier, later in zip(sent, sent[1:])]
+    assert len(sent) == 6 and all(gap >= 0.95 * want for gap, want in zip(gaps, (0, 0.1, 0.2, 0.4, 0.8))), gaps
+    assert sum(gaps) < 5, gaps  # not production's 0.25: 7.5 s in all
 
 
 def test_it_raises_page_gone_for_a_missing_issue(gh, fake_github):

@@ -213,8 +213,8 @@ def _get(url: str):
 @pytest.mark.django_db(transaction=True)
 def test_it_keeps_no_connection_per_request_thread_under_the_development_server():
     """`make run`'s server starts a thread per request: with persistent connections each kept its own until
-    PostgreSQL refused more. 20 clients for 10 s: no 5xx, at most one connection per request in flight, and
-    none left behind."""
+    PostgreSQL refused more. 20 clients for 3 s, hundreds of requests (a connection kept per request's thread
+    would pass 20 many times over): no 5xx, at most one connection per request in flight, and none left behind."""
     if connection.vendor != "postgresql":
         pytest.skip("counts PostgreSQL's connections")
     port, name = _free_port(), connection.settings_dict["NAME"]
@@ -249,14 +249,14 @@ def test_it_keeps_no_connection_per_request_thread_under_the_development_server(
         threads = [threading.Thread(target=client) for _ in range(20)]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             peak[0] = max(peak[0], connections() - baseline)
             time.sleep(0.2)
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
-        assert statuses and not [s for s in statuses if s >= 500], sorted(set(statuses))
+        assert len(statuses) >= 100 and not [s for s in statuses if s >= 500], (len(statuses), sorted(set(statuses)))
         assert 1 <= peak[0] <= 20, peak[0]  # at least one: the count does see the server's connections
         wait_until(lambda: connections() - baseline <= 0, timeout=15)  # nothing hoarded once idle
     finally:

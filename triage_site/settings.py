@@ -289,6 +289,8 @@ GITHUB_QUEUE_LABELS = list(QUEUE_LABELS)
 # GitHub asks for at least one second between mutating requests.
 GITHUB_WRITE_INTERVAL = env_float("GITHUB_WRITE_INTERVAL", 1.0)
 GITHUB_TIMEOUT = env_float("GITHUB_TIMEOUT", 15.0)
+# A failed read (5xx, timeout) is retried 5 times, waiting 0, 2x, 4x, 8x, 16x this many seconds (4 s at most).
+GITHUB_RETRY_BACKOFF = env_float("GITHUB_RETRY_BACKOFF", 0.25)
 # The history backfill (rubric_app/github/history.py) waits for the reset once this many of the hour's requests are
 # left: they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
 HISTORY_RATE_RESERVE = int(env_float("HISTORY_RATE_RESERVE", 1000))

@@ -73,6 +73,7 @@ class Client:
         repo: str,
         timeout: float = 15.0,
         write_interval: float = 1.0,
+        retry_backoff: float = 0.25,
         on_answer=None,
         as_user: bool = False,
     ) -> None:
@@ -97,7 +98,9 @@ class Client:
             seconds_between_writes=None,
         )
         self._reader = Github(
-            retry=GithubRetry(total=5, backoff_factor=0.25, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S),
+            retry=GithubRetry(
+                total=5, backoff_factor=retry_backoff, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S
+            ),
             **common,
         )
         # Writes: retry only a 403 that says "rate limited" (GitHub did nothing); a 5xx or a
@@ -107,7 +110,7 @@ class Client:
                 total=3,
                 status_forcelist=[],
                 read=0,
-                backoff_factor=0.25,
+                backoff_factor=retry_backoff,
                 max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S,
                 allowed_methods=frozenset({"GET", "POST", "DELETE", "PATCH"}),
             ),
@@ -382,6 +385,7 @@ def user_client(token: str) -> Client:
         repo=settings.GITHUB_REPO,
         timeout=settings.GITHUB_TIMEOUT,
         write_interval=settings.GITHUB_WRITE_INTERVAL,
+        retry_backoff=settings.GITHUB_RETRY_BACKOFF,
     )
 
 
@@ -538,7 +542,7 @@ class PacedClient(Client):
             # Not GithubRetry: it sleeps on a rate limit itself (up to a cap, then raises). 403 and 429 come back here.
             retry=urllib3.Retry(
                 total=5,
-                backoff_factor=0.25,
+                backoff_factor=kwargs.get("retry_backoff", 0.25),
                 backoff_max=4,
                 status_forcelist=list(range(500, 600)),
                 allowed_methods=frozenset({"GET"}),

@@ -64,6 +64,7 @@ def _as_site() -> dict:
         "repo": settings.GITHUB_REPO,
         "timeout": settings.GITHUB_TIMEOUT,
         "write_interval": settings.GITHUB_WRITE_INTERVAL,
+        "retry_backoff": settings.GITHUB_RETRY_BACKOFF,
     }
 
 
@@ -76,6 +77,7 @@ def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None 
         repo=settings.GITHUB_REPO,
         timeout=settings.GITHUB_TIMEOUT,
         write_interval=settings.GITHUB_WRITE_INTERVAL,
+        retry_backoff=settings.GITHUB_RETRY_BACKOFF,
         on_answer=on_answer,
         as_user=True,
     )
