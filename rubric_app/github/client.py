@@ -97,6 +97,7 @@ class Client:
             seconds_between_requests=None,
             seconds_between_writes=None,
         )
+        self._github_options, self._retry_backoff = common, retry_backoff
         self._reader = Github(
             retry=GithubRetry(
                 total=5, backoff_factor=retry_backoff, backoff_max=4, max_rate_limit_wait=MAX_RATE_LIMIT_WAIT_S
@@ -377,16 +378,22 @@ class Client:
 # --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
 
 
+def configured(token: str) -> dict:
+    """A Client's keywords from the settings (which GitHub, which repository, timeout, pacing, retries), acting
+    with `token`."""
+    return {
+        "base_url": settings.GITHUB_API_URL,
+        "token": token,
+        "repo": settings.GITHUB_REPO,
+        "timeout": settings.GITHUB_TIMEOUT,
+        "write_interval": settings.GITHUB_WRITE_INTERVAL,
+        "retry_backoff": settings.GITHUB_RETRY_BACKOFF,
+    }
+
+
 def user_client(token: str) -> Client:
     """A Client that acts with `token` (a signed-in user's, or the site's) at settings.GITHUB_API_URL."""
-    return Client(
-        base_url=settings.GITHUB_API_URL,
-        token=token,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-        retry_backoff=settings.GITHUB_RETRY_BACKOFF,
-    )
+    return Client(**configured(token))
 
 
 def is_org_member(*, token: str, org: str, login: str) -> bool:
@@ -531,18 +538,12 @@ class PacedClient(Client):
         self.waited_s = 0.0
         self.last_link = ""
         self.rate_reset = 0  # epoch of the rate limit's next reset, as the last answer said
-        token = kwargs.get("token", "")
         self._reader = Github(
-            base_url=kwargs["base_url"],
-            auth=Auth.Token(token) if token else None,
-            per_page=100,
-            timeout=max(int(round(kwargs.get("timeout", 15.0))), 1),
-            seconds_between_requests=None,
-            seconds_between_writes=None,
+            **self._github_options,
             # Not GithubRetry: it sleeps on a rate limit itself (up to a cap, then raises). 403 and 429 come back here.
             retry=urllib3.Retry(
                 total=5,
-                backoff_factor=kwargs.get("retry_backoff", 0.25),
+                backoff_factor=self._retry_backoff,
                 backoff_max=4,
                 status_forcelist=list(range(500, 600)),
                 allowed_methods=frozenset({"GET"}),

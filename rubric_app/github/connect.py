@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from rubric_app.github.client import Client, PacedClient, installation_token
+from rubric_app.github.client import Client, PacedClient, configured, installation_token
 from rubric_app.github.data import (
     GitHubError,
 )
@@ -58,29 +58,13 @@ def _as_site() -> dict:
     """The keywords of a client acting as the site, after the check that GitHub is not off."""
     if why := off_reason():
         raise GitHubError(f"GitHub is off: {why}")
-    return {
-        "base_url": settings.GITHUB_API_URL,
-        "token": installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN,
-        "repo": settings.GITHUB_REPO,
-        "timeout": settings.GITHUB_TIMEOUT,
-        "write_interval": settings.GITHUB_WRITE_INTERVAL,
-        "retry_backoff": settings.GITHUB_RETRY_BACKOFF,
-    }
+    return configured(installation_token() if settings.GITHUB_APP_ID else settings.GITHUB_TOKEN)
 
 
 def client_for_user(token: str, *, on_answer=None, spent_until: datetime | None = None) -> Client:
     """A Client acting as a person (their sign-in token); on_answer sees each answer's status and rate limit.
     spent_until: their rate limit is spent until then (the first request waits for it or raises RateLimited)."""
-    cli = Client(
-        base_url=settings.GITHUB_API_URL,
-        token=token,
-        repo=settings.GITHUB_REPO,
-        timeout=settings.GITHUB_TIMEOUT,
-        write_interval=settings.GITHUB_WRITE_INTERVAL,
-        retry_backoff=settings.GITHUB_RETRY_BACKOFF,
-        on_answer=on_answer,
-        as_user=True,
-    )
+    cli = Client(**configured(token), on_answer=on_answer, as_user=True)
     if spent_until is not None:
         cli._spent_until = int(spent_until.timestamp())
     return cli
