@@ -172,6 +172,12 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
         labels_seen=form.cleaned_data["labels_seen"],
         redirect=form.redirect_to(),
     )
+    return _queued(request, issue, decision)
+
+
+def _queued(request: HttpRequest, issue: Issue, decision: TriageDecision) -> HttpResponse:
+    """A decision on its way to GitHub: its fragment (polled, with a word when no github worker is up) for htmx,
+    else back to the issue page."""
     if request.htmx:
         context = {"decision": decision, "issue": issue, **waiting(WorkerHeartbeat.objects.queues())}
         return render(request, "rubric_app/issue.html#decision", context)
@@ -198,10 +204,7 @@ def bot_correct(request: HttpRequest, number: int) -> HttpResponse:
     if not form.is_valid():
         return render(request, "rubric_app/issue.html", _issue_context(issue, bot_form=form), status=400)
     decision = decisions.correct_bot(issue=issue, user=request.user, **form.cleaned_data)
-    if request.htmx:
-        context = {"decision": decision, "issue": issue, **waiting(WorkerHeartbeat.objects.queues())}
-        return render(request, "rubric_app/issue.html#decision", context)
-    return redirect(issue)
+    return _queued(request, issue, decision)
 
 
 @login_required
