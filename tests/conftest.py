@@ -12,7 +12,7 @@ from django.db import connection
 
 from rubric_app.models import Issue
 from tests.factories import make_issue, make_label, make_user
-from tests.helpers import ROOT, running_worker
+from tests.helpers import ROOT, child_database_url, running_worker
 from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
@@ -134,7 +134,7 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
 
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
-    url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name
+    url = child_database_url(db_name)
     env = {
         **os.environ,
         "DATABASE_URL": url,

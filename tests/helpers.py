@@ -78,6 +78,12 @@ def passes_on_sqlite(test_file: str, tmp_path) -> None:
     assert " passed" in summary and "failed" not in summary, summary
 
 
+def child_database_url(name: str | None = None) -> str:
+    """DATABASE_URL for a process a test starts (a worker, a server, a command): the test database this process
+    uses (pytest-django's test_ name, xdist's suffix), not the one the environment names. name: when read before."""
+    return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + (name or connection.settings_dict["NAME"])
+
+
 def only_this_tests_workers() -> None:
     """No worker heartbeats but the ones this test writes, until it ends: the session's Celery worker (and
     any a test started) beats into the same database every few seconds, and a row of theirs changes what

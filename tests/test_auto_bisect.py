@@ -261,11 +261,12 @@ def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_t
     assert run.status == "failed" and "automatic run" in run.error
 
 
-SLOW = """import time
+# A repro whose every mode sleeps `seconds`: .format(seconds=..., n=...) (n makes each repro a different one).
+SLEEPS = """import time
 import torch
 
 def fn(x):
-    time.sleep(0.3)
+    time.sleep({seconds})
     return x + {n}
 
 def make_inputs():
@@ -280,11 +281,16 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
     # 50 automatic runs queued, then one a triager asks for: the worker reads its queues in order
     # (cpu before cpu_auto), so at most the automatic run it already started goes before the person's.
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 100, 100
-    issues = [make_issue(5800 + i, body=f"```python\n{SLOW.format(n=i)}```\n", author=f"u{i}") for i in range(50)]
+    issues = [
+        make_issue(5800 + i, body=f"```python\n{SLEEPS.format(seconds=0.3, n=i)}```\n", author=f"u{i}")
+        for i in range(50)
+    ]
     outcomes = queue(*issues)
     assert [o.reason for o in outcomes].count("queued") == 50
     wait_until(lambda: BisectionRun.objects.filter(automatic=True, status="running").exists(), timeout=120)
-    asked = bisect_runs.start_bisection(issue=issues[0], user=triager, code=SLOW.format(n=99), device="cpu")
+    asked = bisect_runs.start_bisection(
+        issue=issues[0], user=triager, code=SLEEPS.format(seconds=0.3, n=99), device="cpu"
+    )
     try:
         wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=180)
         asked.refresh_from_db()
@@ -298,18 +304,6 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
             conn.default_channel.queue_purge("cpu_auto")
 
 
-SLEEPS = """import time
-import torch
-
-def fn(x):
-    time.sleep(5)
-    return x + {n}
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
-
-
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
@@ -317,12 +311,12 @@ def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(cel
     """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both (`-Q cpu,cpu_auto`).
     Now the automatic run makes way at its next mode, and goes back to its own queue."""
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 100
-    issue = make_issue(5900, body=f"```python\n{SLEEPS.format(n=1)}```\n", author="reporter")
+    issue = make_issue(5900, body=f"```python\n{SLEEPS.format(seconds=5, n=1)}```\n", author="reporter")
     [outcome] = queue(issue)
     automatic, asked = outcome.run, None
     try:
         wait_until(lambda: BisectionRun.objects.filter(pk=automatic.pk, current_mode="aot_eager").exists(), timeout=240)
-        quick = SLEEPS.format(n=2).replace("time.sleep(5)", "pass")
+        quick = SLEEPS.format(seconds=0, n=2)
         asked = bisect_runs.start_bisection(issue=issue, user=triager, code=quick, device="cpu")
         wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=120)
         asked.refresh_from_db()

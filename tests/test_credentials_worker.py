@@ -21,7 +21,7 @@ from rubric_app.models import TriageDecision
 from rubric_app.tasks import apply_decision_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN
-from tests.helpers import running_worker, wait_until_finished
+from tests.helpers import child_database_url, running_worker, wait_until_finished
 
 QUEUE = "github-as-user-test"
 
@@ -34,7 +34,7 @@ def signed_in_worker(django_db_setup, django_db_blocker, fake_github_server, tmp
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     env = {
         **os.environ,
-        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name,
+        "DATABASE_URL": child_database_url(db_name),
         "PYTHONUNBUFFERED": "1",
         "GITHUB_API_URL": fake_github_server.url,
         "GITHUB_URL": fake_github_server.url,

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
 from rubric_app.github import history
@@ -22,7 +21,7 @@ from rubric_app.lanes import LANES
 from rubric_app.models import Comment, Issue, LabelEvent, SyncState
 from rubric_app.triage import metrics, similar
 from tests.fakegithub import TOKEN
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, child_database_url, wait_until
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 TRACE = (
@@ -178,7 +177,7 @@ def test_it_resumes_a_killed_backfill_without_duplicates_or_requests_twice(fake_
     fake_github.inject("timeout", path=r"/issues$", query={"page": "3"}, delay=30)
     env = {
         **os.environ,
-        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"],
+        "DATABASE_URL": child_database_url(),
         "GITHUB_API_URL": fake_github.url,
         "GITHUB_TOKEN": TOKEN,
         "GITHUB_REPO": fake_github.repo,

@@ -30,7 +30,7 @@ from rubric_app.tasks import apply_decision_task
 from rubric_app.web.middleware import ROLE_CHECKED_KEY
 from tests.factories import make_issue, make_label, make_user
 from tests.fakegithub import TOKEN
-from tests.helpers import running_worker, wait_until_finished
+from tests.helpers import child_database_url, running_worker, wait_until_finished
 from tests.test_signin import roles_of, sign_in_with_github
 
 pytestmark = pytest.mark.django_db
@@ -186,7 +186,7 @@ def _worker(mode: str, fake, tmp_path_factory, django_db_blocker):
     queue = f"github-identity-{mode}-test"
     env = {
         **os.environ,
-        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + db_name,
+        "DATABASE_URL": child_database_url(db_name),
         "PYTHONUNBUFFERED": "1",
         "GITHUB_API_URL": fake.url,
         "GITHUB_URL": fake.url,

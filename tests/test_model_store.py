@@ -12,7 +12,6 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -25,7 +24,7 @@ from rubric_app.rubric.model import LabelModel, train
 from rubric_app.rubric.offline.evaluation import training_examples
 from rubric_app.triage import model_store, suggestions
 from tests.factories import make_issue, make_label
-from tests.helpers import ROOT, wait_until
+from tests.helpers import ROOT, child_database_url, wait_until
 
 URL = reverse("rubric_app:models")
 # Kinds of issue in words no rule knows, so only a learned model can tell them apart: what each kind's triagers applied.
@@ -198,7 +197,7 @@ def test_it_gives_two_processes_the_same_promoted_model_and_a_new_one_without_a_
     first = promote(train(training_examples(WALRUS)))
     env = {
         **os.environ,
-        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"],
+        "DATABASE_URL": child_database_url(),
     }
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "shell", "-c", SHELL], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True

@@ -20,7 +20,7 @@ from django.db import connection
 from django.urls import reverse
 
 from rubric_app.models import SyncState, WorkerHeartbeat
-from tests.helpers import ROOT, only_this_tests_workers, wait_until, worker_command
+from tests.helpers import ROOT, child_database_url, only_this_tests_workers, wait_until, worker_command
 from triage_site.sentry import scrub_event
 
 PRODUCTION = {
@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 
 def _env(**extra) -> dict:
-    db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
+    db_url = child_database_url()
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_TOKEN", "PYTEST_XDIST_", "DJANGO_ALLOW_ASYNC"))
     }

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 from kombu import Connection
 
@@ -30,7 +29,14 @@ from rubric_app.runs import bisecting
 from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import TOKEN, FakeGitHub
-from tests.helpers import ROOT, only_this_tests_workers, wait_until, wait_until_finished, worker_command
+from tests.helpers import (
+    ROOT,
+    child_database_url,
+    only_this_tests_workers,
+    wait_until,
+    wait_until_finished,
+    worker_command,
+)
 from triage_site.celery import app
 
 Status = TriageDecision.Status
@@ -192,7 +198,7 @@ class Broker:
     def start_worker(self, queues: list[str], *, pool: str = "solo", **env) -> tuple[subprocess.Popen, str]:
         """Start `celery worker` on this broker and the test database; returns (process, name) once it is up."""
         name = f"stuck-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
-        db_url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
+        db_url = child_database_url()
         full_env = {
             **os.environ,
             "DATABASE_URL": db_url,

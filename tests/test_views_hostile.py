@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -14,6 +13,7 @@ from rubric_app.models import BisectionRun, Comment, Label, Meeting, TriageDecis
 from rubric_app.web.markdown import MAX_MARKDOWN, MarkdownBudget, render_markdown
 from tests.bounded import run_bounded
 from tests.factories import make_issue, make_suggestion
+from tests.helpers import child_database_url
 
 HOSTILE = [
     "<script>alert('x')</script>",
@@ -208,7 +208,7 @@ def test_it_renders_an_issue_page_of_hostile_comments_in_bounded_time(viewer):
     """,
         timeout=120,
         env={
-            "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + database,
+            "DATABASE_URL": child_database_url(database),
             "ALLOWED_HOSTS": "testserver",
         },
     )

@@ -7,12 +7,11 @@ import time
 import uuid
 
 import pytest
-from django.db import connection
 
 from rubric_app.models import BisectionRun, Issue, WebhookDelivery
 from rubric_app.tasks import process_webhook_task, run_bisection_task
 from tests.factories import make_issue, opened_issue_payload
-from tests.helpers import running_worker, wait_until
+from tests.helpers import child_database_url, running_worker, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -60,7 +59,7 @@ def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisect
     )
     env = {
         **os.environ,
-        "DATABASE_URL": os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"],
+        "DATABASE_URL": child_database_url(),
         "PYTHONUNBUFFERED": "1",
     }
     name = f"beat-{os.getpid()}@{socket.gethostname()}"
