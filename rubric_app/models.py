@@ -9,6 +9,8 @@ GitHubWrite records each HTTP call it made and GitHub's answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 from django.conf import settings
@@ -269,16 +271,25 @@ class Issue(models.Model):
     def automation(self, comments: list[Comment]) -> Automation:
         """What PyTorch's automation said on this issue (the Repro Agent, other agents, the triage bot), read
         from its mirrored comments (the page's list, no query of its own) and labels (rubric/automation.py)."""
-        text = rubric.IssueText(
+        text = self.thread_text(comments)
+        return read_automation(sources_of(text), self.label_names(), accounts=text.automation_accounts)
+
+    def thread_text(self, comments: Iterable[Comment]) -> rubric.IssueText:
+        """The issue's own words as the rubric reads them: title, body and `comments` (Comment rows), each with
+        who wrote it, and who may speak for the automation. No labels, runs or neighbours: as_issue_text adds them."""
+        return rubric.IssueText(
             number=self.number,
             title=self.title,
             body=self.body,
             comments=tuple(
-                rubric.CommentText(body=c.body, author=c.author, association=c.author_association) for c in comments
+                rubric.CommentText(
+                    body=c.body, author=c.author, github_id=c.github_id, association=c.author_association
+                )
+                for c in comments
             ),
             author=self.author,
+            automation_accounts=settings.AUTOMATION_ACCOUNTS,
         )
-        return read_automation(sources_of(text), self.label_names(), accounts=settings.AUTOMATION_ACCOUNTS)
 
     def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
@@ -297,21 +308,11 @@ class Issue(models.Model):
             )
             + self.regression_evidence()
         )
-        return rubric.IssueText(
-            number=self.number,
-            title=self.title,
-            body=self.body,
-            comments=tuple(
-                rubric.CommentText(
-                    body=c.body, author=c.author, github_id=c.github_id, association=c.author_association
-                )
-                for c in self.comments.all()
-            ),
+        return replace(
+            self.thread_text(self.comments.all()),
             labels=tuple(self.label_names()),
             bisection=bisection,
-            author=self.author,
             neighbours=neighbours,
-            automation_accounts=settings.AUTOMATION_ACCOUNTS,
         )
 
     def regression_evidence(self) -> tuple[rubric.BisectionEvidence, ...]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db.models import Prefetch
 
 from rubric_app import rubric
@@ -83,14 +82,4 @@ def run_notes(run: BisectionRun | None, issue: Issue, comments: list[Comment] | 
     if run is None or run.status != BisectionRun.Status.DONE or not run.results:
         return []
     comments = list(issue.comments.all()) if comments is None else comments
-    text = rubric.IssueText(
-        number=issue.number,
-        title=issue.title,
-        body=issue.body,
-        comments=tuple(
-            rubric.CommentText(body=c.body, author=c.author, association=c.author_association) for c in comments
-        ),
-        author=issue.author,
-        automation_accounts=settings.AUTOMATION_ACCOUNTS,
-    )
-    return notes_of(text, run.results, run.verdict_labels or [], run.pk)
+    return notes_of(issue.thread_text(comments), run.results, run.verdict_labels or [], run.pk)
