@@ -52,6 +52,7 @@ from rubric_app.vocabulary import (
     is_module,
     is_oncall,
 )
+from rubric_app.vocabulary import Kind as FindingKind
 
 
 class LabelQuerySet(models.QuerySet):
@@ -394,8 +395,8 @@ class Suggestion(models.Model):
     """One thing the rubric engine says about an issue's labels, with its rule and evidence."""
 
     class Kind(models.TextChoices):
-        ADD = "add", "add"
-        AVOID = "avoid", "avoid"
+        ADD = FindingKind.ADD, "add"
+        AVOID = FindingKind.AVOID, "avoid"
 
     class Source(models.TextChoices):
         RULE = "rule", "rule"

@@ -57,6 +57,8 @@ INDUCTOR = "module: inductor"
 DYNAMIC_SHAPES = "module: dynamic shapes"
 PT2_DISPATCHER = "module: pt2-dispatcher"
 DECOMPOSITIONS = "module: decompositions"
+# The core components: a PT2 issue normally gets one of these, two when both are clearly shown (R1-R5).
+CORE_COMPONENTS = (DYNAMO, INDUCTOR, DYNAMIC_SHAPES, PT2_DISPATCHER, DECOMPOSITIONS)
 FX = "module: fx"
 FUNCTORCH = "module: functorch"
 HELION = "module: helion"
@@ -103,6 +105,42 @@ FEEDBACK_LABELS = frozenset({BOT_MISLABELED, AGENT_INCORRECT})
 REGRESSION = "regression"
 MAY_BE_FIXED = "may_be_fixed"
 CONFIRM_FIXED_REPLY = "confirm_fixed"
+
+
+class Kind:
+    """What one finding of a rule says (rubric/facts.py Finding.kind); the engine stores its ADD and AVOID answers
+    as Suggestion rows of the same kind. The values are the learned labeler's feature names too: never re-spell them.
+    """
+
+    ADD = "add"  # a component, domain or visibility label to add, weighed by the engine
+    AVOID = "avoid"  # a label not to add, with the reason a triager would be tempted (G8, R1.5, R3.3, R5, G5...)
+    ROUTE = "route"  # an oncall: label to hand off or redirect to (G0, G2, G5, R2.4, R6.3, R10)
+    FLAG = "flag"  # a status label: `triage review` (R11), `needs reproduction` (G9), `low priority` (R12.5)
+    CHECK = "check"  # a checklist item, with its state
+    HOLD = "hold"  # a label not to pre-select, with the reason (a verdict the thread contradicts)
+
+
+class Route:
+    """Where an issue goes. The engine's answer (Assessment.route, Issue.suggested_route) is one of PT2, CPU, HANDOFF,
+    TRANSFER and SKIP; the triage form's route choice is one of PT2, CPU, HANDOFF, or a route that stops labelling
+    (or asks for a reproduction: REPRODUCTION labels as the lane does)."""
+
+    PT2 = "pt2"  # stays in oncall: pt2 through labelling (G3)
+    CPU = "cpu inductor"  # PT2's own CPU Inductor sub-queue (R2.4, R10): labels stay
+    HANDOFF = "handoff"  # to another oncall: exactly that oncall label, no module labels, no triaged (G5)
+    TRANSFER = "transfer"  # to another repository, then stop (G2)
+    SKIP = "skip"  # in another oncall's queue already: nothing (G0)
+    QUESTION = "question"  # a usage question: close with the forum reply (G1)
+    MORE_INFO = "more info"  # unclear: ask for a repro and logs (G1)
+    DUPLICATE = "duplicate"  # close as a duplicate of another issue, with the standard comment
+    CONFIRM_FIXED = "confirm fixed"  # passes on a newer torch build: ask the reporter to confirm there
+    REPRODUCTION = "reproduction"  # no self-contained reproduction: `needs reproduction` and the skill's reply (G9)
+    EXPECTED_NUMERICS = "expected numerics"  # expected floating-point behaviour: the numerical-accuracy reply (G10)
+    # The lanes that keep labelling (the issue stays in PT2's queues).
+    LANES = (PT2, CPU)
+    # The routes that send a reply, a close or a transfer instead of labels.
+    STOPS_LABELLING = frozenset({QUESTION, MORE_INFO, TRANSFER, DUPLICATE, CONFIRM_FIXED, EXPECTED_NUMERICS})
+
 
 # The queue page's lanes by code, in the order the page lists them (models.LANES says what each one lists).
 LANE_PT2, LANE_CPU, LANE_REVIEW, LANE_REPRO, LANE_BOT, LANE_BLOCKED, LANE_FIXED, LANE_ALL, LANE_MINE = (

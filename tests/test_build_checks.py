@@ -33,7 +33,8 @@ from rubric_app.models import (
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.runs import auto_bisect, bisect_runs, bisecting, build_checks
 from rubric_app.triage import suggestions
-from rubric_app.triage.decisions import CONFIRM_FIXED, plan_changes, request_decision
+from rubric_app.triage.decisions import plan_changes, request_decision
+from rubric_app.vocabulary import Route
 from tests.factories import (
     INDUCTOR_RAISED,
     PASSED,
@@ -210,7 +211,7 @@ def test_it_offers_no_build_choice_with_one_build(client, triager, issue, heartb
 
 
 def test_it_asks_the_reporter_to_confirm_on_the_newer_build_and_never_closes(may_be_fixed):
-    plan = plan_changes(may_be_fixed, chosen=["module: inductor"], route=CONFIRM_FIXED, review=True)
+    plan = plan_changes(may_be_fixed, chosen=["module: inductor"], route=Route.CONFIRM_FIXED, review=True)
     assert (plan.add, plan.remove, plan.close, plan.reply) == ([], [], False, "confirm_fixed")
     old, new = may_be_fixed.bisection_runs.order_by("pk")
     # The reply states the evidence (issue #36): which runs, which builds, the same repro, the device.
@@ -228,7 +229,7 @@ def test_it_offers_the_confirm_route_only_where_the_runs_say_may_be_fixed(client
     assert 'value="confirm fixed"' not in client.get(regression.get_absolute_url()).content.decode()
     posted = client.post(
         reverse("rubric_app:issue_apply", args=[regression.number]),
-        {"route": CONFIRM_FIXED, "labels_seen": json.dumps(regression.label_names())},
+        {"route": Route.CONFIRM_FIXED, "labels_seen": json.dumps(regression.label_names())},
     )
     assert posted.status_code == 400 and not TriageDecision.objects.exists()
 
@@ -241,7 +242,7 @@ def test_it_posts_the_confirm_reply_to_github_audited_and_changes_nothing_else(
     client.force_login(triager)
     posted = client.post(
         reverse("rubric_app:issue_apply", args=[may_be_fixed.number]),
-        {"route": CONFIRM_FIXED, "labels_seen": json.dumps(may_be_fixed.label_names())},
+        {"route": Route.CONFIRM_FIXED, "labels_seen": json.dumps(may_be_fixed.label_names())},
     )
     assert posted.status_code == 302
     decision = apply_decision(TriageDecision.objects.get(issue=may_be_fixed).pk)
@@ -417,7 +418,7 @@ def test_it_takes_an_issue_out_of_the_may_be_fixed_lane_once_the_reporter_was_as
     request_decision(
         issue=may_be_fixed,
         user=triager,
-        plan=plan_changes(may_be_fixed, chosen=[], route=CONFIRM_FIXED, review=False),
+        plan=plan_changes(may_be_fixed, chosen=[], route=Route.CONFIRM_FIXED, review=False),
         labels_seen=may_be_fixed.label_names(),
     )
     assert TriageDecision.objects.get().reply == "confirm_fixed"
@@ -440,7 +441,7 @@ def test_it_makes_a_in_the_may_be_fixed_lane_preview_the_reply_asking_to_confirm
     seen = json.dumps(may_be_fixed.label_names())
     preview = client.post(
         reverse("rubric_app:issue_preview", args=[may_be_fixed.number]),
-        {"route": CONFIRM_FIXED, "labels_seen": seen, "in_queue": "1"},
+        {"route": Route.CONFIRM_FIXED, "labels_seen": seen, "in_queue": "1"},
         headers={"HX-Request": "true"},
     ).content.decode()
     assert 'data-reply="confirm_fixed"' in preview and "data-apply" in preview

@@ -20,7 +20,8 @@ from rubric_app.github.sync import sync_queue
 from rubric_app.lanes import LANE_BY_CODE
 from rubric_app.models import Issue, Label, LabelEvent, SkillFile, Suggestion
 from rubric_app.rubric.skill import shipped
-from rubric_app.triage.decisions import EXPECTED_NUMERICS, REPRODUCTION, plan_changes
+from rubric_app.triage.decisions import plan_changes
+from rubric_app.vocabulary import Route
 from rubric_app.web.forms import TriageForm
 from rubric_app.web.labels import handoff_oncalls
 from tests.factories import make_issue, make_label
@@ -220,10 +221,10 @@ def test_it_asks_for_a_self_contained_reproduction_with_the_skills_reply_and_nev
     for name in ("needs reproduction", "module: dynamo"):
         make_label(name)
 
-    offline = plan_changes(issue, chosen=["module: dynamo"], route=REPRODUCTION, review=False)
+    offline = plan_changes(issue, chosen=["module: dynamo"], route=Route.REPRODUCTION, review=False)
     seed_skill(fake_github)
     sync_queue(full=True)
-    read = plan_changes(issue, chosen=["module: dynamo"], route=REPRODUCTION, review=False)
+    read = plan_changes(issue, chosen=["module: dynamo"], route=Route.REPRODUCTION, review=False)
     ticked = plan_changes(issue, chosen=["needs reproduction"], route="pt2", review=False)
 
     assert offline.reply == "needs_reproduction"  # the shipped templates have no self-contained reply
@@ -236,7 +237,7 @@ def test_it_closes_expected_numerics_with_the_numerical_accuracy_reply_g10(fake_
     issue = make_issue(1, labels=("oncall: pt2",))
     make_label("module: edge cases")
 
-    plan = plan_changes(issue, chosen=[], route=EXPECTED_NUMERICS, review=False)
+    plan = plan_changes(issue, chosen=[], route=Route.EXPECTED_NUMERICS, review=False)
     labelled = plan_changes(issue, chosen=["module: edge cases"], route="pt2", review=False)
 
     assert plan.add == ["module: edge cases"] and plan.close_reason == "not_planned"
@@ -275,8 +276,8 @@ def test_it_offers_the_g9_route_and_the_g10_route_only_where_it_reads_an_edge_ca
         for i in (plain, edge)
     }
 
-    assert REPRODUCTION in routes[1] and EXPECTED_NUMERICS not in routes[1]
-    assert EXPECTED_NUMERICS in routes[2]
+    assert Route.REPRODUCTION in routes[1] and Route.EXPECTED_NUMERICS not in routes[1]
+    assert Route.EXPECTED_NUMERICS in routes[2]
 
 
 # --- G13: the blocked bot's lane; what humans may still do ---------------------------------------------------

@@ -13,32 +13,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from rubric_app.vocabulary import is_module, is_oncall
+from rubric_app.vocabulary import (
+    COMPILE_UX,
+    CORE_COMPONENTS,
+    CPU_INDUCTOR_ONCALL,
+    DECOMPOSITIONS,
+    DISPATCHER_LAYERS,
+    DYNAMIC_SHAPES,
+    DYNAMO,
+    HIGH_PRIORITY,
+    INDUCTOR,
+    LOW_PRIORITY,
+    NEEDS_REPRODUCTION,
+    PT2_DISPATCHER,
+    PT2_ONCALL,
+    RELEASE_TRIAGE,
+    TRIAGE_REVIEW,
+    TRIAGED,
+    Kind,
+    Route,
+    is_module,
+    is_oncall,
+)
 
 from . import rules, rules_automation, rules_domain, rules_skill  # noqa: F401  (importing them registers their rules)
 from .catalog import catalog_names, is_forbidden
-from .facts import (
-    COMPILE_UX,
-    CORE,
-    CPU_ONCALL,
-    DECOMP,
-    DISPATCHER,
-    DISPATCHER_LAYERS,
-    DYNAMIC,
-    DYNAMO,
-    HIGH,
-    INDUCTOR,
-    LOW,
-    NEEDS_REPRO,
-    PT2_ONCALL,
-    RELEASE_TRIAGE,
-    REVIEW,
-    RULES,
-    TRIAGED,
-    WEAK,
-    Facts,
-    Finding,
-)
+from .facts import RULES, WEAK, Facts, Finding
 from .flow import ends_with_component
 from .model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name, features
 from .rules import CONCLUDED_BY_OTHERS, DEFAULT_BACKEND_GUESS, thread_facts
@@ -87,7 +87,11 @@ BACKEND_RULES = ("R1.1", "R2")
 # A failure already on the backend that names a component rules out the stages after it (RUBRIC
 # "The backends"): tracing fails with backend='eager' (R2.3), aot_eager fails (R2.1), or
 # aot_eager_decomp_partition fails while aot_eager passes (R2.5).
-DOWNSTREAM = {DYNAMO: (DISPATCHER, DECOMP, INDUCTOR), DISPATCHER: (DECOMP, INDUCTOR), DECOMP: (INDUCTOR,)}
+DOWNSTREAM = {
+    DYNAMO: (PT2_DISPATCHER, DECOMPOSITIONS, INDUCTOR),
+    PT2_DISPATCHER: (DECOMPOSITIONS, INDUCTOR),
+    DECOMPOSITIONS: (INDUCTOR,),
+}
 
 
 @lru_cache(maxsize=1)
@@ -130,7 +134,7 @@ def read(issue: IssueText) -> Reading:
     """What every rule finds in `issue` (G0 first: an issue in another queue is not read further)."""
     facts = facts_of(issue)
     lane = rules.g0_other_oncall(facts)
-    if lane and lane[0].label != CPU_ONCALL:
+    if lane and lane[0].label != CPU_INDUCTOR_ONCALL:
         return Reading(facts, lane, [])
     return Reading(facts, lane, rule_findings(facts) + _bisection(issue))
 
@@ -165,9 +169,9 @@ def decide(
     """evaluate() on an issue already read. predictions: the model's, when the caller has them already."""
     allowed = catalog or shipped_catalog()
     facts, lane = reading.facts, reading.lane
-    if lane and lane[0].label != CPU_ONCALL:
+    if lane and lane[0].label != CPU_INDUCTOR_ONCALL:
         return Assessment(
-            route="skip",
+            route=Route.SKIP,
             queue=lane[0].label,
             checklist=[
                 ChecklistItem(
@@ -179,7 +183,7 @@ def decide(
             ],
         )
     findings = list(reading.findings)
-    transfer = next((x for x in findings if x.kind == "route" and x.rule_id == "G2"), None)
+    transfer = next((x for x in findings if x.kind == Kind.ROUTE and x.rule_id == "G2"), None)
     if transfer and not any(x.source.startswith("bisection") for x in findings):
         return _transfer(transfer, findings)
     learned = (model or shipped_model()) if use_model else None
@@ -208,7 +212,7 @@ def decide(
 def _transfer(x: Finding, findings: list[Finding]) -> Assessment:
     """G2: the fix belongs in another repository: transfer and stop (no labels, no triaged, no review)."""
     out = Assessment(
-        route="transfer",
+        route=Route.TRANSFER,
         checklist=[
             ChecklistItem(
                 "G2", f"Transfer to {x.label}, then stop: no module labels, no triaged.", "satisfied", x.evidence
@@ -217,7 +221,7 @@ def _transfer(x: Finding, findings: list[Finding]) -> Assessment:
     )
     out.avoid = [
         Avoided(l, "G2", f"the fix belongs in {x.label}: transfer instead", x.evidence, x.source)
-        for l in dict.fromkeys(y.label for y in findings if y.kind == "add" and is_module(y.label))
+        for l in dict.fromkeys(y.label for y in findings if y.kind == Kind.ADD and is_module(y.label))
     ]
     return out
 
@@ -240,18 +244,18 @@ def _model_findings(
     calibrated probability (_scorer).
     """
     out = []
-    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG)}
     for label, (p, top) in predictions.items():
         key = model_key(label, label in supported)
         calibrated = model.calibrated(key if key in model.calibration else label, p)
         if label in VISIBILITY_LABELS:
-            kind, bar = "add", "visibility"
+            kind, bar = Kind.ADD, "visibility"
         elif is_oncall(label):
-            kind, bar = "route", "route"
-        elif label == REVIEW:
-            kind, bar = "flag", "review"
+            kind, bar = Kind.ROUTE, "route"
+        elif label == TRIAGE_REVIEW:
+            kind, bar = Kind.FLAG, "review"
         else:
-            kind, bar = "add", "first"
+            kind, bar = Kind.ADD, "first"
         if calibrated < model.thresholds[bar] or not top:
             continue
         evidence, source = feats[top[0]]
@@ -274,11 +278,11 @@ def _model_findings(
 # Which calibration curve scores a rule's finding (model.LabelModel.calibration): the learned labels use
 # the model's own probability; the rest are grouped by what they are.
 def calibration_key(x: Finding) -> str:
-    if x.kind == "route":
+    if x.kind == Kind.ROUTE:
         return "route"
-    if x.kind == "flag":
-        return "review" if x.label == REVIEW else "flag"
-    if x.label in CORE:
+    if x.kind == Kind.FLAG:
+        return "review" if x.label == TRIAGE_REVIEW else "flag"
+    if x.label in CORE_COMPONENTS:
         return "decisive" if decisive(x) else "core"
     return "symptom" if x.label in SYMPTOMS else "extra"
 
@@ -313,7 +317,7 @@ def decisive(x: Finding) -> bool:
 def concluded(x: Finding) -> bool:
     """The thread's conclusion by someone other than the reporter (rules.r2_thread_conclusion): it names
     the component the engine ranks first, whatever the keywords or the learned labeler say (R2, G8)."""
-    return x.origin == "rule" and x.rule_id == "R2" and x.kind == "add" and x.weight >= CONCLUDED_BY_OTHERS
+    return x.origin == "rule" and x.rule_id == "R2" and x.kind == Kind.ADD and x.weight >= CONCLUDED_BY_OTHERS
 
 
 def model_key(label: str, supported: bool) -> str:
@@ -330,11 +334,11 @@ def _scorer(
     A label the thread settles more than one way (a backend result and a maintainer's conclusion) scores the
     best of them: each is calibrated on its own, and the weaker one does not lower the stronger.
     """
-    supported = {x.label for x in findings if x.origin == "rule" and x.kind in ("add", "route", "flag")}
+    supported = {x.label for x in findings if x.origin == "rule" and x.kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG)}
 
     def score(x: Finding) -> float:
         own = scored(x)
-        return max(own, settled.get(x.label, own)) if x.kind == "add" else own
+        return max(own, settled.get(x.label, own)) if x.kind == Kind.ADD else own
 
     def scored(x: Finding) -> float:
         if x.source.startswith("bisection"):
@@ -353,7 +357,7 @@ def _scorer(
 
     settled: dict[str, float] = {}
     for x in findings:
-        if x.kind == "add" and settles(x):
+        if x.kind == Kind.ADD and settles(x):
             settled[x.label] = max(settled.get(x.label, 0.0), scored(x))
     return score
 
@@ -369,7 +373,7 @@ def _bisection(issue: IssueText) -> list[Finding]:
     found = []
     for verdict in issue.bisection:
         source = f"bisection:{verdict.run_id}" if verdict.run_id is not None else "bisection"
-        kind = "route" if is_oncall(verdict.label) else "flag" if verdict.label == REVIEW else "add"
+        kind = Kind.ROUTE if is_oncall(verdict.label) else Kind.FLAG if verdict.label == TRIAGE_REVIEW else Kind.ADD
         found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, "bisection verdict"))
     return found
 
@@ -427,12 +431,15 @@ def _components(
         for label, x in adds.items()
         if label not in avoided or avoided[label].rule_id in SOFT_AVOIDS or decisive(x)
     }
-    core = sorted((x for l, x in candidates.items() if l in CORE), key=lambda x: (-score(x), CORE.index(x.label)))
+    core = sorted(
+        (x for l, x in candidates.items() if l in CORE_COMPONENTS),
+        key=lambda x: (-score(x), CORE_COMPONENTS.index(x.label)),
+    )
     bisected = [x for x in core if x.source.startswith("bisection")]
     if bisected:
         core = bisected
     elif any(x.rule_id == "R1.1" for x in core):
-        core = [x for x in core if x.label == DYNAMIC]
+        core = [x for x in core if x.label == DYNAMIC_SHAPES]
     else:
         # A backend that already fails ("fails on aot_eager too") rules out what runs after it (R2, G8).
         ruled_out = {l for x in core if decisive(x) for l in DOWNSTREAM.get(x.label, ())}
@@ -463,7 +470,7 @@ def _components(
     extras = [
         x
         for l, x in candidates.items()
-        if l not in CORE
+        if l not in CORE_COMPONENTS
         and (score(x) >= _extra_bar(l, limits) or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT))
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
@@ -475,10 +482,10 @@ def company(x: Finding, chosen: list[Finding]) -> str | None:
     stands alone (or rests on a backend result, decisive()): `company:domain` next to a domain label
     (module: dynamo beside module: dtensor), `company:core` next to another core one (R1's over-tagging).
     Symptom labels keep no company: they ride along with any component."""
-    if x.label not in CORE or decisive(x):
+    if x.label not in CORE_COMPONENTS or decisive(x):
         return None
     others = [y.label for y in chosen if y.label != x.label and is_module(y.label) and y.label not in SYMPTOMS]
-    if any(label not in CORE for label in others):
+    if any(label not in CORE_COMPONENTS for label in others):
         return "company:domain"
     return "company:core" if others else None
 
@@ -560,35 +567,35 @@ def _assess(
     learned: LabelModel | None = None,
     predictions: dict[str, tuple[float, list[str]]] | None = None,
 ) -> Assessment:
-    avoided = strongest(findings, "avoid")
-    adds = strongest(findings, "add", first=settles)
-    routes = strongest(findings, "route")
-    flags = strongest(findings, "flag")
-    checks = [x for x in findings if x.kind == "check"]
+    avoided = strongest(findings, Kind.AVOID)
+    adds = strongest(findings, Kind.ADD, first=settles)
+    routes = strongest(findings, Kind.ROUTE)
+    flags = strongest(findings, Kind.FLAG)
+    checks = [x for x in findings if x.kind == Kind.CHECK]
     out = Assessment()
 
     score = _scorer(learned, predictions or {}, findings)
     limits = learned.thresholds if learned is not None else RULE_LIMITS
-    rule_adds = strongest([x for x in findings if x.origin == "rule"], "add")  # the rules' own evidence, model aside
+    rule_adds = strongest([x for x in findings if x.origin == "rule"], Kind.ADD)  # the rules' own evidence, model aside
     labelled = ends_with_component(facts.labels)
     chosen, crowded = _without_weak_company(
         _components(adds, avoided, score, limits, rule_adds), score, learned, limits
     )
     unsure = [x for x in chosen if score(x) < min_confidence]
     chosen = [x for x in chosen if score(x) >= min_confidence]
-    core = [x for x in chosen if x.label in CORE]
+    core = [x for x in chosen if x.label in CORE_COMPONENTS]
     # Without a model, weights against the rules' own bars; with one, calibrated probabilities against fitted ones.
     route_bar = limits.get("route", STRONG)
     handoff = next(
-        (x for l, x in routes.items() if l != CPU_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None
+        (x for l, x in routes.items() if l != CPU_INDUCTOR_ONCALL and x.rule_id != "G2" and score(x) >= route_bar), None
     )
-    cpu = routes.get(CPU_ONCALL)
+    cpu = routes.get(CPU_INDUCTOR_ONCALL)
     if cpu and learned is not None and score(cpu) < route_bar:
         cpu = None
     if cpu and not _cpu_only_shown(findings, checks):
         cpu = None  # R2.4: CUDA was never tried (a +cpu build, a repro without a device): the checklist asks instead
     if handoff:
-        out.route, out.queue = "handoff", handoff.label
+        out.route, out.queue = Route.HANDOFF, handoff.label
         out.add.append(_suggest(handoff, score(handoff)))
         for x in chosen:
             if is_module(x.label):
@@ -599,16 +606,16 @@ def _assess(
     elif cpu_lane or (
         cpu and (INDUCTOR in {x.label for x in core} or score(cpu) >= (CPU_TAG if learned is None else route_bar))
     ):
-        out.route, out.queue = "cpu inductor", CPU_ONCALL
+        out.route, out.queue = Route.CPU, CPU_INDUCTOR_ONCALL
         if cpu:
             out.add.append(_suggest(cpu, score(cpu)))
         if INDUCTOR not in {x.label for x in chosen}:
-            evidence = cpu or Finding("R2.4", "add", evidence=CPU_ONCALL, source="")
+            evidence = cpu or Finding("R2.4", Kind.ADD, evidence=CPU_INDUCTOR_ONCALL, source="")
             chosen.insert(
                 0,
                 Finding(
                     "R2.4",
-                    "add",
+                    Kind.ADD,
                     INDUCTOR,
                     0.7,
                     evidence.evidence,
@@ -616,36 +623,42 @@ def _assess(
                     "the CPU Inductor lane is Inductor",
                 ),
             )
-        chosen = [x for x in chosen if x.label not in (DYNAMIC, DISPATCHER) or x.weight >= STRONG]
+        chosen = [x for x in chosen if x.label not in (DYNAMIC_SHAPES, PT2_DISPATCHER) or x.weight >= STRONG]
     elif PT2_ONCALL not in facts.labels:
         out.add.append(Suggested(PT2_ONCALL, "G3", 0.9, reason="a PT2 issue stays in oncall: pt2 through labelling"))
 
     out.add.extend(_in_company(learned, _suggest(x, score(x)), x, chosen) for x in chosen)
     layer = _dispatcher_layer(out, facts, findings)
     has_module = any(is_module(s.label) for s in out.add) or any(is_module(l) for l in facts.labels)
-    if out.route != "handoff" and not has_module:
+    if out.route != Route.HANDOFF and not has_module:
         # G4: the catalog check below drops it again if this catalog lacks the fallback label.
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
     question = any(x.rule_id == "G1" for x in checks)
     crash = _crash(findings)
-    review = crash or flags.get(REVIEW)
+    review = crash or flags.get(TRIAGE_REVIEW)
     if review and not crash and score(review) < limits.get("review", 0.0):
         review = None
-    if out.route != "handoff":
+    if out.route != Route.HANDOFF:
         if review:
             out.add.append(_suggest(review, score(review)))
             out.avoid.append(
-                Avoided(HIGH, "R11", "high priority is decided by the weekly meeting", review.evidence, review.source)
+                Avoided(
+                    HIGH_PRIORITY,
+                    "R11",
+                    "high priority is decided by the weekly meeting",
+                    review.evidence,
+                    review.source,
+                )
             )
             if TRIAGED in facts.labels:
                 out.avoid.append(
                     Avoided(TRIAGED, "R11", "flagged for triage review: not triaged until the meeting decides")
                 )
-        if LOW in flags:
-            out.add.append(_suggest(flags[LOW]))
-        repro = flags.get(NEEDS_REPRO)  # G9: ask for a self-contained reproduction, and do not mark it triaged
-        if repro and NEEDS_REPRO not in facts.labels:
+        if LOW_PRIORITY in flags:
+            out.add.append(_suggest(flags[LOW_PRIORITY]))
+        repro = flags.get(NEEDS_REPRODUCTION)  # G9: ask for a self-contained reproduction, and do not mark it triaged
+        if repro and NEEDS_REPRODUCTION not in facts.labels:
             out.add.append(_suggest(repro))
         if not review and not question and not repro:
             out.add.append(Suggested(TRIAGED, "G6", 0.6, reason="labelled, not redirected, not flagged for review"))
@@ -692,13 +705,13 @@ def _dispatcher_layer(out: Assessment, facts: Facts, findings: list[Finding]) ->
     """R5.1: next to a suggested `module: pt2-dispatcher`, the label of the layer the evidence names (rules_skill.
     dispatcher_layer), at the umbrella's confidence; and the umbrella next to a layer label the issue already
     carries. Returns the layer found (None: none named, or no umbrella to go with)."""
-    umbrella = next((s for s in out.add if s.label == DISPATCHER), None)
+    umbrella = next((s for s in out.add if s.label == PT2_DISPATCHER), None)
     carried = [l for l in DISPATCHER_LAYERS if l in facts.labels]
     if umbrella is None:
-        if carried and DISPATCHER not in facts.labels and out.route != "handoff":
+        if carried and PT2_DISPATCHER not in facts.labels and out.route != Route.HANDOFF:
             out.add.append(
                 Suggested(
-                    DISPATCHER,
+                    PT2_DISPATCHER,
                     "R5.1",
                     0.9,
                     carried[0],
@@ -727,7 +740,7 @@ def _dispatcher_layer(out: Assessment, facts: Facts, findings: list[Finding]) ->
 
 def _layer_follows_umbrella(out: Assessment) -> None:
     """R5.1's layer label is ticked exactly when its umbrella is: one decision, two labels."""
-    umbrella = next((s for s in out.add if s.label == DISPATCHER), None)
+    umbrella = next((s for s in out.add if s.label == PT2_DISPATCHER), None)
     if umbrella is None:
         return
     out.add = [
@@ -739,10 +752,10 @@ def _layer_follows_umbrella(out: Assessment) -> None:
 def _skill_checks(out: Assessment, facts: Facts, flags: dict[str, Finding], layer: Layer | None) -> list[ChecklistItem]:
     """The checklist items of what PyTorch's triage skill added: R5.1's layer next to the dispatcher umbrella, G9's
     request for a self-contained reproduction, G12's release gate."""
-    if out.route == "handoff":
+    if out.route == Route.HANDOFF:
         return []
     items: list[ChecklistItem] = []
-    if any(s.label == DISPATCHER for s in out.add) or DISPATCHER in facts.labels:
+    if any(s.label == PT2_DISPATCHER for s in out.add) or PT2_DISPATCHER in facts.labels:
         carried = next((l for l in DISPATCHER_LAYERS if l in facts.labels), "")
         if carried or layer is not None:
             items.append(
@@ -763,7 +776,7 @@ def _skill_checks(out: Assessment, facts: Facts, flags: dict[str, Finding], laye
                     "needs_human",
                 )
             )
-    repro = flags.get(NEEDS_REPRO)
+    repro = flags.get(NEEDS_REPRODUCTION)
     if repro is not None:
         items.append(
             ChecklistItem(
@@ -792,7 +805,7 @@ def _cpu_only_shown(findings: list[Finding], checks: list[Finding]) -> bool:
     R2.4), or nothing says CUDA was never tried. Where R2.4 asks whether it passes on CUDA (a +cpu build, a
     repro whose tensors get no device), a learned route (the labeler's, the neighbours' vote) is no answer to
     that question: humans routed such reports 4 times in 48 in the training pool."""
-    if any(x.kind == "route" and x.label == CPU_ONCALL and x.origin == "rule" for x in findings):
+    if any(x.kind == Kind.ROUTE and x.label == CPU_INDUCTOR_ONCALL and x.origin == "rule" for x in findings):
         return True
     return not any(x.rule_id == "R2.4" for x in checks)
 
@@ -843,33 +856,36 @@ def _preselect(
     or there already: G4) and nothing is flagged (G6).
     """
     bar = limits.get("preselect", 1.01)
-    bars = {"oncall": limits.get("preselect_route", bar), REVIEW: limits.get("preselect_review", bar)}
+    bars = {"oncall": limits.get("preselect_route", bar), TRIAGE_REVIEW: limits.get("preselect_review", bar)}
     bisected = [x for x in findings if x.source.startswith("bisection")]
-    cpu_shown = any(x.label == CPU_ONCALL for x in bisected)
+    cpu_shown = any(x.label == CPU_INDUCTOR_ONCALL for x in bisected)
     guessed = {l for l, x in rule_adds.items() if x.reason == DEFAULT_BACKEND_GUESS and not bisected}
     held = {x.label: x.reason for x in findings if x.kind == HOLD}  # weighing: the thread contradicts it
     ticked, held_back = [], {}
     for s in out.add:
         threshold = bars["oncall"] if is_oncall(s.label) else bars.get(s.label, bar)
         pick = s.confidence >= threshold and s.rule_id != "G4"
-        if s.label == CPU_ONCALL and bisected and not cpu_shown:
+        if s.label == CPU_INDUCTOR_ONCALL and bisected and not cpu_shown:
             pick = False
         # Sure enough by confidence, held back for a reason the triager is told (in the suggestion's reason).
         unmeasured = (
-            learned is not None and is_module(s.label) and s.label not in CORE and not has_own_curve(learned, s.label)
+            learned is not None
+            and is_module(s.label)
+            and s.label not in CORE_COMPONENTS
+            and not has_own_curve(learned, s.label)
         )
         if pick and (unmeasured or s.label in guessed):
             pick = False
             held_back[s.label] = BISECT_FIRST if s.label in guessed else UNMEASURED
         if pick and s.label in held:
             pick, held_back[s.label] = False, held[s.label]
-        if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == REVIEW and crashed):
+        if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == TRIAGE_REVIEW and crashed):
             pick = True
         if question and is_module(s.label):
             pick = False
         ticked.append(pick)
     modules = labelled or ends_with_component(s.label for s, t in zip(out.add, ticked) if t)
-    flagged = any(t and s.label == REVIEW for s, t in zip(out.add, ticked))
+    flagged = any(t and s.label == TRIAGE_REVIEW for s, t in zip(out.add, ticked))
     out.add = [
         replace(
             s,
@@ -892,8 +908,10 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -
         if s.label in seen:
             continue
         seen.add(s.label)
-        if s.label == HIGH:
-            out.avoid.append(Avoided(HIGH, "R11", "never suggested: high priority goes through the weekly meeting"))
+        if s.label == HIGH_PRIORITY:
+            out.avoid.append(
+                Avoided(HIGH_PRIORITY, "R11", "never suggested: high priority goes through the weekly meeting")
+            )
         elif is_forbidden(s.label):
             out.avoid.append(Avoided(s.label, "G7", "forbidden label (G7)", s.evidence, s.evidence_source))
         elif why := never_applied(s.label):
@@ -912,12 +930,7 @@ def _enforce_catalog(out: Assessment, allowed: frozenset[str], labelled: bool) -
             kept.append(s)
     out.add = kept
     fallback_ok = COMPILE_UX in allowed
-    if (
-        fallback_ok
-        and not labelled
-        and out.route in ("pt2", "cpu inductor")
-        and not ends_with_component(s.label for s in kept)
-    ):
+    if fallback_ok and not labelled and out.route in Route.LANES and not ends_with_component(s.label for s in kept):
         out.add.append(Suggested(COMPILE_UX, "G4", 0.3, reason="nothing specific fits: the fallback module label"))
 
 
@@ -927,7 +940,7 @@ def _checklist(
     """Every rubric item relevant to this issue, with its state. labelled: the issue already carries a module: label."""
     modules = [s.label for s in out.add if is_module(s.label)]
     items = [ChecklistItem(x.rule_id, x.reason, x.state, x.evidence) for x in checks]
-    if out.route == "handoff":
+    if out.route == Route.HANDOFF:
         oncall = next((s.label for s in out.add if is_oncall(s.label)), "")
         if oncall:
             items.append(
@@ -985,14 +998,14 @@ def _checklist(
 
 def _component_checks(out: Assessment, findings: list[Finding]) -> list[ChecklistItem]:
     """The questions that would confirm or change the suggested components (R1.1, R2, R5)."""
-    if out.route == "handoff":
+    if out.route == Route.HANDOFF:
         return []
     labels = {s.label for s in out.add}
     items = []
     backend = next((x for x in findings if decisive(x)), None)
     if backend:
         items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", backend.evidence))
-    elif labels & {INDUCTOR, DISPATCHER, DYNAMO} or REVIEW in labels:
+    elif labels & {INDUCTOR, PT2_DISPATCHER, DYNAMO} or TRIAGE_REVIEW in labels:
         items.append(
             ChecklistItem(
                 "R2",
@@ -1002,12 +1015,15 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
             )
         )
     # A bisection verdict replaces the text's backend results (_components): where they disagree, say so.
-    bisected = {x.label for x in findings if x.source.startswith("bisection") and x.label in CORE}
+    bisected = {x.label for x in findings if x.source.startswith("bisection") and x.label in CORE_COMPONENTS}
     told = next(
         (
             x
             for x in findings
-            if decisive(x) and not x.source.startswith("bisection") and x.label in CORE and x.label not in bisected
+            if decisive(x)
+            and not x.source.startswith("bisection")
+            and x.label in CORE_COMPONENTS
+            and x.label not in bisected
         ),
         None,
     )
@@ -1022,13 +1038,13 @@ def _component_checks(out: Assessment, findings: list[Finding]) -> list[Checklis
                 told.evidence,
             )
         )
-    if labels & {DYNAMO, DYNAMIC} and not any(x.rule_id == "R1.1" for x in findings):
+    if labels & {DYNAMO, DYNAMIC_SHAPES} and not any(x.rule_id == "R1.1" for x in findings):
         items.append(
             ChecklistItem(
                 "R1.1", "Does it pass with dynamic=False? Then dynamic shapes only, not Dynamo.", "needs_human"
             )
         )
-    if DISPATCHER in labels:
+    if PT2_DISPATCHER in labels:
         items.append(
             ChecklistItem(
                 "R5",
@@ -1064,7 +1080,7 @@ def _weak_checks(
     guess (not pre-selected, and no rule found more than a keyword for it): the keyword says where it
     failed, a human decides whether that is why. asked: labels the checklist already asks about (_crowded_checks).
     """
-    if out.route == "handoff":
+    if out.route == Route.HANDOFF:
         return []
     suggested = {s.label: s for s in out.add}
     dropped = {x.label for x in unsure}  # by label: the rule's finding here may not be the one that was chosen

@@ -1,6 +1,7 @@
-"""The vocabulary of the rubric rules: label names, Finding, Facts (the issue as rules read it), the registry.
+"""How rules read an issue: Finding (one conclusion of one rule), Facts (the issue as rules read it), the registry.
 
-Rules live in rules.py (G, R1-R5) and rules_domain.py (R6-R12); each registers itself with @rule.
+Rules live in rules.py (G, R1-R5), rules_domain.py (R6-R12), rules_automation.py and rules_skill.py; each registers
+itself with @rule. The labels they name are rubric_app/vocabulary.py's.
 """
 
 from __future__ import annotations
@@ -12,57 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
-from rubric_app import vocabulary as words
+from rubric_app.vocabulary import Kind
 
 from .text import CodeFacts, Source
 from .types import IssueText
 
-# The rules' short names for the vocabulary's labels (rubric_app/vocabulary.py spells each once).
-AOTDISPATCH = words.AOTDISPATCH
-AUTOGRAD = words.AUTOGRAD
-BOT_TRIAGE_BLOCKED = words.BOT_TRIAGE_BLOCKED
-COMPILE_UX = words.COMPILE_UX
-CPU_ONCALL = words.CPU_INDUCTOR_ONCALL
-CUSTOM_OPS = words.CUSTOM_OPERATORS
-DECOMP = words.DECOMPOSITIONS
-DISPATCHER_LAYERS = words.DISPATCHER_LAYERS
-DIST_ONCALL = words.DISTRIBUTED_ONCALL
-DIST_SUBQUEUES = words.DISTRIBUTED_SUBQUEUES
-DOCS = words.DOCS
-DYNAMIC = words.DYNAMIC_SHAPES
-DYNAMO = words.DYNAMO
-EDGE_CASES = words.EDGE_CASES
-ENHANCEMENT = words.ENHANCEMENT
-EXPORT_ONCALL = words.EXPORT_ONCALL
-FAKE_TENSOR = words.FAKE_TENSOR
-FEATURE = words.FEATURE
-FUNCTIONALIZATION = words.FUNCTIONALIZATION
-FUNCTION_REQUEST = words.FUNCTION_REQUEST
-FUNCTORCH = words.FUNCTORCH
-FUZZER_TOPIC = words.FUZZER_TOPIC
-FX = words.FX
-HAS_WORKAROUND = words.HAS_WORKAROUND
-HELION = words.HELION
-HIGH = words.HIGH_PRIORITY
-HUMAN_ONLY = words.HUMAN_ONLY
-INDUCTOR = words.INDUCTOR
-LOW = words.LOW_PRIORITY
-MODULE_CRASH = words.MODULE_CRASH
-MODULE_REGRESSION = words.MODULE_REGRESSION
-MODULE_TESTS = words.MODULE_TESTS
-NEEDS_REPRO = words.NEEDS_REPRODUCTION
-NUMERICS = words.NUMERICAL_STABILITY
-PERFORMANCE = words.PERFORMANCE
-DISPATCHER = words.PT2_DISPATCHER
-PT2_ONCALL = words.PT2_ONCALL
-RELEASE_TRIAGE = words.RELEASE_TRIAGE
-RELENG_ONCALL = words.RELENG_ONCALL
-TRIAGED = words.TRIAGED
-REVIEW = words.TRIAGE_REVIEW
-WINDOWS = words.WINDOWS
-
-# The core components: a PT2 issue normally gets one of these, two when both are clearly shown.
-CORE = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
 # G8: a finding at or under WEAK is a guess from a keyword (often a traceback's vocabulary, which
 # says where it failed, not why): the checklist asks a human to confirm it.
 WEAK = 0.5
@@ -251,8 +206,8 @@ def _add(f: Facts, rule_id: str, label: str, pattern: re.Pattern[str], title_w: 
     """An ADD finding from the first match of pattern: title_w when it is in the title, text_w elsewhere."""
     hit = f.find(pattern, "title")
     if hit:
-        return [Finding(rule_id, "add", label, title_w, hit[0], hit[1], reason)]
+        return [Finding(rule_id, Kind.ADD, label, title_w, hit[0], hit[1], reason)]
     hit = f.find(pattern, "text")
     if hit and text_w > 0:
-        return [Finding(rule_id, "add", label, text_w, hit[0], hit[1], reason)]
+        return [Finding(rule_id, Kind.ADD, label, text_w, hit[0], hit[1], reason)]
     return []

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rubric_app.vocabulary import is_module
-
-from .facts import PT2_ONCALL, TRIAGED
+from rubric_app.vocabulary import PT2_ONCALL, TRIAGED, is_module
 
 G4_VIOLATION = "A PT2 issue needs at least one module: label."
 

@@ -21,18 +21,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import (
-    CPU_ONCALL,
-    DECOMP,
-    DISPATCHER,
-    DIST_ONCALL,
-    DYNAMIC,
+from rubric_app.vocabulary import (
+    CPU_INDUCTOR_ONCALL,
+    DECOMPOSITIONS,
+    DISTRIBUTED_ONCALL,
+    DYNAMIC_SHAPES,
     DYNAMO,
     EXPORT_ONCALL,
     INDUCTOR,
-    REVIEW,
-    Finding,
+    PT2_DISPATCHER,
+    TRIAGE_REVIEW,
+    Kind,
 )
+
+from .facts import Finding
 from .text import MAX_TITLE, Source
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -42,22 +44,22 @@ SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
 # The labels the model learns: the core components with enough examples in any PT2 history, the two
 # redirects PT2 makes most (R2.4/R10, R6.3), oncall: distributed for visibility (R6.4: PT2 keeps the
 # issue) and the review flag (R11).
-COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC, DISPATCHER, DECOMP)
-MODEL_LABELS = (*COMPONENT_LABELS, CPU_ONCALL, EXPORT_ONCALL, DIST_ONCALL, REVIEW)
+COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC_SHAPES, PT2_DISPATCHER, DECOMPOSITIONS)
+MODEL_LABELS = (*COMPONENT_LABELS, CPU_INDUCTOR_ONCALL, EXPORT_ONCALL, DISTRIBUTED_ONCALL, TRIAGE_REVIEW)
 # Which rubric rule governs each learned label: the rule id a model suggestion cites.
 GOVERNING_RULE = {
     DYNAMO: "R1.2",
     INDUCTOR: "R2.2",
-    DYNAMIC: "R1.3",
-    DISPATCHER: "R5",
-    DECOMP: "R4.1",
-    CPU_ONCALL: "R10",
+    DYNAMIC_SHAPES: "R1.3",
+    PT2_DISPATCHER: "R5",
+    DECOMPOSITIONS: "R4.1",
+    CPU_INDUCTOR_ONCALL: "R10",
     EXPORT_ONCALL: "R6.3",
-    DIST_ONCALL: "R6.4",
-    REVIEW: "R11",
+    DISTRIBUTED_ONCALL: "R6.4",
+    TRIAGE_REVIEW: "R11",
 }
 # Learned labels that are visibility extras, never a handoff (R6.4).
-VISIBILITY_LABELS = frozenset({DIST_ONCALL})
+VISIBILITY_LABELS = frozenset({DISTRIBUTED_ONCALL})
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is
 # suggested ("possible") from `first`, a second core one from `second`, a domain label from `extra`, a
 # symptom label (engine.SYMPTOMS) from `symptom`, an `oncall:` visibility label from `visibility`; a
@@ -137,10 +139,10 @@ def features(sources: list[Source], findings: Iterable[Finding], thread: Iterabl
             for a, b in zip(words, words[1:]):
                 found.setdefault(f"t2:{a.group(0).lower()}_{b.group(0).lower()}", (text[a.start() : b.end()], "title"))
     for x in findings:
-        if x.kind in ("add", "route", "flag", "avoid"):
+        if x.kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG, Kind.AVOID):
             found.setdefault(f"rule:{x.rule_id}:{x.kind}:{x.label}", (x.evidence, x.source))
             found.setdefault(f"rl:{x.kind}:{x.label}", (x.evidence, x.source))
-        elif x.kind == "check" and x.label:  # by where it was read: the repro's code or a comment's words
+        elif x.kind == Kind.CHECK and x.label:  # by where it was read: the repro's code or a comment's words
             found.setdefault(f"check:{x.rule_id}:{x.source.split(':')[0]}:{x.label}", (x.evidence, x.source))
     for x in thread:
         if x.kind != "transfer":
@@ -196,7 +198,7 @@ def feature_name(feature: str) -> str:
         return "rule " + rest.split(":", 1)[0]
     if kind == "rl":
         return "a rule's " + rest.split(":", 1)[1]
-    if kind == "check":
+    if kind == Kind.CHECK:
         return "question " + rest.split(":", 1)[0]
     if kind == "thread":
         what, _, label = rest.partition(":")

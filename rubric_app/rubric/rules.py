@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import re
 
-from rubric_app.vocabulary import is_oncall
-
-from .facts import (
-    CPU_ONCALL,
-    DECOMP,
-    DISPATCHER,
-    DYNAMIC,
+from rubric_app.vocabulary import (
+    CPU_INDUCTOR_ONCALL,
+    DECOMPOSITIONS,
+    DYNAMIC_SHAPES,
     DYNAMO,
     FX,
     INDUCTOR,
+    PT2_DISPATCHER,
     PT2_ONCALL,
-    Facts,
-    Finding,
-    I,
-    _add,
-    rule,
+    Kind,
+    is_oncall,
 )
+
+from .facts import Facts, Finding, I, _add, rule
 from .thread import BackendResult, ThreadFact, backend_results, conclusion, ladder, read_thread
 
 # --- shared signals --------------------------------------------------------------
@@ -62,11 +59,15 @@ SILENT_WRONG = re.compile(
 @rule("G0")
 def g0_other_oncall(f: Facts) -> list[Finding]:
     """An issue already in another oncall's queue is theirs: skip it (cpu inductor is PT2's own lane)."""
-    others = sorted(l for l in f.labels if is_oncall(l) and l not in (PT2_ONCALL, CPU_ONCALL))
+    others = sorted(l for l in f.labels if is_oncall(l) and l not in (PT2_ONCALL, CPU_INDUCTOR_ONCALL))
     if others:
-        return [Finding("G0", "route", others[0], 1.0, others[0], "labels", "already in another oncall's queue")]
-    if CPU_ONCALL in f.labels:
-        return [Finding("G0", "route", CPU_ONCALL, 1.0, CPU_ONCALL, "labels", "PT2's CPU Inductor lane")]
+        return [Finding("G0", Kind.ROUTE, others[0], 1.0, others[0], "labels", "already in another oncall's queue")]
+    if CPU_INDUCTOR_ONCALL in f.labels:
+        return [
+            Finding(
+                "G0", Kind.ROUTE, CPU_INDUCTOR_ONCALL, 1.0, CPU_INDUCTOR_ONCALL, "labels", "PT2's CPU Inductor lane"
+            )
+        ]
     return []
 
 
@@ -97,7 +98,7 @@ def g1_question(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "G1",
-                "check",
+                Kind.CHECK,
                 weight=0.6,
                 evidence=title,
                 source="title",
@@ -122,7 +123,7 @@ def g2_other_repo(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "G2",
-                "check",
+                Kind.CHECK,
                 evidence=hit[0],
                 source=hit[1],
                 state="needs_human",
@@ -154,10 +155,10 @@ def r1_1_dynamic_false(f: Facts) -> list[Finding]:
     if not hit:
         return []
     return [
-        Finding("R1.1", "add", DYNAMIC, 1.0, hit[0], hit[1], "goes away with dynamic=False"),
+        Finding("R1.1", Kind.ADD, DYNAMIC_SHAPES, 1.0, hit[0], hit[1], "goes away with dynamic=False"),
         Finding(
             "R1.1",
-            "avoid",
+            Kind.AVOID,
             DYNAMO,
             evidence=hit[0],
             source=hit[1],
@@ -187,7 +188,13 @@ def r1_2_graph_breaks(f: Facts) -> list[Finding]:
         # Named in the title and shown by its own error: evidence enough for a second component (R1).
         return [
             Finding(
-                "R1.2", "add", DYNAMO, 0.9, shown[0], shown[1], "Dynamo named in the title and a Dynamo tracing error"
+                "R1.2",
+                Kind.ADD,
+                DYNAMO,
+                0.9,
+                shown[0],
+                shown[1],
+                "Dynamo named in the title and a Dynamo tracing error",
             )
         ]
     return named or _add(f, "R1.2", DYNAMO, DYNAMO_ERROR, 0.8, 0.7, "a Dynamo tracing error or graph break")
@@ -208,7 +215,7 @@ SYMBOLIC = re.compile(
 @rule("R1.3")
 def r1_3_symbolic(f: Facts) -> list[Finding]:
     """Guard failures, SymInt / symbolic size problems: dynamic shapes."""
-    return _add(f, "R1.3", DYNAMIC, SYMBOLIC, 0.85, 0.6, "symbolic sizes, guards or dynamic=True")
+    return _add(f, "R1.3", DYNAMIC_SHAPES, SYMBOLIC, 0.85, 0.6, "symbolic sizes, guards or dynamic=True")
 
 
 DATA_DEPENDENT = re.compile(
@@ -221,9 +228,9 @@ DATA_DEPENDENT_OPS = re.compile(r"\.item\(\)|\.nonzero\(|torch\.nonzero\b|\.toli
 @rule("R1.4")
 def r1_4_data_dependent(f: Facts) -> list[Finding]:
     """Data-dependent operations (.item(), nonzero, unbacked sizes): dynamic shapes."""
-    found = _add(f, "R1.4", DYNAMIC, DATA_DEPENDENT, 0.85, 0.65, "data-dependent sizes")
+    found = _add(f, "R1.4", DYNAMIC_SHAPES, DATA_DEPENDENT, 0.85, 0.65, "data-dependent sizes")
     # .item() inside a repro is common boilerplate: only the title makes it the subject.
-    return found or _add(f, "R1.4", DYNAMIC, DATA_DEPENDENT_OPS, 0.75, 0.0, "a data-dependent op is the subject")
+    return found or _add(f, "R1.4", DYNAMIC_SHAPES, DATA_DEPENDENT_OPS, 0.75, 0.0, "a data-dependent op is the subject")
 
 
 @rule("R1.5")
@@ -234,7 +241,7 @@ def r1_5_compile_is_not_dynamo(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R1.5",
-                "avoid",
+                Kind.AVOID,
                 DYNAMO,
                 evidence=hit[0],
                 source=hit[1],
@@ -267,7 +274,7 @@ def _comments_checked(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2",
-                "check",
+                Kind.CHECK,
                 evidence=reported.evidence,
                 source=reported.source,
                 state="satisfied",
@@ -281,7 +288,7 @@ def _comments_checked(f: Facts) -> list[Finding]:
             return [
                 Finding(
                     "R2",
-                    "check",
+                    Kind.CHECK,
                     evidence=match.group(0),
                     source=source.name,
                     state="satisfied",
@@ -289,7 +296,7 @@ def _comments_checked(f: Facts) -> list[Finding]:
                 )
             ]
     state = "not_applicable" if not comments else "needs_human"
-    return [Finding("R2", "check", state=state, reason="read the comments for backend results before bisecting")]
+    return [Finding("R2", Kind.CHECK, state=state, reason="read the comments for backend results before bisecting")]
 
 
 # A maintainer's conclusion in the thread, naming the component at fault ("looks like an AOTAutograd
@@ -297,9 +304,9 @@ def _comments_checked(f: Facts) -> list[Finding]:
 _COMPONENT_NAMES = (
     (DYNAMO, r"(?:torch)?dynamo(?:'s)?"),
     (INDUCTOR, r"(?:torch)?inductor(?:'s)?"),
-    (DISPATCHER, r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensor(?:'s)?"),
-    (DYNAMIC, r"dynamic shapes?|unbacked sym\w{1,6}|symbolic shapes?"),
-    (DECOMP, r"(?:the |a )?decomposition"),
+    (PT2_DISPATCHER, r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensor(?:'s)?"),
+    (DYNAMIC_SHAPES, r"dynamic shapes?|unbacked sym\w{1,6}|symbolic shapes?"),
+    (DECOMPOSITIONS, r"(?:the |a )?decomposition"),
 )
 _NAMED = "|".join(names for _label, names in _COMPONENT_NAMES)
 _ANY_NAME = re.compile(_NAMED, I)
@@ -327,7 +334,7 @@ def _thread_diagnosis(f: Facts) -> list[Finding]:
             return [
                 Finding(
                     "R2",
-                    "check",
+                    Kind.CHECK,
                     label,
                     evidence=match.group(0),
                     source=source.name,
@@ -345,7 +352,7 @@ def _repro_below_inductor(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2",
-                "check",
+                Kind.CHECK,
                 INDUCTOR,
                 evidence=backend,
                 source="code",
@@ -374,7 +381,7 @@ def r2_1_aot_eager_fails(f: Facts) -> list[Finding]:
     """Fails on aot_eager, passes in eager: pt2-dispatcher (failing with backend='eager' too is R2.3's)."""
     hit = _reported(f, "aot_eager", failed=True)
     if hit and not _reported(f, "eager", failed=True):
-        return [Finding("R2.1", "add", DISPATCHER, 0.9, hit.evidence, hit.source, "reproduces on aot_eager")]
+        return [Finding("R2.1", Kind.ADD, PT2_DISPATCHER, 0.9, hit.evidence, hit.source, "reproduces on aot_eager")]
     return []
 
 
@@ -392,7 +399,7 @@ def r2_2_inductor(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2.2",
-                "add",
+                Kind.ADD,
                 INDUCTOR,
                 0.95,
                 hit.evidence,
@@ -439,7 +446,9 @@ def r2_3_fails_tracing(f: Facts) -> list[Finding]:
     hit = _reported(f, "eager", failed=True)
     if hit:
         return [
-            Finding("R2.3", "add", DYNAMO, 0.95, hit.evidence, hit.source, "fails even with backend='eager': tracing")
+            Finding(
+                "R2.3", Kind.ADD, DYNAMO, 0.95, hit.evidence, hit.source, "fails even with backend='eager': tracing"
+            )
         ]
     return []
 
@@ -470,14 +479,14 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
     """An Inductor problem that fails only on CPU goes to the cpu inductor sub-queue (see R10)."""
     hit = f.find(CPU_ONLY)
     if hit:
-        return [Finding("R2.4", "route", CPU_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
+        return [Finding("R2.4", Kind.ROUTE, CPU_INDUCTOR_ONCALL, 0.8, hit[0], hit[1], "Inductor's CPU backend")]
     # The environment report says what was installed: read for this question only (text.split_environment).
     build = f.find(CPU_BUILD) or f.find_environment(CPU_BUILD)
     if build:
         return [
             Finding(
                 "R2.4",
-                "check",
+                Kind.CHECK,
                 evidence=build[0],
                 source=build[1],
                 state="needs_human",
@@ -490,7 +499,7 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2.4",
-                "check",
+                Kind.CHECK,
                 evidence=no_cuda[0],
                 source=no_cuda[1],
                 state="needs_human",
@@ -505,7 +514,7 @@ def r2_4_cpu_only(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2.4",
-                "check",
+                Kind.CHECK,
                 evidence=made[0],
                 source=made[1],
                 state="needs_human",
@@ -524,8 +533,8 @@ def r2_5_decomp_partition(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R2.5",
-                "add",
-                DECOMP,
+                Kind.ADD,
+                DECOMPOSITIONS,
                 0.95,
                 hit.evidence,
                 hit.source,
@@ -536,7 +545,13 @@ def r2_5_decomp_partition(f: Facts) -> list[Finding]:
     if hit and not _reported(f, "inductor", failed=False):
         return [
             Finding(
-                "R2.5", "add", INDUCTOR, 0.95, hit.evidence, hit.source, "passes on aot_eager_decomp_partition: codegen"
+                "R2.5",
+                Kind.ADD,
+                INDUCTOR,
+                0.95,
+                hit.evidence,
+                hit.source,
+                "passes on aot_eager_decomp_partition: codegen",
             )
         ]
     return []
@@ -586,7 +601,7 @@ def r3_3_not_autograd(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R3.3",
-                "avoid",
+                Kind.AVOID,
                 "module: autograd",
                 evidence=hit[0],
                 source=hit[1],
@@ -609,14 +624,14 @@ HIGHER_ORDER_GRAD = re.compile(
 @rule("R4.1")
 def r4_1_operator_numerics(f: Facts) -> list[Finding]:
     """One operator's decomposition gives different numbers traced vs eager: decompositions."""
-    return _add(f, "R4.1", DECOMP, DECOMP_WORDS, 0.85, 0.7, "an operator's decomposition")
+    return _add(f, "R4.1", DECOMPOSITIONS, DECOMP_WORDS, 0.85, 0.7, "an operator's decomposition")
 
 
 @rule("R4.2")
 def r4_2_higher_order_grads(f: Facts) -> list[Finding]:
     """Wrong higher-order gradients under tracing: decompositions."""
     if f.has(COMPILE_USE) or f.has(re.compile(r"make_fx|aot_function|\btrac(?:e|ed|ing)\b", I)):
-        return _add(f, "R4.2", DECOMP, HIGHER_ORDER_GRAD, 0.8, 0.7, "higher-order gradients under tracing")
+        return _add(f, "R4.2", DECOMPOSITIONS, HIGHER_ORDER_GRAD, 0.8, 0.7, "higher-order gradients under tracing")
     return []
 
 
@@ -630,8 +645,8 @@ def r4_3_make_fx(f: Facts) -> list[Finding]:
     if not hit:
         return []
     return [
-        Finding("R4.3", "add", FX, 0.8, hit[0], hit[1], "make_fx tracing"),
-        Finding("R4.3", "add", DECOMP, 0.75, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
+        Finding("R4.3", Kind.ADD, FX, 0.8, hit[0], hit[1], "make_fx tracing"),
+        Finding("R4.3", Kind.ADD, DECOMPOSITIONS, 0.75, hit[0], hit[1], "make_fx tracing diverges: decompositions"),
     ]
 
 
@@ -656,9 +671,11 @@ HOP = re.compile(
 def r5_dispatcher(f: Facts) -> list[Finding]:
     """pt2-dispatcher only when the bug is in AOTAutograd, functionalization, FakeTensor or custom ops."""
     found = (
-        _add(f, "R5", DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title")
-        or _add(f, "R5", DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch")
-        or _add(f, "R5", DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
+        _add(f, "R5", PT2_DISPATCHER, DISPATCHER_TITLE, 0.85, 0.0, "AOTAutograd named in the title")
+        or _add(
+            f, "R5", PT2_DISPATCHER, DISPATCHER_CAUSE, 0.8, 0.6, "functionalization, FakeTensor or custom-op dispatch"
+        )
+        or _add(f, "R5", PT2_DISPATCHER, HOP, 0.6, 0.45, "a higher-order op, traced by AOT dispatch")
     )
     if found:
         return found
@@ -667,8 +684,8 @@ def r5_dispatcher(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R5",
-                "avoid",
-                DISPATCHER,
+                Kind.AVOID,
+                PT2_DISPATCHER,
                 evidence=frame[0],
                 source=frame[1],
                 reason="_aot_autograd only appears in the stack trace; that is where it failed, not why",
@@ -703,9 +720,9 @@ def g8_thread_scope(f: Facts) -> list[Finding]:
         if later:
             continue
         seen.add(x.label)
-        rule_id = "R5" if x.label == DISPATCHER and x.kind == "attributed" else "G8"
+        rule_id = "R5" if x.label == PT2_DISPATCHER and x.kind == "attributed" else "G8"
         why = "the thread rules it out" if x.kind == "negated" else "named only as where the error surfaces, not why"
-        found.append(Finding(rule_id, "avoid", x.label, evidence=x.evidence, source=x.source, reason=why))
+        found.append(Finding(rule_id, Kind.AVOID, x.label, evidence=x.evidence, source=x.source, reason=why))
     return found
 
 
@@ -716,7 +733,7 @@ def r2_thread_conclusion(f: Facts) -> list[Finding]:
         return []
     weight = CONCLUDED_BY_REPORTER if last.by_reporter else CONCLUDED_BY_OTHERS
     return [
-        Finding("R2", "add", last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")
+        Finding("R2", Kind.ADD, last.label, weight, last.evidence, last.source, "the thread concludes the bug is here")
     ]
 
 
@@ -733,7 +750,9 @@ def g2_thread_transfer(f: Facts) -> list[Finding]:
         return []
     x = moved[-1]
     return [
-        Finding("G2", "route", x.label, 0.9, x.evidence, x.source, f"the fix belongs in {x.label}: transfer, then stop")
+        Finding(
+            "G2", Kind.ROUTE, x.label, 0.9, x.evidence, x.source, f"the fix belongs in {x.label}: transfer, then stop"
+        )
     ]
 
 
@@ -747,7 +766,7 @@ def g1_thread_question(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "G1",
-                "check",
+                Kind.CHECK,
                 weight=0.6,
                 evidence=x.evidence,
                 source=x.source,

@@ -7,8 +7,10 @@ all and flagged one more issue wrongly among the 7 that carry them, and changed 
 
 from __future__ import annotations
 
+from rubric_app.vocabulary import TRIAGE_REVIEW, Kind
+
 from . import automation
-from .facts import REVIEW, Facts, Finding, rule
+from .facts import Facts, Finding, rule
 
 
 def automation_of(f: Facts) -> automation.Automation:
@@ -38,11 +40,11 @@ def r11_agent_reproduced(f: Facts) -> list[Finding]:
     return [
         Finding(
             "R11",
-            "check",
+            Kind.CHECK,
             evidence=report.evidence,
             source=report.source,
             state="needs_human",
-            reason=f"The PT2 Repro Agent reproduced {what}{_ran_on(report)}: flag {REVIEW} for the meeting?",
+            reason=f"The PT2 Repro Agent reproduced {what}{_ran_on(report)}: flag {TRIAGE_REVIEW} for the meeting?",
         )
     ]
 
@@ -69,7 +71,7 @@ def r2_bisector(f: Facts) -> list[Finding]:
         found.append(
             Finding(
                 rule_id,
-                "check",
+                Kind.CHECK,
                 evidence=result.evidence,
                 source=result.source,
                 state="needs_human",
@@ -88,7 +90,7 @@ def r2_4_agent_on_gpu(f: Facts) -> list[Finding]:
     return [
         Finding(
             "R2.4",
-            "check",
+            Kind.CHECK,
             evidence=report.evidence,
             source=report.source,
             state="satisfied",
@@ -116,4 +118,4 @@ def r2_automation(f: Facts) -> list[Finding]:
     if not said:
         return []
     evidence = report.mitigation if report.outcome == "mitigated" else report.evidence
-    return [Finding("R2", "check", evidence=evidence, source=report.source, state="needs_human", reason=said)]
+    return [Finding("R2", Kind.CHECK, evidence=evidence, source=report.source, state="needs_human", reason=said)]

@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import re
 
-from .facts import (
+from rubric_app.vocabulary import (
     COMPILE_UX,
-    CPU_ONCALL,
-    DISPATCHER,
-    DIST_ONCALL,
+    CPU_INDUCTOR_ONCALL,
+    DISTRIBUTED_ONCALL,
     EXPORT_ONCALL,
     FUNCTORCH,
     FUZZER_TOPIC,
     HELION,
     INDUCTOR,
-    LOW,
-    REVIEW,
-    Facts,
-    Finding,
-    I,
-    _add,
-    rule,
+    LOW_PRIORITY,
+    PT2_DISPATCHER,
+    TRIAGE_REVIEW,
+    Kind,
 )
+
+from .facts import Facts, Finding, I, _add, rule
 from .rules import (
     AOT_FRAME,
     COMPILE_CALL,
@@ -43,7 +41,9 @@ from .rules import (
 def r6_1_where_is_the_fix(f: Facts) -> list[Finding]:
     """The routing test: where would the fix be made?"""
     return [
-        Finding("R6.1", "check", state="needs_human", reason="Where would the fix be made? In PT2 code: PT2 owns it.")
+        Finding(
+            "R6.1", Kind.CHECK, state="needs_human", reason="Where would the fix be made? In PT2 code: PT2 owns it."
+        )
     ]
 
 
@@ -73,7 +73,7 @@ def r6_2_keep(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R6.2",
-                "check",
+                Kind.CHECK,
                 evidence=hit[0],
                 source=hit[1],
                 state="satisfied",
@@ -84,7 +84,9 @@ def r6_2_keep(f: Facts) -> list[Finding]:
     ux = f.find(COMPILE_UX_TEXT)
     if ux and f.has(PT2D) and f.has(COMPILE_USE):
         return [
-            Finding("R6.2", "add", COMPILE_UX, 0.8, ux[0], ux[1], "a bad error message under compile: PT2 owns the UX")
+            Finding(
+                "R6.2", Kind.ADD, COMPILE_UX, 0.8, ux[0], ux[1], "a bad error message under compile: PT2 owns the UX"
+            )
         ]
     return []
 
@@ -103,14 +105,26 @@ def r6_3_redirect(f: Facts) -> list[Finding]:
     if export and compile_free:
         found.append(
             Finding(
-                "R6.3", "route", EXPORT_ONCALL, 0.85, export[0], export[1], "an export-only problem, no torch.compile"
+                "R6.3",
+                Kind.ROUTE,
+                EXPORT_ONCALL,
+                0.85,
+                export[0],
+                export[1],
+                "an export-only problem, no torch.compile",
             )
         )
     dtensor = f.find(DTENSOR_IMPL)
     if dtensor and f.has(re.compile(r"\bDTensor\b")) and compile_free:
         found.append(
             Finding(
-                "R6.3", "route", DIST_ONCALL, 0.8, dtensor[0], dtensor[1], "DTensor's own implementation, no compile"
+                "R6.3",
+                Kind.ROUTE,
+                DISTRIBUTED_ONCALL,
+                0.8,
+                dtensor[0],
+                dtensor[1],
+                "DTensor's own implementation, no compile",
             )
         )
     return found
@@ -129,7 +143,15 @@ def r6_4_pt2d(f: Facts) -> list[Finding]:
     hit = f.find(PT2D, "title")
     if hit and f.has(COMPILE_USE):
         return [
-            Finding("R6.4", "add", DIST_ONCALL, 0.7, hit[0], hit[1], "PT2-D: visibility for distributed, PT2 keeps it")
+            Finding(
+                "R6.4",
+                Kind.ADD,
+                DISTRIBUTED_ONCALL,
+                0.7,
+                hit[0],
+                hit[1],
+                "PT2-D: visibility for distributed, PT2 keeps it",
+            )
         ]
     return []
 
@@ -271,7 +293,7 @@ def r8_2_helion_alone(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R8.2",
-                "avoid",
+                Kind.AVOID,
                 INDUCTOR,
                 evidence=hit[0],
                 source=hit[1],
@@ -287,7 +309,7 @@ def r8_3_helion_under_compile(f: Facts) -> list[Finding]:
     if f.has(HELION_TEXT):
         hit = f.find(COMPILE_CALL) or f.find(re.compile(r"template fusion|epilogue fusion|prologue fusion", I))
         if hit:
-            return [Finding("R8.3", "add", INDUCTOR, 0.85, hit[0], hit[1], "a Helion kernel inside torch.compile")]
+            return [Finding("R8.3", Kind.ADD, INDUCTOR, 0.85, hit[0], hit[1], "a Helion kernel inside torch.compile")]
     return []
 
 
@@ -297,8 +319,8 @@ def r8_4_plain_triton(f: Facts) -> list[Finding]:
     hit = f.find(PLAIN_TRITON)
     if hit and not f.has(HELION_TEXT):
         return [
-            Finding("R8.4", "add", INDUCTOR, 0.8, hit[0], hit[1], "user Triton kernels go through Inductor"),
-            Finding("R8.4", "avoid", HELION, evidence=hit[0], source=hit[1], reason="plain Triton, no Helion"),
+            Finding("R8.4", Kind.ADD, INDUCTOR, 0.8, hit[0], hit[1], "user Triton kernels go through Inductor"),
+            Finding("R8.4", Kind.AVOID, HELION, evidence=hit[0], source=hit[1], reason="plain Triton, no Helion"),
         ]
     return []
 
@@ -311,7 +333,7 @@ def r8_5_generated_triton(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R8.5",
-                "avoid",
+                Kind.AVOID,
                 HELION,
                 evidence=hit[0],
                 source=hit[1],
@@ -337,8 +359,8 @@ def r9_1_functorch(f: Facts) -> list[Finding]:
         return []
     weight = 0.85 if hit[1] == "title" else 0.7
     return [
-        Finding("R9.1", "add", FUNCTORCH, weight, hit[0], hit[1], "a functorch transform under compile"),
-        Finding("R9.1", "add", "dynamo-functorch", weight, hit[0], hit[1], "a functorch transform under compile"),
+        Finding("R9.1", Kind.ADD, FUNCTORCH, weight, hit[0], hit[1], "a functorch transform under compile"),
+        Finding("R9.1", Kind.ADD, "dynamo-functorch", weight, hit[0], hit[1], "a functorch transform under compile"),
     ]
 
 
@@ -351,15 +373,21 @@ def r9_2_functorch_dispatcher(f: Facts) -> list[Finding]:
     if frame:
         return [
             Finding(
-                "R9.2", "add", DISPATCHER, 0.7, frame[0], frame[1], "AOTAutograd at the fault of a functorch transform"
+                "R9.2",
+                Kind.ADD,
+                PT2_DISPATCHER,
+                0.7,
+                frame[0],
+                frame[1],
+                "AOTAutograd at the fault of a functorch transform",
             )
         ]
     hit = f.find(FUNCTORCH_TRANSFORM)
     return [
         Finding(
             "R9.2",
-            "avoid",
-            DISPATCHER,
+            Kind.AVOID,
+            PT2_DISPATCHER,
             evidence=hit[0],
             source=hit[1],
             reason="a functorch transform bug: module: functorch, not the dispatcher",
@@ -384,10 +412,10 @@ def r10_cpu_inductor(f: Facts) -> list[Finding]:
         and not f.has(OTHER_DEVICE_TITLE, "title")
         and (f.has(INDUCTOR_TITLE, "title") or f.has(INDUCTOR_ERROR) or f.has(COMPILE_USE, "title"))
     ):
-        return [Finding("R10", "route", CPU_ONCALL, 0.9, title[0], title[1], "tagged CPU in the title")]
+        return [Finding("R10", Kind.ROUTE, CPU_INDUCTOR_ONCALL, 0.9, title[0], title[1], "tagged CPU in the title")]
     hit = f.find(CPU_HALF)
     if hit:
-        return [Finding("R10", "route", CPU_ONCALL, 0.75, hit[0], hit[1], "reduced precision on CPU")]
+        return [Finding("R10", Kind.ROUTE, CPU_INDUCTOR_ONCALL, 0.75, hit[0], hit[1], "reduced precision on CPU")]
     return []
 
 
@@ -437,11 +465,19 @@ def r11_review(f: Facts) -> list[Finding]:
     for pattern, why in reasons:
         hit = f.find(pattern, "title")
         if hit:
-            return [Finding("R11", "flag", REVIEW, 0.8, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
+            return [
+                Finding(
+                    "R11", Kind.FLAG, TRIAGE_REVIEW, 0.8, hit[0], hit[1], f"{why}: the weekly meeting decides priority"
+                )
+            ]
     for pattern, why in ((CRASH, "a crash"), (SILENT_WRONG, "silently wrong results")):
         hit = f.find(pattern, "text")
         if hit and hit[1] == "body":
-            return [Finding("R11", "flag", REVIEW, 0.6, hit[0], hit[1], f"{why}: the weekly meeting decides priority")]
+            return [
+                Finding(
+                    "R11", Kind.FLAG, TRIAGE_REVIEW, 0.6, hit[0], hit[1], f"{why}: the weekly meeting decides priority"
+                )
+            ]
     return []
 
 
@@ -464,7 +500,7 @@ def r12_1_default_tolerances(f: Facts) -> list[Finding]:
             return [
                 Finding(
                     "R12.1",
-                    "check",
+                    Kind.CHECK,
                     evidence=f.code.calls.get(call, call),
                     source="code",
                     state="violated",
@@ -474,7 +510,7 @@ def r12_1_default_tolerances(f: Facts) -> list[Finding]:
     return [
         Finding(
             "R12.1",
-            "check",
+            Kind.CHECK,
             state="satisfied" if f.code.parsed else "needs_human",
             reason="rtol/atol at their defaults",
         )
@@ -496,7 +532,7 @@ def r12_2_no_index_compare(f: Facts) -> list[Finding]:
             return [
                 Finding(
                     "R12.2",
-                    "check",
+                    Kind.CHECK,
                     evidence=f.code.calls[name],
                     source="code",
                     state="violated",
@@ -508,7 +544,7 @@ def r12_2_no_index_compare(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R12.2",
-                "check",
+                Kind.CHECK,
                 evidence=hit[0],
                 source=hit[1],
                 state="violated",
@@ -516,7 +552,9 @@ def r12_2_no_index_compare(f: Facts) -> list[Finding]:
             )
         ]
     return [
-        Finding("R12.2", "check", state="satisfied" if f.code.parsed else "needs_human", reason="no index comparison")
+        Finding(
+            "R12.2", Kind.CHECK, state="satisfied" if f.code.parsed else "needs_human", reason="no index comparison"
+        )
     ]
 
 
@@ -529,7 +567,7 @@ def r12_3_fp64_reference(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R12.3",
-                "check",
+                Kind.CHECK,
                 evidence=f.code.calls["same"],
                 source="code",
                 state="satisfied",
@@ -540,13 +578,13 @@ def r12_3_fp64_reference(f: Facts) -> list[Finding]:
     if hit:
         return [
             Finding(
-                "R12.3", "check", evidence=hit[0], source=hit[1], state="satisfied", reason="uses an fp64 reference"
+                "R12.3", Kind.CHECK, evidence=hit[0], source=hit[1], state="satisfied", reason="uses an fp64 reference"
             )
         ]
     return [
         Finding(
             "R12.3",
-            "check",
+            Kind.CHECK,
             state="violated",
             reason="no fp64 reference: re-check with torch._dynamo.utils.same(..., fp64_ref=...)",
         )
@@ -559,7 +597,9 @@ def r12_4_normal_triage(f: Facts) -> list[Finding]:
     if not _is_fuzzer(f):
         return []
     return [
-        Finding("R12.4", "check", state="needs_human", reason="criteria met and common or easy? then triage normally")
+        Finding(
+            "R12.4", Kind.CHECK, state="needs_human", reason="criteria met and common or easy? then triage normally"
+        )
     ]
 
 
@@ -581,8 +621,8 @@ def r12_5_low_priority(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "R12.5",
-                "flag",
-                LOW,
+                Kind.FLAG,
+                LOW_PRIORITY,
                 0.6,
                 failed[0].evidence,
                 failed[0].source,
@@ -592,7 +632,13 @@ def r12_5_low_priority(f: Facts) -> list[Finding]:
     if rare:
         return [
             Finding(
-                "R12.5", "flag", LOW, 0.5, rare[0], rare[1], "needs an unusual setup to reproduce: complex and rare"
+                "R12.5",
+                Kind.FLAG,
+                LOW_PRIORITY,
+                0.5,
+                rare[0],
+                rare[1],
+                "needs an unusual setup to reproduce: complex and rare",
             )
         ]
     return []

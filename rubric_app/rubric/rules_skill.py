@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .facts import (
+from rubric_app.vocabulary import (
     AOTDISPATCH,
     AUTOGRAD,
     BOT_TRIAGE_BLOCKED,
-    CUSTOM_OPS,
-    DISPATCHER,
-    DIST_ONCALL,
-    DIST_SUBQUEUES,
+    CUSTOM_OPERATORS,
+    DISTRIBUTED_ONCALL,
+    DISTRIBUTED_SUBQUEUES,
     DOCS,
     EDGE_CASES,
     ENHANCEMENT,
@@ -30,21 +29,21 @@ from .facts import (
     FUNCTIONALIZATION,
     FUZZER_TOPIC,
     HAS_WORKAROUND,
-    HIGH,
+    HIGH_PRIORITY,
     HUMAN_ONLY,
     MODULE_CRASH,
     MODULE_REGRESSION,
     MODULE_TESTS,
-    NEEDS_REPRO,
-    NUMERICS,
+    NEEDS_REPRODUCTION,
+    NUMERICAL_STABILITY,
     PERFORMANCE,
+    PT2_DISPATCHER,
     RELENG_ONCALL,
-    Facts,
-    Finding,
-    I,
-    rule,
+    WINDOWS,
+    Kind,
 )
-from .facts import WINDOWS as WINDOWS_LABEL
+
+from .facts import Facts, Finding, I, rule
 from .rules import COMPILE_USE, thread_facts
 from .rules_domain import COMPILE_NOT_INVOLVED, FUZZER, REGRESSION
 from .signature import signature_of
@@ -110,7 +109,7 @@ def g9_1_download(f: Facts) -> list[Finding]:
     hit = (f.has(LOADS_FILE, "text") and f.find(EXTERNAL_FILE, "text")) or f.find(ATTACHED, "text")
     if not hit:
         return []
-    return [Finding("G9.1", "flag", NEEDS_REPRO, 0.7, hit[0], hit[1], G9_REASON.format("a file to download"))]
+    return [Finding("G9.1", Kind.FLAG, NEEDS_REPRODUCTION, 0.7, hit[0], hit[1], G9_REASON.format("a file to download"))]
 
 
 @rule("G9.2")
@@ -127,7 +126,7 @@ def g9_2_no_script(f: Facts) -> list[Finding]:
     ):
         hit = f.find(pattern)
         if hit:
-            return [Finding("G9.2", "flag", NEEDS_REPRO, 0.6, hit[0], hit[1], G9_REASON.format(what))]
+            return [Finding("G9.2", Kind.FLAG, NEEDS_REPRODUCTION, 0.6, hit[0], hit[1], G9_REASON.format(what))]
     return []
 
 
@@ -206,8 +205,8 @@ def g10_edge_cases(f: Facts) -> list[Finding]:
         found.append(
             Finding(
                 "G10",
-                "avoid",
-                NUMERICS,
+                Kind.AVOID,
+                NUMERICAL_STABILITY,
                 evidence=tolerance[0],
                 source=tolerance[1],
                 reason="a test failing on its tolerance: module: tests, not numerical stability",
@@ -217,14 +216,14 @@ def g10_edge_cases(f: Facts) -> list[Finding]:
     if edge is None:
         return found
     evidence, source, what, weight = edge
-    found.append(Finding("G10", "add", EDGE_CASES, weight, evidence, source, f"an edge case: {what}"))
+    found.append(Finding("G10", Kind.ADD, EDGE_CASES, weight, evidence, source, f"an edge case: {what}"))
     fuzzer = f.find(FUZZER)
     if fuzzer and FUZZER_TOPIC not in f.labels:
-        found.append(Finding("G10", "add", FUZZER_TOPIC, weight, fuzzer[0], fuzzer[1], "a fuzzer made the input"))
+        found.append(Finding("G10", Kind.ADD, FUZZER_TOPIC, weight, fuzzer[0], fuzzer[1], "a fuzzer made the input"))
     found.append(
         Finding(
             "G10",
-            "check",
+            Kind.CHECK,
             EDGE_CASES,
             evidence=evidence,
             source=source,
@@ -243,7 +242,7 @@ HARD_CRASH = re.compile(
     r"|\bhard crash\w{0,3}|\bbus error\b|Fatal Python error",
     I,
 )
-WINDOWS = re.compile(
+WINDOWS_TEXT = re.compile(
     r"\bonly on windows\b|\bwindows[- ]only\b|\bon windows\b|\bwin(?:32|_amd64)\b|\bwindows (?:10|11|server)\b", I
 )
 WINDOWS_TITLE = re.compile(r"\bwindows\b|\bwin(?:32|64|_amd64)\b|\bmsvc\b", I)
@@ -281,9 +280,9 @@ COMMONLY_MISSED = "commonly missed"
 def _missed(label: str, hit: tuple[str, str], reason: str, weight: float = 0.0) -> list[Finding]:
     """A G11 check (and an ADD with `weight`, when the evidence names the label outright)."""
     check = Finding(
-        "G11", "check", label, evidence=hit[0], source=hit[1], state="needs_human", reason=f"{reason}: {label}?"
+        "G11", Kind.CHECK, label, evidence=hit[0], source=hit[1], state="needs_human", reason=f"{reason}: {label}?"
     )
-    return [check] + ([Finding("G11", "add", label, weight, hit[0], hit[1], reason)] if weight else [])
+    return [check] + ([Finding("G11", Kind.ADD, label, weight, hit[0], hit[1], reason)] if weight else [])
 
 
 @rule("G11")
@@ -297,9 +296,9 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
     slow = f.find(SLOW, "title")
     if slow:  # R7.2 suggests it from the words it knows: the check makes sure nobody misses it
         found += _missed(PERFORMANCE, slow, "a slowdown or an optimization request")
-    windows = f.find(WINDOWS_TITLE, "title") or f.find(WINDOWS, "text")
+    windows = f.find(WINDOWS_TITLE, "title") or f.find(WINDOWS_TEXT, "text")
     if windows:
-        found += _missed(WINDOWS_LABEL, windows, "on Windows", 0.7 if windows[1] == "title" else 0.0)
+        found += _missed(WINDOWS, windows, "on Windows", 0.7 if windows[1] == "title" else 0.0)
     regression = f.find(REGRESSION, "title") or f.find(REGRESSION, "text")
     if regression:
         found += _missed(
@@ -313,7 +312,7 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
         found.append(
             Finding(
                 "G11",
-                "check",
+                Kind.CHECK,
                 AUTOGRAD,
                 evidence=gradient[0],
                 source=gradient[1],
@@ -336,7 +335,7 @@ def _workaround(f: Facts) -> list[Finding]:
         return [
             Finding(
                 "G11",
-                "avoid",
+                Kind.AVOID,
                 HAS_WORKAROUND,
                 evidence=mirror.group(0),
                 source=said[1],
@@ -355,7 +354,7 @@ def _workaround(f: Facts) -> list[Finding]:
 # business, FakeTensor's own code is FakeTensor's, and "input mutation" is AOTAutograd's runtime wrappers.
 LAYER_WORDS = (
     (
-        CUSTOM_OPS,
+        CUSTOM_OPERATORS,
         re.compile(
             r"\btorch\.library\.\w{1,30}|\bcustom[ _-]?op(?:erator)?s?\b|\bregister_fake\b|@custom_op\b"
             r"|\bno fake impl\w{0,12}|\babstract impl\w{0,12}|\bcrossref\b|torch/_library/|torch/library\.py",
@@ -386,7 +385,7 @@ LAYER_WORDS = (
 )
 # The frames a layer's code is in (signature.py's innermost PT2 frame).
 LAYER_FRAMES = (
-    (CUSTOM_OPS, ("torch/_library/", "torch/_custom_op")),
+    (CUSTOM_OPERATORS, ("torch/_library/", "torch/_custom_op")),
     (FUNCTIONALIZATION, ("torch/_subclasses/functional_tensor.py",)),
     (FAKE_TENSOR, ("torch/_subclasses/fake_tensor.py", "torch/_subclasses/fake_impls.py", "torch/_subclasses/fake_")),
     (AOTDISPATCH, ("torch/_functorch/_aot_autograd/", "torch/_functorch/aot_autograd.py", "torch/_functorch/partit")),
@@ -417,9 +416,11 @@ def dispatcher_layer(f: Facts, findings: list[Finding]) -> Layer | None:
     innermost failing frame, then a bisection verdict, then the title, then the rule that found the umbrella.
     None when nothing names one: the checklist asks."""
     last = conclusion(thread_facts(f))
-    if last is not None and last.label == DISPATCHER and (named := layer_of(last.evidence)):
+    if last is not None and last.label == PT2_DISPATCHER and (named := layer_of(last.evidence)):
         return Layer(named[0], last.evidence, last.source, "the thread's diagnosis")
-    diagnosed = [x for x in findings if x.rule_id == "R2" and x.label == DISPATCHER and x.kind in ("check", "add")]
+    diagnosed = [
+        x for x in findings if x.rule_id == "R2" and x.label == PT2_DISPATCHER and x.kind in (Kind.CHECK, Kind.ADD)
+    ]
     for x in reversed(diagnosed):
         if named := layer_of(x.evidence):
             return Layer(named[0], x.evidence, x.source, "the thread's diagnosis")
@@ -430,12 +431,12 @@ def dispatcher_layer(f: Facts, findings: list[Finding]) -> Layer | None:
             if innermost.startswith(paths):
                 return Layer(label, innermost, signature.source, "the failing frame")
     for x in findings:
-        if x.source.startswith("bisection") and x.label == DISPATCHER and (named := layer_of(x.evidence)):
+        if x.source.startswith("bisection") and x.label == PT2_DISPATCHER and (named := layer_of(x.evidence)):
             return Layer(named[0], x.evidence, x.source, "the bisection's verdict")
     if named := layer_of(f.sources[0].text):
         return Layer(named[0], named[1], "title", "the title")
     for x in findings:
-        if x.origin == "rule" and x.label == DISPATCHER and x.kind == "add" and (named := layer_of(x.evidence)):
+        if x.origin == "rule" and x.label == PT2_DISPATCHER and x.kind == Kind.ADD and (named := layer_of(x.evidence)):
             return Layer(named[0], x.evidence, x.source, x.reason)
     return None
 
@@ -562,8 +563,8 @@ def release_gate(f: Facts) -> ReleaseGate:
     not_a_bug = next((l for l in NOT_A_BUG_LABELS if l in f.labels), "") or (f.find(NOT_A_BUG) or ("",))[0]
     if not_a_bug:
         return ReleaseGate("", f"a feature request, an enhancement or documentation ({not_a_bug}): never")
-    if HIGH in f.labels:
-        actor = dict(f.issue.labelled_by).get(HIGH, "")
+    if HIGH_PRIORITY in f.labels:
+        actor = dict(f.issue.labelled_by).get(HIGH_PRIORITY, "")
         if actor.endswith("[bot]"):
             return ReleaseGate("", f"high priority was added by @{actor}, not by a human")
         who = f", added by @{actor}" if actor else " (a human's label: the bot never adds it)"
@@ -595,7 +596,7 @@ def g13_blocked(f: Facts) -> list[Finding]:
     return [
         Finding(
             "G13",
-            "check",
+            Kind.CHECK,
             evidence=BOT_TRIAGE_BLOCKED,
             source="labels",
             state="needs_human",
@@ -610,8 +611,8 @@ def never_applied(label: str) -> str:
     redirect, a distributed sub-queue is the distributed team's own triage's to pick."""
     if label == RELENG_ONCALL:
         return "never a redirect: use module: ci (G13)"
-    if label in DIST_SUBQUEUES:
-        return f"the distributed team's own triage picks the sub-queue: {DIST_ONCALL} (G13)"
+    if label in DISTRIBUTED_SUBQUEUES:
+        return f"the distributed team's own triage picks the sub-queue: {DISTRIBUTED_ONCALL} (G13)"
     return ""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from rubric_app.vocabulary import Kind
+
 from .engine import read
 from .rules import backend_reports
 from .thread import ladder
@@ -85,5 +87,7 @@ def run_notes(issue: IssueText, results: list[dict], verdict: list[dict], run_id
             f"{speaker[0].upper()}{speaker[1:]} says {backend} {'fails' if said.failed else 'passes'} "
             f'("{said.evidence}"); this run saw {backend} {SAW[status]}.'
         )
-    weighed = [x for x in weigh_verdicts(facts, reading.findings) if x.kind == "check" and x.source.startswith("run")]
+    weighed = [
+        x for x in weigh_verdicts(facts, reading.findings) if x.kind == Kind.CHECK and x.source.startswith("run")
+    ]
     return notes + [x.reason for x in weighed]

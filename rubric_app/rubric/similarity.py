@@ -26,18 +26,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .facts import (
+from rubric_app.vocabulary import (
     COMPILE_UX,
-    DECOMP,
-    DISPATCHER,
-    DYNAMIC,
+    DECOMPOSITIONS,
+    DYNAMIC_SHAPES,
     DYNAMO,
     FUNCTORCH,
     FX,
     HELION,
     INDUCTOR,
-    Finding,
+    PT2_DISPATCHER,
+    Kind,
 )
+
+from .facts import Finding
 from .signature import Signature
 from .text import sources_of
 from .types import IssueText, Neighbour
@@ -217,9 +219,9 @@ class MemoryIndex:
 GOVERNING = {
     DYNAMO: "R1.2",
     INDUCTOR: "R2.2",
-    DYNAMIC: "R1.3",
-    DISPATCHER: "R5",
-    DECOMP: "R4.1",
+    DYNAMIC_SHAPES: "R1.3",
+    PT2_DISPATCHER: "R5",
+    DECOMPOSITIONS: "R4.1",
     FX: "R4.3",
     FUNCTORCH: "R9.1",
     HELION: "R8.1",
@@ -261,7 +263,7 @@ def similar_findings(issue: IssueText) -> list[Finding]:
             found.append(
                 Finding(
                     rule_id,
-                    "add",
+                    Kind.ADD,
                     label,
                     SAME_SIGNATURE_WEIGHT,
                     numbers,
@@ -274,7 +276,7 @@ def similar_findings(issue: IssueText) -> list[Finding]:
             found.append(
                 Finding(
                     rule_id,
-                    "add",
+                    Kind.ADD,
                     label,
                     VOTE_WEIGHT[len(carrying)],
                     numbers,

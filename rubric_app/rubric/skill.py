@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 
+from rubric_app.vocabulary import HUMAN_ONLY
+
 from .catalog import OWN_REPLIES, REPLIES_FILE, is_forbidden, load_catalog
-from .facts import HUMAN_ONLY
 from .rules_skill import parse_release
 
 # The paths of the skill's files in the repository, and what the sync calls each.

@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .facts import DECOMP, DISPATCHER, DYNAMIC, DYNAMO, INDUCTOR
+from rubric_app.vocabulary import DECOMPOSITIONS, DYNAMIC_SHAPES, DYNAMO, INDUCTOR, PT2_DISPATCHER
+
 from .text import Source
 
 I = re.I
@@ -31,9 +32,12 @@ I = re.I
 COMPONENT_NAMES = (
     (INDUCTOR, r"(?:torch)?inductor(?:'s)?|codegen|code ?gen(?:eration)?|the triton kernels?"),
     (DYNAMO, r"(?:torch)?dynamo(?:'s)?"),
-    (DISPATCHER, r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensors?|fake_tensor"),
-    (DYNAMIC, r"dynamic shapes?|symbolic shapes?|unbacked sym\w{1,6}"),
-    (DECOMP, r"(?:the |a )?decompositions?|decomps?"),
+    (
+        PT2_DISPATCHER,
+        r"aot[_ ]?autograd(?:'s)?|aot[_ ]?dispatch(?:er)?|functionali[sz]ation|fake ?tensors?|fake_tensor",
+    ),
+    (DYNAMIC_SHAPES, r"dynamic shapes?|symbolic shapes?|unbacked sym\w{1,6}"),
+    (DECOMPOSITIONS, r"(?:the |a )?decompositions?|decomps?"),
 )
 _NAMES = "|".join(names for _label, names in COMPONENT_NAMES)
 _NAME_OF = tuple((label, re.compile(rf"\b(?:{names})\b", I)) for label, names in COMPONENT_NAMES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rubric_app.vocabulary import DEFAULT as DEFAULT_ACCOUNTS
-from rubric_app.vocabulary import PT2_ONCALL, AutomationAccounts
+from rubric_app.vocabulary import PT2_ONCALL, AutomationAccounts, Route
 
 
 @dataclass(frozen=True)
@@ -117,14 +117,14 @@ class ChecklistItem:
 class Assessment:
     """What a careful PT2 triager would do with one issue.
 
-    route: "pt2" (stays in oncall: pt2), "cpu inductor" (the sub-queue),
-    "handoff" (to another oncall, named by the oncall: label in `add`), or "skip" (G0).
+    route: vocabulary.Route's PT2 (stays in oncall: pt2), CPU (the sub-queue), HANDOFF (to another oncall, named by
+    the oncall: label in `add`), TRANSFER (to another repository, G2) or SKIP (G0).
     queue: the oncall: label of the queue the issue belongs in, whether or not it already carries it.
     """
 
     add: list[Suggested] = field(default_factory=list)
     avoid: list[Avoided] = field(default_factory=list)
-    route: str = "pt2"
+    route: str = Route.PT2
     checklist: list[ChecklistItem] = field(default_factory=list)
     queue: str = PT2_ONCALL
 

@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .facts import CORE, FUZZER_TOPIC, REVIEW, Facts, Finding
+from rubric_app.vocabulary import CORE_COMPONENTS, FUZZER_TOPIC, TRIAGE_REVIEW, Kind
+
+from .facts import Facts, Finding
 from .rules import CONCLUDED_BY_OTHERS, SILENT_WRONG, backend_reports
 from .rules_automation import BISECTED, automation_of
 from .rules_domain import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, PERF_REGRESSION, REGRESSION
@@ -54,7 +56,7 @@ BINDING = (("a crash", CRASH), ("silently wrong results", None), ("a regression"
 def binds(x: Finding) -> bool:
     """A `triage review` flag the rubric leaves no judgement on: a verdict's (a crash, a divergence, a regression
     across builds), or R11's crash, silently wrong result, regression or flaky test read in the text."""
-    if x.kind != "flag" or x.label != REVIEW or x.origin != "rule":
+    if x.kind != Kind.FLAG or x.label != TRIAGE_REVIEW or x.origin != "rule":
         return False
     if x.source.startswith("bisection"):
         return True
@@ -157,7 +159,7 @@ R11_READS = (
 def text_evidence(facts: Facts, x: Finding) -> Finding | None:
     """x, citing the issue's text rather than a file name where x is a `triage review` flag: R11's reads its
     reasons again past the file names (None: only file names said it); the learned one cites nothing then."""
-    if x.kind != "flag" or x.label != REVIEW or not x.evidence:
+    if x.kind != Kind.FLAG or x.label != TRIAGE_REVIEW or not x.evidence:
         return x
     text = _text_of(facts, x.source)
     if text is None:
@@ -209,7 +211,7 @@ WRONG_SAID = re.compile(
 def silent_wrong(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """R11's flag for a silently wrong result said in words rules.SILENT_WRONG does not read (WRONG_SAID), in the
     title, then the body, where R11 found nothing (a fuzzer's report goes through R12 instead)."""
-    if any(x.kind == "flag" and x.rule_id == "R11" and x.origin == "rule" for x in findings):
+    if any(x.kind == Kind.FLAG and x.rule_id == "R11" and x.origin == "rule" for x in findings):
         return []
     if FUZZER_TOPIC in facts.labels or facts.has(FUZZER, "title"):
         return []
@@ -220,8 +222,8 @@ def silent_wrong(facts: Facts, findings: list[Finding]) -> list[Finding]:
             return [
                 Finding(
                     "R11",
-                    "flag",
-                    REVIEW,
+                    Kind.FLAG,
+                    TRIAGE_REVIEW,
                     weight,
                     mention.group(0),
                     source,
@@ -271,7 +273,7 @@ def from_thread(x: Finding) -> bool:
 def settles(x: Finding) -> bool:
     """A component this issue's own evidence settles: a backend result in the thread (R1.1, R2), a diagnosis by
     someone other than the reporter (engine.concluded), or a verdict (engine.decisive)."""
-    if x.kind != "add" or x.label not in CORE or x.source.startswith("issue:"):
+    if x.kind != Kind.ADD or x.label not in CORE_COMPONENTS or x.source.startswith("issue:"):
         return False
     if x.source.startswith("bisection"):
         return True
@@ -295,7 +297,7 @@ def quoted_bisector(facts: Facts) -> tuple[str, str, Finding] | None:
     return (
         label,
         rule_id,
-        Finding(rule_id, "check", label, evidence=result.evidence, source=result.source, reason=where),
+        Finding(rule_id, Kind.CHECK, label, evidence=result.evidence, source=result.source, reason=where),
     )
 
 
@@ -357,7 +359,7 @@ def failing_mode(evidence: str) -> str:
 def contradiction(facts: Facts, x: Finding, said: list[Said]) -> str:
     """How the thread contradicts verdict x, in words ("" where it does not): the backend x blames passes there,
     or the thread settles another component and never x's."""
-    if x.label not in CORE:
+    if x.label not in CORE_COMPONENTS:
         return ""
     mode = failing_mode(x.evidence)
     reported = ladder(backend_reports(facts)).get(mode) if mode else None
@@ -373,7 +375,7 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """findings with each verdict that contradicts the thread or rests on a harness limit weighed (scored as a
     rule's finding, source "run:<id>"), a checklist question per weighed run, and a hold on a contradicted
     component."""
-    verdicts = [x for x in findings if x.kind == "add" and x.origin == "rule" and x.source.startswith("bisection")]
+    verdicts = [x for x in findings if x.kind == Kind.ADD and x.origin == "rule" and x.source.startswith("bisection")]
     if not verdicts:
         return findings
     said = thread_says(facts, findings)
@@ -394,7 +396,7 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
         return findings
     out: list[Finding] = []
     for x in findings:
-        if x.source not in weighed or x.kind not in ("add", "route"):
+        if x.source not in weighed or x.kind not in (Kind.ADD, Kind.ROUTE):
             out.append(x)
             continue
         run = _run_of(x)
@@ -402,12 +404,12 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
         if x.origin == "rule":
             x = replace(x, weight=WEIGHED, reason=f"bisection verdict, weighed: {why}")
         out.append(replace(x, source=f"run:{run}" if run else "run"))
-        if x.kind == "add" and x.origin == "rule":  # the verdict itself, not the labeler's finding citing it
+        if x.kind == Kind.ADD and x.origin == "rule":  # the verdict itself, not the labeler's finding citing it
             named = f"Bisection run {run}" if run else "The bisection"
             out.append(
                 Finding(
                     x.rule_id,
-                    "check",
+                    Kind.CHECK,
                     evidence=x.evidence,
                     source=f"run:{run}" if run else "run",
                     state="needs_human",
@@ -436,7 +438,7 @@ def shared_findings(facts: Facts, findings: list[Finding]) -> list[Finding]:
         return [
             Finding(
                 s.rule_id,
-                "check",
+                Kind.CHECK,
                 evidence=s.evidence,
                 source=f"issue:{s.number}",
                 state="needs_human",
@@ -449,7 +451,7 @@ def shared_findings(facts: Facts, findings: list[Finding]) -> list[Finding]:
     return [
         Finding(
             s.rule_id,
-            "add",
+            Kind.ADD,
             s.label,
             s.weight,
             s.evidence,

@@ -15,12 +15,11 @@ from rubric_app.vocabulary import (
     NEEDS_REPRODUCTION,
     TRIAGE_REVIEW,
     TRIAGED,
+    Route,
     is_module,
     is_oncall,
 )
 
-# The route choices that keep labelling: the issue's own lanes, or a hand-off to another oncall (G5).
-KEEP_PT2, KEEP_CPU, HANDOFF = "pt2", "cpu inductor", "handoff"
 # What each meeting outcome adds (R11: only the meeting adds `high priority`); every outcome settles the review.
 MEETING_LABELS = {
     HIGH_PRIORITY: (HIGH_PRIORITY, TRIAGED),
@@ -54,19 +53,19 @@ def accepted(issue: Issue, suggestions: list[Suggestion], *, offered: list[str],
 def accepted_route(issue: Issue, ticked: set[str], handoff: str) -> str:
     """The route `a` accepts: the issue's own lane, unless the rubric's redirect is pre-selected (its oncall label
     ticked). A redirect or transfer that is only "possible" is shown as the suggested route, for the triager to pick."""
-    lane = KEEP_CPU if issue.has_label(CPU_INDUCTOR_ONCALL) else KEEP_PT2
+    lane = Route.CPU if issue.has_label(CPU_INDUCTOR_ONCALL) else Route.PT2
     route = issue.suggested_route
-    if route == HANDOFF and handoff in ticked:
-        return HANDOFF
-    if route == KEEP_CPU and CPU_INDUCTOR_ONCALL in ticked:
-        return KEEP_CPU
+    if route == Route.HANDOFF and handoff in ticked:
+        return Route.HANDOFF
+    if route == Route.CPU and CPU_INDUCTOR_ONCALL in ticked:
+        return Route.CPU
     return lane
 
 
 def suggested_transfer(issue: Issue) -> str:
     """The repository G2's checklist item says the issue belongs in, when the engine routed it there ("transfer") and
     it is one the dashboard transfers to; else ""."""
-    if issue.suggested_route != decisions.TRANSFER:
+    if issue.suggested_route != Route.TRANSFER:
         return ""
     item = next((i for i in issue.checklist if i.get("rule_id") == "G2"), None)
     return transfer_repo(item.get("evidence", "")) if item else ""
@@ -75,12 +74,12 @@ def suggested_transfer(issue: Issue) -> str:
 def g4_advice(issue: Issue, suggested: dict, chosen_route: str) -> str:
     """G4's refusal, pointing at the route the rubric suggests when that route needs no module label: a hand-off
     (G5), a transfer (G2), or a usage question (G1). `suggested` is accepted()'s answer for the issue."""
-    if issue.suggested_route == HANDOFF and suggested["handoff_to"] and chosen_route != HANDOFF:
+    if issue.suggested_route == Route.HANDOFF and suggested["handoff_to"] and chosen_route != Route.HANDOFF:
         return (
             f"G5: the rubric suggests handing it off to {suggested['handoff_to']}: pick that route. "
             + decisions.G4_MESSAGE
         )
-    if suggested["transfer_to"] and chosen_route != decisions.TRANSFER:
+    if suggested["transfer_to"] and chosen_route != Route.TRANSFER:
         return (
             f"G2: the thread says it belongs in {suggested['transfer_to']}: pick the transfer route. "
             + decisions.G4_MESSAGE
@@ -95,14 +94,14 @@ def g4_advice(issue: Issue, suggested: dict, chosen_route: str) -> str:
 
 def route_of(route: str, handoff_to: str) -> str:
     """plan_changes' route for a form's choice: the `oncall:` label handed off to, else the choice itself."""
-    return handoff_to if route == HANDOFF else route
+    return handoff_to if route == Route.HANDOFF else route
 
 
 def redirect_of(route: str, handoff_to: str) -> str:
     """The oncall queue a decision redirects to (TriageDecision.redirect): the hand-off's, the CPU lane, or ""."""
-    if route == HANDOFF:
+    if route == Route.HANDOFF:
         return handoff_to
-    return CPU_INDUCTOR_ONCALL if route == KEEP_CPU else ""
+    return CPU_INDUCTOR_ONCALL if route == Route.CPU else ""
 
 
 def meeting_plan(issue: Issue, outcome: str, component: str = "") -> decisions.Plan:

@@ -40,19 +40,13 @@ from rubric_app.vocabulary import (
     PT2_ONCALL,
     TRIAGE_REVIEW,
     TRIAGED,
+    Route,
     is_module,
     is_oncall,
 )
 
 MEETING_DECISIONS = (HIGH_PRIORITY, TRIAGED, NEEDS_REPRODUCTION, LOW_PRIORITY, "close")
 PT2_QUEUES = (PT2_ONCALL, CPU_INDUCTOR_ONCALL)
-# The routes that stop labelling (G1, G2, a duplicate): what each one sends instead.
-QUESTION, MORE_INFO, TRANSFER, DUPLICATE = "question", "more info", "transfer", "duplicate"
-# The issue's repro passes on a newer torch build: ask the reporter to confirm on it (build_checks.py).
-CONFIRM_FIXED = "confirm fixed"
-# G9: no self-contained reproduction: ask for one (labels still go on, never `triaged`). G10: the result is what the
-# documentation says floating point does: close with the numerical-accuracy reply.
-REPRODUCTION, EXPECTED_NUMERICS = "reproduction", "expected numerics"
 NUMERICAL_ACCURACY_REPLY = "numerical_accuracy"
 CLOSE_REASONS = ("completed", "not_planned", "duplicate")
 
@@ -123,28 +117,28 @@ def plan_changes(
     lane does, adds `needs reproduction` and asks for a self-contained reproduction (G9): never `triaged`, and so does
     ticking `needs reproduction` on any route. Adding `module: edge cases` posts the numerical-accuracy reply (G10).
     """
-    if route == QUESTION:
+    if route == Route.QUESTION:
         return Plan(reply="redirect_to_forum", close_reason="not_planned")
-    if route == MORE_INFO:
+    if route == Route.MORE_INFO:
         return Plan(reply="request_more_info")
-    if route == TRANSFER:
+    if route == Route.TRANSFER:
         return Plan(transfer_to=transfer_to)
-    if route == DUPLICATE:
+    if route == Route.DUPLICATE:
         return plan_duplicate(duplicate_of)
-    if route == CONFIRM_FIXED:
+    if route == Route.CONFIRM_FIXED:
         return plan_confirm_fixed(issue)
     current = set(issue.label_names())
-    if route == EXPECTED_NUMERICS:
+    if route == Route.EXPECTED_NUMERICS:
         add = [] if EDGE_CASES in current else [EDGE_CASES]
         return Plan(add=add, reply=NUMERICAL_ACCURACY_REPLY, close_reason="not_planned")
-    if route == REPRODUCTION:
+    if route == Route.REPRODUCTION:
         chosen, route = [*chosen, NEEDS_REPRODUCTION], ""
     target = set(current) | set(chosen)
     if not route:  # no routing choice: the issue stays in the PT2 lane it is in
         route = CPU_INDUCTOR_ONCALL if CPU_INDUCTOR_ONCALL in current else PT2_ONCALL
-    if route in ("pt2", PT2_ONCALL):
+    if route in (Route.PT2, PT2_ONCALL):
         oncall = PT2_ONCALL
-    elif route in ("cpu inductor", CPU_INDUCTOR_ONCALL):
+    elif route in (Route.CPU, CPU_INDUCTOR_ONCALL):
         oncall = CPU_INDUCTOR_ONCALL
     else:
         oncall = route if is_oncall(route) else f"oncall: {route}"

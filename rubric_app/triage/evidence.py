@@ -17,10 +17,10 @@ from django.db.models import Prefetch
 
 from rubric_app import rubric
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
-from rubric_app.rubric.facts import CORE
 from rubric_app.rubric.settled import run_notes as notes_of
 from rubric_app.rubric.settled import settled, shared_among
 from rubric_app.rubric.types import SharedEvidence
+from rubric_app.vocabulary import CORE_COMPONENTS
 
 
 def _open(issue: Issue) -> bool:
@@ -70,7 +70,7 @@ def group_components(members: list[Issue]) -> list[MemberComponent]:
     prefetched suggestions; [] when they all lead with the same one (or none has one): nothing to show."""
     rows = []
     for issue in members:
-        core = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label in CORE]
+        core = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label in CORE_COMPONENTS]
         rows.append(MemberComponent(issue, max(core, key=lambda s: (s.preselected, s.confidence), default=None)))
     leading = {row.suggestion.label for row in rows if row.suggestion}
     return rows if len(leading) > 1 else []

@@ -14,14 +14,15 @@ from rubric_app.bisection import names_cuda
 from rubric_app.lanes import LANES
 from rubric_app.models import AgendaItem, BisectionRun, Issue, Meeting, Suggestion
 from rubric_app.rubric.catalog import TRANSFER_REPOS
-from rubric_app.rubric.facts import CORE
 from rubric_app.rubric.flow import change_breaks_g4
 from rubric_app.search import issue_number
 from rubric_app.triage import accepting, decisions
 from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS
 from rubric_app.vocabulary import (
+    CORE_COMPONENTS,
     MAY_BE_FIXED,
     TRIAGE_REVIEW,
+    Route,
     is_module,
     is_oncall,
 )
@@ -39,40 +40,30 @@ from rubric_app.web.labels import (
 )
 
 ROUTES = [
-    ("pt2", "Keep in oncall: pt2"),
-    ("cpu inductor", "Route to oncall: cpu inductor"),
-    ("handoff", "Hand off to another oncall"),
+    (Route.PT2, "Keep in oncall: pt2"),
+    (Route.CPU, "Route to oncall: cpu inductor"),
+    (Route.HANDOFF, "Hand off to another oncall"),
     (
-        decisions.REPRODUCTION,
+        Route.REPRODUCTION,
         "No self-contained reproduction: label it, add needs reproduction and ask for one with the standard reply; "
         "not triaged (G9)",
     ),
     # The routes that stop labelling: no label changes, a standard reply instead (G1), or a transfer (G2).
-    (decisions.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
-    (decisions.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
-    (decisions.TRANSFER, "Belongs in another repository: transfer it (G2)"),
-    (decisions.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment"),
+    (Route.QUESTION, "A usage question: close as not planned, with the forum reply (G1)"),
+    (Route.MORE_INFO, "Unclear: ask for a repro and logs, with the standard reply (G1)"),
+    (Route.TRANSFER, "Belongs in another repository: transfer it (G2)"),
+    (Route.DUPLICATE, "A duplicate: close it as a duplicate of the issue below, with the standard comment"),
     # Offered only where the issue's runs say it may be fixed (Issue.build_finding).
     (
-        decisions.CONFIRM_FIXED,
+        Route.CONFIRM_FIXED,
         "May be fixed: it passes on a newer torch build; ask the reporter to confirm there (a reply, nothing closed)",
     ),
     # Offered only where the rubric reads an edge case (G10 on the checklist).
     (
-        decisions.EXPECTED_NUMERICS,
+        Route.EXPECTED_NUMERICS,
         "Expected floating-point behaviour, as the documentation says: close with the numerical-accuracy reply (G10)",
     ),
 ]
-STOPS_LABELLING = frozenset(
-    {
-        decisions.QUESTION,
-        decisions.MORE_INFO,
-        decisions.TRANSFER,
-        decisions.DUPLICATE,
-        decisions.CONFIRM_FIXED,
-        decisions.EXPECTED_NUMERICS,
-    }
-)
 MEETING_DECISIONS = list(decisions.MEETING_DECISIONS)
 
 
@@ -160,7 +151,7 @@ class TriageForm(forms.Form):
     """
 
     labels = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
-    route = forms.ChoiceField(choices=ROUTES, initial="pt2", widget=forms.RadioSelect)
+    route = forms.ChoiceField(choices=ROUTES, initial=Route.PT2, widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
     transfer_to = forms.ChoiceField(
         required=False, label="Transfer to", choices=[("", "—")] + [(name, name) for name in TRANSFER_REPOS]
@@ -200,9 +191,9 @@ class TriageForm(forms.Form):
         self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
         self.not_in_catalog = [n for n in names if n not in allowed]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
-        hidden = {decisions.CONFIRM_FIXED} if issue.build_finding != MAY_BE_FIXED else set()
+        hidden = {Route.CONFIRM_FIXED} if issue.build_finding != MAY_BE_FIXED else set()
         if not any(item.get("rule_id") == "G10" for item in issue.checklist):
-            hidden.add(decisions.EXPECTED_NUMERICS)
+            hidden.add(Route.EXPECTED_NUMERICS)
         self.fields["route"].choices = [c for c in ROUTES if c[0] not in hidden]
         self.suggested = self.suggested_initial(suggestions)
         if not self.is_bound:
@@ -226,13 +217,13 @@ class TriageForm(forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
-        if data.get("route") == "handoff" and not data.get("handoff_to"):
+        if data.get("route") == Route.HANDOFF and not data.get("handoff_to"):
             self.add_error("handoff_to", "Choose the oncall to hand the issue off to (G5).")
-        if data.get("route") == decisions.TRANSFER and not data.get("transfer_to"):
+        if data.get("route") == Route.TRANSFER and not data.get("transfer_to"):
             self.add_error("transfer_to", "Choose the repository to transfer the issue to (G2).")
-        if data.get("route") == "handoff" and data.get("review"):  # refused anyway: said on the box, before Apply
+        if data.get("route") == Route.HANDOFF and data.get("review"):  # refused anyway: said on the box, before Apply
             self.add_error("review", decisions.HANDOFF_REVIEW_MESSAGE)
-        if data.get("route") == decisions.DUPLICATE and "duplicate_of" in data:
+        if data.get("route") == Route.DUPLICATE and "duplicate_of" in data:
             number = data["duplicate_of"]
             original = Issue.objects.filter(number=number).first() if number else None
             why = decisions.duplicate_refusal(self.issue, number, original)
@@ -257,7 +248,7 @@ class TriageForm(forms.Form):
 
     def stops_labelling(self) -> bool:
         """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
-        return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
+        return self.is_valid() and self.cleaned_data["route"] in Route.STOPS_LABELLING
 
     def chosen(self) -> list[str]:
         """The checked labels and the ones picked from the catalog, each once."""
@@ -464,10 +455,10 @@ class DutyForm(forms.Form):
 # What one decision may do to every issue of a signature group: label them alike, hand them off, ask
 # for more information, or close all but the original as its duplicates.
 GROUP_ROUTES = [
-    (value, name) for value, name in ROUTES if value in ("pt2", "cpu inductor", "handoff", decisions.MORE_INFO)
+    (value, name) for value, name in ROUTES if value in (Route.PT2, Route.CPU, Route.HANDOFF, Route.MORE_INFO)
 ] + [
     (
-        decisions.DUPLICATE,
+        Route.DUPLICATE,
         "Duplicates: close every ticked issue but the original as a duplicate of it, with the standard comment",
     )
 ]
@@ -484,7 +475,7 @@ class GroupDecisionForm(forms.Form):
     issues = forms.TypedMultipleChoiceField(coerce=int, widget=forms.CheckboxSelectMultiple, label="Issues")
     labels = forms.MultipleChoiceField(required=False, widget=DescribedCheckboxes, label="Labels")
     add_labels = CatalogLabelsField(label="More labels")
-    route = forms.ChoiceField(choices=GROUP_ROUTES, initial="pt2", widget=forms.RadioSelect)
+    route = forms.ChoiceField(choices=GROUP_ROUTES, initial=Route.PT2, widget=forms.RadioSelect)
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Original #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
@@ -504,7 +495,7 @@ class GroupDecisionForm(forms.Form):
         self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
         # The module labels suggested for or carried by the most of them first, then the other core components.
         suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]
-        counts: dict[str, int] = {name: 0 for name in CORE}
+        counts: dict[str, int] = {name: 0 for name in CORE_COMPONENTS}
         for name in [s.label for s in suggested] + [name for issue in members for name in issue.label_names()]:
             if is_module(name):
                 counts[name] = counts.get(name, 0) + 1
@@ -543,13 +534,9 @@ class GroupDecisionForm(forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
-        if data.get("route") == "handoff" and not data.get("handoff_to"):
+        if data.get("route") == Route.HANDOFF and not data.get("handoff_to"):
             self.add_error("handoff_to", "Choose the oncall to hand the issues off to (G5).")
-        if (
-            data.get("route") == decisions.DUPLICATE
-            and not data.get("duplicate_of")
-            and "duplicate_of" not in self.errors
-        ):
+        if data.get("route") == Route.DUPLICATE and not data.get("duplicate_of") and "duplicate_of" not in self.errors:
             self.add_error("duplicate_of", "Name the original: the issue the others duplicate.")
         missing = [n for n in data.get("issues", []) if n not in data.get("labels_seen", {})]
         if missing and "labels_seen" in data:
@@ -573,9 +560,9 @@ class GroupDecisionForm(forms.Form):
         out = []
         for number in sorted(set(data["issues"])):
             issue = self.members[number]
-            if route == decisions.DUPLICATE and number != data["duplicate_of"]:
+            if route == Route.DUPLICATE and number != data["duplicate_of"]:
                 out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
-            elif route == decisions.DUPLICATE:
+            elif route == Route.DUPLICATE:
                 keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"])
                 out.append((issue, keep if chosen or data["review"] else None))
             else:

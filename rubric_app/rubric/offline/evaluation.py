@@ -15,11 +15,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubric_app.rubric.engine import Reading, evaluate, read
-from rubric_app.rubric.facts import COMPILE_UX, CPU_ONCALL, DISPATCHER, PT2_ONCALL, REVIEW
 from rubric_app.rubric.model import MODEL_LABELS, LabelModel
 from rubric_app.rubric.text import split_thread_authored
 from rubric_app.rubric.types import Assessment, BisectionEvidence, CommentText, IssueText
-from rubric_app.vocabulary import HIGH_PRIORITY, is_module, is_oncall
+from rubric_app.vocabulary import (
+    COMPILE_UX,
+    CPU_INDUCTOR_ONCALL,
+    HIGH_PRIORITY,
+    PT2_DISPATCHER,
+    PT2_ONCALL,
+    TRIAGE_REVIEW,
+    is_module,
+    is_oncall,
+)
 
 # The component labels scored by micro-F1: every `module:` label RUBRIC.md governs (R1-R9, R7.3).
 # Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
@@ -47,9 +55,9 @@ COMPONENTS = (
 )
 # Older names triagers applied for the same thing: `module: aotdispatch` is the AOTAutograd label the
 # catalog folds into pt2-dispatcher; `module: cpu inductor` was the CPU Inductor lane before the oncall.
-ALIASES = {"module: aotdispatch": DISPATCHER, "module: cpu inductor": CPU_ONCALL}
+ALIASES = {"module: aotdispatch": PT2_DISPATCHER, "module: cpu inductor": CPU_INDUCTOR_ONCALL}
 # Review flag: R11 sends what used to get `high priority` straight away through `triage review`.
-REVIEW_TRUTH = (REVIEW, HIGH_PRIORITY)
+REVIEW_TRUTH = (TRIAGE_REVIEW, HIGH_PRIORITY)
 
 
 # Reference points scored on the same data: what a keyword labeler does, one regex per label.
@@ -236,7 +244,8 @@ def route_labels(records: list[dict[str, Any]]) -> list[str]:
     engine emits."""
     seen = {ALIASES.get(l, l) for r in records for l in r.get("labels", [])}
     return sorted(
-        {l for l in seen if is_oncall(l) and l != PT2_ONCALL} | {CPU_ONCALL, "oncall: export", "oncall: distributed"}
+        {l for l in seen if is_oncall(l) and l != PT2_ONCALL}
+        | {CPU_INDUCTOR_ONCALL, "oncall: export", "oncall: distributed"}
     )
 
 
@@ -251,7 +260,7 @@ def score(records: list[dict[str, Any]], predictions: list[list[str]], strict: b
             counts = result.per_label.setdefault(label, Counts())
             counts.add(label in predicted_set, actual)
             (result.components if label in COMPONENTS else result.routing).add(label in predicted_set, actual)
-        result.review.add(REVIEW in predicted_set, review_truth(record, strict))
+        result.review.add(TRIAGE_REVIEW in predicted_set, review_truth(record, strict))
     return result
 
 
@@ -360,7 +369,7 @@ def answer(record: dict[str, Any], label: str) -> bool | None:
     Inductor report is a coin toss, and calibrated every confidence low (the trust figures score
     components on issues with a human component, for the same reason).
     """
-    if label == REVIEW:
+    if label == TRIAGE_REVIEW:
         return review_truth(record)
     if label in COMPONENTS and not has_component(record):
         return None

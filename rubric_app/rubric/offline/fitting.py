@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubric_app.rubric.engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read, strongest
-from rubric_app.rubric.facts import PT2_ONCALL, REVIEW
 from rubric_app.rubric.model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
@@ -26,7 +25,7 @@ from rubric_app.rubric.offline.evaluation import (
     truth,
 )
 from rubric_app.rubric.types import Assessment
-from rubric_app.vocabulary import is_oncall
+from rubric_app.vocabulary import PT2_ONCALL, TRIAGE_REVIEW, Kind, is_oncall
 
 # Pre-selection: precision 0.90 (the target) by the one-sided 95% lower bound of the out-of-fold precision
 # (z = 1.645): the margin is wide where few labels are seen (routes) and narrow where many are (components).
@@ -116,7 +115,7 @@ def fit_model(
 
 def _rule_supports(feats: set[str], label: str) -> bool:
     """A rule's ADD, ROUTE or FLAG for `label` is among the features (model.features names them so)."""
-    return any(f"rl:{kind}:{label}" in feats for kind in ("add", "route", "flag"))
+    return any(f"rl:{kind}:{label}" in feats for kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG))
 
 
 # A label outside the core gets a calibration curve of its own from this many findings (engine.rule_curve):
@@ -130,7 +129,9 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
     points: dict[str, list[tuple[float, bool]]] = {}
     for record, reading in zip(records, readings):
         by_rules = [x for x in reading.findings if x.origin == "rule" and x.label]
-        best = [(label, x) for kind in ("add", "route", "flag") for label, x in strongest(by_rules, kind).items()]
+        best = [
+            (label, x) for kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG) for label, x in strongest(by_rules, kind).items()
+        ]
         for label, x in best:
             actual = answer(record, label)
             if actual is not None:
@@ -233,7 +234,7 @@ def _choose_thresholds(
     modules, routes, review = [], [], []
     for i, (record, a) in enumerate(zip(records, runs)):
         for s in a.add:
-            actual = review_truth(record) if s.label == REVIEW else truth(record, s.label)
+            actual = review_truth(record) if s.label == TRIAGE_REVIEW else truth(record, s.label)
             if actual is None or s.rule_id == "G4" or s.source == "bisection":
                 continue
             if not s.preselected:
@@ -242,7 +243,7 @@ def _choose_thresholds(
                 modules.append((s.confidence, actual))
             elif is_oncall(s.label) and s.label != PT2_ONCALL:
                 routes.append((s.confidence, actual))
-            elif s.label == REVIEW:
+            elif s.label == TRIAGE_REVIEW:
                 review.append((s.confidence, actual))
     limits["preselect"] = preselect_threshold(modules, PRESELECT_PRECISION)
     limits["preselect_route"] = preselect_threshold(routes, PRESELECT_PRECISION)
@@ -444,7 +445,7 @@ def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: 
         labelled = has_component(record)
         out.labelled += labelled
         confidence = a.confidence()
-        out.flagged += REVIEW in verdict
+        out.flagged += TRIAGE_REVIEW in verdict
         out.top_component.append(max((c for label, c in confidence.items() if label in COMPONENTS), default=0.0))
         for label in (*COMPONENTS, *routes):
             actual = truth(record, label, strict)
@@ -460,10 +461,10 @@ def trust(records: list[dict[str, Any]], assessments: list[Assessment], strict: 
             if label in confidence and actual is not None:
                 out.points.append((confidence[label], actual))
         actual = review_truth(record, strict)
-        if REVIEW in confidence and actual is not None:
-            out.points.append((confidence[REVIEW], actual))
+        if TRIAGE_REVIEW in confidence and actual is not None:
+            out.points.append((confidence[TRIAGE_REVIEW], actual))
         if actual is not None:
-            out.review_points.append((confidence.get(REVIEW, 0.0), actual))
+            out.review_points.append((confidence.get(TRIAGE_REVIEW, 0.0), actual))
     return out
 
 

@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
-from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW
+from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW, Route
 from rubric_app.web.labels import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
@@ -284,7 +284,7 @@ def _suggested_chip(s) -> str:
 
 # The routes that end with no label to add: the rule that says so and what it says (engine: G2's transfer,
 # G0's issue already in another oncall's queue).
-ROUTES_WITHOUT_LABELS = {"transfer": "G2", "skip": "G0"}
+ROUTES_WITHOUT_LABELS = {Route.TRANSFER: "G2", Route.SKIP: "G0"}
 
 
 def _no_labels_why(issue) -> str:
