@@ -1,8 +1,8 @@
 """The fake GitHub REST server for the tests and the sync benchmark: fixtures around
 rubric_app/demo/github_server.py (the same server `make run` starts for the demo), with a token.
 
-Fixtures: `fake_github_server` (session) and `fake_github` (per test: reset,
-and settings pointed at it).
+Fixtures: `fake_github_server` (session), `fake_github` (per test: reset, and settings pointed at it) and
+`demo_server` (the demo GitHub as `make run` starts it).
 """
 
 from __future__ import annotations
@@ -61,3 +61,15 @@ def github_signin(fake_github, settings) -> FakeGitHub:
         }
     }
     return fake_github
+
+
+@pytest.fixture
+def demo_server(settings):
+    """The demo GitHub as `make run` starts it (seeded, no token wanted), with settings as run.sh sets them."""
+    fake, server = github_http.start_server()
+    github_seeds.seed_demo(fake)
+    settings.GITHUB_TOKEN = ""
+    settings.GITHUB_API_URL = fake.url
+    yield fake
+    server.shutdown()
+    server.server_close()

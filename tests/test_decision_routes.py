@@ -20,6 +20,7 @@ from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.tasks import apply_decision_task
+from rubric_app.triage import accepting
 from rubric_app.triage.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
 from rubric_app.web.forms import TriageForm
 from tests.factories import make_issue, make_label, make_suggestion
@@ -284,7 +285,7 @@ def test_it_previews_the_reply_and_the_close_of_a_usage_question(synced, client,
     assert "+ triaged" not in page
 
 
-def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(synced):
+def test_it_preselects_the_transfer_the_thread_concluded(synced):
     Issue.objects.filter(pk=synced.pk).update(
         suggested_route="transfer",
         checklist=[
@@ -300,8 +301,9 @@ def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(syn
 
     form = _form(synced)
 
-    # Routes are not calibrated to the pre-selection bar: `a` keeps the lane, the repository is filled in.
-    assert form.suggested["route"] == "pt2" and form.suggested["transfer_to"] == "pytorch/vision"
+    # G2 concludes: `a` previews the transfer (issue 43), never G4's refusal.
+    assert form.suggested["route"] == "transfer" and form.suggested["transfer_to"] == "pytorch/vision"
+    assert accepting.route_evidence(synced, "transfer") == "G2: “torchvision”"
     accepted = _form(synced, route="pt2")
     assert not accepted.is_valid() and accepted.non_field_errors()[0].startswith(
         "G2: the thread says it belongs in pytorch/vision: pick the transfer route."
@@ -309,6 +311,16 @@ def test_it_offers_the_transfer_the_thread_concluded_without_preselecting_it(syn
     assert not _form(synced, route="transfer").is_valid()  # G2 needs its repository
     chosen = _form(synced, route="transfer", transfer_to="pytorch/vision")
     assert chosen.is_valid() and chosen.plan() == Plan(transfer_to="pytorch/vision")
+
+
+def test_it_keeps_the_lane_where_the_thread_names_a_repository_the_dashboard_does_not_transfer_to(synced):
+    Issue.objects.filter(pk=synced.pk).update(
+        suggested_route="transfer",
+        checklist=[{"rule_id": "G2", "text": "Transfer, then stop", "state": "satisfied", "evidence": "jax-ml/jax"}],
+    )
+    synced.refresh_from_db()
+
+    assert _form(synced).suggested["route"] == "pt2"  # a transfer by hand: `a` does not pretend it can
 
 
 def test_it_refuses_a_review_flag_on_a_hand_off(synced):

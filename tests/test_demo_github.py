@@ -11,7 +11,6 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app.demo import github_http, github_seeds
 from rubric_app.github import applying, connect
 from rubric_app.github import client as github
 from rubric_app.github.sync import sync_queue
@@ -20,18 +19,6 @@ from rubric_app.triage import decisions
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def demo_server(settings):
-    """The demo GitHub as `make run` starts it (seeded, no token wanted), with settings as run.sh sets them."""
-    fake, server = github_http.start_server()
-    github_seeds.seed_demo(fake)
-    settings.GITHUB_TOKEN = ""
-    settings.GITHUB_API_URL = fake.url
-    yield fake
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize("url", ["https://api.github.com", "http://10.0.0.5:8080", "https://github.example.org/api/v3"])

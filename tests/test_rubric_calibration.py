@@ -4,10 +4,11 @@ enough findings, symptoms apart from visibility labels, and what that means for 
 from __future__ import annotations
 
 from rubric_app.rubric import CommentText, IssueText, evaluate
-from rubric_app.rubric.engine import _model_findings, decide, read, shipped_model
+from rubric_app.rubric.engine import decide, read, shipped_model
 from rubric_app.rubric.model import LabelModel, interpolate, isotonic
 from rubric_app.rubric.offline.evaluation import issue_from_record
 from rubric_app.rubric.offline.fitting import COMPANY_MIN, OWN_CURVE_MIN, _rule_calibration, company_calibration
+from rubric_app.rubric.scoring import model_findings
 
 
 def record(number: int, title: str, body: str, labels: list[str]) -> dict:
@@ -278,7 +279,7 @@ def test_it_shows_the_backend_result_as_the_evidence_where_the_learned_labeler_i
     predictions["module: dynamo"] = (0.999, ["rl:add:module: dynamo"])  # as sure as the labeler gets
     learned = next(
         x
-        for x in _model_findings(model, reading.features(), predictions, reading.findings)
+        for x in model_findings(model, reading.features(), predictions, reading.findings)
         if x.label == "module: dynamo"
     )
     result = next(x for x in reading.findings if x.rule_id == "R2.3")

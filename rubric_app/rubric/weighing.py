@@ -78,20 +78,26 @@ def r11_item(review: Finding | None) -> ChecklistItem:
         return ChecklistItem("R11", text, "not_applicable")
     if binds(review):
         return ChecklistItem("R11", text, "satisfied", review.evidence)
+    return ChecklistItem("R11", r11_question(review), "needs_human", review.evidence)
+
+
+def r11_question(review: Finding) -> str:
+    """What R11 asks the triager where only judgement raises the flag (offered, not ticked): the meeting's question,
+    and the two answers (the flag, or `triaged`)."""
     if review.origin == "model":
-        return ChecklistItem(
-            "R11",
+        return (
             "The learned score suggests triage review (issues like this went to the meeting), but the text names no "
-            "crash, silent wrong result, regression or flaky test: flag it if you see one (offered, not ticked).",
-            "needs_human",
-            review.evidence,
+            "crash, silent wrong result, regression or flaky test: flag it if you see one, else mark it triaged "
+            "(offered, not ticked)."
         )
-    return ChecklistItem(
-        "R11",
-        f"{review.reason.split(':')[0].capitalize()}? Flag triage review if so (offered, not ticked).",
-        "needs_human",
-        review.evidence,
-    )
+    why = review.reason.split(":")[0]
+    if why.startswith("a performance regression"):
+        asks = "the meeting takes an important model that regressed by more than 10%"
+    elif why.startswith("an important"):
+        asks = "the meeting takes an important model, user or ecosystem"
+    else:
+        asks = "the meeting decides"
+    return f"{why.capitalize()}? R11: {asks}. Flag triage review, or mark it triaged (offered, not ticked)."
 
 
 # --- R11's evidence is the issue's text -----------------------------------------------------------------

@@ -1,6 +1,12 @@
-"""What a triager's one decision means, decided here and not in the forms: what `a` accepts (the rubric's answer
-as the apply form's choices), the G4 advice that points at the route the rubric suggests, and which labels a
-meeting outcome adds. The forms validate what was posted and call these.
+"""What a triager's one decision means, decided here and not in the forms: what `a` accepts on the issue page, in
+the queue and on a failure-signature group (the rubric's answer as the apply form's choices), what "Bot was right"
+may confirm and what correcting the bot starts from, which labels a meeting outcome adds, and the G4 advice that
+points at the route the rubric suggests. The forms validate what was posted and call these.
+
+One binding holds everywhere: `a` applies exactly what the page shows pre-selected. `triaged` goes on only where G6
+holds and no rule still needs a human (the engine's G6 checklist item says what the triager must decide, and the
+form's `hold` keeps `triaged` off until they have); `needs reproduction` never goes with it (G9); a route the rubric
+concludes (a transfer, a hand-off, the CPU lane, a request for a reproduction) is the route `a` previews.
 """
 
 from __future__ import annotations
@@ -33,33 +39,66 @@ MEETING_LABELS = {
 def accepted(issue: Issue, suggestions: list[Suggestion], *, offered: list[str], handoffs: set[str]) -> dict:
     """The rubric's answer as the apply form's values: what "accept the suggestions" (`a`) means.
 
-    Only the pre-selected labels among `offered` are ticked (their calibrated confidence clears the threshold); the
-    others stay unticked as "possible". The route is the issue's own lane unless the rubric's redirect is
-    pre-selected; the review box starts ticked when R11 pre-selected the flag or the issue already carries it.
+    Only the pre-selected labels among `offered` are ticked (their calibrated confidence clears the threshold, or a
+    rule concludes them); the others stay unticked as "possible". The route is the one the rubric concludes
+    (accepted_route), else the issue's own lane. The review box starts ticked when R11 pre-selected the flag or the
+    issue already carries it. `hold` keeps `triaged` off where a rule still needs a human (undecided).
     """
-    add = [s.label for s in suggestions if s.kind == Suggestion.Kind.ADD]
-    ticked = {s.label for s in suggestions if s.kind == Suggestion.Kind.ADD and s.preselected}
-    handoff = next((n for n in add if is_oncall(n) and n in handoffs), "")
+    add = [s for s in suggestions if s.kind == Suggestion.Kind.ADD]
+    ticked = {s.label for s in add if s.preselected}
+    handoff = next((s.label for s in add if is_oncall(s.label) and s.label in handoffs), "")
+    route = accepted_route(issue, ticked, handoff)
     return {
         "labels": [n for n in offered if n in ticked],
-        "route": accepted_route(issue, ticked, handoff),
+        "route": route,
         "handoff_to": handoff,
         "transfer_to": suggested_transfer(issue),
         # Already flagged: the box starts ticked, so unticking it (and the flag going) is a choice.
         "review": TRIAGE_REVIEW in ticked or issue.has_label(TRIAGE_REVIEW),
+        "hold": bool(undecided(issue)),
     }
 
 
 def accepted_route(issue: Issue, ticked: set[str], handoff: str) -> str:
-    """The route `a` accepts: the issue's own lane, unless the rubric's redirect is pre-selected (its oncall label
-    ticked). A redirect or transfer that is only "possible" is shown as the suggested route, for the triager to pick."""
+    """The route `a` accepts: the one the rubric concludes, else the issue's own lane. A transfer the engine routed to
+    a repository the dashboard transfers to (G2); a hand-off or the CPU lane whose oncall label is pre-selected (G5,
+    R10, R6.3: a rule concludes it, engine concludes_route); a request for a self-contained reproduction where G9
+    concludes (`needs reproduction` pre-selected). A route that is only "possible" is shown as the suggested route,
+    for the triager to pick."""
     lane = Route.CPU if issue.has_label(CPU_INDUCTOR_ONCALL) else Route.PT2
     route = issue.suggested_route
+    if route == Route.TRANSFER and suggested_transfer(issue):
+        return Route.TRANSFER
     if route == Route.HANDOFF and handoff in ticked:
         return Route.HANDOFF
     if route == Route.CPU and CPU_INDUCTOR_ONCALL in ticked:
         return Route.CPU
+    if NEEDS_REPRODUCTION in ticked and not issue.has_label(NEEDS_REPRODUCTION):
+        return Route.REPRODUCTION
     return lane
+
+
+def undecided(issue: Issue) -> str:
+    """What the triager must decide before `triaged`, in the rubric's words (its G6 checklist item: R11's judgement,
+    a reproduction G9 asks for or waits for, a fuzzer's failed criteria); "" when nothing: G6 holds as it is."""
+    item = next((i for i in issue.checklist if i.get("rule_id") == "G6"), None)
+    if not item or item.get("state") != "needs_human":
+        return ""
+    return item.get("text", "").removeprefix("Not triaged yet, a human decides first: ")
+
+
+def route_evidence(issue: Issue, route: str, handoff_to: str = "") -> str:
+    """Why the rubric takes `route`, for the preview: the rule and the words that conclude it ("" for the lane)."""
+    if route == Route.TRANSFER:
+        item = next((i for i in issue.checklist if i.get("rule_id") == "G2"), None)
+        return f"G2: “{item['evidence']}”" if item and item.get("evidence") else ""
+    label = {Route.HANDOFF: handoff_to, Route.CPU: CPU_INDUCTOR_ONCALL, Route.REPRODUCTION: NEEDS_REPRODUCTION}
+    wanted = label.get(route, "")
+    s = next((s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.label == wanted), None)
+    if s is None or not s.preselected:
+        return ""
+    said = f": “{s.evidence}”" if s.evidence else ""
+    return f"{s.rule_id} ({s.reason.split(' · ')[0]}){said}"
 
 
 def suggested_transfer(issue: Issue) -> str:
@@ -69,6 +108,61 @@ def suggested_transfer(issue: Issue) -> str:
         return ""
     item = next((i for i in issue.checklist if i.get("rule_id") == "G2"), None)
     return transfer_repo(item.get("evidence", "")) if item else ""
+
+
+def group_accepted(members: list[Issue], offered: list[str], handoffs: set[str]) -> dict:
+    """`a` for a failure-signature group: what every member's own `a` agrees on. The module labels pre-selected on
+    all of them; the route they all take (a lane, a hand-off), else oncall: pt2; the review flag where R11 binds on
+    one of them (one crash or silent wrong result flags the shared failure); `hold` where any of them waits for a
+    human, so the group never marks `triaged` an issue its own page would not."""
+    if not members:
+        return {"labels": [], "route": Route.PT2, "handoff_to": "", "review": False, "hold": False}
+    each = [accepted(issue, list(issue.suggestions.all()), offered=offered, handoffs=handoffs) for issue in members]
+    everywhere = set.intersection(*(set(values["labels"]) for values in each))
+    routes = {(values["route"], values["handoff_to"]) for values in each}
+    route, handoff = routes.pop() if len(routes) == 1 else (Route.PT2, "")
+    if route not in (Route.PT2, Route.CPU, Route.HANDOFF):
+        route, handoff = Route.PT2, ""
+    return {
+        "labels": [n for n in offered if n in everywhere],
+        "route": route,
+        "handoff_to": handoff if route == Route.HANDOFF else "",
+        "review": any(s.label == TRIAGE_REVIEW and s.preselected for issue in members for s in issue.suggestions.all()),
+        "hold": any(values["hold"] for values in each),
+    }
+
+
+def bot_confirmation_refusal(issue: Issue) -> str:
+    """Why "Bot was right" may not confirm what the triage bot labelled ("" when it may): the bot marked it `triaged`
+    where the rubric says it is not, because R11 binds (the meeting decides), G9 asks for a reproduction, or a rule
+    still needs a human. The correction ("The bot got it wrong") starts from the rubric's answer instead."""
+    if not issue.has_label(TRIAGED):
+        return ""
+    ticked = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.preselected}
+    if TRIAGE_REVIEW in ticked:
+        return (
+            "The bot marked it triaged, but R11 flags it for the weekly meeting (triage review is pre-selected): "
+            "correct it with “The bot got it wrong”."
+        )
+    if NEEDS_REPRODUCTION in ticked or issue.has_label(NEEDS_REPRODUCTION):
+        return (
+            "The bot marked it triaged, but it has no self-contained reproduction (G9: never triaged beside needs "
+            "reproduction): correct it with “The bot got it wrong”."
+        )
+    if why := undecided(issue):
+        return f"The bot marked it triaged, but a human decides first: {why}"
+    return ""
+
+
+def bot_correction(issue: Issue, allowed: frozenset[str]) -> dict:
+    """What correcting the bot starts from: keep the issue's labels but `triaged` where the rubric does not mark it
+    triaged, and add what the rubric pre-selects that the issue lacks (never `triaged` itself: correcting the bot is
+    not triaging the issue, G6)."""
+    current = issue.label_names()
+    ticked = [s for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD and s.preselected]
+    add = [s.label for s in ticked if s.label in allowed and s.label not in current and s.label != TRIAGED]
+    drop = {TRIAGED} if bot_confirmation_refusal(issue) else set()
+    return {"keep": [n for n in current if n not in drop], "add": list(dict.fromkeys(add))}
 
 
 def g4_advice(issue: Issue, suggested: dict, chosen_route: str) -> str:
@@ -107,12 +201,15 @@ def redirect_of(route: str, handoff_to: str) -> str:
 def meeting_plan(issue: Issue, outcome: str, component: str = "") -> decisions.Plan:
     """The Plan of a meeting outcome (MEETING_LABELS): it settles the review, so `triage review` goes.
 
-    Only the meeting may add `high priority` (R11); request_decision enforces who may. Where the outcome adds
-    `triaged` to an issue without a component (G4), `component` is added only if the rubric suggested it for this
-    issue; without one, request_decision refuses the decision and says why.
+    Only the meeting may add `high priority` (R11); request_decision enforces who may. An outcome that adds
+    `triaged` leaves it off while the issue carries `needs reproduction` (G9: triaged once a reproduction has
+    arrived). Where the outcome adds `triaged` to an issue without a component (G4), `component` is added only if
+    the rubric suggested it for this issue; without one, request_decision refuses the decision and says why.
     """
     current = set(issue.label_names())
     add = [name for name in MEETING_LABELS[outcome] if name not in current]
+    if NEEDS_REPRODUCTION in current:
+        add = [name for name in add if name != TRIAGED]
     remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
     if TRIAGED in add and not issue.module_labels:
         suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}

@@ -98,15 +98,24 @@ def plan_confirm_fixed(issue: Issue) -> Plan:
 
 
 def plan_changes(
-    issue: Issue, *, chosen: list[str], route: str, review: bool, transfer_to: str = "", duplicate_of: int | None = None
+    issue: Issue,
+    *,
+    chosen: list[str],
+    route: str,
+    review: bool,
+    transfer_to: str = "",
+    duplicate_of: int | None = None,
+    hold: bool = False,
 ) -> Plan:
     """Return the Plan for the triager's choices: exactly what GitHub will see.
 
     route "pt2" keeps `oncall: pt2`; "cpu inductor" moves the issue to `oncall: cpu inductor`
     (PT2's own sub-queue, so its module labels stay); any other `oncall: ...` name is a hand-off
     (G5: that one oncall label, no module labels, no `triaged`); "" keeps the issue's PT2 lane. review
-    flags `triage review` (R11) instead of `triaged`; otherwise `triaged` is added unless handed off
-    (G6), and a `triage review` the issue carries is removed (the two never go together). Labels
+    flags `triage review` (R11) instead of `triaged`; otherwise `triaged` is added unless handed off or held
+    (`hold`: a rule still needs a human, G6), and a `triage review` the issue carries is removed (the two never go
+    together); `triaged` never goes beside `needs reproduction` (G9): marking an issue that carries it triaged
+    removes it (the reproduction has arrived), shown in the preview like the flag. Labels
     currently on the issue are only removed by these rules, never because they were not ticked.
     Adding `needs reproduction` posts its standard reply. The routes that stop labelling change no
     label: "question" closes as not planned with the forum reply (G1), "more info" asks for a repro and
@@ -146,13 +155,14 @@ def plan_changes(
     target = {name for name in target if not is_oncall(name)} | {oncall}
     if handoff:
         target = {name for name in target if not is_module(name) and name != TRIAGED}
-    asks_repro = NEEDS_REPRODUCTION in target - current  # G9: not triaged until a reproduction arrives
+    asks_repro = NEEDS_REPRODUCTION in chosen  # G9: not triaged until a reproduction arrives
     if review:
         target.add(TRIAGE_REVIEW)
     else:  # unticked on a flagged issue: the flag goes, shown in the preview (never `triaged` beside it, R11)
         target.discard(TRIAGE_REVIEW)
-        if not handoff and not asks_repro:
+        if not handoff and not asks_repro and not hold:
             target.add(TRIAGED)
+            target.discard(NEEDS_REPRODUCTION)  # G9: triaged once a reproduction has arrived
     add, remove = sorted(target - current), sorted(current - target)
     return Plan(add, remove, reply=_reply_for(add))
 
@@ -378,11 +388,12 @@ def undo(*, decision: TriageDecision, user, now=None) -> str:
     return "Too late to undo: it is no longer held (see its outcome); a new decision can change it back."
 
 
-def confirm_bot(*, issue: Issue, user, labels_seen) -> TriageDecision:
+def confirm_bot(*, issue: Issue, user, labels_seen, rubric_refusal: str = "") -> TriageDecision:
     """A triager keeps what PyTorch's triage bot labelled: recorded as an applied decision, nothing sent to GitHub.
 
     Takes the issue out of the "bot-triaged, not reviewed" lane (IssueQuerySet.bot_unreviewed); refused (and kept
-    for the audit log) where a triage decision could not be made, or the issue does not carry `bot-triaged`.
+    for the audit log) where a triage decision could not be made, the issue does not carry `bot-triaged`, or the
+    rubric says the bot's labels are not what it would apply (rubric_refusal: accepting.bot_confirmation_refusal).
     """
     why = identity.write_refusal(user)  # a GitHub user's role as GitHub says it now
     if why:
@@ -393,6 +404,8 @@ def confirm_bot(*, issue: Issue, user, labels_seen) -> TriageDecision:
         why = f"#{issue.number} is no longer in the oncall: pt2 queue (closed or relabelled); sync and look again."
     elif BOT_TRIAGED not in issue.label_names():
         why = f"#{issue.number} does not carry {BOT_TRIAGED}: there is no bot labelling to confirm."
+    elif rubric_refusal:
+        why = rubric_refusal
     return TriageDecision.objects.create(
         issue=issue,
         user=user,

@@ -21,7 +21,6 @@ from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS
 from rubric_app.vocabulary import (
     CORE_COMPONENTS,
     MAY_BE_FIXED,
-    TRIAGE_REVIEW,
     Route,
     is_module,
     is_oncall,
@@ -32,7 +31,6 @@ from rubric_app.web.labels import (
     CatalogLabelsField,
     DescribedCheckboxes,
     LabelPicker,
-    engine_additions,
     handoff_oncalls,
     known_module_labels,
     module_label_names,
@@ -158,6 +156,8 @@ class TriageForm(forms.Form):
     )
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Duplicate of #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    # G6: `triaged` waits while a rule still needs a human (accepting.undecided says what); unticked, Apply marks it.
+    hold = forms.BooleanField(required=False, label="Hold: not triaged yet, a human decides first (G6)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
     # Labels the engine did not suggest, picked from the catalog (G7).
     add_labels = CatalogLabelsField(label="Add a label the engine did not suggest")
@@ -244,7 +244,19 @@ class TriageForm(forms.Form):
             review=self.cleaned_data["review"],
             transfer_to=self.cleaned_data["transfer_to"],
             duplicate_of=self.cleaned_data["duplicate_of"],
+            hold=self.cleaned_data["hold"],
         )
+
+    def decide(self) -> str:
+        """What the triager must decide before `triaged`, where the valid choices hold it (the preview says it)."""
+        held = self.is_valid() and self.cleaned_data["hold"] and not self.cleaned_data["review"]
+        return accepting.undecided(self.issue) if held else ""
+
+    def route_evidence(self) -> str:
+        """Why the rubric takes the chosen route, where it concludes it (the preview says it)."""
+        if not self.is_valid():
+            return ""
+        return accepting.route_evidence(self.issue, self.cleaned_data["route"], self.cleaned_data["handoff_to"])
 
     def stops_labelling(self) -> bool:
         """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
@@ -281,9 +293,7 @@ class BotCorrectionForm(forms.Form):
         self, *args, issue: Issue, allowed: frozenset[str], descriptions: dict[str, str] | None = None, **kwargs
     ):
         current = issue.label_names()
-        kwargs.setdefault(
-            "initial", {"keep": current, "add": engine_additions(issue, allowed), "labels_seen": json.dumps(current)}
-        )
+        kwargs.setdefault("initial", {**accepting.bot_correction(issue, allowed), "labels_seen": json.dumps(current)})
         super().__init__(*args, **kwargs)
         self.current = current
         self.fields["add"].widget.descriptions = descriptions or {}
@@ -479,6 +489,7 @@ class GroupDecisionForm(forms.Form):
     handoff_to = forms.ChoiceField(required=False, label="Hand off to")
     duplicate_of = forms.IntegerField(required=False, min_value=1, max_value=10**9, label="Original #")
     review = forms.BooleanField(required=False, label="Flag triage review (R11: the meeting decides)")
+    hold = forms.BooleanField(required=False, label="Hold: not triaged yet, a human decides first (G6)")
     labels_seen = forms.CharField(widget=forms.HiddenInput)
 
     def __init__(
@@ -504,21 +515,14 @@ class GroupDecisionForm(forms.Form):
         ]
         self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
         if not self.is_bound:
-            # Ticked: every issue, and the module labels the rubric pre-selects on all of them.
-            everywhere = (
-                set.intersection(*[{s.label for s in issue.suggestions.all() if s.preselected} for issue in members])
-                if members
-                else set()
-            )
+            # Ticked: every issue, and what `a` would accept on each of them (accepting.group_accepted).
+            offered = [n for n, _ in self.fields["labels"].choices]
+            handoffs = {n for n, _ in self.fields["handoff_to"].choices if n}
             self.initial.update(
                 {
+                    **accepting.group_accepted(members, offered, handoffs),
                     "issues": list(self.members),
-                    "labels": [n for n, _ in self.fields["labels"].choices if n in everywhere],
                     "duplicate_of": min(self.members, default=None),  # the oldest report is usually the original
-                    # R11 binds: one crash or silent wrong result flagged for the meeting flags the shared failure.
-                    "review": any(
-                        s.label == TRIAGE_REVIEW and s.preselected for issue in members for s in issue.suggestions.all()
-                    ),
                     "labels_seen": json.dumps({str(n): issue.label_names() for n, issue in self.members.items()}),
                 }
             )
@@ -563,10 +567,13 @@ class GroupDecisionForm(forms.Form):
             if route == Route.DUPLICATE and number != data["duplicate_of"]:
                 out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
             elif route == Route.DUPLICATE:
-                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"])
+                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"], hold=data["hold"])
                 out.append((issue, keep if chosen or data["review"] else None))
             else:
-                out.append((issue, decisions.plan_changes(issue, chosen=chosen, route=route, review=data["review"])))
+                plan = decisions.plan_changes(
+                    issue, chosen=chosen, route=route, review=data["review"], hold=data["hold"]
+                )
+                out.append((issue, plan))
         return out
 
     def redirect_to(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.utils.html import format_html, format_html_join
 
-from rubric_app.models import Issue, Label, Suggestion
+from rubric_app.models import Label
 from rubric_app.rubric.catalog import is_forbidden, load_catalog
 from rubric_app.rubric.rules_skill import never_applied
 from rubric_app.vocabulary import (
@@ -165,18 +165,6 @@ class CatalogLabelsField(forms.Field):
 # Typed in a picker but chosen elsewhere on the form: said so, rather than "not in the catalog".
 OWN_CONTROLS = {
     TRIAGE_REVIEW: "`triage review` is the review box below (R11), not a label to pick.",
-    TRIAGED: "`triaged` is added by Apply itself when the issue is labelled (G6), not a label to pick.",
+    TRIAGED: "`triaged` is added by Apply itself when the issue is labelled and not held (G6), not a label to pick.",
 }
 
-
-def engine_additions(issue: Issue, allowed: frozenset[str]) -> list[str]:
-    """What the rubric engine pre-selects that the issue lacks (its prefetched suggestions): the bot correction's
-    "Add" starts with it. Never `triaged`: correcting the bot is not triaging the issue (G6)."""
-    current = set(issue.label_names())
-    picked = [
-        s.label
-        for s in issue.suggestions.all()
-        if s.kind == Suggestion.Kind.ADD and s.preselected and s.label in allowed
-        if s.label not in current and s.label != TRIAGED
-    ]
-    return list(dict.fromkeys(picked))

@@ -84,7 +84,8 @@
     var data = new FormData(form);
     var labels = data.getAll("labels").concat(data.getAll("add_labels").filter(function (v) { return v.trim(); }));
     return JSON.stringify([labels.sort(), data.get("route") || "", data.get("handoff_to") || "",
-                           data.get("transfer_to") || "", data.get("duplicate_of") || "", data.get("review") === "on"]);
+                           data.get("transfer_to") || "", data.get("duplicate_of") || "", data.get("review") === "on",
+                           data.get("hold") === "on"]);
   }
 
   function busy(form) { return !!form && form.classList.contains("htmx-request"); }

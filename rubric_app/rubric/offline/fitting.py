@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubric_app.rubric.engine import OWN_CURVES, Reading, calibration_key, decide, evaluate, model_key, read, strongest
+from rubric_app.rubric.engine import Reading, decide, evaluate, read
 from rubric_app.rubric.model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
 from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
@@ -24,6 +24,7 @@ from rubric_app.rubric.offline.evaluation import (
     training_examples,
     truth,
 )
+from rubric_app.rubric.scoring import OWN_CURVES, calibration_key, model_key, strongest
 from rubric_app.rubric.types import Assessment
 from rubric_app.vocabulary import PT2_ONCALL, TRIAGE_REVIEW, Kind, is_oncall
 

@@ -16,7 +16,7 @@ from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDeci
 from rubric_app.rubric.automation import AGENT_LABEL
 from rubric_app.rubric.rules_skill import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
-from rubric_app.triage import decisions, evidence, similar
+from rubric_app.triage import accepting, decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, is_bot
 from rubric_app.web.forms import (
     BisectForm,
@@ -151,7 +151,7 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
 
 def _form_data(form: TriageForm) -> dict:
     """The suggested values as POST-like data, so "accept" goes through the same validation."""
-    return {**form.suggested, "review": "on" if form.suggested["review"] else ""}
+    return {**form.suggested, **{box: "on" if form.suggested[box] else "" for box in ("review", "hold")}}
 
 
 @login_required
@@ -189,7 +189,12 @@ def _queued(request: HttpRequest, issue: Issue, decision: TriageDecision) -> Htt
 def bot_confirm(request: HttpRequest, number: int) -> HttpResponse:
     """Keep what PyTorch's triage bot labelled: a decision on record, nothing sent to GitHub (`a` in the bot lane)."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
-    decision = decisions.confirm_bot(issue=issue, user=request.user, labels_seen=request.POST.getlist("labels_seen"))
+    decision = decisions.confirm_bot(
+        issue=issue,
+        user=request.user,
+        labels_seen=request.POST.getlist("labels_seen"),
+        rubric_refusal=accepting.bot_confirmation_refusal(issue),
+    )
     if request.htmx:
         return render(request, "rubric_app/issue.html#bot-review", {"decision": decision, "issue": issue})
     return redirect(issue)
