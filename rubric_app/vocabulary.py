@@ -62,6 +62,7 @@ CORE_COMPONENTS = (DYNAMO, INDUCTOR, DYNAMIC_SHAPES, PT2_DISPATCHER, DECOMPOSITI
 FX = "module: fx"
 FUNCTORCH = "module: functorch"
 HELION = "module: helion"
+CUDA_GRAPHS = "module: cuda graphs"
 COMPILE_UX = "module: compile ux"
 MODULE_REGRESSION = "module: regression"
 # R5.1: the layer labels that go next to the `module: pt2-dispatcher` umbrella.

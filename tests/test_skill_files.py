@@ -19,6 +19,7 @@ from rubric_app.github import skill_files
 from rubric_app.github.sync import sync_queue
 from rubric_app.lanes import LANE_BY_CODE
 from rubric_app.models import Issue, Label, LabelEvent, SkillFile, Suggestion
+from rubric_app.rubric.catalog import catalog_names
 from rubric_app.rubric.skill import shipped
 from rubric_app.triage.decisions import plan_changes
 from rubric_app.vocabulary import Route
@@ -297,7 +298,7 @@ def test_it_lists_an_issue_the_bot_left_blocked_until_a_human_triages_it_g13(cli
 
 
 def test_it_never_hands_off_to_releng_or_a_distributed_sub_queue_g13():
-    oncalls = handoff_oncalls()
+    oncalls = handoff_oncalls(catalog_names())
 
     assert "oncall: distributed" in oncalls and "oncall: export" in oncalls
     assert "oncall: releng" not in oncalls and "oncall: distributed checkpointing" not in oncalls

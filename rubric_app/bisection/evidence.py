@@ -7,8 +7,10 @@ An issue enters the "may be fixed" lane only on evidence:
   our run used the device class where they saw it.
 Never for a performance, compile-time, recompilation, graph-break or UX report (nothing can pass there), never from
 a run on another device than the report's, never when the report names hardware the run lacked (an ISA such as
-AVX512 or AMX, a GPU model: BisectionRun.hardware), never from another commenter's repro alone, and never while
-another current repro still fails. A regression needs a repro that counts too (rubric_app/runs/repro_sources.py).
+AVX512 or AMX, a GPU model: BisectionRun.hardware) or, for a CPU report, when the reporter's CPU has a feature
+oneDNN and Inductor pick kernels by (AMX, AVX-512 and its FP16, BF16 and VNNI extensions: from collect_env's flags,
+else its CPU model) that the run's lacked, never from another commenter's repro alone, and never while another
+current repro still fails. A regression needs a repro that counts too (rubric_app/runs/repro_sources.py).
 
 decide() returns the comparison stored on the issue (builds.Comparison): for "may be fixed" its summary states the
 evidence ("reproduced on 2.12.0 (run 41), passes on 2.13.0 (run 57), same repro, CPU"), which the lane and the
@@ -72,6 +74,51 @@ ISA_NAMES = (
     (re.compile(r"\bsve2\b", I), "sve2", "SVE2"),
     (re.compile(r"\bsve\b", I), "sve", "SVE"),
 )
+# The CPU features oneDNN and Inductor's C++ backend pick their kernels by: a run on a machine without one the
+# reporter's CPU has ran other kernels, so its pass says nothing of theirs (AMX, AVX-512 and its FP16, BF16 and VNNI
+# extensions). As /proc/cpuinfo and lscpu spell them, with the names the lane shows.
+DISPATCH_ISA = {
+    "amx_tile": "AMX",
+    "amx_bf16": "AMX-BF16",
+    "amx_int8": "AMX-INT8",
+    "amx_fp16": "AMX-FP16",
+    "avx512f": "AVX512",
+    "avx512_fp16": "AVX512-FP16",
+    "avx512_bf16": "AVX512-BF16",
+    "avx512_vnni": "AVX512-VNNI",
+}
+_AVX512, _VNNI, _BF16, _FP16 = "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16"
+_AMX = ("amx_tile", "amx_bf16", "amx_int8")
+# What a CPU a report names has of DISPATCH_ISA, where its collect_env gives no flags: Intel's Xeon Scalable by the
+# generation digit of its model number (8480+: 4th, Sapphire Rapids), Xeon 6 (Granite Rapids), AMD's EPYC by the
+# Zen generation of its last digit (9654: Zen 4). First match wins; an unknown CPU requires nothing.
+CPU_MODELS = (
+    (re.compile(r"\bXeon\b[^\n]{0,30}?\b6\d{3}[PE]\b", I), (_AVX512, _VNNI, _BF16, _FP16, *_AMX, "amx_fp16")),
+    (re.compile(r"\bXeon\b[^\n]{0,30}?\b[3-9][45]\d{2}[A-Z+]{0,3}\b", I), (_AVX512, _VNNI, _BF16, _FP16, *_AMX)),
+    (re.compile(r"\bXeon\b[^\n]{0,30}?\b[3-9]3\d{2}H[L]?\b", I), (_AVX512, _VNNI, _BF16)),  # Cooper Lake
+    (re.compile(r"\bXeon\b[^\n]{0,30}?\b[3-9][23]\d{2}[A-Z+]{0,3}\b", I), (_AVX512, _VNNI)),  # Cascade, Ice Lake
+    (re.compile(r"\bXeon\b[^\n]{0,30}?\b[3-9]1\d{2}[A-Z+]{0,3}\b", I), (_AVX512,)),  # Skylake
+    (re.compile(r"\bEPYC\b[^\n]{0,12}?\b9\d{2}[45][A-Z]{0,2}\b", I), (_AVX512, _VNNI, _BF16)),  # Zen 4, Zen 5
+    (re.compile(r"\bEPYC\b[^\n]{0,12}?\b7\d{2}[1-3][A-Z]{0,2}\b", I), ()),  # Zen 1-3: AVX2
+)
+_CPU_LINE = re.compile(r"^[ \t]{0,8}(?:CPU|Model name|model name)[ \t]*:[ \t]*(\S[^\n]{0,120})$", re.M)
+_FLAGS_LINE = re.compile(r"^[ \t]{0,8}(?:Flags|flags)[ \t]*:[ \t]*([^\n]{0,4000})$", re.M)
+
+
+def reporters_cpu(text: str) -> tuple[tuple[str, str], ...]:
+    """The reporter's CPU's DISPATCH_ISA as (flag, name) pairs, from collect_env's lscpu flags where it has them,
+    else from the CPU model it names (CPU_MODELS); () when neither says."""
+    flags = _FLAGS_LINE.search(text)
+    cpu = _CPU_LINE.search(text)
+    model = cpu.group(1).strip() if cpu else ""
+    if flags:
+        have = [f for f in DISPATCH_ISA if f in flags.group(1).split()]
+    else:
+        have = next((list(isa) for pattern, isa in CPU_MODELS if model and pattern.search(model)), [])
+    where = f" ({model})" if model else ""
+    return tuple((flag, DISPATCH_ISA[flag] + where) for flag in have)
+
+
 GPU_MODELS = re.compile(
     r"\b(H100|H200|H20|GH200|B200|GB200|A100|A10G?|A30|A40|A6000|L4|L40S?|T4|V100|P100|MI\d{3}X?|RTX ?\d{4})\b"
 )
@@ -105,12 +152,15 @@ class Report:
     hardware: tuple[tuple[str, str], ...] = ()
     reported: str = ""
     raises: bool = False  # the failure is an exception (a traceback, an error), not a silently wrong result
+    # The reporter's CPU's features its kernels were picked by (reporters_cpu), for a CPU report: a pass on a
+    # machine that lacks one is no evidence.
+    machine: tuple[tuple[str, str], ...] = ()
 
 
 def read_report(title: str, body: str, repro: str = "") -> Report:
     """The report's kind, device, hardware and version, from its title, body (collect_env's lines cut: the machine,
     not the bug) and repro (a repro that names cuda was seen on a GPU). Bounded: the text is capped."""
-    prose, _environment = split_environment(body[:60_000])
+    prose, environment = split_environment(body[:60_000])
     text = f"{title[:500]}\n{prose}"
     kind = next((name for name, pattern in KINDS if pattern.search(title[:500])), "")
     kind = kind or next((name for name, pattern in KINDS[:2] if pattern.search(prose[:5000])), "")
@@ -125,7 +175,8 @@ def read_report(title: str, body: str, repro: str = "") -> Report:
     for model in dict.fromkeys(m.group(1).replace(" ", "").upper() for m in GPU_MODELS.finditer(text)):
         named.append(("gpu", model))
     raises = bool(_RAISES.search(text)) and not _WRONG.search(title[:500])
-    return Report(kind, "cuda" if cuda else "cpu", tuple(named), builds.reported_version(body), raises)
+    machine = () if cuda else reporters_cpu(f"{environment}\n{prose}")
+    return Report(kind, "cuda" if cuda else "cpu", tuple(named), builds.reported_version(body), raises, machine)
 
 
 def checks_result(code: str, style: str, *, original: str = "", raises: bool = False) -> bool:
@@ -287,7 +338,7 @@ def _not_evidence(
     for run in runs:
         lacking = _lacking(report, run)
         if lacking:
-            return f"the report names {lacking}, which run {run.run_id} did not have" + (
+            return f"{lacking}, which run {run.run_id} did not have" + (
                 "" if run.hardware else " (it recorded no hardware)"
             )
     if failing:
@@ -296,15 +347,18 @@ def _not_evidence(
 
 
 def _lacking(report: Report, run: Run) -> str:
+    """What the report's hardware has that the run's lacked, in words ("" when nothing): what it names (a GPU, an ISA),
+    then the dispatch ISA of the reporter's CPU (Report.machine)."""
     isa = set(run.hardware.get("isa", ()))
     gpu = (run.hardware.get("gpu") or "").replace(" ", "").upper()
     for flag, name in report.hardware:
         if flag == "gpu":
             if run.device != "cuda" or name not in gpu:
-                return f"the GPU {name}"
+                return f"the report names the GPU {name}"
         elif flag not in isa:
-            return name
-    return ""
+            return f"the report names {name}"
+    missing = next((name for flag, name in report.machine if flag not in isa), "")
+    return f"the reporter's CPU has {missing} (oneDNN and Inductor pick kernels by it)" if missing else ""
 
 
 def _device_name(device: str) -> str:

@@ -15,10 +15,15 @@ from dataclasses import replace
 from rubric_app.vocabulary import (
     COMPILE_UX,
     CORE_COMPONENTS,
+    CUDA_GRAPHS,
     DECOMPOSITIONS,
     DYNAMIC_SHAPES,
     DYNAMO,
+    EDGE_CASES,
+    FUZZER_TOPIC,
+    HELION,
     INDUCTOR,
+    MODULE_CRASH,
     PT2_DISPATCHER,
     is_module,
     is_oncall,
@@ -41,6 +46,24 @@ SYMPTOM_SUBJECT = 0.8
 # A label a rule finds with at least this weight (the title names it, or a rule as specific as R4.3 or
 # R9.1) is offered whatever triagers' history says of it; it is still ticked only above the bar.
 OFFERED_OUTRIGHT = 0.8
+# Labels a rule names outright where the rubric leaves no judgement (PyTorch's triage skill: G10's edge case at the
+# dtype's limits, G11's hard crash, R8.1's Helion, a CUDA graph named in the title): from the rule and the weight
+# given here up, they are offered and pre-selected on the rule's word (preselection.preselect), not on the
+# triagers' history, most of which predates the skill's labels (docs/engine.md, "Labels the rubric names
+# outright", measures each one on the held-out slice).
+GATES = {
+    MODULE_CRASH: ("G11", 0.7),
+    EDGE_CASES: ("G10", 0.7),
+    FUZZER_TOPIC: ("G10", 0.7),
+    HELION: ("R8.1", 0.9),
+    CUDA_GRAPHS: ("R7.2", 0.9),
+}
+
+
+def named_outright(x: Finding) -> bool:
+    """A rule's finding that names its label outright (GATES)."""
+    gate = GATES.get(x.label)
+    return gate is not None and x.origin == "rule" and x.rule_id == gate[0] and x.weight >= gate[1]
 
 
 # A component is suggested from this weight up; a second core component needs STRONG.
@@ -136,7 +159,11 @@ def choose(
         x
         for l, x in candidates.items()
         if l not in CORE_COMPONENTS
-        and (score(x) >= _extra_bar(l, limits) or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT))
+        and (
+            score(x) >= _extra_bar(l, limits)
+            or (x.origin == "rule" and x.weight >= OFFERED_OUTRIGHT)
+            or named_outright(x)
+        )
         and not (l in HOLISTIC and (explained if l == COMPILE_UX else chosen) and x.weight < SYMPTOM_SUBJECT)
     ]
     return chosen + extras

@@ -21,7 +21,7 @@ from rubric_app.vocabulary import (
     is_oncall,
 )
 
-from .components import STRONG
+from .components import STRONG, named_outright
 from .facts import Facts, Finding
 from .flow import ends_with_component
 from .model import LabelModel
@@ -150,6 +150,7 @@ def preselect(
     guessed = {l for l, x in rule_adds.items() if x.reason == DEFAULT_BACKEND_GUESS and not bisected}
     held = {x.label: x.reason for x in findings if x.kind == Kind.HOLD}  # weighing: the thread contradicts it
     routed = {x.label for x in findings if concludes_route(x)} if out.route in (Route.HANDOFF, Route.CPU) else set()
+    outright = {l for l, x in rule_adds.items() if named_outright(x)}
     ticked, held_back = [], {}
     for s in out.add:
         threshold = bars["oncall"] if is_oncall(s.label) else bars.get(s.label, bar)
@@ -168,6 +169,9 @@ def preselect(
         if pick and (unmeasured or s.label in guessed):
             pick = False
             held_back[s.label] = BISECT_FIRST if s.label in guessed else UNMEASURED
+        if s.label in outright:  # the rubric names it: its weight, not the triagers' history (components.GATES)
+            pick = True
+            held_back[s.label] = NAMED_OUTRIGHT
         if pick and s.label in held:
             pick, held_back[s.label] = False, held[s.label]
         if s.label == PT2_ONCALL or s.source == "bisection" or (s.label == TRIAGE_REVIEW and status.binding):
@@ -190,6 +194,7 @@ def preselect(
     ]
 
 
+NAMED_OUTRIGHT = "pre-selected: the rubric names it outright (its confidence is what triagers' history says)"
 UNMEASURED = "held back: too few past triage decisions to measure how often it is right"
 
 

@@ -11,6 +11,7 @@ import re
 from rubric_app.vocabulary import (
     COMPILE_UX,
     CPU_INDUCTOR_ONCALL,
+    CUDA_GRAPHS,
     DISTRIBUTED_ONCALL,
     EXPORT_ONCALL,
     FUNCTORCH,
@@ -233,7 +234,13 @@ FEATURES = (
         0.8,
         0.0,
     ),
-    ("module: cuda graphs", re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
+    # mode="reduce-overhead" is torch.compile's CUDA graphs mode
+    (
+        CUDA_GRAPHS,
+        re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}|\breduce-overhead\b", I),
+        0.9,
+        0.0,
+    ),
 )
 
 
@@ -421,9 +428,11 @@ def r10_cpu_inductor(f: Facts) -> list[Finding]:
 
 # --- R11. High priority goes through the meeting ------------------------------------------------------
 
+# A hard crash, as R11 and G11 name it: the process dies (a signal, corrupted memory, an illegal access on the GPU).
 CRASH = re.compile(
     r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access"
-    r"|device-side assert\w{0,3}|core dumped|hard crash",
+    r"|device-side assert\w{0,3}|core dumped|\bhard crash\w{0,3}|\bbus error\b|Fatal Python error"
+    r"|\bheap corruption\b|\bdouble free\b|floating point exception",
     I,
 )
 # In a title "crashes" is the report's subject; in a body it is often a loose word for "raises".
@@ -431,8 +440,12 @@ CRASH_TITLE = re.compile(CRASH.pattern + r"|\bcrash(?:es|ed|ing)?\b", I)
 # A performance regression counts only as PERF_REGRESSION (more than 10% on an important model).
 REGRESSION = re.compile(
     r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?"
-    r"|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}"
-    r"|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
+    r"|(?:worked|works|working|passe[sd]) (?:fine |well )?(?:in|with|on|before|under) (?:v|version |torch |pytorch )?\d"
+    r"|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d"
+    # "Since 2.13, inductor corrupts ...", "broke in the latest nightly"
+    r"|\bsince (?:v|version |torch |pytorch )?\d\.\d{1,2}\b"
+    r"|\bbroke(?:n)? (?:in|since|after|with|by) (?:the )?(?:latest |recent |last )?(?:nightly|nightlies|release|update"
+    r"|upgrade|commit)\b",
     I,
 )
 FLAKY = re.compile(r"\bflaky\b|\bintermittent(?:ly)?\b|\bnon-?deterministic(?:ally)? fail\w{0,3}", I)
@@ -442,7 +455,10 @@ ECOSYSTEM = re.compile(
     I,
 )
 PERF_REGRESSION = re.compile(
-    r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I
+    r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)"
+    # slower than an older release: "slower than 2.5", "much slower compared to torch 2.4"
+    r"|\bslower (?:than|compared (?:to|with)|vs\.?) (?:in |on |with )?(?:v|version |torch |pytorch )?\d\.\d{1,2}\b",
+    I,
 )
 
 

@@ -45,7 +45,7 @@ from rubric_app.vocabulary import (
 
 from .facts import Facts, Finding, I, rule
 from .rules import COMPILE_USE, thread_facts
-from .rules_domain import COMPILE_NOT_INVOLVED, FUZZER, REGRESSION
+from .rules_domain import COMPILE_NOT_INVOLVED, CRASH, FUZZER, REGRESSION
 from .signature import signature_of
 from .thread import conclusion
 from .types import ChecklistItem
@@ -237,11 +237,6 @@ def g10_edge_cases(f: Facts) -> list[Finding]:
 
 # --- G11. Labels triagers often miss ---------------------------------------------------------------
 
-HARD_CRASH = re.compile(
-    r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|BUS|ILL|ABRT|FPE)\b|illegal memory access|core dumped"
-    r"|\bhard crash\w{0,3}|\bbus error\b|Fatal Python error",
-    I,
-)
 WINDOWS_TEXT = re.compile(
     r"\bonly on windows\b|\bwindows[- ]only\b|\bon windows\b|\bwin(?:32|_amd64)\b|\bwindows (?:10|11|server)\b", I
 )
@@ -290,7 +285,7 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
     """Each label triagers often miss, checked on every issue: module: crash, performance, windows, regression,
     tests, autograd (R3.3 still holds under compile), and has workaround only for a real one."""
     found: list[Finding] = []
-    crash = f.find(HARD_CRASH, "title") or f.find(HARD_CRASH, "text")
+    crash = f.find(CRASH, "title") or f.find(CRASH, "text")
     if crash:
         found += _missed(MODULE_CRASH, crash, "a hard crash", 0.8 if crash[1] == "title" else 0.7)
     slow = f.find(SLOW, "title")

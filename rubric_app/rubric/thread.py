@@ -30,7 +30,12 @@ I = re.I
 
 # How the thread names each core component (and the parts of it people blame).
 COMPONENT_NAMES = (
-    (INDUCTOR, r"(?:torch)?inductor(?:'s)?|codegen|code ?gen(?:eration)?|the triton kernels?"),
+    (
+        INDUCTOR,
+        r"(?:torch)?inductor(?:'s)?|codegen|code ?gen(?:eration)?|the triton kernels?"
+        # Inductor's templates (flex attention's, a Helion or Triton template's epilogue): its code generation
+        r"|(?:flex[ _]?attention|triton|epilogue|external) templates?",
+    ),
     (DYNAMO, r"(?:torch)?dynamo(?:'s)?"),
     (
         PT2_DISPATCHER,
@@ -81,7 +86,9 @@ CONCLUDED = re.compile(
     rf"(?P<a>{_NAMES})(?: side)?(?: (?:bug|issue|problem|regression))?\b(?! is fine)"
     rf"|\b(?:root[- ]?caused? (?:it |this )?(?:to|is)|the (?:bug|issue|problem|root cause) is in|a bug in"
     rf"|the fix (?:is|belongs|should go) in) (?:the )?(?P<b>{_NAMES})\b"
-    rf"|\b(?P<c>{_NAMES}) (?:doesn't|does not|fails to|can't|cannot) (?:preserve|handle|support|respect|properly)\b",
+    rf"|\b(?P<c>{_NAMES}) (?:doesn't|does not|fails to|can't|cannot) (?:preserve|handle|support|respect|properly)\b"
+    # a diagnosis said in three words, as its own sentence: "Flex attention template bug."
+    rf"|(?:^|(?<=[.!?] )|(?<=\n))(?P<d>{_NAMES})(?: side)? (?:bug|issue|problem)(?=[.!]|\s*$)",
     I,
 )
 

@@ -202,14 +202,38 @@ def text_evidence(facts: Facts, x: Finding) -> Finding | None:
 
 
 # More ways of saying that a compiled result is wrong than rules.SILENT_WRONG reads ("the output is wrong", "the
-# second-order gradient of F.silu is wrong", "output does not match eager", a repro's `allclose(...)  # False`):
-# R11's silently wrong result all the same. On the training pool it flags 3 issues R11 did not, all 3 escalated.
+# second-order gradient of F.silu is wrong", "output does not match eager", a repro's `allclose(...)  # False`, a
+# mutation lost, wrong sums, NaN where a number should be, "different from eager", a lost sign or precision, a
+# changed output shape): R11's silently wrong result all the same (docs/engine.md, "R11 binds", for what each
+# phrasing found on the training pool and what the held-out slice then scored).
 WRONG_SAID = re.compile(
     r"\b(?:outputs?|results?|values?|gradients?|grads?|derivatives?|answers?)\b(?:[^.\n]|\.(?=\S)){0,40}?"
     r" (?:is|are|was|were|looks?|comes? out|becomes?) (?:wrong|incorrect)\b"
     r"|\b(?:outputs?|results?) (?:wrong|incorrect)\b"
     r"|\b(?:does not|doesn't|do not|don't|no longer) match(?:es)? (?:the )?eager\b"
-    r"|\ballclose\([^\n]{0,200}\)\)?[ \t]{0,40}#[ \t]{0,3}False\b",
+    r"|\ballclose\([^\n]{0,200}\)\)?[ \t]{0,40}#[ \t]{0,3}False\b"
+    # a mutation lost under compile: "x.add_ on a view of an input is lost", "the in-place update is dropped"
+    r"|(?:\bmutations?|\bin-?place (?:ops?|updates?|writes?|changes?)|\.[a-z]\w{0,29}_(?!\w))(?:[^.\n]){0,60}?"
+    r"\b(?:is|are|gets?|got|was|were) (?:silently )?(?:lost|dropped|discarded|not (?:applied|reflected|propagated))\b"
+    # wrong numbers under another name: "gives wrong sums", "incorrect indices", "corrupted masks"
+    r"|\b(?:wrong|incorrect|corrupt(?:ed|s)?) (?:sums?|totals?|counts?|indices|index|shapes?|signs?|logits"
+    r"|predictions?|norms?|means?|masks?|accumulations?|strides?)\b"
+    # NaN or Inf where a number should be: "gives NaN logits", "the loss becomes nan"
+    r"|\b(?:gives?|gave|produces?|produced|yields?|becomes?|became|turns? into|results? in|returns?|returned"
+    r"|outputs?) (?:all |only )?`?(?:NaNs?|infs?)`?(?![\w(])"
+    r"|\bNaN (?:logits|outputs?|values|loss|gradients?|results?|predictions?)\b"
+    # different from eager: "different results than eager", "differs when compared to eager mode"
+    r"|\b(?:different|differing|inconsistent) (?:\w+ ){0,2}?(?:from|than|to|with|compared (?:to|with)|vs\.?)"
+    r" (?:the |what )?eager\b"
+    r"|\bdifferent (?:outputs?|results?|values?|behaviou?r) (?:\S+ ){0,6}?between (?:the )?eager\b"
+    # a sign or a precision lost, an output changed: "loses the signbit", "changes the output shape"
+    r"|\blos(?:es|e|ing|t) (?:the |its )?(?:sign ?bit|sign|accuracy|precision)\b"
+    r"|\bchang(?:es|ed|ing) (?:the )?(?:output|result)(?:s|'s)? (?:shape|values?|dtype|sign)\b"
+    # "returns a different value", "triggers an inconsistency", "mis-indexes", "a stale value", "out-of-bounds reads"
+    r"|\breturns? (?:a )?different (?:values?|results?|outputs?|tensors?)\b"
+    r"|\b(?:triggers?|causes?|shows?) (?:an? )?inconsisten(?:cy|t (?:results?|outputs?))\b"
+    r"|\bmis-?(?:index(?:es|ed)?|handles|computes|rounds)\b|\bstale (?:values?|results?|outputs?)\b"
+    r"|\bout[- ]of[- ]bounds? (?:reads?|writes?|accesses)\b",
     I,
 )
 
@@ -217,7 +241,7 @@ WRONG_SAID = re.compile(
 def silent_wrong(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """R11's flag for a silently wrong result said in words rules.SILENT_WRONG does not read (WRONG_SAID), in the
     title, then the body, where R11 found nothing (a fuzzer's report goes through R12 instead)."""
-    if any(x.kind == Kind.FLAG and x.rule_id == "R11" and x.origin == "rule" for x in findings):
+    if any(binds(x) for x in findings):  # a judgement's flag (an important user) may still hide a wrong result
         return []
     if FUZZER_TOPIC in facts.labels or facts.has(FUZZER, "title"):
         return []

@@ -58,11 +58,15 @@ class Outcome(NamedTuple):
     rule_id: str  # "" for a label no rule suggested
     shown: bool
     applied: bool
+    # Pre-selected (or, recorded before the ticks were kept, shown) and not applied: the triager took it off what
+    # `a` would apply, the rule's miss.
     unticked: bool
     added: bool
     # Ticked for `a` when the triager decided; None where unknown (a label no rule suggested, or a decision
     # recorded before the page's ticks were kept).
     preselected: bool | None = None
+    # Offered as possible, never ticked, and not applied: the rule did not claim it, so it is no miss.
+    skipped: bool = False
 
 
 def decision_outcomes() -> Iterator[Outcome]:
@@ -71,10 +75,11 @@ def decision_outcomes() -> Iterator[Outcome]:
     Only applied triage decisions that recorded what they were shown (suggestions_shown) count, and only what
     they decided about labels: meeting decisions settle the review; a close (a duplicate, a usage question),
     a transfer or a reply alone says nothing about the labels, and a hand-off (G5) only about the route, so
-    those count for their `oncall:` labels alone. A shown suggestion was applied (the decision added it),
-    unticked (neither added nor already there) or already on the issue (neither); a label added that no rule
-    suggested is `added`, with rule_id "", except `triaged`, which the plan adds itself wherever nothing is
-    flagged: G6's, pre-selected when `a` did not flag the meeting; the feedback labels (`bot-mislabeled`)
+    those count for their `oncall:` labels alone. A shown suggestion was applied (the decision added it), unticked
+    (pre-selected, and the triager took it off: neither added nor already there), skipped (offered as possible,
+    never ticked, not applied) or already on the issue (neither); a label added that no rule suggested is `added`,
+    with rule_id "", except `triaged` where the page did not show it (a flagged issue the triager marked triaged
+    anyway): G6's, pre-selected when `a` did not flag the meeting; the feedback labels (`bot-mislabeled`)
     say what the triager thought of the automation, not of the rubric. Newest first, one query. Used by the
     rubric health page (/rubric). train_label_model --from-db reads the decisions itself
     (decision_examples): it also learns from labels removed, and from decisions recorded before
@@ -109,7 +114,8 @@ def decision_outcomes() -> Iterator[Outcome]:
             shown_labels.add(label)
             if not decided(label):
                 continue
-            applied = label in added
+            applied, preselected = label in added, item.get("preselected")
+            left = not applied and label not in seen
             yield Outcome(
                 pk,
                 issue_id,
@@ -118,9 +124,10 @@ def decision_outcomes() -> Iterator[Outcome]:
                 rule_id,
                 True,
                 applied,
-                not applied and label not in seen,
+                left and preselected is not False,
                 False,
-                item.get("preselected"),
+                preselected,
+                left and preselected is False,
             )
         flagged = any(item.get("label") == TRIAGE_REVIEW and item.get("preselected") for item in shown)
         for label in added:
@@ -389,14 +396,17 @@ ISSUE_LINKS = 8
 
 @dataclass
 class RuleHealth:
-    """How one rule id's suggestions fared: shown, applied, unticked; precision = applied / decided."""
+    """How one rule id's suggestions fared: shown, applied, unticked (taken off the pre-selection: the rule's miss),
+    skipped (offered, never ticked: no claim, no miss); precision = applied / (applied + unticked)."""
 
     rule_id: str
     shown: int = 0
     applied: int = 0
     unticked: int = 0
+    skipped: int = 0
     applied_issues: list[int] = field(default_factory=list)  # newest first, at most ISSUE_LINKS
     unticked_issues: list[int] = field(default_factory=list)
+    skipped_issues: list[int] = field(default_factory=list)
     # Of its suggestions ticked for `a` (pre-selected) and not already on the issue: how many the triager kept.
     ticked: int = 0
     ticked_kept: int = 0
@@ -442,6 +452,9 @@ def rubric_health(outcomes) -> tuple[list[RuleHealth], list[AddedLabel]]:
         elif o.unticked:
             row.unticked += 1
             _link(row.unticked_issues, o.issue_number)
+        elif o.skipped:
+            row.skipped += 1
+            _link(row.skipped_issues, o.issue_number)
     return (
         sorted(rules.values(), key=lambda r: (-r.shown, r.rule_id)),
         sorted(added.values(), key=lambda a: (-a.count, a.label)),
@@ -479,6 +492,7 @@ def write_rubric_csv(out, outcomes, *, per_outcome: bool = False) -> None:
             "issues",
             "preselected",
             "preselected_kept",
+            "offered_never_ticked",
         ]
     )
     for r in rules:
@@ -495,10 +509,11 @@ def write_rubric_csv(out, outcomes, *, per_outcome: bool = False) -> None:
                 " ".join(f"#{n}" for n in r.applied_issues + r.unticked_issues),
                 r.ticked,
                 r.ticked_kept,
+                r.skipped,
             ]
         )
     for a in added:
-        writer.writerow(["", a.label, "", "", "", a.count, "", " ".join(f"#{n}" for n in a.issues), "", ""])
+        writer.writerow(["", a.label, "", "", "", a.count, "", " ".join(f"#{n}" for n in a.issues), "", "", ""])
 
 
 # --- the triage bot's health: what triagers kept or removed of what PyTorch's triage bot labelled ------

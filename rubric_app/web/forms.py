@@ -190,7 +190,7 @@ class TriageForm(forms.Form):
         # A label outside the triage catalog is shown but never offered for applying (R7.4, G7).
         self.fields["labels"].choices = [(n, n) for n in names if n in allowed]
         self.not_in_catalog = [n for n in names if n not in allowed]
-        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls(allowed)]
         hidden = {Route.CONFIRM_FIXED} if issue.build_finding != MAY_BE_FIXED else set()
         if not any(item.get("rule_id") == "G10" for item in issue.checklist):
             hidden.add(Route.EXPECTED_NUMERICS)
@@ -513,7 +513,7 @@ class GroupDecisionForm(forms.Form):
         self.fields["labels"].choices = [
             (name, name) for name in sorted(counts, key=lambda n: (-counts[n], n)) if name in allowed
         ]
-        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls()]
+        self.fields["handoff_to"].choices = [("", "—")] + [(n, n) for n in handoff_oncalls(allowed)]
         if not self.is_bound:
             # Ticked: every issue, and what `a` would accept on each of them (accepting.group_accepted).
             offered = [n for n, _ in self.fields["labels"].choices]

@@ -43,15 +43,12 @@ def known_module_labels() -> list[str]:
     return sorted(set(module_label_names()) | set(applied))
 
 
-def handoff_oncalls() -> list[str]:
-    """Oncall queues an issue can be handed off to (G5): every catalog oncall except PT2's own two, and except what
-    G13 says is never a redirect (`oncall: releng`; a distributed sub-queue, which the distributed team's triage
-    picks)."""
-    return sorted(
-        name
-        for name in (item["name"] for item in catalog())
-        if is_oncall(name) and not is_home_oncall(name) and not never_applied(name)
-    )
+def handoff_oncalls(allowed: frozenset[str]) -> list[str]:
+    """Oncall queues an issue can be handed off to (G5): every oncall of the triage catalog in use (`allowed`:
+    Label.objects.triage_catalog(), which follows the triage skill in use: a queue the skill removed, such as
+    `oncall: package/deploy`, is never offered) except PT2's own two, and except what G13 says is never a redirect
+    (`oncall: releng`; a distributed sub-queue, which the distributed team's triage picks)."""
+    return sorted(name for name in allowed if is_oncall(name) and not is_home_oncall(name) and not never_applied(name))
 
 
 class _Described:
@@ -167,4 +164,3 @@ OWN_CONTROLS = {
     TRIAGE_REVIEW: "`triage review` is the review box below (R11), not a label to pick.",
     TRIAGED: "`triaged` is added by Apply itself when the issue is labelled and not held (G6), not a label to pick.",
 }
-

@@ -14,6 +14,7 @@ from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
     REVIEW_TRUTH,
     InputError,
+    binding,
     g4_ceiling,
     has_component,
     is_held_out,
@@ -325,6 +326,29 @@ class Command(BaseCommand):
             if n:
                 out(f"    confidence {low:.1f}-{high:.1f}: {n:4} labels, observed precision {observed:.2f}")
         out("  targets: " + "; ".join(f"{what}: {'met' if ok else 'NOT met'}" for what, ok in targets_met(aware)))
+        self._binding_block(records, assessments)
+
+    def _binding_block(self, records, assessments):
+        """What `a` does on the slice (issue 43): triaged, flagged, routed, held; R11's recall by kind; the labels
+        outside the scored components that `a` pre-selects, against the humans' labels."""
+        b, out = binding(records, assessments), self.stdout.write
+        share = lambda n: f"{n} ({n / b.issues:.0%})" if b.issues else "0"
+        out(
+            f"  `a` pre-selects: triaged on {share(b.triaged)}, triage review on {share(b.flagged)}, a route on "
+            f"{share(b.routed)}; it holds triaged for a human on {share(b.held)} of {b.issues} issues"
+        )
+        out(
+            "  R11 by what the humans' labels say the issue is (R11 binds: pre-selected; offered: suggested, unticked):"
+        )
+        for kind, (n, bound, offered) in b.r11.items():
+            if n:
+                out(f"    {kind:20} {n:4} issues: R11 binds on {bound} ({bound / n:.2f}), flag shown on {offered}")
+        out("  pre-selected labels outside the scored components, against the humans' labels (truncation-aware):")
+        for label, c in b.other.items():
+            out(
+                f"    {label:24} {c.tp} right, {c.fp} wrong (precision {c.precision:.2f}); humans applied it "
+                f"{c.tp + c.fn}x"
+            )
 
     def _report(self, name, records, predictions, per_label):
         result = score(records, predictions)

@@ -21,10 +21,17 @@ from rubric_app.rubric.types import Assessment, BisectionEvidence, CommentText, 
 from rubric_app.vocabulary import (
     COMPILE_UX,
     CPU_INDUCTOR_ONCALL,
+    EDGE_CASES,
+    FUZZER_TOPIC,
     HIGH_PRIORITY,
+    MODULE_CRASH,
+    MODULE_REGRESSION,
+    NEEDS_REPRODUCTION,
     PT2_DISPATCHER,
     PT2_ONCALL,
     TRIAGE_REVIEW,
+    TRIAGED,
+    Route,
     is_module,
     is_oncall,
 )
@@ -385,3 +392,50 @@ def training_examples(
         (set(reading.features()), {label: answer(record, label) for label in MODEL_LABELS})
         for record, reading in zip(records, readings)
     ]
+
+
+# What humans' labels say an issue is, for R11's recall by kind: a silently wrong result, a regression, a crash.
+R11_KINDS = {
+    "silent wrong result": ("module: correctness (silent)", "module: pt2 accuracy", "pt2: numerics-discrepancy"),
+    "regression": (MODULE_REGRESSION,),
+    "crash": (MODULE_CRASH,),
+}
+# Labels outside the scored components that `a` may pre-select (components.GATES, G9.1), scored against the humans'.
+OTHER_PRESELECTED = (MODULE_CRASH, EDGE_CASES, FUZZER_TOPIC, NEEDS_REPRODUCTION)
+
+
+@dataclass
+class Binding:
+    """What `a` does on a slice (the binding of issue 43): how often it marks `triaged`, flags the meeting, routes,
+    holds for a human; R11's recall by what the humans' labels say the issue is; the pre-selected labels outside
+    the scored components against the humans' labels."""
+
+    issues: int = 0
+    triaged: int = 0  # `triaged` pre-selected
+    flagged: int = 0  # `triage review` pre-selected (R11 binds)
+    routed: int = 0  # a route pre-selected: a hand-off, the CPU lane, a transfer, G9's request for a reproduction
+    held: int = 0  # `triaged` waits for a human (G6's checklist item needs one)
+    r11: dict[str, list[int]] = field(default_factory=dict)  # kind -> [issues, R11 binds, flag offered or bound]
+    other: dict[str, Counts] = field(default_factory=dict)  # label -> pre-selected against the humans' labels
+
+
+def binding(records: list[dict[str, Any]], assessments: list[Assessment]) -> Binding:
+    """The Binding figures of a slice (truncation-aware, as truth())."""
+    out = Binding(issues=len(records))
+    for record, a in zip(records, assessments):
+        ticked, offered = set(a.preselected()), set(a.labels())
+        out.triaged += TRIAGED in ticked
+        out.flagged += TRIAGE_REVIEW in ticked
+        routed = a.route == Route.TRANSFER or NEEDS_REPRODUCTION in ticked
+        out.routed += routed or any(is_oncall(l) and l != PT2_ONCALL for l in ticked)
+        out.held += any(c.rule_id == "G6" and c.state == "needs_human" for c in a.checklist)
+        labels = set(record.get("labels", []))
+        for kind, names in R11_KINDS.items():
+            row = out.r11.setdefault(kind, [0, 0, 0])
+            if labels & set(names):
+                row[0] += 1
+                row[1] += TRIAGE_REVIEW in ticked
+                row[2] += TRIAGE_REVIEW in offered
+        for label in OTHER_PRESELECTED:
+            out.other.setdefault(label, Counts()).add(label in ticked, truth(record, label))
+    return out
