@@ -139,3 +139,31 @@ def test_it_reads_the_cpus_model_and_isa_from_proc_cpuinfo_for_the_heartbeat():
     assert hardware.describe({"device": "cpu", "cpu": "AMD EPYC", "isa": ["avx2", "sse4_2"]}) == "CPU (AMD EPYC; avx2)"
     this = hardware.this_machine()  # what this machine's heartbeat reports
     assert set(this) == {"cpu", "isa", "gpu"} and set(this["isa"]) <= hardware.ISA_FLAGS
+
+
+XEON_8480 = (
+    "Wrong output with freezing on CPU.\n\n```\nPyTorch version: 2.12.0+cpu\n"
+    "CPU: Intel(R) Xeon(R) Platinum 8480+\n```\n"
+)
+
+
+def test_it_reads_the_dispatch_isa_of_the_reporters_cpu_from_its_flags_or_its_model():
+    by_model = report("[Inductor][CPU] Wrong output from fused MKLDNN conv", XEON_8480)
+    by_flags = report("wrong on CPU", "```\nModel name: Some CPU\nFlags: fpu avx2 avx512f avx512_vnni amx_tile\n```")
+    epyc = report("wrong on CPU", "```\nModel name: AMD EPYC 7763 64-Core Processor\n```")
+
+    assert {flag for flag, _name in by_model.machine} >= {"amx_tile", "amx_bf16", "avx512f", "avx512_fp16"}
+    assert {flag for flag, _name in by_flags.machine} == {"avx512f", "avx512_vnni", "amx_tile"}
+    assert epyc.machine == ()  # Zen 3: AVX2 only, nothing to require
+    assert report("[CUDA] wrong on the GPU", XEON_8480).machine == ()  # the CPU's kernels are not the bug's
+
+
+def test_it_holds_back_a_pass_on_a_machine_lacking_the_reporters_dispatch_isa():
+    reported = report("[Inductor][CPU] Wrong output from fused MKLDNN conv", XEON_8480)
+    genoa = {"cpu": "AMD EPYC 9654", "isa": ["avx2", "avx512f", "avx512_vnni", "avx512_bf16"], "gpu": ""}
+    sapphire = {**genoa, "isa": [*genoa["isa"], "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8"]}
+
+    on_genoa = decide(reported, [reporters(run(57, "2.13.0", hardware=genoa))])
+    assert on_genoa.kind != "may_be_fixed"
+    assert on_genoa.held_back.startswith("the reporter's CPU has AMX (Intel(R) Xeon(R) Platinum 8480+)")
+    assert decide(reported, [reporters(run(57, "2.13.0", hardware=sapphire))]).kind == "may_be_fixed"

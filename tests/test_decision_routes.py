@@ -384,6 +384,7 @@ def test_it_offers_no_apply_when_the_preview_changes_nothing(synced, client, tri
 )
 def test_it_accepts_a_redirect_only_when_it_is_preselected(db, labels, ticked, expected):
     issue = make_issue(labels=labels, suggested_route="handoff" if "oncall: pt2" in labels else "cpu inductor")
+    make_label("oncall: export")  # in the triage catalog in use: a queue it may be handed off to
     make_suggestion(issue, "oncall: export", "R6.3", confidence=0.7, preselected=ticked)
 
     assert _form(issue).suggested["route"] == expected

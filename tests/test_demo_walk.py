@@ -91,3 +91,13 @@ def test_it_adds_on_a_exactly_what_every_demo_issue_page_shows_preselected(clien
 def issue_g6_needs_human(issue: Issue) -> str:
     item = next((i for i in issue.checklist if i.get("rule_id") == "G6"), {})
     return item.get("text", "") if item.get("state") == "needs_human" else ""
+
+
+def test_it_never_offers_a_hand_off_the_skill_in_use_removed(client, demo_server, triager):
+    # The demo GitHub serves the skill's labels.json, which has no `oncall: package/deploy` (the shipped catalog has).
+    call_command("load_demo")
+    sync_queue(full=True)
+    client.force_login(triager)
+
+    page = client.get(Issue.objects.get(number=170083).get_absolute_url()).content.decode()
+    assert '<option value="oncall: export"' in page and "oncall: package/deploy" not in page

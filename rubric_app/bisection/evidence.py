@@ -114,7 +114,8 @@ def reporters_cpu(text: str) -> tuple[tuple[str, str], ...]:
     if flags:
         have = [f for f in DISPATCH_ISA if f in flags.group(1).split()]
     else:
-        have = next((list(isa) for pattern, isa in CPU_MODELS if model and pattern.search(model)), [])
+        named = next((set(isa) for pattern, isa in CPU_MODELS if model and pattern.search(model)), set())
+        have = [f for f in DISPATCH_ISA if f in named]
     where = f" ({model})" if model else ""
     return tuple((flag, DISPATCH_ISA[flag] + where) for flag in have)
 

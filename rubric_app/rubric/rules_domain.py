@@ -471,6 +471,7 @@ def r11_review(f: Facts) -> list[Finding]:
     if _is_fuzzer(f):
         return []
     reasons = (
+        (CRASH, "a crash"),  # a hard crash named in the title binds (weighing.binds), before a loose "crashes"
         (CRASH_TITLE, "a crash"),
         (SILENT_WRONG, "silently wrong results"),
         (REGRESSION, "a regression"),
