@@ -191,3 +191,12 @@ def test_it_does_not_call_an_exception_a_hard_crash():
     a = evaluate(pool(176591))  # "crashes with AssertionError": an exception, not a segfault (G11, R11)
 
     assert MODULE_CRASH not in a.labels() and TRIAGE_REVIEW not in a.preselected()
+
+
+def test_it_reads_g9_2s_need_in_the_report_not_in_a_comment_that_ran_it():
+    ran = evaluate(pool(146644))  # the PT2 Repro Agent's comment names its H100: no need of the report
+    needs = evaluate(IssueText(1, "torch.compile hangs on our H100 nodes", "It hangs at the first step of training."))
+
+    assert NEEDS_REPRODUCTION not in ran.labels() and g6(ran).state == "satisfied"
+    assert NEEDS_REPRODUCTION in needs.labels() and NEEDS_REPRODUCTION not in needs.preselected()
+    assert g6(needs).state == "needs_human" and "specific GPU" in g6(needs).text

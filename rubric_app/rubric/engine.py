@@ -78,7 +78,7 @@ class Reading:
 
     def features(self) -> dict[str, tuple[str, str]]:
         if self._features is None:
-            learned = [x for x in self.findings if not x.rule_id.startswith(NOT_LEARNED)]
+            learned = [x for x in self.findings if x.learned and not x.rule_id.startswith(NOT_LEARNED)]
             self._features = features(self.facts.sources, learned, thread_facts(self.facts))
         return self._features
 

@@ -43,6 +43,9 @@ class Finding:
     reason: str = ""
     state: str = ""
     origin: str = "rule"  # rule | model | bisection: what the Suggested's `source` will say
+    # False for a reading newer than the shipped labeler, which it was never trained on: kept out of its features and
+    # of its calibration (engine.Reading.features, fitting), so the model the files train stays the shipped one.
+    learned: bool = True
 
 
 @cache

@@ -234,13 +234,7 @@ FEATURES = (
         0.8,
         0.0,
     ),
-    # mode="reduce-overhead" is torch.compile's CUDA graphs mode
-    (
-        CUDA_GRAPHS,
-        re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}|\breduce-overhead\b", I),
-        0.9,
-        0.0,
-    ),
+    (CUDA_GRAPHS, re.compile(r"cuda ?graphs?\b|\bcudagraph\w{0,20}|CUDAGraph\w{0,10}", I), 0.9, 0.0),
 )
 
 
@@ -251,7 +245,14 @@ def r7_2_features(f: Facts) -> list[Finding]:
     found: list[Finding] = []
     for label, pattern, title_w, text_w in FEATURES:
         found += _add(f, "R7.2", label, pattern, title_w, text_w, "feature label")
+    mode = f.find(REDUCE_OVERHEAD, "title")
+    if mode and not any(x.label == CUDA_GRAPHS for x in found):  # read after the learned labeler (issue 43)
+        found.append(Finding("R7.2", Kind.ADD, CUDA_GRAPHS, 0.9, mode[0], mode[1], "CUDA graphs' mode", learned=False))
     return found
+
+
+# torch.compile's CUDA graphs mode, named in the title: the report is about CUDA graphs.
+REDUCE_OVERHEAD = re.compile(r"\breduce-overhead\b", I)
 
 
 COMPILE_UX_TEXT = re.compile(
@@ -428,11 +429,16 @@ def r10_cpu_inductor(f: Facts) -> list[Finding]:
 
 # --- R11. High priority goes through the meeting ------------------------------------------------------
 
-# A hard crash, as R11 and G11 name it: the process dies (a signal, corrupted memory, an illegal access on the GPU).
 CRASH = re.compile(
     r"segmentation fault|\bseg ?fault\w{0,3}|\bSIG(?:SEGV|FPE|ABRT|BUS|ILL)\b|illegal memory access"
-    r"|device-side assert\w{0,3}|core dumped|\bhard crash\w{0,3}|\bbus error\b|Fatal Python error"
-    r"|\bheap corruption\b|\bdouble free\b|floating point exception",
+    r"|device-side assert\w{0,3}|core dumped|hard crash",
+    I,
+)
+# A hard crash, as R11 and G11 name it: the process dies (a signal, corrupted memory, an illegal access on the GPU).
+# CRASH is what the learned labeler's R11 feature was trained on; the rest is read after it (learned=False).
+HARD_CRASH = re.compile(
+    CRASH.pattern + r"|\bhard crash\w{0,3}|\bbus error\b|Fatal Python error|\bheap corruption\b|\bdouble free\b"
+    r"|floating point exception",
     I,
 )
 # In a title "crashes" is the report's subject; in a body it is often a loose word for "raises".
@@ -440,9 +446,15 @@ CRASH_TITLE = re.compile(CRASH.pattern + r"|\bcrash(?:es|ed|ing)?\b", I)
 # A performance regression counts only as PERF_REGRESSION (more than 10% on an important model).
 REGRESSION = re.compile(
     r"(?<!perf )(?<!performance )\bregress\w{0,4}|used to work|no longer works?"
-    r"|(?:worked|works|working|passe[sd]) (?:fine |well )?(?:in|with|on|before|under) (?:v|version |torch |pytorch )?\d"
-    r"|after upgrad\w{1,4}|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d"
-    # "Since 2.13, inductor corrupts ...", "broke in the latest nightly"
+    r"|worked (?:fine |well )?(?:in|with|on|before) (?:v|version |torch |pytorch )?\d|after upgrad\w{1,4}"
+    r"|broken (?:in|since|after) (?:v|version |torch |pytorch )?\d",
+    I,
+)
+# More ways of saying it worked before (issue 43), read after the learned labeler as HARD_CRASH is: "Since 2.13, ...",
+# "works in 2.4", "broke in the latest nightly".
+REGRESSION_SAID = re.compile(
+    REGRESSION.pattern
+    + r"|(?:works|working|passe[sd]) (?:fine |well )?(?:in|with|on|before|under) (?:v|version |torch |pytorch )?\d"
     r"|\bsince (?:v|version |torch |pytorch )?\d\.\d{1,2}\b"
     r"|\bbroke(?:n)? (?:in|since|after|with|by) (?:the )?(?:latest |recent |last )?(?:nightly|nightlies|release|update"
     r"|upgrade|commit)\b",
@@ -455,9 +467,12 @@ ECOSYSTEM = re.compile(
     I,
 )
 PERF_REGRESSION = re.compile(
-    r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)"
-    # slower than an older release: "slower than 2.5", "much slower compared to torch 2.4"
-    r"|\bslower (?:than|compared (?:to|with)|vs\.?) (?:in |on |with )?(?:v|version |torch |pytorch )?\d\.\d{1,2}\b",
+    r"(?:[1-9]\d(?:\.\d)?\s?%|\d(?:\.\d)?\s?x) (?:slower|perf\w{0,9} regression|regression|slow ?down)", I
+)
+# Slower than an older release (issue 43, read after the learned labeler): "slower than 2.5", "compared to torch 2.4".
+PERF_REGRESSION_SAID = re.compile(
+    PERF_REGRESSION.pattern
+    + r"|\bslower (?:than|compared (?:to|with)|vs\.?) (?:in |on |with )?(?:v|version |torch |pytorch )?\d\.\d{1,2}\b",
     I,
 )
 
@@ -466,36 +481,53 @@ PERF_REGRESSION = re.compile(
 def r11_review(f: Facts) -> list[Finding]:
     """Crash, silently wrong results, regression, flaky test, important model or user: FLAG triage review.
 
-    A fuzzer report goes through R12's checklist instead: its divergences are not user-facing yet.
+    A fuzzer report goes through R12's checklist instead: its divergences are not user-facing yet. What the learned
+    labeler was trained on (CRASH, REGRESSION, PERF_REGRESSION) first; where that binds on nothing, the wider
+    readings (HARD_CRASH, REGRESSION_SAID, PERF_REGRESSION_SAID) as a finding it never learned from.
     """
     if _is_fuzzer(f):
         return []
-    reasons = (
-        (CRASH, "a crash"),  # a hard crash named in the title binds (weighing.binds), before a loose "crashes"
-        (CRASH_TITLE, "a crash"),
-        (SILENT_WRONG, "silently wrong results"),
-        (REGRESSION, "a regression"),
-        (FLAKY, "a flaky test, usually a regression"),
-        (PERF_REGRESSION, "a performance regression"),
-        (ECOSYSTEM, "an important model or ecosystem user"),
+    found = _r11(
+        f,
+        (
+            (CRASH, "a crash"),  # a hard crash named in the title binds (weighing.binds), before a loose "crashes"
+            (CRASH_TITLE, "a crash"),
+            (SILENT_WRONG, "silently wrong results"),
+            (REGRESSION, "a regression"),
+            (FLAKY, "a flaky test, usually a regression"),
+            (PERF_REGRESSION, "a performance regression"),
+            (ECOSYSTEM, "an important model or ecosystem user"),
+        ),
+        ((CRASH, "a crash"), (SILENT_WRONG, "silently wrong results")),
     )
-    for pattern, why in reasons:
-        hit = f.find(pattern, "title")
-        if hit:
-            return [
-                Finding(
-                    "R11", Kind.FLAG, TRIAGE_REVIEW, 0.8, hit[0], hit[1], f"{why}: the weekly meeting decides priority"
-                )
-            ]
-    for pattern, why in ((CRASH, "a crash"), (SILENT_WRONG, "silently wrong results")):
-        hit = f.find(pattern, "text")
-        if hit and hit[1] == "body":
-            return [
-                Finding(
-                    "R11", Kind.FLAG, TRIAGE_REVIEW, 0.6, hit[0], hit[1], f"{why}: the weekly meeting decides priority"
-                )
-            ]
-    return []
+    if found and (
+        found.reason.startswith(("silently wrong", "a regression", "a flaky")) or CRASH.search(found.evidence)
+    ):
+        return [found]
+    wider = _r11(
+        f,
+        (
+            (HARD_CRASH, "a crash"),
+            (REGRESSION_SAID, "a regression"),
+            (PERF_REGRESSION_SAID, "a performance regression"),
+        ),
+        ((HARD_CRASH, "a crash"),),
+        learned=False,
+    )
+    if wider and found and wider.reason.startswith("a performance"):
+        wider = None  # a judgement already raised: nothing to add
+    return [x for x in (found, wider) if x]
+
+
+def _r11(f: Facts, title: tuple, body: tuple, learned: bool = True) -> Finding | None:
+    """R11's flag from the first of `title`'s patterns the title matches, else of `body`'s the description does."""
+    for patterns, where, weight in ((title, "title", 0.8), (body, "text", 0.6)):
+        for pattern, why in patterns:
+            hit = f.find(pattern, where)
+            if hit and (where == "title" or hit[1] == "body"):
+                reason = f"{why}: the weekly meeting decides priority"
+                return Finding("R11", Kind.FLAG, TRIAGE_REVIEW, weight, hit[0], hit[1], reason, learned=learned)
+    return None
 
 
 # --- R12. Fuzzer issues ----------------------------------------------------------------------------------

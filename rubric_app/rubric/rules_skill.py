@@ -45,7 +45,7 @@ from rubric_app.vocabulary import (
 
 from .facts import Facts, Finding, I, rule
 from .rules import COMPILE_USE, thread_facts
-from .rules_domain import COMPILE_NOT_INVOLVED, CRASH, FUZZER, REGRESSION
+from .rules_domain import COMPILE_NOT_INVOLVED, FUZZER, HARD_CRASH, REGRESSION_SAID
 from .signature import signature_of
 from .thread import conclusion
 from .types import ChecklistItem
@@ -124,8 +124,9 @@ def g9_2_no_script(f: Facts) -> list[Finding]:
         (UPGRADE_BROKE, "an upgrade that broke it, and no minimal script"),
         (GPU_MODEL, "a specific GPU, and no script"),
     ):
-        hit = f.find(pattern)
-        if hit:
+        # The report's own words: a comment's H100 (the Repro Agent's run, a maintainer's machine) is no need of it.
+        hit = f.find(pattern, "title") or f.find(pattern, "text")
+        if hit and hit[1] in ("title", "body"):
             return [Finding("G9.2", Kind.FLAG, NEEDS_REPRODUCTION, 0.6, hit[0], hit[1], G9_REASON.format(what))]
     return []
 
@@ -285,7 +286,7 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
     """Each label triagers often miss, checked on every issue: module: crash, performance, windows, regression,
     tests, autograd (R3.3 still holds under compile), and has workaround only for a real one."""
     found: list[Finding] = []
-    crash = f.find(CRASH, "title") or f.find(CRASH, "text")
+    crash = f.find(HARD_CRASH, "title") or f.find(HARD_CRASH, "text")
     if crash:
         found += _missed(MODULE_CRASH, crash, "a hard crash", 0.8 if crash[1] == "title" else 0.7)
     slow = f.find(SLOW, "title")
@@ -294,7 +295,7 @@ def g11_commonly_missed(f: Facts) -> list[Finding]:
     windows = f.find(WINDOWS_TITLE, "title") or f.find(WINDOWS_TEXT, "text")
     if windows:
         found += _missed(WINDOWS, windows, "on Windows", 0.7 if windows[1] == "title" else 0.0)
-    regression = f.find(REGRESSION, "title") or f.find(REGRESSION, "text")
+    regression = f.find(REGRESSION_SAID, "title") or f.find(REGRESSION_SAID, "text")
     if regression:
         found += _missed(
             MODULE_REGRESSION, regression, "worked before, broken now", 0.7 if regression[1] == "title" else 0.6

@@ -32,7 +32,7 @@ from rubric_app.vocabulary import CORE_COMPONENTS, FUZZER_TOPIC, TRIAGE_REVIEW, 
 from .facts import Facts, Finding
 from .rules import CONCLUDED_BY_OTHERS, SILENT_WRONG, backend_reports
 from .rules_automation import BISECTED, automation_of
-from .rules_domain import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, PERF_REGRESSION, REGRESSION
+from .rules_domain import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, HARD_CRASH, PERF_REGRESSION, REGRESSION
 from .thread import ladder
 from .types import ChecklistItem
 
@@ -50,7 +50,7 @@ HOLD = "hold"
 
 # R11's reasons that leave no judgement (rules_domain.r11_review's words), and what the evidence must name: a
 # loose "crashes" in a title is often an exception, so only R11's own crashes bind.
-BINDING = (("a crash", CRASH), ("silently wrong results", None), ("a regression", None), ("a flaky test", None))
+BINDING = (("a crash", HARD_CRASH), ("silently wrong results", None), ("a regression", None), ("a flaky test", None))
 
 
 def binds(x: Finding) -> bool:

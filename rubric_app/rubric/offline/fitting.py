@@ -129,7 +129,7 @@ def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) ->
     and the observed rates of the fixed-weight labels (G4's fallback, G6's triaged, flags)."""
     points: dict[str, list[tuple[float, bool]]] = {}
     for record, reading in zip(records, readings):
-        by_rules = [x for x in reading.findings if x.origin == "rule" and x.label]
+        by_rules = [x for x in reading.findings if x.origin == "rule" and x.label and x.learned]
         best = [
             (label, x) for kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG) for label, x in strongest(by_rules, kind).items()
         ]
