@@ -13,9 +13,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app.github import events
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
-from rubric_app.runs import auto_bisect, bisect_runs, bisecting
+from rubric_app.runs import auto_bisect, bisect_runs, coordinator, runner
+from rubric_app.tasks import process_webhook_task
 from tests.factories import make_issue, opened_issue_payload
 from tests.helpers import wait_until
 from triage_site.celery import app
@@ -185,7 +185,7 @@ def test_it_gives_a_newcomer_arriving_after_a_flood_of_34_webhooks_a_run(
         assert all(_signed(client, payload).status_code == 202 for payload in [*flood, newcomer])
     for delivery in WebhookDelivery.objects.order_by("pk"):
         with django_capture_on_commit_callbacks(execute=False):
-            events.process_webhook(delivery.pk)
+            process_webhook_task(delivery.pk)
         delivery.refresh_from_db()
         assert not delivery.error, delivery.error
 
@@ -233,7 +233,7 @@ def test_it_bisects_a_repro_that_arrives_by_webhook(auto, django_capture_on_comm
     )
     delivery = WebhookDelivery.objects.create(delivery_id="d-5500", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
-        events.process_webhook(delivery.pk)
+        process_webhook_task(delivery.pk)
     delivery.refresh_from_db()
     assert not delivery.error, delivery.error
     run = BisectionRun.objects.get(issue__number=5500)
@@ -252,11 +252,11 @@ def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_t
     run = queue(issue)[0].run
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3))
     assert not BisectionRun.objects.stuck(timezone.now() - timedelta(minutes=15)).exists()
-    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    coordinator.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "queued"  # waiting behind human runs is its normal state
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=2))
-    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    coordinator.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "failed" and "automatic run" in run.error
 
@@ -323,7 +323,7 @@ def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(cel
         waited = (asked.started_at - asked.created_at).total_seconds()
         # At most the rest of the mode it was in (a 5 s sleep), the 2 s a free worker gets to take the run first,
         # and the hand-over; the whole automatic run would have been ~40 s more.
-        assert waited < 5 + bisecting.MAKE_WAY_AFTER.total_seconds() + 6, waited
+        assert waited < 5 + runner.MAKE_WAY_AFTER_S + 6, waited
         automatic.refresh_from_db()
         # Back in its queue behind the triager's run (or started again once that one was taken).
         assert automatic.status == "queued" or automatic.started_at > asked.started_at
