@@ -296,7 +296,7 @@ def test_it_takes_a_bisection_from_the_page_to_a_verdict_on_a_runner_that_holds_
     assert run.hardware["device"] == "cpu" and run.hardware["isa"]
     assert issue.suggestions.filter(label="module: dynamo", source="bisection").exists()
     page = client.get(issue.get_absolute_url()).content.decode()
-    assert "module: dynamo" in page and f"bisection:{run.pk}" in page
+    assert "module: dynamo" in page and f"bisection run {run.pk}" in page  # the suggestion says where it came from
     # Its heartbeat reached the dashboard as a message: the machine, its ISA, the builds it hosts.
     beat = WorkerHeartbeat.objects.get(name=runner.name)
     assert beat.hardware["cpu"] and beat.hardware["isa"] and set(beat.builds) == {"default", "nightly"}

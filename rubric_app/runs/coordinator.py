@@ -26,7 +26,6 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app import dispatch
@@ -313,50 +312,46 @@ def _heartbeat_row(beat: object) -> WorkerHeartbeat:
 def fail_runs_of_restarted(runner: str, boot: str) -> int:
     """End the runs that an earlier process of `runner` held (it beats now with another boot): they died with it."""
     rows = BisectionRun.objects.filter(status=BisectionRun.Status.RUNNING, runner=runner).exclude(runner_boot=boot)
-    return _end_lost(
-        rows,
-        lambda run: (
-            f"The runner {run.runner} was restarted while running this bisection (killed, or lost); start it again."
-        ),
-    )
+    return sum(_end_lost(run, _restarted) for run in rows.only("pk", "runner", "worker", "message_id"))
 
 
 def fail_lost_runs(now=None) -> int:
-    """End the runs whose runner went silent (no heartbeat for WORKER_HEARTBEAT_STALE_S: killed, lost, or cut off
-    from the broker), saying so; returns how many. Every worker holding the database calls it on each beat."""
+    """End the runs whose runner died, saying so; returns how many. Every worker holding the database calls it on
+    each beat: a runner beating again with another boot was restarted (killed, or lost); one silent for
+    WORKER_HEARTBEAT_STALE_S was killed, lost, or cut off from the broker."""
     now = now or timezone.now()
-    stale = timedelta(seconds=settings.WORKER_HEARTBEAT_STALE_S)
-    live = WorkerHeartbeat.objects.live(now).values_list("name", "boot")
-    held = Q()
-    for name, boot in live:
-        held |= Q(runner=name, runner_boot=boot)
+    live = dict(WorkerHeartbeat.objects.live(now).values_list("name", "boot"))
     # A run just claimed may come before its runner's first beat is recorded: it gets one staleness to show up.
-    rows = BisectionRun.objects.filter(status=BisectionRun.Status.RUNNING, started_at__lt=now - stale).exclude(
-        runner=""
-    )
-    rows = rows.exclude(held) if live else rows
-    return _end_lost(
-        rows,
-        lambda run: (
-            f"The runner running this bisection ({run.worker}) stopped sending heartbeats for "
-            f"{settings.WORKER_HEARTBEAT_STALE_S:g} s (killed, lost, or cut off from the broker); start it again."
-        ),
-        now,
-    )
-
-
-def _end_lost(rows, why, now=None) -> int:
+    grace = now - timedelta(seconds=settings.WORKER_HEARTBEAT_STALE_S)
     ended = 0
-    for run in rows.only("pk", "runner", "worker", "message_id"):
-        # Conditional on the claim it had: a report recorded meanwhile wins.
-        if _end(
-            BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, message_id=run.message_id),
-            why(run),
-            now,
-        ):
-            ended += 1
-            dispatch.cancel_job(run.message_id)  # its message comes back to a runner later: it must not run again
+    running = BisectionRun.objects.filter(status=BisectionRun.Status.RUNNING).exclude(runner="")
+    for run in running.only("pk", "runner", "runner_boot", "worker", "message_id", "started_at"):
+        boot = live.get(run.runner)
+        if boot is not None and boot != run.runner_boot:
+            ended += _end_lost(run, _restarted, now)
+        elif boot is None and run.started_at and run.started_at < grace:
+            ended += _end_lost(run, _silent, now)
     return ended
+
+
+def _restarted(run: BisectionRun) -> str:
+    return f"The runner {run.runner} was restarted while running this bisection (killed, or lost); start it again."
+
+
+def _silent(run: BisectionRun) -> str:
+    return (
+        f"The runner running this bisection ({run.worker}) stopped sending heartbeats for "
+        f"{settings.WORKER_HEARTBEAT_STALE_S:g} s (killed, lost, or cut off from the broker); start it again."
+    )
+
+
+def _end_lost(run: BisectionRun, why, now=None) -> int:
+    # Conditional on the claim it had: a report recorded meanwhile wins.
+    held = BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, message_id=run.message_id)
+    if not _end(held, why(run), now):
+        return 0
+    dispatch.cancel_job(run.message_id)  # its message comes back to a runner later: it must not run again
+    return 1
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------------
