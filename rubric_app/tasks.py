@@ -86,7 +86,8 @@ def run_job_task(self, job: dict) -> None:
     )
 
 
-@shared_task(name=dispatch.RECORD_REPORT)
+# Safe to retry: each report is applied by a conditional UPDATE on the run's status, token and claim.
+@shared_task(name=dispatch.RECORD_REPORT, autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
 def record_report_task(message: dict) -> None:
     """Record what a runner says about its job (the coordinator's; runs/coordinator.py), and what follows a result."""
     followups.runner_reported(message)

@@ -22,22 +22,11 @@ from django.utils import timezone
 from rubric_app import dispatch
 from rubric_app.models import BisectionRun, WorkerHeartbeat
 from rubric_app.runs import bisect_runs, coordinator, jobs
-from tests.factories import INDUCTOR_RAISED, PASSED, make_issue, make_label
+from tests.factories import INDUCTOR_RAISED, PASSED, make_issue, make_label, sleeping_repro
 from tests.helpers import ROOT, only_this_tests_workers, wait_until, wait_until_finished
 
 HTMX = {"HX-Request": "true"}
 GRAPH_BREAK = (Path(__file__).parent / "repros" / "dynamo_graph_break.py").read_text()
-# Every mode sleeps: the runner is surely mid-run when it is killed.
-SLOW = """import time
-import torch
-
-def fn(x):
-    time.sleep(30)
-    return x + 1
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
 
 
 def _sent(issue, **fields) -> BisectionRun:
@@ -309,7 +298,7 @@ def test_it_takes_a_bisection_from_the_page_to_a_verdict_on_a_runner_that_holds_
 @pytest.mark.django_db(transaction=True)
 def test_it_ends_a_run_whose_runner_was_killed_mid_run_when_the_runner_comes_back(celery_worker_process, triager):
     runner = celery_worker_process
-    run = bisect_runs.start_bisection(issue=make_issue(4402), user=triager, code=SLOW, device="cpu")
+    run = bisect_runs.start_bisection(issue=make_issue(4402), user=triager, code=sleeping_repro(30), device="cpu")
     wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), 240)
 
     runner.kill()

@@ -27,7 +27,7 @@ from rubric_app.github.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.runs import coordinator, recovery
 from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
-from tests.factories import make_issue, make_label
+from tests.factories import make_issue, make_label, sleeping_repro
 from tests.fakegithub import TOKEN, FakeGitHub
 from tests.helpers import (
     ROOT,
@@ -39,20 +39,11 @@ from tests.helpers import (
 )
 from triage_site.celery import app
 
+# Every mode sleeps: the runner is surely mid-run when it is killed.
+SLOW_REPRO = sleeping_repro(20)
 Status = TriageDecision.Status
 ADD = ["module: dynamo", "module: inductor", "triaged"]
 SEEN = ["needs reproduction", "oncall: pt2"]
-# Eager sleeps: the worker is surely mid-run when it is killed.
-SLOW_REPRO = """import time
-import torch
-
-def fn(x):
-    time.sleep(20)
-    return x + 1
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
 
 
 def _applying_decision(issue, user, **fields) -> TriageDecision:

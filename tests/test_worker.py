@@ -13,7 +13,7 @@ from rubric_app import dispatch
 from rubric_app.models import BisectionRun, Issue, WebhookDelivery
 from rubric_app.runs import coordinator
 from rubric_app.tasks import process_webhook_task
-from tests.factories import make_issue, opened_issue_payload
+from tests.factories import make_issue, opened_issue_payload, sleeping_repro
 from tests.helpers import child_database_url, running_worker, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -38,18 +38,6 @@ def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_pro
     assert issue.suggestions.exists()
 
 
-SLEEPS_IN_EVERY_MODE = """import time
-import torch
-
-def fn(x):
-    time.sleep(60)
-    return x + 1
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
-
-
 @pytest.mark.torch
 def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisection(
     celery_worker_process, triager, tmp_path
@@ -63,7 +51,7 @@ def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisect
     run = BisectionRun.objects.create(
         issue=issue,
         requested_by=triager,
-        repro_code=SLEEPS_IN_EVERY_MODE,
+        repro_code=sleeping_repro(60),
         repro_style="module",
         job_token="the-jobs-secret",
     )
