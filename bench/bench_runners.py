@@ -114,7 +114,7 @@ def scaling(count: int, jobs: int, wait: float, tmp: Path, broker: str) -> float
         ran = BisectionRun.objects.filter(pk__in=[r.pk for r in runs], status="done")
         if ran.count() != jobs:
             sys.exit(f"only {ran.count()} of {jobs} jobs ended done: see {tmp}")
-        spread = sorted(ran.values_list("runner", flat=True).distinct())
+        spread = sorted(ran.order_by().values_list("runner", flat=True).distinct())
         print(f"    {count} runner(s): {elapsed:6.1f} s for {jobs} jobs, taken by {len(spread)} runner(s)")
         return elapsed
     finally:
