@@ -280,6 +280,7 @@
     if (pickerKey(event)) { event.preventDefault(); return; }
     if (event.key === "Escape") { toggleHelp(false); return; }
     if (typing(event.target)) return;
+    if (event.key === "Enter" && event.target.closest && event.target.closest("a[href]")) return;  // a link's own
     var handled = true;
     switch (event.key) {
       case "j": move(1); break;
