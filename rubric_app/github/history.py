@@ -333,8 +333,9 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
     report.stored += counts.issues_changed
     report.comments_fetched += counts.comments_fetched
     queued = set(Issue.objects.filter(pk__in=changed, in_queue=True).values_list("pk", flat=True))
-    sync.refresh(sorted(queued))
+    # The closed ones first: the queue issues' possible-duplicate marks (issue 44) look for their originals among them.
     similar.reindex(Issue.objects.filter(pk__in=[pk for pk in changed if pk not in queued]))
+    sync.refresh(sorted(queued))
     return changed
 
 

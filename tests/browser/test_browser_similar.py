@@ -1,4 +1,5 @@
-"""Similar issues in a real browser: marking a duplicate from the issue page, and one decision for the
+"""Similar issues in a real browser: closing a possible duplicate from the issue page with `d` and Enter, and one
+decision for the
 issues sharing a failure, from the queue, through the real Celery worker to the fake GitHub (and the
 group again without JavaScript)."""
 
@@ -35,24 +36,26 @@ def _reports(fake, numbers) -> list[Issue]:
     return issues
 
 
-def test_it_marks_a_duplicate_from_the_similar_issues(
+def test_it_closes_a_possible_duplicate_with_d_then_enter(
     transactional_db, celery_worker_process, fake_github, triager, make_page
 ):
     _reports(fake_github, [5101, 5102])
     page = make_page(triager.username)
     page.goto("/issues/5102")
-    neighbour = page.locator('[data-similar="5101"]')
-    assert "same signature" in neighbour.inner_text()
+    assert "same signature" in page.locator('[data-similar="5101"]').inner_text()
     assert "AssertionError: expected a static pad amount" in page.inner_text("[data-signature]")
+    mark = page.locator('[data-possible-duplicate="5101"]')
+    assert "Possible duplicate of #5101" in mark.inner_text() and "same failure signature" in mark.inner_text()
 
-    neighbour.locator("[data-mark-duplicate]").click()
+    page.keyboard.press("d")  # the preview of the close, nothing more
     preview = page.locator("#apply-preview-5102 .plan")
     preview.wait_for()
     assert "close as duplicate of #5101" in preview.inner_text() and "duplicate" in page.get_attribute(
         "[data-reply]", "data-reply"
     )
+    assert fake_github.issues[5102]["state"] == "open" and not TriageDecision.objects.exists()
     screenshot(page, "issue-duplicate-preview")
-    page.click("#apply-preview-5102 [data-apply]")
+    page.keyboard.press("Enter")
     page.wait_for_selector('[data-decision-status="applied"]', timeout=30_000)
 
     on_github = fake_github.issues[5102]

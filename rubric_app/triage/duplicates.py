@@ -1,0 +1,73 @@
+"""The possible-duplicate mark on the mirror: for issues that arrived or changed, their best original when it clears
+the calibrated threshold (rubric/duplicates.py), stored on the issue for the queue row and the issue page.
+
+mark() takes issue ids, as every follow-up of a change of issues does: the open queue issues among them are looked
+up in the similar issues' index (similar.rank: the heads of their terms' lists, the best candidates scored exactly),
+the candidates filed before them are scored again as originals (titles, failure signature, the names both use; an
+issue closed as a duplicate passes its score to the original it names, an issue's own duplicates are left out),
+and the best one is stored with its score and reasons, or the mark cleared below the threshold. Nothing is ever
+closed here: the mark offers a triager the preview of the close, which they apply or not. A few queries per batch,
+none per issue.
+"""
+
+from __future__ import annotations
+
+from rubric_app.models import Issue, TriageDecision
+from rubric_app.rubric import duplicates
+from rubric_app.rubric.types import IssueText
+from rubric_app.triage import similar
+
+MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_duplicate_reasons"]
+_ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original", "named_fix"]
+
+
+def mark(issue_ids: list[int]) -> int:
+    """Recompute the possible-duplicate mark of the open queue issues among `issue_ids`; returns how many carry one."""
+    issues = list(Issue.objects.in_queue().filter(pk__in=issue_ids).only(*_ROW_FIELDS, *MARK_FIELDS).order_by("pk"))
+    if not issues:
+        return 0
+    vectors = similar.stored_vectors({issue.pk for issue in issues})
+    near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues})
+    rows = Issue.objects.filter(pk__in={pk for found in near.values() for pk, *_ in found}).only(*_ROW_FIELDS)
+    candidates = {row.pk: row for row in rows}
+    named = {row.named_original for row in candidates.values() if row.named_original}
+    originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)}
+    vectors.update(similar.stored_vectors(set(candidates) | {row.pk for row in originals.values()}))
+    closed_as_duplicates = _closed_as_duplicates(candidates.values())
+    for issue in issues:
+        found = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
+        older = [row for row in found if row.number < issue.number]
+        older += [originals[r.named_original] for r in older if r.named_original in originals]
+        reports = [_report(row, vectors, closed_as_duplicates) for row in {row.pk: row for row in older}.values()]
+        best = duplicates.best_original(_report(issue, vectors, closed_as_duplicates), reports)
+        target = None
+        if best is not None:
+            target = originals.get(best.number) or next((r for r in older if r.number == best.number), None)
+        issue.possible_duplicate = target
+        issue.possible_duplicate_score = best.score if target else None
+        issue.possible_duplicate_reasons = best.reasons if target else []
+    Issue.objects.bulk_update(issues, MARK_FIELDS)
+    return sum(1 for issue in issues if issue.possible_duplicate_id)
+
+
+def _closed_as_duplicates(rows) -> dict[int, int]:
+    """{number: the original a dashboard decision closed it as a duplicate of} for these rows (one query): what the
+    dashboard did counts like what the thread says, before the thread's "Duplicate of #N" is synced."""
+    applied = TriageDecision.objects.filter(
+        issue__number__in=[row.number for row in rows], status=TriageDecision.Status.APPLIED, duplicate_of__isnull=False
+    )
+    return dict(applied.values_list("issue__number", "duplicate_of"))
+
+
+def _report(row: Issue, vectors: dict[int, dict[str, float]], closed_as: dict[int, int]) -> duplicates.Report:
+    return duplicates.Report(
+        number=row.number,
+        vector=vectors.get(row.pk, {}),
+        title=row.title,
+        names=duplicates.names_of(IssueText(number=row.number, title=row.title, body=row.body)),
+        signature=row.signature,
+        state=row.state,
+        state_reason=row.state_reason,
+        named_original=row.named_original or closed_as.get(row.number),
+        fix=row.named_fix,
+    )
