@@ -228,10 +228,3 @@ def best_original(report: Report, candidates: list[Report], vocabulary: Vocabula
     """The possible duplicate mark: the best original when it clears MARK_AT, else None."""
     ranked = rank(report, candidates, vocabulary)
     return ranked[0] if ranked and ranked[0].marked else None
-
-
-def closed_how(candidate: Report) -> str:
-    """ "closed: fixed by #123", "closed", "open": what the mark says of the original."""
-    if candidate.state != "closed":
-        return "open"
-    return f"closed: fixed by {candidate.fix}" if candidate.fix else "closed"

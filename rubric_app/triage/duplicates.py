@@ -21,40 +21,52 @@ MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_dupli
 _ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original", "named_fix"]
 
 
-def mark(issue_ids: list[int]) -> int:
-    """Recompute the possible-duplicate mark of the open queue issues among `issue_ids`; returns how many carry one."""
+def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = None) -> int:
+    """Recompute the possible-duplicate mark of the open queue issues among `issue_ids`; returns how many carry one.
+
+    vectors: their term vectors when the caller has them at hand (index() just computed them), else read."""
     issues = list(Issue.objects.in_queue().filter(pk__in=issue_ids).only(*_ROW_FIELDS, *MARK_FIELDS).order_by("pk"))
     if not issues:
         return 0
-    vectors = similar.stored_vectors({issue.pk for issue in issues})
-    near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues})
-    rows = Issue.objects.filter(pk__in={pk for found in near.values() for pk, *_ in found}).only(*_ROW_FIELDS)
-    candidates = {row.pk: row for row in rows}
+    vectors = dict(vectors or {})
+    missing = {issue.pk for issue in issues if issue.pk not in vectors}
+    vectors.update(similar.stored_vectors(missing) if missing else {})
+    near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues}, loaded=vectors)
+    found = {pk for others in near.values() for pk, *_ in others}
+    candidates = {row.pk: row for row in Issue.objects.filter(pk__in=found).only(*_ROW_FIELDS)} if found else {}
     named = {row.named_original for row in candidates.values() if row.named_original}
-    originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)}
-    vectors.update(similar.stored_vectors(set(candidates) | {row.pk for row in originals.values()}))
+    originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)} if named else {}
+    unread = {row.pk for row in originals.values()} - vectors.keys()
+    vectors.update(similar.stored_vectors(unread) if unread else {})
     closed_as_duplicates = _closed_as_duplicates(candidates.values())
+    changed = []
     for issue in issues:
-        found = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
-        older = [row for row in found if row.number < issue.number]
+        rows = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
+        older = [row for row in rows if row.number < issue.number]
         older += [originals[r.named_original] for r in older if r.named_original in originals]
         reports = [_report(row, vectors, closed_as_duplicates) for row in {row.pk: row for row in older}.values()]
         best = duplicates.best_original(_report(issue, vectors, closed_as_duplicates), reports)
         target = None
         if best is not None:
             target = originals.get(best.number) or next((r for r in older if r.number == best.number), None)
-        issue.possible_duplicate = target
-        issue.possible_duplicate_score = best.score if target else None
-        issue.possible_duplicate_reasons = best.reasons if target else []
-    Issue.objects.bulk_update(issues, MARK_FIELDS)
+        mark = (target.pk, best.score, best.reasons) if target is not None and best is not None else (None, None, [])
+        if mark != (issue.possible_duplicate_id, issue.possible_duplicate_score, issue.possible_duplicate_reasons):
+            issue.possible_duplicate_id, issue.possible_duplicate_score, issue.possible_duplicate_reasons = mark
+            changed.append(issue)
+    if changed:
+        Issue.objects.bulk_update(changed, MARK_FIELDS)
     return sum(1 for issue in issues if issue.possible_duplicate_id)
 
 
 def _closed_as_duplicates(rows) -> dict[int, int]:
-    """{number: the original a dashboard decision closed it as a duplicate of} for these rows (one query): what the
-    dashboard did counts like what the thread says, before the thread's "Duplicate of #N" is synced."""
+    """{number: the original a dashboard decision closed it as a duplicate of} for the rows closed as duplicates whose
+    thread names none yet (one query, none without such rows): what the dashboard did counts like what the thread
+    says, before the thread's "Duplicate of #N" is synced."""
+    numbers = [row.number for row in rows if row.state_reason == "duplicate" and not row.named_original]
+    if not numbers:
+        return {}
     applied = TriageDecision.objects.filter(
-        issue__number__in=[row.number for row in rows], status=TriageDecision.Status.APPLIED, duplicate_of__isnull=False
+        issue__number__in=numbers, status=TriageDecision.Status.APPLIED, duplicate_of__isnull=False
     )
     return dict(applied.values_list("issue__number", "duplicate_of"))
 

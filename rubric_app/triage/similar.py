@@ -179,13 +179,15 @@ def rank(
     candidates: int = CANDIDATES,
     labelled: bool = False,
     query_terms: int | None = None,
+    loaded: dict[int, dict[str, float]] | None = None,
 ) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
     """{issue id: [(other id, cosine, shared words, shared terms)] best first} for each stored vector in `vectors`.
 
     Candidates come from the heads of the lists of each vector's heaviest `query_terms` terms (all by
     default), by their partial sums (_candidates); the best `candidates` are then scored exactly over all
     the terms both issues have, from their stored vectors. labelled: only issues carrying a module: label
-    (the suggestion vote). Two statements for the whole batch, whatever its size.
+    (the suggestion vote); loaded: filled with the candidates' stored vectors, for a caller that scores them again.
+    Two statements for the whole batch, whatever its size.
     """
     queries = {
         pk: sorted(v.items(), key=lambda item: (-item[1], item[0]))[:query_terms] for pk, v in vectors.items() if v
@@ -194,6 +196,8 @@ def rank(
         return {}
     chosen = _candidates(queries, per_term, candidates, labelled)
     stored = stored_vectors({other for others in chosen.values() for other in others})
+    if loaded is not None:
+        loaded.update(stored)
     out = {}
     for pk, others in chosen.items():
         vector, scored = vectors[pk], []

@@ -69,7 +69,7 @@ def _store(
     similar.index(issues, texts)
     # Issue 44: the possible-duplicate mark follows the index it reads. Once issue 42's triage workflow module runs the
     # follow-ups of a sync, webhook, history run or applied decision, this call moves there.
-    duplicates.mark([issue.pk for issue in issues])
+    duplicates.mark([issue.pk for issue in issues], {issue.pk: issue.similarity_vector for issue in issues})
     votes = similar.neighbours_for_votes(issues)
     shared, others = evidence.shared_evidence(issues, texts)
     # G12: the latest release as last read from the repository (never guessed), and who added `high priority`.
