@@ -15,13 +15,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from rubric_app.github.events import process_webhook
 from rubric_app.models import Comment, GitHubWrite, Issue, TriageDecision, WebhookDelivery
 from rubric_app.rubric import duplicates
 from rubric_app.rubric.offline import duplicates as offline
 from rubric_app.rubric.offline.evaluation import issue_from_record, read_jsonl
 from rubric_app.rubric.similarity import _TOKEN, _token, parts_of
 from rubric_app.rubric.types import CommentText, IssueText
+from rubric_app.tasks import process_webhook_task
 from rubric_app.triage import duplicates as marking
 from rubric_app.triage import similar, suggestions
 from tests.factories import make_issue, make_label
@@ -213,7 +213,7 @@ def test_it_marks_a_new_issue_from_a_webhook_without_a_page_view(client, fake_gi
     }
 
     assert _post(client, "issues", payload, delivery="d-94598").status_code == 202
-    process_webhook(WebhookDelivery.objects.get(delivery_id="d-94598").pk)
+    process_webhook_task(WebhookDelivery.objects.get(delivery_id="d-94598").pk)
 
     issue = Issue.objects.get(number=94598)
     assert issue.possible_duplicate.number == 93890 and issue.possible_duplicate_score >= duplicates.MARK_AT

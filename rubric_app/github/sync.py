@@ -20,7 +20,8 @@ Everywhere: an issue is only overwritten by data with a newer updated_at.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -32,8 +33,6 @@ from django.utils import timezone
 from rubric_app.github import client as github
 from rubric_app.github import connect, skill_files
 from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState
-from rubric_app.runs import auto_bisect, build_checks
-from rubric_app.triage import suggestions
 from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, allowed_for_triage, is_automation_label
 
 log = logging.getLogger(__name__)
@@ -81,9 +80,16 @@ class SyncReport:
     requests: int = 0
     not_modified: int = 0
     resumed: bool = False
-    refresh_suggestions: bool = True
     skipped: bool = False
     skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
+    # What follows a change of issues (the caller's: triage/followups.issues_changed), told after each stored page
+    # which issues changed and why ("sync", "departure", "skill"); None: nothing follows (the benchmark times the
+    # sync alone).
+    on_changed: Callable[[list[int], str], None] | None = field(default=None, repr=False, compare=False)
+
+    def changed(self, issue_ids: list[int], cause: str = "sync") -> None:
+        if self.on_changed is not None and issue_ids:
+            self.on_changed(issue_ids, cause)
 
     def summary(self) -> str:
         if self.skipped:
@@ -325,27 +331,24 @@ def store_label_events(fetched: dict[int, list[github.LabelEventData]]) -> None:
     )
 
 
-def refresh(issue_ids: list[int]) -> None:
-    """Recompute the rubric's suggestions of the issues that changed (one catalog read for all), after what their
-    runs across torch builds say (an edit may have given the reporter's version)."""
-    if issue_ids:
-        build_checks.compare_issues(issue_ids)
-        suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
-
-
 # --- the syncs ---------------------------------------------------------------------------------
 
 
-def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_suggestions: bool = True) -> SyncReport:
+def sync_queue(
+    *,
+    full: bool = False,
+    gh: github.Client | None = None,
+    on_changed: Callable[[list[int], str], None] | None = None,
+) -> SyncReport:
     """Sync the queue (full: every page; else since the high-water mark). Returns a SyncReport.
 
     Raises github.GitHubError (e.g. RateLimited) when GitHub stays unusable; what was
     stored so far stays, and the next run resumes from the saved point.
-    refresh_suggestions=False leaves the rubric engine out (the benchmark times it apart).
+    on_changed(issue_ids, cause): told after each stored page (see SyncReport.on_changed).
     Only one sync runs at a time: while another holds the claim, this one returns at once
     with report.skipped set and makes no request.
     """
-    report = SyncReport(mode="full" if full else "incremental", refresh_suggestions=refresh_suggestions)
+    report = SyncReport(mode="full" if full else "incremental", on_changed=on_changed)
     if not _claim_sync():
         report.skipped = True
         log.info("%s", report.summary())
@@ -355,10 +358,10 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
         # The triage skill first: its catalog and the latest release decide this sync's suggestions.
         report.skill_changed = skill_files.sync_skill(gh).changed
         _sync(full=full, gh=gh, report=report)
-        if report.skill_changed and report.refresh_suggestions:
+        if report.skill_changed and report.on_changed is not None:
             # Every queued issue follows the new skill; those this sync refreshed already do.
             older = Q(suggestions_updated_at__lt=started) | Q(suggestions_updated_at=None)
-            refresh(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)))
+            report.changed(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)), "skill")
         return report
     finally:
         SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
@@ -399,9 +402,7 @@ def _store_page(page: github.Page, gh: github.Client, report: SyncReport) -> Non
     with transaction.atomic():
         changed = store_issues(page.items, gh=gh, report=report)
     report.issues_fetched += len(page.items)
-    if report.refresh_suggestions:
-        refresh(changed)
-    auto_bisect.queue_for_issues(changed, cause="sync")
+    report.changed(changed)
 
 
 def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
@@ -465,13 +466,13 @@ def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport
             continue
         with transaction.atomic():
             changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False)
-        refresh(changed)
+        report.changed(changed, "departure")
 
 
 def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
     if state.high_water_mark is None:
         # Nothing to be incremental from: a full sync sets the mark.
-        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", refresh_suggestions=report.refresh_suggestions))
+        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", on_changed=report.on_changed))
         report.mode, report.issues_fetched, report.issues_changed = (
             "full (first)",
             full.issues_fetched,
