@@ -23,7 +23,7 @@ from rubric_app.rubric.similarity import _TOKEN, _token, parts_of
 from rubric_app.rubric.types import CommentText, IssueText
 from rubric_app.tasks import process_webhook_task
 from rubric_app.triage import duplicates as marking
-from rubric_app.triage import similar, suggestions
+from rubric_app.triage import followups, similar
 from tests.factories import make_issue, make_label
 from tests.helpers import preview_duplicate
 from tests.test_webhooks import _post
@@ -213,6 +213,7 @@ def test_it_marks_a_new_issue_from_a_webhook_without_a_page_view(client, fake_gi
     }
 
     assert _post(client, "issues", payload, delivery="d-94598").status_code == 202
+    # What the worker runs for the delivery: the mirror's change, then what follows it (triage/followups.py).
     process_webhook_task(WebhookDelivery.objects.get(delivery_id="d-94598").pk)
 
     issue = Issue.objects.get(number=94598)
@@ -238,7 +239,7 @@ def test_it_says_possible_duplicate_on_the_page_and_previews_the_close_with_d(cl
 
 def test_it_shows_the_mark_on_the_queue_row_with_the_form_d_submits(client, triager, viewer, autocast_mirror):
     report = _arrival(94598)
-    suggestions.refresh_issue(make_issue(94598, title=report.title, body=report.body))
+    followups.issues_changed([make_issue(94598, title=report.title, body=report.body).pk], "sync")
     client.force_login(triager)
 
     row = client.get(reverse("rubric_app:queue"), {"lane": "all"}).content.decode()
@@ -250,9 +251,9 @@ def test_it_shows_the_mark_on_the_queue_row_with_the_form_d_submits(client, tria
 
 
 def _arrived_page(client, user, text: IssueText) -> tuple[Issue, str]:
-    """The issue arrives with this text (its suggestions refreshed, as the sync does); its page as `user` sees it."""
+    """The issue arrives with this text (what follows a sync's page); its page as `user` sees it."""
     issue = make_issue(text.number, title=text.title, body=text.body)
-    suggestions.refresh_issue(issue)
+    followups.issues_changed([issue.pk], "sync")
     client.force_login(user)
     page = client.get(reverse("rubric_app:issue", args=[text.number])).content.decode()
     issue.refresh_from_db()
@@ -293,7 +294,9 @@ def test_it_never_offers_the_demo_issue_its_own_closed_duplicate(client, triager
         dup = Issue.objects.get(number=number)
         Comment.objects.create(issue=dup, github_id=number, body="Duplicate of #170014", author="tina-triager")
         Issue.objects.filter(pk=dup.pk).update(state="closed", state_reason="duplicate", in_queue=False)
-    suggestions.refresh(Issue.objects.filter(number__in=[170014, 170140, 170143]))
+    followups.issues_changed(
+        list(Issue.objects.filter(number__in=[170014, 170140, 170143]).values_list("pk", flat=True)), "sync"
+    )
     client.force_login(triager)
 
     page = client.get(reverse("rubric_app:issue", args=[170014])).content.decode()

@@ -34,7 +34,8 @@ def _failing(number: int, **kwargs) -> Issue:
 
 
 def _refreshed(*issues: Issue) -> list[Issue]:
-    suggestions.refresh(Issue.objects.filter(pk__in=[i.pk for i in issues]))
+    """These issues as a sync's page leaves them: suggestions refreshed, marks computed (triage/followups.py)."""
+    issues_changed([i.pk for i in issues], "sync")
     return [Issue.objects.get(pk=i.pk) for i in issues]
 
 

@@ -1,7 +1,8 @@
 """The possible-duplicate mark on the mirror: for issues that arrived or changed, their best original when it clears
 the calibrated threshold (rubric/duplicates.py), stored on the issue for the queue row and the issue page.
 
-mark() takes issue ids, as every follow-up of a change of issues does: the open queue issues among them are looked
+mark() takes issue ids, as every follow-up of a change of issues does (triage/followups.py: after a sync's page, a
+webhook, the history, an applied decision, a finished run): the open queue issues among them are looked
 up in the similar issues' index (similar.rank: the heads of their terms' lists, the best candidates scored exactly),
 the candidates filed before them are scored again as originals (titles, failure signature, the names both use; an
 issue closed as a duplicate passes its score to the original it names, an issue's own duplicates are left out),
@@ -22,16 +23,21 @@ _ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", 
 
 
 def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = None) -> int:
-    """Recompute the possible-duplicate mark of the open queue issues among `issue_ids`; returns how many carry one.
+    """Recompute the possible-duplicate mark of the open queue issues among `issue_ids` (the others, gone from the
+    queue, lose theirs); returns how many of them carry one.
 
-    vectors: their term vectors when the caller has them at hand (index() just computed them), else read."""
-    issues = list(Issue.objects.in_queue().filter(pk__in=issue_ids).only(*_ROW_FIELDS, *MARK_FIELDS).order_by("pk"))
-    if not issues:
-        return 0
+    vectors: their term vectors when the caller has them at hand, else read."""
+    rows = list(Issue.objects.filter(pk__in=issue_ids).only(*_ROW_FIELDS, *MARK_FIELDS, "in_queue").order_by("pk"))
+    issues = [row for row in rows if row.in_queue and row.state == Issue.State.OPEN]
+    changed = [
+        row for row in rows if not (row.in_queue and row.state == Issue.State.OPEN) and row.possible_duplicate_id
+    ]
+    for row in changed:
+        row.possible_duplicate_id, row.possible_duplicate_score, row.possible_duplicate_reasons = None, None, []
     vectors = dict(vectors or {})
     missing = {issue.pk for issue in issues if issue.pk not in vectors}
     vectors.update(similar.stored_vectors(missing) if missing else {})
-    near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues}, loaded=vectors)
+    near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues}, loaded=vectors) if issues else {}
     found = {pk for others in near.values() for pk, *_ in others}
     candidates = {row.pk: row for row in Issue.objects.filter(pk__in=found).only(*_ROW_FIELDS)} if found else {}
     named = {row.named_original for row in candidates.values() if row.named_original}
@@ -39,10 +45,9 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     unread = {row.pk for row in originals.values()} - vectors.keys()
     vectors.update(similar.stored_vectors(unread) if unread else {})
     closed_as_duplicates = _closed_as_duplicates(candidates.values())
-    changed = []
     for issue in issues:
-        rows = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
-        older = [row for row in rows if row.number < issue.number]
+        nearest = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
+        older = [row for row in nearest if row.number < issue.number]
         older += [originals[r.named_original] for r in older if r.named_original in originals]
         reports = [_report(row, vectors, closed_as_duplicates) for row in {row.pk: row for row in older}.values()]
         best = duplicates.best_original(_report(issue, vectors, closed_as_duplicates), reports)
@@ -56,6 +61,20 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     if changed:
         Issue.objects.bulk_update(changed, MARK_FIELDS)
     return sum(1 for issue in issues if issue.possible_duplicate_id)
+
+
+def reports_near(issue_ids: list[int]) -> list[int]:
+    """The open queue issues among the nearest of these (closed originals the history just indexed): the reports whose
+    best original may now be one of them, to mark again. Three queries, none without issues."""
+    vectors = similar.stored_vectors(set(issue_ids)) if issue_ids else {}
+    near = similar.rank(vectors, queued=True)
+    return sorted({pk for others in near.values() for pk, *_ in others} - set(issue_ids))
+
+
+def marked_as_duplicates_of(issue: Issue) -> list[int]:
+    """The open queue issues marked possible duplicates of `issue` (a decision just closed it, perhaps as a duplicate
+    itself: their best original may now be the one it names)."""
+    return list(Issue.objects.in_queue().filter(possible_duplicate=issue).values_list("pk", flat=True))
 
 
 def _closed_as_duplicates(rows) -> dict[int, int]:

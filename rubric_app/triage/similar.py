@@ -129,18 +129,24 @@ def vector_of(issue: Issue) -> dict[str, float]:
 
 
 def _candidates(
-    queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool
+    queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool, queued: bool = False
 ) -> dict[int, list[int]]:
     """{issue id: the `limit` other issues with the highest partial dot product} for each query ([(term, weight)]).
 
     Partial: over the head of each term's list only, the `per_term` issues where the term weighs most
-    (ties in index order: by issue id); of labelled issues only when `labelled`. One statement, the same
+    (ties in index order: by issue id); of labelled issues only when `labelled`; of the open queue's only when
+    `queued` (the heads are the whole index's, the queue's issues kept among them). One statement, the same
     on both databases, for any number of queries: each term's floor is the entry `per_term` places down
     its index range, then one range scan per term from the top to that floor.
     (Faster than a LIMIT per term through UNION ALL, LATERAL or a correlated IN, measured on both.)
     """
     table = IssueTerm._meta.db_table
     only = " AND t.labelled" if labelled else ""
+    queue = (
+        f" JOIN {Issue._meta.db_table} i ON i.id = scores.dst AND i.in_queue AND i.state = '{Issue.State.OPEN}'"
+        if queued
+        else ""
+    )
     rows = [(pk, term, weight) for pk, query in queries.items() for term, weight in query]
     values = ", ".join(["(%s, %s, %s)"] * len(rows))
     last = f"FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC, t.issue_id LIMIT 1 OFFSET %s"
@@ -152,7 +158,8 @@ def _candidates(
         f"JOIN {table} t ON t.term = f.term{only} AND t.weight >= f.weight "
         "AND (t.weight > f.weight OR t.issue_id <= f.issue_id) "
         f"WHERE t.issue_id <> f.src GROUP BY f.src, t.issue_id), "
-        f"ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n FROM scores) "
+        "ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n "
+        f"FROM scores{queue}) "
         f"SELECT src, dst FROM ranked WHERE n <= %s ORDER BY src, n"
     )
     found: dict[int, list[int]] = defaultdict(list)
@@ -180,13 +187,15 @@ def rank(
     labelled: bool = False,
     query_terms: int | None = None,
     loaded: dict[int, dict[str, float]] | None = None,
+    queued: bool = False,
 ) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
     """{issue id: [(other id, cosine, shared words, shared terms)] best first} for each stored vector in `vectors`.
 
     Candidates come from the heads of the lists of each vector's heaviest `query_terms` terms (all by
     default), by their partial sums (_candidates); the best `candidates` are then scored exactly over all
     the terms both issues have, from their stored vectors. labelled: only issues carrying a module: label
-    (the suggestion vote); loaded: filled with the candidates' stored vectors, for a caller that scores them again.
+    (the suggestion vote); queued: only open queue issues (the reports a new closed original may be the original
+    of); loaded: filled with the candidates' stored vectors, for a caller that scores them again.
     Two statements for the whole batch, whatever its size.
     """
     queries = {
@@ -194,7 +203,7 @@ def rank(
     }
     if not queries:
         return {}
-    chosen = _candidates(queries, per_term, candidates, labelled)
+    chosen = _candidates(queries, per_term, candidates, labelled, queued)
     stored = stored_vectors({other for others in chosen.values() for other in others})
     if loaded is not None:
         loaded.update(stored)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rubric_app import rubric
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, LabelEvent, Suggestion
-from rubric_app.triage import duplicates, evidence, model_store, similar
+from rubric_app.triage import evidence, model_store, similar
 from rubric_app.vocabulary import HIGH_PRIORITY
 
 
@@ -67,9 +67,6 @@ def _store(
     now = timezone.now()
     texts = [issue.as_issue_text() for issue in issues]
     similar.index(issues, texts)
-    # Issue 44: the possible-duplicate mark follows the index it reads. Once issue 42's triage workflow module runs the
-    # follow-ups of a sync, webhook, history run or applied decision, this call moves there.
-    duplicates.mark([issue.pk for issue in issues], {issue.pk: issue.similarity_vector for issue in issues})
     votes = similar.neighbours_for_votes(issues)
     shared, others = evidence.shared_evidence(issues, texts)
     # G12: the latest release as last read from the repository (never guessed), and who added `high priority`.

@@ -7,7 +7,7 @@ import time
 from django.core.management.base import BaseCommand
 
 from rubric_app.models import Issue
-from rubric_app.triage import duplicates, similar
+from rubric_app.triage import followups, similar
 from rubric_app.triage.suggestions import refresh as refresh_suggestions
 
 
@@ -30,9 +30,8 @@ class Command(BaseCommand):
             f"indexed {count} issues in {time.monotonic() - start:.1f} s; "
             f"{Issue.objects.exclude(signature='').count()} have a failure signature to group by"
         )
-        queued = list(Issue.objects.in_queue().order_by("pk").values_list("pk", flat=True))
-        marked = sum(duplicates.mark(queued[i : i + 500]) for i in range(0, len(queued), 500))
-        self.stdout.write(f"{marked} of the {len(queued)} open queue issues carry a possible-duplicate mark")
+        marked, queued = followups.queue_reindexed()
+        self.stdout.write(f"{marked} of the {queued} open queue issues carry a possible-duplicate mark")
         if suggestions:
             start = time.monotonic()
             count = refresh_suggestions(Issue.objects.in_queue())
