@@ -1,6 +1,5 @@
 """Similar issues in a real browser: closing a possible duplicate from the issue page with `d` and Enter, and one
-decision for the
-issues sharing a failure, from the queue, through the real Celery worker to the fake GitHub (and the
+decision for the issues sharing a failure, from the queue, through the real Celery worker to the fake GitHub (and the
 group again without JavaScript)."""
 
 from __future__ import annotations
@@ -8,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
-from rubric_app.triage import suggestions
+from rubric_app.triage import followups
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -20,7 +19,7 @@ LABELS = ("oncall: pt2", "module: dynamic shapes", "module: inductor", "triaged"
 
 def _reports(fake, numbers) -> list[Issue]:
     """Reports of one Inductor lowering failure (other shapes and paths each), on the fake GitHub and in the
-    dashboard, indexed and with suggestions as the sync leaves them."""
+    dashboard, indexed, with suggestions and possible-duplicate marks as a sync's page leaves them."""
     for name in LABELS:
         fake.add_label(name)
         make_label(name)
@@ -32,7 +31,7 @@ def _reports(fake, numbers) -> list[Issue]:
         )
         fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
         issues.append(make_issue(number, title=title, body=body))
-    suggestions.refresh(Issue.objects.filter(number__in=numbers))
+    followups.issues_changed([issue.pk for issue in issues], "sync")
     return issues
 
 

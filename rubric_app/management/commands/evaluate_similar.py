@@ -98,8 +98,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"possible duplicates: the originals of real pairs in a pool of {report.pool} PT2 issues; each "
             f"method's mark at its threshold (calibrated on the development pairs: ours "
-            f"{report.calibrated['ours']:.3f}, shipped {report.thresholds['ours']:.2f}; TF-IDF "
-            f"{report.calibrated['TF-IDF']:.3f}), on the pairs' duplicates and on the other {report.negatives} "
+            f"{report.calibrated['ours']:.4f}, shipped {report.thresholds['ours']:.2f}; TF-IDF "
+            f"{report.calibrated['TF-IDF']:.4f}), on the pairs' duplicates and on the other {report.negatives} "
             "issues asked as they arrived (strict precision: those all count wrong)"
         )
         for part in ("development", "held-out"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +33,10 @@ CANDIDATES = 30  # the first stage's candidates, as the database's lookup (triag
 TOP = 5
 # A method's mark threshold (calibrate): the lowest score at which its marks on the development pairs reach
 # PRECISION_TARGET while it marks at most MARK_BUDGET of the pool's other issues (the same rule for ours and the
-# baseline's). The budget keeps the mark rare; those other marks are counted wrong, though some are duplicates no one
-# named (docs/similar.md lists the top ones).
+# baseline's). The budget keeps the mark rare: a short precise list beats a long list of maybes. Those other marks
+# are counted wrong, though some are duplicates no one named (docs/similar.md lists them).
 PRECISION_TARGET = 0.8
-MARK_BUDGET = 0.10
+MARK_BUDGET = 0.01
 
 
 def held_out(original: int) -> bool:
@@ -205,8 +206,9 @@ def calibrate(positives: list[tuple], negatives: list[tuple]) -> float:
     on `positives` (the development pairs) are at least PRECISION_TARGET right (or there are none)."""
     others = sorted((score for *_, score, _top in negatives), reverse=True)
     floor = others[int(len(others) * MARK_BUDGET)] if others else 0.0
-    for t in sorted({score for *_, score, _top in positives if score > floor} | {floor + 1e-9}):
+    above = math.floor(floor * 10_000) / 10_000 + 0.0001  # four decimals, and still above the budget's floor
+    for t in sorted({math.floor(s * 10_000) / 10_000 for *_, s, _top in positives if s >= above} | {above}):
         marked = [bool(right) for _r, right, score, _t in positives if score >= t]
         if not marked or sum(marked) / len(marked) >= PRECISION_TARGET:
             return round(t, 4)
-    return round(floor + 1e-9, 4)
+    return round(above, 4)
