@@ -4,6 +4,7 @@ through the real webhook receiver and the fake GitHub."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from functools import cache
@@ -16,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from rubric_app.github import history
+from rubric_app.github.applying import apply_decision
 from rubric_app.models import Comment, GitHubWrite, Issue, TriageDecision, WebhookDelivery
 from rubric_app.rubric import duplicates
 from rubric_app.rubric.offline import duplicates as offline
@@ -267,6 +269,7 @@ def test_it_says_possible_duplicate_on_the_page_and_previews_the_close_with_d(cl
     assert page.count("data-mark-duplicate=") == 1  # the similar issues below it offer nothing
     preview = preview_duplicate(client, 182765, 182012)
     assert 'data-close="duplicate"' in preview and "Duplicate of #182012" in preview and "data-apply" in preview
+    assert "data-original-plan" not in preview  # a closed original is left as it is
     assert not TriageDecision.objects.exists()  # a preview: the triager applies it or not
 
     client.force_login(viewer)
@@ -282,8 +285,59 @@ def test_it_shows_the_mark_on_the_queue_row_with_the_form_d_submits(client, tria
 
     assert 'data-possible-duplicate="182012"' in row and "possible duplicate of" in row
     assert 'data-mark-duplicate="182012"' in row and 'name="route" value="duplicate"' in row
+    assert 'name="accept" value="duplicate"' in row
     client.force_login(viewer)
     assert "data-mark-duplicate" not in client.get(reverse("rubric_app:queue"), {"lane": "all"}).content.decode()
+
+
+def test_it_labels_an_open_original_as_the_group_route_does(client, triager, fake_github, settings):
+    """Both reports open in the queue: `d` on the later one previews its close and, for the original, the labels the
+    rubric pre-selected on the duplicate (what `a` would accept), in a decision of its own; Apply queues both, and
+    each is applied and audited on its own."""
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in ("oncall: pt2", "module: inductor", "triaged", "triage review", "module: correctness (silent)"):
+        make_label(name)
+    first, again = _thread(182012), _twin()
+    for text in (first, again):
+        fake_github.add_issue(text.number, title=text.title, body=text.body, labels=["oncall: pt2"])
+    issues = [make_issue(t.number, title=t.title, body=t.body, labels=["oncall: pt2"]) for t in (first, again)]
+    followups.issues_changed([i.pk for i in issues], "sync")
+    assert Issue.objects.get(number=182765).possible_duplicate.number == 182012
+    client.force_login(triager)
+
+    preview = client.post(
+        reverse("rubric_app:issue_preview", args=[182765]),
+        {"route": "duplicate", "duplicate_of": "182012", "accept": "duplicate", "labels_seen": '["oncall: pt2"]'},
+        headers=HTMX,
+    ).content.decode()
+
+    accepted = {s.label for s in Issue.objects.get(number=182765).suggestions.filter(preselected=True, kind="add")}
+    assert "module: inductor" in accepted
+    original = preview[preview.index('data-original-plan="182012"') :]
+    assert "+ module: inductor" in original and "data-original-refused" not in original
+    assert 'data-close="duplicate"' in preview and "the ticked labels go to the original #182012" in preview
+    assert 'name="original_labels_seen"' in preview and not TriageDecision.objects.exists()
+
+    # Apply posts back what the preview validated (its hidden fields: the ticked labels, the original's labels seen).
+    posted: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', preview):
+        posted.setdefault(name, []).append(html.unescape(value))
+    assert "module: inductor" in posted["labels"] and posted["original_labels_seen"] == ['["oncall: pt2"]']
+    garbled = client.post(reverse("rubric_app:issue_apply", args=[182765]), {**posted, "original_labels_seen": "{"})
+    assert garbled.status_code == 400 and "label snapshot is unreadable" in garbled.content.decode()
+    assert not TriageDecision.objects.exists()  # bad input loses nothing and sends nothing
+    response = client.post(reverse("rubric_app:issue_apply", args=[182765]), posted, headers=HTMX)
+
+    assert response.status_code == 200
+    made = {d.issue.number: d for d in TriageDecision.objects.select_related("issue")}
+    assert made[182765].close_reason == "duplicate" and made[182765].duplicate_of == 182012
+    assert "module: inductor" in made[182012].labels_added and not made[182012].close_issue
+    for decision in made.values():
+        assert apply_decision(decision.pk).status == TriageDecision.Status.APPLIED
+    assert fake_github.issues[182765]["state_reason"] == "duplicate"
+    assert "module: inductor" in fake_github.labels_of(182012) and fake_github.issues[182012]["state"] == "open"
+    audit = {n: [w.action for w in d.writes.order_by("at", "pk")] for n, d in made.items()}
+    assert audit[182765][-2:] == ["comment", "close"] and "add_label" in audit[182012]
 
 
 def _arrived_page(client, user, text: IssueText) -> tuple[Issue, str]:

@@ -251,8 +251,8 @@ def _route_preview(issue, preview_url: str, csrf: str, fields: dict[str, str], b
 
 def _possible_duplicate(issue, preview_url: str, csrf: str, can_apply: bool) -> str:
     """The row's possible-duplicate mark (triage/duplicates.py, select_related by for_queue): the original, its state
-    ("closed: fixed by #123"), the evidence, and for a triager the form `d` submits: the preview of the close, never
-    the close itself."""
+    ("closed: fixed by #123"), the evidence, and for a triager the form `d` submits: the preview of the close (the
+    suggested labels going to an open original, as the group route gives them), never the close itself."""
     original = issue.possible_duplicate
     if original is None:
         return ""
@@ -263,7 +263,7 @@ def _possible_duplicate(issue, preview_url: str, csrf: str, can_apply: bool) -> 
             issue,
             preview_url,
             csrf,
-            {"route": "duplicate", "duplicate_of": str(original.number)},
+            {"route": "duplicate", "duplicate_of": str(original.number), "accept": "duplicate"},
             f'<button type="submit" class="link" data-mark-duplicate="{original.number}" '
             f'title="Preview closing it as a duplicate of #{original.number} (d)">close as its duplicate…</button>',
         )
