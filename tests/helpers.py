@@ -223,3 +223,16 @@ def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "I
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def preview_duplicate(client, number: int, original: int, labels_seen=("oncall: pt2",)) -> str:
+    """What the issue page's htmx preview of closing #number as a duplicate of #original shows (changes nothing)."""
+    import json
+
+    from django.urls import reverse
+
+    return client.post(
+        reverse("rubric_app:issue_preview", args=[number]),
+        {"route": "duplicate", "duplicate_of": str(original), "labels_seen": json.dumps(list(labels_seen))},
+        headers={"HX-Request": "true"},
+    ).content.decode()
