@@ -116,6 +116,9 @@ class SyncState(models.Model):
     running_since = models.DateTimeField(null=True, blank=True)
     # "host:pid" of the process holding the claim (github/history.py): a killed backfill's claim is taken over at once.
     holder = models.CharField(max_length=200, blank=True)
+    # Issues the last run could not store or read, and why ([{"number", "reason"}]): the rest went on; /health lists
+    # them.
+    skipped = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return self.key
@@ -143,6 +146,8 @@ class WebhookDelivery(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     ignored = models.CharField(max_length=300, blank=True)
+    # What of the payload's text could not be stored as sent (data.storable_json): {"issue.title": "1 lone surrogate"}.
+    replaced = models.JSONField(default=dict, blank=True)
 
     objects = WebhookDeliveryQuerySet.as_manager()
 

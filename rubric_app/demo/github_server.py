@@ -400,7 +400,7 @@ class FakeGitHub(People):
         }
         if issue["pull_request"]:
             data["pull_request"] = {"url": f"{self._base()}/pulls/{number}"}
-        return data
+        return {**data, **issue.get("sent_as", {})}  # sent_as: fields sent as they are (a malformed answer)
 
     def comment_json(self, number: int, comment: dict) -> dict:
         return {

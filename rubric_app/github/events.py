@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import skill_files
-from rubric_app.github.sync import SyncReport, refresh, store_issues
+from rubric_app.github.sync import SyncReport, bury, refresh, store_issues
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
 from rubric_app.runs import auto_bisect
 from rubric_app.vocabulary import allowed_for_triage
@@ -55,7 +55,9 @@ def process_webhook(delivery_id: int) -> None:
             delivery.ignored = foreign_repository(payload) if isinstance(payload, dict) else "not a JSON object"
             if not delivery.ignored:
                 with transaction.atomic():
-                    changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
+                    changed, delivery.ignored, delivery.error = _apply_event(
+                        delivery.event, delivery.payload, delivery.replaced
+                    )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
         delivery.processed_at = timezone.now()
@@ -64,29 +66,41 @@ def process_webhook(delivery_id: int) -> None:
     auto_bisect.queue_for_issues(changed, cause="webhook")
 
 
-def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:
-    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "")."""
+def _apply_event(event: str, payload: dict, replaced: dict[str, str] | None = None) -> tuple[list[int], str, str]:
+    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "", what of it
+    the database refused or "").
+
+    replaced: what the receiver replaced in the payload's text before storing it (the rows say so)."""
     report = SyncReport(mode="webhook")
     if event == "label":
-        return [], _apply_label_event(payload)
+        return [], _apply_label_event(payload), ""
     if event not in ("issues", "issue_comment") or "issue" not in payload:
-        return [], ""
-    data = github.parse_issue(payload["issue"])
+        return [], "", ""
+    data = github.parse_issue(payload["issue"], earlier=_under("issue", replaced))
     action = payload.get("action", "")
     if event == "issues" and action in ("deleted", "transferred"):
-        Issue.objects.filter(number=data.number).update(in_queue=False)
-        return [], ""
+        # A tombstone as of the issue's own stamp: an event sent before this one, arriving later, never revives it.
+        moved = (((payload.get("changes") or {}).get("new_repository") or {}).get("full_name")) or "another repository"
+        bury(data.number, data.updated_at, "deleted on GitHub" if action == "deleted" else f"transferred to {moved}")
+        return [], "", ""
     changed = store_issues([data], gh=None, report=report, authoritative=False)
     if event == "issue_comment" and "comment" in payload:
-        issue = Issue.objects.filter(number=data.number).first()
-        comment = github.parse_comment(payload["comment"])
+        issue = Issue.objects.filter(number=data.number, gone_at__isnull=True).first()
+        comment = github.parse_comment(payload["comment"], earlier=_under("comment", replaced))
         if issue is not None:
             if action == "deleted":
                 deleted, _ = Comment.objects.filter(github_id=comment.github_id).delete()
                 changed += [issue.pk] if deleted else []
             elif _store_comment(issue, comment):
                 changed.append(issue.pk)
-    return sorted(set(changed)), ""
+    refused = "; ".join(f"issue #{number} {why}" for number, why in report.skipped_issues)
+    return sorted(set(changed)), "", refused
+
+
+def _under(key: str, replaced: dict[str, str] | None) -> dict[str, str]:
+    """The receiver's replacements inside the payload's `key` object, by their path there ("title")."""
+    prefix = f"{key}."
+    return {path[len(prefix) :]: what for path, what in (replaced or {}).items() if path.startswith(prefix)}
 
 
 def _store_comment(issue: Issue, data: github.CommentData) -> bool:
@@ -103,6 +117,7 @@ def _store_comment(issue: Issue, data: github.CommentData) -> bool:
             "body": data.body,
             "created_at": data.created_at,
             "updated_at": data.updated_at,
+            "replaced": dict(data.replaced),
         },
     )
     return True
