@@ -12,7 +12,13 @@ in_queue=False if they left (closed, relabelled); they are never deleted.
 Incremental sync: the repo's issues updated since the high-water mark (any
 state, any label, so that closing and relabelling are seen too), with the
 first page's ETag: when nothing changed GitHub answers 304 and the sync costs
-one request and no rate limit.
+one request and no rate limit. Every DEPARTURE_CHECK_MINUTES it also lists the
+open queue and re-reads the queued issues it no longer shows (deleted or
+transferred away: no `since` listing shows those).
+
+A deleted or transferred issue keeps its row with a tombstone (Issue.gone_at,
+GitHub's stamp): data no newer than it, a late webhook above all, never puts it
+back in the queue.
 
 Everywhere: an issue is only overwritten by data with a newer updated_at.
 """
@@ -40,6 +46,7 @@ log = logging.getLogger(__name__)
 
 FULL_KEY = "queue:full"
 INCREMENTAL_KEY = "queue:incremental"
+DEPARTURES_KEY = "queue:departures"
 LOCK_KEY = "queue:lock"
 # Longer than any sync should take; a claim this old belongs to a worker that died mid-sync.
 SYNC_LEASE = timedelta(hours=1)
@@ -568,6 +575,7 @@ def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
             state.high_water_mark = high_water
             state.save(update_fields=["resume_url", "high_water_mark"])
     _mark_departures(gh, state.last_started_at, report)
+    SyncState.objects.update_or_create(key=DEPARTURES_KEY, defaults={"last_finished_at": timezone.now()})
     state.resume_url, state.last_full_sync_at = "", timezone.now()
     state.save(update_fields=["resume_url", "last_full_sync_at"])
     incremental, _ = SyncState.objects.get_or_create(key=INCREMENTAL_KEY)
@@ -622,3 +630,25 @@ def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -
     # The ETag only means something for the same `since`: keep it only when the mark did not move.
     state.etag = first_etag if state.high_water_mark == since else ""
     state.save(update_fields=["etag"])
+    _check_departures(gh, report)
+
+
+def _check_departures(gh: github.Client, report: SyncReport) -> None:
+    """Every DEPARTURE_CHECK_MINUTES: list the open queue (pages of 100, the unchanged issues cost nothing more) and
+    re-read each queued issue it no longer shows. A `since` listing never shows an issue deleted or transferred
+    away, so without this a missed webhook left it in the queue until a full sync by hand."""
+    state, _ = SyncState.objects.get_or_create(key=DEPARTURES_KEY)
+    started = timezone.now()
+    if state.last_finished_at and started - state.last_finished_at < timedelta(
+        minutes=settings.DEPARTURE_CHECK_MINUTES
+    ):
+        return
+    for label in settings.GITHUB_QUEUE_LABELS:
+        url = gh.issues_url(label=label, state="open", sort="created")
+        while url:
+            page = gh.issues_page(url)
+            _store_page(page, gh, report)
+            url = page.next_url
+    _mark_departures(gh, started, report)
+    state.last_finished_at = timezone.now()
+    state.save(update_fields=["last_finished_at"])
