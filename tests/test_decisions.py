@@ -180,13 +180,15 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
     audit = list(decision.writes.values_list("action", "target", "status_code", "ok"))
     assert audit == [
         ("read_labels", "#1001", 200, True),
+        ("read_label", "module: dynamo", 200, True),  # GitHub has each label to add: none is invented
+        ("read_label", "triaged", 200, True),
         ("add_label", "module: dynamo", 200, True),
         ("add_label", "triaged", 200, True),
         ("remove_label", "needs reproduction", 200, True),
     ]
     # GitHub's answer is kept: the labels it says the issue has after each call.
     assert (
-        decision.writes.get(target="triaged").response
+        decision.writes.get(action="add_label", target="triaged").response
         == "labels now: module: dynamo, needs reproduction, oncall: pt2, triaged"
     )
     synced.refresh_from_db()

@@ -5,7 +5,6 @@ stops a page, a sync, a backfill or a delivery; and no rate-limit wait inside a 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import threading
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from rubric_app.github.data import REPLACEMENT, storable, storable_json
 from rubric_app.github.events import process_webhook
 from rubric_app.github.sync import FULL_KEY, sync_queue
 from rubric_app.models import Comment, Issue, SyncState, WebhookDelivery
+from tests.helpers import deliver_signed
 
 NUL_BODY = "Traceback:\x00 the kernel wrote a NUL here"
 HALF_EMOJI = "torch.compile \ud83d crashes"  # the first half of 😀's surrogate pair, alone
@@ -88,9 +88,7 @@ WEBHOOK_SECRET = "hook-secret"
 
 
 def _signed(client, event: str, body: bytes, delivery: str):
-    signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
-    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signature}
-    return client.post("/github/webhook", data=body, content_type="application/json", headers=headers)
+    return deliver_signed(client, event, body, delivery, WEBHOOK_SECRET, process=False)
 
 
 @pytest.mark.django_db

@@ -26,7 +26,7 @@ def agenda(fake_github, settings, chair):
     settings.GITHUB_WRITE_INTERVAL = 0.01
     settings.MEETING_UNDO_SECONDS = 30
     for name in (*FLAGGED, "triaged", "needs reproduction", "low priority", "high priority"):
-        make_label(name)
+        make_label(name, github=fake_github)
     for number, title in ((1, "Segfault in a generated kernel"), (2, "Wrong results | on inductor")):
         fake_github.add_issue(number, title=title, labels=list(FLAGGED))
         make_suggestion(make_issue(number, title=title, labels=FLAGGED), "triage review", "R11", reason="crash")

@@ -3,18 +3,15 @@ older events cannot undo, and the incremental sync notices issues that left the 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app.github.events import process_webhook
 from rubric_app.github.sync import DEPARTURES_KEY, sync_queue
 from rubric_app.models import Issue, SyncState, WebhookDelivery
+from tests.helpers import deliver_signed
 
 pytestmark = pytest.mark.django_db
 SECRET = "tombstone-secret"
@@ -26,14 +23,7 @@ def secrets(settings):
 
 
 def _deliver(client, event: str, payload: dict, delivery: str) -> WebhookDelivery:
-    body = json.dumps(payload).encode()
-    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signature}
-    assert (
-        client.post("/github/webhook", data=body, content_type="application/json", headers=headers).status_code == 202
-    )
-    process_webhook(WebhookDelivery.objects.get(delivery_id=delivery).pk)
-    return WebhookDelivery.objects.get(delivery_id=delivery)
+    return deliver_signed(client, event, payload, delivery, SECRET)
 
 
 def _event(fake, number: int, action: str, **extra) -> dict:

@@ -250,6 +250,18 @@ class Client:
         """The repo's whole label catalog."""
         return self._every_page(f"/repos/{self.repo}/labels", parse=parse_label)
 
+    def label(self, name: str) -> LabelData | None:
+        """One label of the repo's catalog as GitHub has it now (GET /labels/{name}, which matches names as GitHub
+        does, whatever their case), or None when the repository has no such label."""
+        try:
+            answer, data = self._read_json(f"/repos/{self.repo}/labels/{quote(name, safe='')}")
+        except PageGone:
+            return None
+        try:
+            return parse_label(data)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise MalformedResponse(f"label {name!r}: unexpected answer ({exc})", answer.status) from None
+
     def _every_page(self, path: str, *, parse):
         """Every item of a paginated list, following Link headers, 100 a page."""
         page = self._page(path, params={"per_page": 100}, parse=parse)

@@ -96,6 +96,7 @@ class SyncReport:
     skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
     transferred: int = 0  # issues listed in another repository: transferred away, tombstoned (bury)
     gone: int = 0  # issues whose own addresses answered 404/410: deleted or transferred, tombstoned
+    lost_labels: list[int] = field(default_factory=list)  # ids of issues that lost a label GitHub no longer has
     # (number, why) of the issues left out: ones the database refused, items of a page GitHub sent without a field.
     skipped_issues: list[tuple[int | str, str]] = field(default_factory=list)
 
@@ -134,11 +135,12 @@ def in_queue(data: github.IssueData) -> bool:
 # --- storing ---------------------------------------------------------------------------------
 
 
-def sync_labels(gh: github.Client) -> int:
+def sync_labels(gh: github.Client, report: SyncReport | None = None) -> int:
     """Mirror the repo's label catalog; returns how many labels GitHub has.
 
     allowed_for_triage = in the triage skill's catalog in use (skill_files) and not forbidden by G7;
-    labels GitHub no longer has keep their row with in_catalog=False.
+    labels GitHub no longer has keep their row with in_catalog=False, and leave every issue (GitHub took them off;
+    their ids go to report.lost_labels, for a refresh). Every label's order is known again (unconfirmed cleared).
     """
     remote = gh.labels()
     allowed = skill_files.in_use().names()
@@ -168,8 +170,45 @@ def sync_labels(gh: github.Client) -> int:
                     True,
                 )
                 label.save(update_fields=["color", "description", "allowed_for_triage", "in_catalog"])
-        Label.objects.exclude(name__in=[d.name for d in remote]).update(in_catalog=False)
+        gone = Label.objects.exclude(name__in=[d.name for d in remote])
+        carried = Issue.labels.through.objects.filter(label__in=gone)
+        lost = sorted(set(carried.values_list("issue_id", flat=True)))
+        carried.delete()
+        gone.update(in_catalog=False)
+        Label.objects.filter(unconfirmed=True).update(unconfirmed=False)
+    if report is not None:
+        report.lost_labels += lost
     return len(remote)
+
+
+def gone_label(name: str, stamp: datetime | None = None, *, unconfirmed: bool = False) -> list[int]:
+    """A label GitHub no longer has (deleted, or renamed away): out of the catalog and off every issue of the mirror,
+    as GitHub takes it off them; a row is kept (with the event's stamp) even for a label the mirror never had, so a
+    late event naming it finds it gone. unconfirmed: the events could not be ordered, the next sync asks GitHub.
+    Returns the ids of the issues that carried it."""
+    fields = {"in_catalog": False, "unconfirmed": unconfirmed, **({"event_stamp": stamp} if stamp else {})}
+    label, _ = Label.objects.update_or_create(name=name, defaults=fields)
+    through = Issue.labels.through.objects.filter(label=label)
+    carried = sorted(through.values_list("issue_id", flat=True))
+    through.delete()
+    return carried
+
+
+def confirm_labels(gh: github.Client) -> list[int]:
+    """Ask GitHub about each label that events it could not order left gone (Label.unconfirmed), one request each
+    (none most of the time): back in the catalog if GitHub has it, else gone for sure and off every issue. Returns
+    the ids of the issues that lost one."""
+    lost: list[int] = []
+    allowed = skill_files.in_use().names()
+    for label in Label.objects.filter(unconfirmed=True):
+        found = gh.label(label.name)
+        if found is not None and found.name == label.name:
+            label.color, label.description, label.in_catalog = found.color, found.description, True
+            label.allowed_for_triage, label.unconfirmed = allowed_for_triage(found.name, allowed), False
+            label.save(update_fields=["color", "description", "in_catalog", "allowed_for_triage", "unconfirmed"])
+        else:
+            lost += gone_label(label.name)
+    return sorted(set(lost))
 
 
 def _label_ids(labels) -> dict[str, int]:
@@ -351,10 +390,18 @@ def _write(
     )
     ids = dict(Issue.objects.filter(number__in=[d.number for d in changed]).values_list("number", "pk"))
     label_ids = _label_ids([label for d in changed for label in d.labels])
+    if not tie:  # a webhook's issue, sent before its label was deleted or renamed: the label is not put back
+        gone = set(Label.objects.filter(pk__in=label_ids.values(), in_catalog=False).values_list("name", flat=True))
+        label_ids = {name: pk for name, pk in label_ids.items() if name not in gone}
     through = Issue.labels.through
     through.objects.filter(issue_id__in=ids.values()).delete()
     through.objects.bulk_create(
-        [through(issue_id=ids[d.number], label_id=label_ids[label.name]) for d in changed for label in d.labels],
+        [
+            through(issue_id=ids[d.number], label_id=label_ids[label.name])
+            for d in changed
+            for label in d.labels
+            if label.name in label_ids
+        ],
         ignore_conflicts=True,
     )
     read = [(ids[d.number], threads[d.number]) for d in changed if d.number in threads]
@@ -497,10 +544,13 @@ def _sync(*, full: bool, gh: github.Client, report: SyncReport) -> SyncReport:
     """sync_queue's work, under the claim the caller holds."""
     state, _ = SyncState.objects.get_or_create(key=FULL_KEY if full else INCREMENTAL_KEY)
     try:
+        report.lost_labels += confirm_labels(gh)
         if full:
             _full_sync(gh, state, report)
         else:
             _incremental_sync(gh, state, report)
+        if report.refresh_suggestions:
+            refresh(sorted(set(report.lost_labels)))
     except github.GitHubError as exc:
         state.last_error = f"{exc.__class__.__name__}: {exc.message}"
         state.last_requests, state.skipped = gh.requests_made, skipped_rows(report.skipped_issues)
@@ -545,7 +595,7 @@ def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
     else:
         state.last_started_at = timezone.now()
         state.save(update_fields=["last_started_at"])
-        report.labels_synced = sync_labels(gh)
+        report.labels_synced = sync_labels(gh, report)
     high_water = state.high_water_mark
     for index in range(start_index, len(labels)):
         url = url or gh.issues_url(label=labels[index], state="open", sort="created")
