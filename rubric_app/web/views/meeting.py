@@ -100,12 +100,19 @@ def meeting_end(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
-    """Record one meeting decision through the same path as Apply; the issue leaves the agenda."""
+    """Record one meeting decision through the same path as Apply; the issue leaves the agenda. Only an item of the
+    agenda, while a meeting is in progress: anything else is decided on its issue page."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
     form = MeetingDecisionForm(request.POST)
     if not form.is_valid():
         return HttpResponse(f"Invalid decision: {form.errors.as_text()}", status=400, content_type="text/plain")
     current = Meeting.objects.filter(ended_at__isnull=True).first()
+    why = _off_agenda(issue, current)
+    if why:
+        if request.htmx:
+            return HttpResponse(why, status=409, content_type="text/plain")
+        messages.error(request, why)
+        return redirect("rubric_app:meeting")
     # One click writes to GitHub: held MEETING_UNDO_SECONDS first, with an Undo button on the decided card.
     decision = decisions.request_decision(
         issue=issue,
@@ -120,6 +127,19 @@ def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
         item = current.items.filter(issue=issue).select_related("owner").first() if current else None
         return render(request, "rubric_app/meeting.html#decided", {"decision": decision, "issue": issue, "item": item})
     return redirect("rubric_app:meeting")
+
+
+def _off_agenda(issue: Issue, meeting: Meeting | None) -> str:
+    """Why the meeting may not decide this issue, or "": its decisions are a meeting's (the minutes list them) and on
+    its agenda's items (flagged `triage review`, no decision on its way: Issue.objects.for_meeting)."""
+    if meeting is None:
+        return "No meeting is in progress: start it first, the meeting's decisions are its minutes'."
+    if not Issue.objects.for_meeting().filter(pk=issue.pk).exists():
+        return (
+            f"#{issue.number} is not on the meeting's agenda (not flagged triage review, out of the queue, or "
+            "decided already): decide it on its issue page."
+        )
+    return ""
 
 
 @login_required
