@@ -258,7 +258,8 @@ class TrainedModel(models.Model):
     held_out = models.PositiveIntegerField(default=0, help_text="the newest triaged issues kept out, to judge it by")
     compared = models.PositiveIntegerField(default=0, help_text="held-out issues the model in use never learned from")
     compared_with = models.CharField(max_length=100, blank=True, help_text="the model in use it was judged against")
-    # {"candidate": {figure: value}, "in_use": {...}, "baseline": [label, component F1]} (promotion.Verdict).
+    # {"candidate": {figure: value}, "in_use": {...}, "shuffled": F1, "reference": {"candidate", "in_use", "size",
+    # "compared"}, "collapsed": n} (promotion.Verdict): the recent slice's figures, then the reference slice's.
     figures = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices)
     reason = models.TextField(blank=True)
@@ -268,6 +269,8 @@ class TrainedModel(models.Model):
     data = models.TextField(help_text="the model's JSON (LabelModel.to_json)")
     # The issue numbers it learned from (its records and its decisions): the gate never scores it on those.
     learned_numbers = models.JSONField(default=list, blank=True)
+    # The bound of the gate's reference slice (promotion.cut): the first row's, kept by every later training.
+    reference_until = models.PositiveIntegerField(null=True, blank=True)
 
     objects = TrainedModelQuerySet.as_manager()
 
