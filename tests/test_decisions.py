@@ -322,7 +322,7 @@ def test_it_applies_a_decision_only_once(synced, triager, fake_github):
 @pytest.mark.django_db(transaction=True)
 def test_it_paces_writes_a_second_apart_through_the_github_queue(fake_github, triager, celery_worker_process):
     for name in ("module: dynamo", "module: dynamic shapes", "triaged", "needs reproduction"):
-        make_label(name)
+        make_label(name, github=fake_github)
     first = make_issue(2001, labels=("oncall: pt2",))
     second = make_issue(2002, labels=("oncall: pt2",))
     fake_github.add_issue(2001, labels=["oncall: pt2"])
