@@ -78,7 +78,8 @@ def queue_state(live: dict[str, list[str]], queue: str) -> str:
 
 
 class WorkerHeartbeat(models.Model):
-    """A Celery worker's last sign of life and the queues it consumes (written by the worker itself)."""
+    """A Celery worker's last sign of life and the queues it consumes (written by the worker itself, or for a runner,
+    which holds no database, by the coordinator from its heartbeat message)."""
 
     name = models.CharField(max_length=200, unique=True)
     queues = models.JSONField(default=list)
@@ -87,6 +88,8 @@ class WorkerHeartbeat(models.Model):
     builds = models.JSONField(default=dict, blank=True)
     # What the machine has (rubric_app/runs/hardware.py): {"cpu": model, "isa": [CPU flags], "gpu": name}.
     hardware = models.JSONField(default=dict, blank=True)
+    # This worker process's start (runs/workers.py): a runner beating with another boot was restarted.
+    boot = models.CharField(max_length=64, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerHeartbeatQuerySet.as_manager()

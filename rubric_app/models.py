@@ -488,10 +488,19 @@ class BisectionRun(models.Model):
     repro_code = models.TextField()
     repro_style = models.CharField(max_length=10, default="script", help_text="script or module")
     torch_version = models.CharField(max_length=100, blank=True)
+    # Who ran it, as the page shows it: the runner's Celery node name and device.
     worker = models.CharField(max_length=200, blank=True)
-    # The Celery task (message) id that claimed the run: the same message delivered again while the
-    # row is running means the worker that took it died (acks_late), whatever the broker's flags say.
-    task_id = models.CharField(max_length=64, blank=True)
+    # The job's secret (runs/coordinator.py): a runner's report without it is forged. Made when the job is first sent,
+    # kept when the sweep sends it again, new when an automatic run made way and went back to its queue.
+    job_token = models.CharField(max_length=100, blank=True)
+    # What claimed the run: the Celery message that carried the job, and the attempt (one execution of it). A copy of
+    # the job (another message) is refused; the same message run again (another attempt) means its runner died.
+    message_id = models.CharField(max_length=64, blank=True)
+    attempt = models.CharField(max_length=64, blank=True)
+    # The runner holding it (its node name) and that process's boot: a runner beating with another boot, or none for
+    # WORKER_HEARTBEAT_STALE_S, died with the run.
+    runner = models.CharField(max_length=200, blank=True)
+    runner_boot = models.CharField(max_length=64, blank=True)
     # One entry per mode, in order: {"mode", "status", "phase", "exception", "message", "wall_s", ...}.
     results = models.JSONField(default=list, blank=True)
     current_mode = models.CharField(max_length=60, blank=True)

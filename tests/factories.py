@@ -110,3 +110,21 @@ def make_suggestion(issue: Issue, label: str, rule_id: str = "R1.2", **fields) -
     """A stored suggestion of `label` for `issue` under `rule_id`, with the model's defaults (an `add` from a rule,
     pre-selected) unless `fields` say otherwise (kind="avoid", confidence=0.4, preselected=False, evidence=...)."""
     return Suggestion.objects.create(issue=issue, label=label, rule_id=rule_id, **fields)
+
+
+SLEEPS = """import time
+import torch
+
+def fn(x):
+    time.sleep({seconds})
+    return x + {n}
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def sleeping_repro(seconds: float, n: int = 1) -> str:
+    """A module-style repro whose every mode sleeps `seconds` (n makes each repro a different one): a runner is
+    surely mid-run while it sleeps."""
+    return SLEEPS.format(seconds=seconds, n=n)

@@ -11,6 +11,7 @@ import pytest
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.triage.decisions import confirm_bot, correct_bot
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -277,7 +278,7 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
     fake_github.add_issue(31, labels=["oncall: pt2", "repro:agent:h100:repro_success:reproduce"], user="reporter")
     fake_github.set_labels(30, ["oncall: pt2", "bot-triaged"], actor="tri-ager")  # a person took a label off
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     events = fake_github.requests_to(r"/issues/\d+/events$", "GET")
     assert sorted(r.path.split("/")[-2] for r in events) == ["30", "31"]  # never for the 20 without automation
@@ -287,7 +288,7 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
     bot = [(e.action, e.label, e.actor) for e in LabelEvent.objects.filter(issue__number=30)]
     assert ("labeled", "bot-triaged", "github-actions[bot]") in bot
     assert ("unlabeled", "module: inductor", "tri-ager") in bot
-    report = sync_queue(full=True)  # nothing changed: no event is read again
+    report = sync_queue(on_changed=issues_changed, full=True)  # nothing changed: no event is read again
     assert len(fake_github.requests_to(r"/issues/\d+/events$", "GET")) == 2
 
 
@@ -357,7 +358,7 @@ def test_it_shows_who_posted_each_automation_fact_and_uses_only_the_automations_
     fake_github.add_comment(1020, UNABLE, user=unable_by, association=association)
     from rubric_app.github.sync import sync_queue
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     issue = Issue.objects.get(number=1020)
     assert sorted(issue.comments.values_list("author", "author_association")) == sorted(
         [(poster, association), (unable_by, association)]

@@ -8,6 +8,7 @@ import pytest
 
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.tasks import apply_decision_task
 from rubric_app.triage.decisions import Plan, plan_changes, request_decision
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -163,8 +164,9 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
     synced.labels.add(make_label("needs reproduction"))
     decision = _request(synced, triager, add=["module: dynamo", "triaged"], remove=["needs reproduction"])
 
-    decision = apply_decision(decision.pk)
+    apply_decision_task(decision.pk)  # applied, then what follows (the issue's suggestions refreshed)
 
+    decision.refresh_from_db()
     assert decision.status == Status.APPLIED, decision.result_message
     assert (decision.user, decision.labels_added, decision.labels_removed) == (
         triager,

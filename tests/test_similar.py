@@ -18,6 +18,7 @@ from rubric_app.models import GitHubWrite, Issue, IssueTerm, Suggestion, TriageD
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.triage import similar, suggestions
 from rubric_app.triage.decisions import plan_duplicate, request_decision
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_issue, make_label
 from tests.test_signature import _lowering
 
@@ -65,11 +66,11 @@ def test_it_stores_the_signature_and_vector_where_the_suggestions_are_refreshed(
 def test_it_recomputes_the_signature_on_sync(fake_github):
     make_label("oncall: pt2")
     fake_github.add_issue(3001, title="fails", body=PAD + _lowering(), labels=["oncall: pt2"])
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     first = Issue.objects.get(number=3001).signature
 
     fake_github.update_issue(3001, body=PAD + _lowering().replace("AssertionError", "RuntimeError"))
-    sync_queue()
+    sync_queue(on_changed=issues_changed)
 
     assert first and Issue.objects.get(number=3001).signature not in ("", first)
 

@@ -187,9 +187,16 @@ def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda
     assert decision.meeting == meeting and decision.meeting_decision == "high priority" and decision.status == "pending"
     assert decision.labels_added == ["high priority", "triaged"] and decision.labels_removed == ["triage review"]
     assert 'hx-trigger="every 1s"' in html
+    # Held for its undo window: the decided card keeps its place, after a reload too (without JS, Undo is there).
+    page = client.get(URL).content.decode()
+    card = page[page.index('id="agenda-item-1"') : page.index('id="agenda-item-2"')]
+    assert "data-decided" in card and "data-undo" in card and "Segfault in inductor kernel" in card
+    assert "Decided in this meeting" in page
+    # Once the window has closed, it leaves the agenda.
+    TriageDecision.objects.update(not_before=timezone.now() - timedelta(seconds=1))
     page = client.get(URL).content.decode()
     assert 'id="agenda-item-1"' not in page and 'id="agenda-item-2"' in page
-    assert "Decided in this meeting" in page
+    assert 'data-recorded="1"' in page
 
 
 def test_it_refuses_high_priority_from_a_triager(client, triager, chair, agenda):
@@ -249,9 +256,9 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     # session, user, permissions (2), current meeting, agenda (with each item's last meeting decision,
-    # bisection verdict and verdict labels), labels, suggestions, decisions recorded in this meeting,
-    # last held meeting
-    with django_assert_num_queries(9):
+    # bisection verdict and verdict labels), labels, suggestions, the meeting's decisions still held for their undo
+    # window, last held meeting (the decisions recorded in this meeting are the whole page's)
+    with django_assert_num_queries(10):
         client.get(URL, headers=HTMX)
     for n in range(10, 40):
         issue = _flagged(n, f"another crash {n}", why="crash", labels=("oncall: pt2", "triage review"))
@@ -270,7 +277,7 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
             result_message=f"write {n} failed",
         )
         make_suggestion(issue, "module: inductor", "R2.2", confidence=0.9)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         html = client.get(URL, headers=HTMX).content.decode()
     assert "<html" not in html and "another crash 39" in html
     assert "verdict 39" in html and "ev 39" in html and "write 39 failed" in html

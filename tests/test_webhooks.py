@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from rubric_app.github.events import process_webhook
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
+from rubric_app.tasks import process_webhook_task
 from tests.factories import make_issue
 from tests.helpers import wait_until
 
@@ -178,7 +179,7 @@ def test_it_applies_an_issues_event_and_refreshes_suggestions(client, fake_githu
     payload = _issue_payload(fake_github, 7, title="graph break in dynamo", labels=["oncall: pt2", "module: dynamo"])
     _post(client, "issues", payload, delivery="d-7")
 
-    process_webhook(WebhookDelivery.objects.get(delivery_id="d-7").pk)
+    process_webhook_task(WebhookDelivery.objects.get(delivery_id="d-7").pk)  # applied, then what follows
 
     issue = Issue.objects.get(number=7)
     assert issue.title == "graph break in dynamo" and issue.label_names() == ["module: dynamo", "oncall: pt2"]

@@ -354,12 +354,8 @@ else:
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {
-    # One worker with concurrency 1 consumes "github": that is what paces writes.
-    "rubric_app.tasks.apply_decision_task": {"queue": "github"},
-    # start_bisection picks "gpu" for cuda runs; a GPU worker runs `-Q gpu` with BISECTION_DEVICE=cuda.
-    "rubric_app.tasks.run_bisection_task": {"queue": "cpu"},
-}
+# Each task's queue is named where it is sent (rubric_app/dispatch.py): decisions to `github` (one worker with
+# concurrency 1: what paces writes), a run's job to its device's queue, the rest to `default` (the coordinator).
 # A worker reading `-Q cpu,cpu_auto` takes from the first queue with a message, in that order: a run a
 # person asked for never waits behind automatic ones (auto_bisect.py). With prefetch 1, at most the one
 # automatic run already started is ahead of it.

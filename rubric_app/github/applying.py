@@ -16,10 +16,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import credentials, identity, recovery
+from rubric_app.github import credentials, identity
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision, queue_state
-from rubric_app.triage import suggestions
 from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW
 
 
@@ -76,7 +76,7 @@ def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     again (acks_late: its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
     conditional UPDATE, so exactly one worker resumes it.
     """
-    now, worker = timezone.now(), recovery.this_process()
+    now, worker = timezone.now(), processes.this_process()
     rows = TriageDecision.objects.filter(pk=decision_id)
     # A decision held for its undo window (not_before) is not taken before then: decisions.undo may still take it back.
     due = Q(not_before__isnull=True) | Q(not_before__lte=now)
@@ -230,7 +230,6 @@ def _write(
         done.append(_step_name(result))
         moved = f" It is {result.response} and has left this queue."
     _update_local(issue, after, decision)
-    suggestions.refresh_issue(issue)
     written = ", ".join(done[len(before) :]) or "nothing more"
     if before:
         return _finish(

@@ -12,9 +12,8 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import skill_files
-from rubric_app.github.sync import SyncReport, bury, gone_label, refresh, store_issues
+from rubric_app.github.sync import SyncReport, bury, gone_label, store_issues
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
-from rubric_app.runs import auto_bisect
 from rubric_app.vocabulary import allowed_for_triage
 
 
@@ -34,8 +33,9 @@ def foreign_repository(payload: dict) -> str:
     return ""
 
 
-def process_webhook(delivery_id: int) -> None:
-    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data.
+def process_webhook(delivery_id: int) -> list[int]:
+    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data; returns the ids of the
+    issues it changed (what follows is the caller's: triage/followups.issues_changed).
 
     issues / issue_comment: the payload's issue is upserted if newer (comments of
     issue_comment events are upserted or dropped too); label: the catalog row is
@@ -48,7 +48,7 @@ def process_webhook(delivery_id: int) -> None:
     with transaction.atomic():
         delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
         if delivery is None:
-            return  # already processed (a redelivered task)
+            return []  # already processed (a redelivered task)
         changed: list[int] = []
         try:
             payload = delivery.payload
@@ -62,8 +62,7 @@ def process_webhook(delivery_id: int) -> None:
             delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
         delivery.processed_at = timezone.now()
         delivery.save(update_fields=["processed_at", "error", "ignored"])
-    refresh(changed)
-    auto_bisect.queue_for_issues(changed, cause="webhook")
+    return changed
 
 
 def _apply_event(event: str, payload: dict, replaced: dict[str, str] | None = None) -> tuple[list[int], str, str]:

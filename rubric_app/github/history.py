@@ -43,10 +43,10 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import connect, recovery, sync
+from rubric_app.github import connect, sync
 from rubric_app.models import Issue, SyncState
-from rubric_app.triage import similar
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,8 @@ class HistoryReport:
     resumed: bool = False
     paused: bool = False
     skipped: bool = False
+    # What follows a change of issues (the caller's: triage/followups.issues_changed), told after each stored page.
+    on_changed: Callable[[list[int], str], None] | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         if self.skipped:
@@ -156,6 +158,7 @@ def sync_history(
     gh: github.PacedClient | None = None,
     out: Callable[[str], None] = log.info,
     sleep: Callable[[float], None] = time.sleep,
+    on_changed: Callable[[list[int], str], None] | None = None,
 ) -> HistoryReport:
     """Backfill history, or keep it current; returns a HistoryReport.
 
@@ -164,9 +167,10 @@ def sync_history(
     about this long with the cursor saved (the beat task's slices); None runs to the end. Only one run at a time:
     while another holds the claim this one returns at once with report.skipped (a killed run's claim is taken
     over). Raises github.GitHubError when GitHub stays unusable (not for rate limits: those are waited out); what
-    was stored stays, and the next run resumes from the cursor.
+    was stored stays, and the next run resumes from the cursor. on_changed(issue_ids, "history"): told after each
+    stored page.
     """
-    report = HistoryReport()
+    report = HistoryReport(on_changed=on_changed)
     if not _claim():
         report.skipped = True
         out(report.summary())
@@ -194,7 +198,7 @@ def sync_history(
         state.skipped = _skipped(state, report)
         state.save(update_fields=["last_requests", "last_error", "last_finished_at", "skipped"])
     finally:
-        SyncState.objects.filter(key=LOCK_KEY, holder=recovery.this_process()).update(running_since=None, holder="")
+        SyncState.objects.filter(key=LOCK_KEY, holder=processes.this_process()).update(running_since=None, holder="")
     out(report.summary())
     return report
 
@@ -209,20 +213,20 @@ def _claim() -> bool:
     """Take the history claim (a conditional UPDATE): free, past its lease, or held by a process of this host that
     is gone (a killed backfill)."""
     SyncState.objects.get_or_create(key=LOCK_KEY)
-    now, me = timezone.now(), recovery.this_process()
+    now, me = timezone.now(), processes.this_process()
     free = Q(running_since__isnull=True) | Q(running_since__lt=now - LEASE)
     if SyncState.objects.filter(key=LOCK_KEY).filter(free).update(running_since=now, holder=me):
         return True
     held = SyncState.objects.filter(key=LOCK_KEY).values_list("holder", flat=True).first() or ""
     here = socket.gethostname()
     # Another host's holder is judged by the lease alone: this host cannot see its processes.
-    if (recovery.holder(held) or ("",))[0] == here and recovery.is_dead(held, set(), here):
+    if (processes.holder(held) or ("",))[0] == here and processes.is_dead(held, set(), here):
         return bool(SyncState.objects.filter(key=LOCK_KEY, holder=held).update(running_since=now, holder=me))
     return False
 
 
 def _renew_claim() -> None:
-    SyncState.objects.filter(key=LOCK_KEY, holder=recovery.this_process()).update(running_since=timezone.now())
+    SyncState.objects.filter(key=LOCK_KEY, holder=processes.this_process()).update(running_since=timezone.now())
 
 
 def _label_of(url: str) -> str:
@@ -313,10 +317,9 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
     """Store one listing page (sync.store_issues: GitHub read first, then one transaction); returns the ids of the
     issues that changed.
 
-    The changed queue issues get their suggestions refreshed (sync.refresh); the history ones only their
-    signature and term vector (similar.reindex: the similar issues find them; the engine's suggestions are for
-    issues someone will triage). Issues listed in another repository (transferred), or whose comments answer 404
-    (transferred or deleted since the page was listed), are left out (tombstoned where the mirror has them); an
+    What follows is report.on_changed's (triage/followups.py: the queue issues' suggestions refreshed, the history
+    ones reindexed for similar issues). Issues listed in another repository (transferred), or whose comments answer
+    404 (transferred or deleted since the page was listed), are left out (tombstoned where the mirror has them); an
     issue the database refuses is left out with the reason; the rest of the page is stored.
     """
     report.pages += 1
@@ -328,9 +331,8 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
     report.comments_fetched += counts.comments_fetched
     report.transferred, report.gone = report.transferred + counts.transferred, report.gone + counts.gone
     report.skipped_issues += counts.skipped_issues
-    queued = set(Issue.objects.filter(pk__in=changed, in_queue=True).values_list("pk", flat=True))
-    sync.refresh(sorted(queued))
-    similar.reindex(Issue.objects.filter(pk__in=[pk for pk in changed if pk not in queued]))
+    if report.on_changed is not None and changed:
+        report.on_changed(changed, "history")
     return changed
 
 

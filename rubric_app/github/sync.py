@@ -26,6 +26,7 @@ Everywhere: an issue is only overwritten by data with a newer updated_at.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -38,8 +39,6 @@ from django.utils import timezone
 from rubric_app.github import client as github
 from rubric_app.github import connect, skill_files
 from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState
-from rubric_app.runs import auto_bisect, build_checks
-from rubric_app.triage import suggestions
 from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, allowed_for_triage, is_automation_label
 
 log = logging.getLogger(__name__)
@@ -91,7 +90,6 @@ class SyncReport:
     requests: int = 0
     not_modified: int = 0
     resumed: bool = False
-    refresh_suggestions: bool = True
     skipped: bool = False
     skill_changed: bool = False  # the triage skill's files or the latest release changed (skill_files)
     transferred: int = 0  # issues listed in another repository: transferred away, tombstoned (bury)
@@ -99,6 +97,14 @@ class SyncReport:
     lost_labels: list[int] = field(default_factory=list)  # ids of issues that lost a label GitHub no longer has
     # (number, why) of the issues left out: ones the database refused, items of a page GitHub sent without a field.
     skipped_issues: list[tuple[int | str, str]] = field(default_factory=list)
+    # What follows a change of issues (the caller's: triage/followups.issues_changed), told after each stored page
+    # which issues changed and why ("sync", "departure", "skill", "label gone"); None: nothing follows (the benchmark
+    # times the sync alone).
+    on_changed: Callable[[list[int], str], None] | None = field(default=None, repr=False, compare=False)
+
+    def changed(self, issue_ids: list[int], cause: str = "sync") -> None:
+        if self.on_changed is not None and issue_ids:
+            self.on_changed(issue_ids, cause)
 
     def summary(self) -> str:
         if self.skipped:
@@ -140,7 +146,8 @@ def sync_labels(gh: github.Client, report: SyncReport | None = None) -> int:
 
     allowed_for_triage = in the triage skill's catalog in use (skill_files) and not forbidden by G7;
     labels GitHub no longer has keep their row with in_catalog=False, and leave every issue (GitHub took them off;
-    their ids go to report.lost_labels, for a refresh). Every label's order is known again (unconfirmed cleared).
+    their ids go to report.lost_labels, whose suggestions follow). Every label's order is known again (unconfirmed
+    cleared).
     """
     remote = gh.labels()
     allowed = skill_files.in_use().names()
@@ -501,27 +508,24 @@ def store_label_events(fetched: dict[int, list[github.LabelEventData]]) -> None:
     )
 
 
-def refresh(issue_ids: list[int]) -> None:
-    """Recompute the rubric's suggestions of the issues that changed (one catalog read for all), after what their
-    runs across torch builds say (an edit may have given the reporter's version)."""
-    if issue_ids:
-        build_checks.compare_issues(issue_ids)
-        suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
-
-
 # --- the syncs ---------------------------------------------------------------------------------
 
 
-def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_suggestions: bool = True) -> SyncReport:
+def sync_queue(
+    *,
+    full: bool = False,
+    gh: github.Client | None = None,
+    on_changed: Callable[[list[int], str], None] | None = None,
+) -> SyncReport:
     """Sync the queue (full: every page; else since the high-water mark). Returns a SyncReport.
 
     Raises github.GitHubError (e.g. RateLimited) when GitHub stays unusable; what was
     stored so far stays, and the next run resumes from the saved point.
-    refresh_suggestions=False leaves the rubric engine out (the benchmark times it apart).
+    on_changed(issue_ids, cause): told after each stored page (see SyncReport.on_changed).
     Only one sync runs at a time: while another holds the claim, this one returns at once
     with report.skipped set and makes no request.
     """
-    report = SyncReport(mode="full" if full else "incremental", refresh_suggestions=refresh_suggestions)
+    report = SyncReport(mode="full" if full else "incremental", on_changed=on_changed)
     if not _claim_sync():
         report.skipped = True
         log.info("%s", report.summary())
@@ -531,10 +535,10 @@ def sync_queue(*, full: bool = False, gh: github.Client | None = None, refresh_s
         # The triage skill first: its catalog and the latest release decide this sync's suggestions.
         report.skill_changed = skill_files.sync_skill(gh).changed
         _sync(full=full, gh=gh, report=report)
-        if report.skill_changed and report.refresh_suggestions:
+        if report.skill_changed and report.on_changed is not None:
             # Every queued issue follows the new skill; those this sync refreshed already do.
             older = Q(suggestions_updated_at__lt=started) | Q(suggestions_updated_at=None)
-            refresh(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)))
+            report.changed(list(Issue.objects.in_queue().filter(older).values_list("pk", flat=True)), "skill")
         return report
     finally:
         SyncState.objects.filter(key=LOCK_KEY).update(running_since=None)
@@ -549,8 +553,7 @@ def _sync(*, full: bool, gh: github.Client, report: SyncReport) -> SyncReport:
             _full_sync(gh, state, report)
         else:
             _incremental_sync(gh, state, report)
-        if report.refresh_suggestions:
-            refresh(sorted(set(report.lost_labels)))
+        report.changed(sorted(set(report.lost_labels)), "label gone")
     except github.GitHubError as exc:
         state.last_error = f"{exc.__class__.__name__}: {exc.message}"
         state.last_requests, state.skipped = gh.requests_made, skipped_rows(report.skipped_issues)
@@ -579,9 +582,7 @@ def _store_page(page: github.Page, gh: github.Client, report: SyncReport) -> Non
     report.skipped_issues += page.skipped
     changed = store_issues(page.items, gh=gh, report=report)
     report.issues_fetched += len(page.items)
-    if report.refresh_suggestions:
-        refresh(changed)
-    auto_bisect.queue_for_issues(changed, cause="sync")
+    report.changed(changed)
 
 
 def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
@@ -645,13 +646,13 @@ def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport
             report.gone, report.left_queue = report.gone + 1, report.left_queue + 1
             continue
         changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False)
-        refresh(changed)
+        report.changed(changed, "departure")
 
 
 def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
     if state.high_water_mark is None:
         # Nothing to be incremental from: a full sync sets the mark.
-        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", refresh_suggestions=report.refresh_suggestions))
+        full = _sync(full=True, gh=gh, report=SyncReport(mode="full", on_changed=report.on_changed))
         report.mode, report.issues_fetched, report.issues_changed = (
             "full (first)",
             full.issues_fetched,

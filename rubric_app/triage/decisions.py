@@ -19,12 +19,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from rubric_app import dispatch
 from rubric_app.github import connect, credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
 from rubric_app.rubric.flow import change_breaks_g4
 from rubric_app.rubric.rules_skill import reproduction_reply
-from rubric_app.tasks import apply_decision_task
 from rubric_app.vocabulary import AGENT_INCORRECT as REPRO_AGENT_INCORRECT
 from rubric_app.vocabulary import (
     BOT_MISLABELED,
@@ -353,9 +353,9 @@ def request_decision(
             finished_at=now if why else None,
         )
         if held:
-            apply_decision_task.apply_async_on_commit((decision.pk,), countdown=hold_s)
+            dispatch.start_decision(decision.pk, countdown=hold_s)
         elif not why:
-            apply_decision_task.delay_on_commit(decision.pk)
+            dispatch.start_decision(decision.pk)
     return decision
 
 

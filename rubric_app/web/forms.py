@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from django import forms
 from django.conf import settings
@@ -395,16 +396,40 @@ class BisectForm(forms.Form):
 
 
 class MeetingDecisionForm(forms.Form):
+    """One click on an agenda card: the outcome, and the catalog labels the card's picker added (`module: crash`)."""
+
     decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
     labels_seen = forms.CharField(widget=forms.HiddenInput)
     # The suggested `module:` label the agenda shows for an issue that has none (G4).
     component = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    add_labels = CatalogLabelsField(label="Add a label")
 
     clean_labels_seen = TriageForm.clean_labels_seen
 
+    def __init__(self, *args, allowed: frozenset[str] = frozenset(), **kwargs):
+        super().__init__(*args, **kwargs)
+        # The outcomes' own labels are their buttons: `high priority` through the picker would skip R11's chair.
+        refused = {
+            **OWN_CONTROLS,
+            **{
+                n: f"`{n}` is a decision of the meeting: click its button."
+                for added in accepting.MEETING_LABELS.values()
+                for n in added
+                if n not in OWN_CONTROLS
+            },
+        }
+        self.pickable = [n for n in pickable_labels(allowed) if n not in refused]  # what the cards' pickers offer
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = refused
+
     def plan(self, issue: Issue) -> decisions.Plan:
-        """The Plan of the chosen outcome (accepting.meeting_plan)."""
-        return accepting.meeting_plan(issue, self.cleaned_data["decision"], self.cleaned_data["component"])
+        """The Plan of the chosen outcome (accepting.meeting_plan) with the labels picked on the card; a picked
+        `module:` label is the component, so the suggested one is not added beside it (G4)."""
+        picked = self.cleaned_data["add_labels"]
+        component = "" if any(is_module(n) for n in picked) else self.cleaned_data["component"]
+        plan = accepting.meeting_plan(issue, self.cleaned_data["decision"], component)
+        current = set(issue.label_names())
+        return replace(plan, add=plan.add + [n for n in picked if n not in current and n not in plan.add])
 
 
 class AgendaItemForm(forms.Form):
@@ -422,6 +447,14 @@ class AgendaItemForm(forms.Form):
         if user is None:
             raise forms.ValidationError(f"No dashboard user is named {name!r}: the owner must have an account.")
         return user
+
+    def record_changes(self, *, meeting: Meeting, issue: Issue, by) -> None:
+        """What was typed on the card but not saved when a decision was clicked: recorded where it differs from
+        what the meeting has (nothing typed on an item without one records nothing)."""
+        item = AgendaItem.objects.filter(meeting=meeting, issue=issue).first()
+        owner, note = self.cleaned_data["owner"], self.cleaned_data["note"].strip()
+        if (item.owner_id if item else None) != (owner.pk if owner else None) or (item.note if item else "") != note:
+            self.record(meeting=meeting, issue=issue, by=by)
 
     def record(self, *, meeting: Meeting, issue: Issue, by) -> AgendaItem:
         """Store the owner and note of `issue` in `meeting` (one row per meeting and issue)."""

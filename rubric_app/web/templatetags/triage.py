@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
 from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW
-from rubric_app.web.labels import LABEL_DATALIST_ID, catalog_descriptions, module_label_names
+from rubric_app.web.labels import LABEL_DATALIST_ID, LabelPicker, catalog_descriptions, module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
 from rubric_app.web.queue_cache import age, age_marker
@@ -126,20 +126,35 @@ def _module_options() -> SafeString:
 
 
 @register.simple_tag
-def label_datalist(names) -> SafeString:
+def label_datalist(names, oob: bool = False) -> SafeString:
     """The page's <datalist> of catalog labels, each with its description, that every label picker
-    (labels.LabelPicker) types ahead from."""
-    return _label_datalist(tuple(names))
+    (labels.LabelPicker) types ahead from; oob: carried out of band into the page's empty one (the queue's, filled by
+    the first preview that shows a picker)."""
+    return _label_datalist(tuple(names), oob)
 
 
 @functools.lru_cache(maxsize=8)
-def _label_datalist(names: tuple[str, ...]) -> SafeString:
+def _label_datalist(names: tuple[str, ...], oob: bool) -> SafeString:
     # Kept per process for the few catalogs in use (the catalog changes only with a label sync): ~290 options.
     described = catalog_descriptions()
     options = format_html_join(
         "", '<option value="{}" label="{}"></option>', ((n, described.get(n) or n) for n in names)
     )
-    return format_html('<datalist id="{}">{}</datalist>', LABEL_DATALIST_ID, options)
+    swap = mark_safe(' hx-swap-oob="true"') if oob else ""
+    return format_html('<datalist id="{}"{}>{}</datalist>', LABEL_DATALIST_ID, swap, options)
+
+
+@register.simple_tag
+def label_picker(name: str, number: int, values=()) -> SafeString:
+    """A label picker (labels.LabelPicker) of its own on a page of several, e.g. one per meeting card: its field's id
+    is `<name>-<number>`; `values` are the labels already picked (shown ticked)."""
+    return LabelPicker(placeholder="type to add a label").render(name, list(values or ()), {"id": f"{name}-{number}"})
+
+
+@register.filter
+def ms_from_now(moment) -> int:
+    """Milliseconds from now until `moment` (0 once past): the delay of a poll that waits for it."""
+    return max(0, int((moment - timezone.now()).total_seconds() * 1000)) if moment else 0
 
 
 @register.simple_tag(takes_context=True)

@@ -50,12 +50,18 @@ def _agent_labelled_by(issue: Issue) -> str:
     return event.actor if event else ""
 
 
-def _triage_form(issue: Issue, data=None, descriptions: dict[str, str] | None = None) -> TriageForm:
-    """The apply form, with each label's description (the triage skill in use) unless the caller has them."""
+def _triage_form(
+    issue: Issue, data=None, descriptions: dict[str, str] | None = None, in_queue: bool = False
+) -> TriageForm:
+    """The apply form, with each label's description (the triage skill in use) unless the caller has them; in a
+    queue row, its fields' ids are the row's own (a queue page holds several previews)."""
     allowed = Label.objects.triage_catalog()
     descriptions = skill_files.in_use().descriptions() if descriptions is None else descriptions
     suggestions = list(issue.suggestions.all())
-    return TriageForm(data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions)
+    auto_id = f"q{issue.number}-%s" if in_queue else "id_%s"
+    return TriageForm(
+        data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions, auto_id=auto_id
+    )
 
 
 def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str:
@@ -139,10 +145,15 @@ def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
 def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     """Show exactly what Apply will add and remove on GitHub; changes nothing."""
     issue = get_issue_for_user(request, number)
-    form = _triage_form(issue, request.POST)
+    # A queue row's preview is its own form (to untick or add a label before Enter); without JS the Accept of a row
+    # lands here, on the issue page, whose triage form is that form.
+    in_queue = bool(request.htmx) and "in_queue" in request.POST
+    form = _triage_form(issue, request.POST, in_queue=in_queue)
     if "accept" in request.POST:  # "accept the suggestions" from the queue or the `a` key
-        form = _triage_form(issue, _form_data(form))
-    context = {"form": form, "plan": form.plan() if form.is_valid() else None, "in_queue": "in_queue" in request.POST}
+        form = _triage_form(issue, _form_data(form), in_queue=in_queue)
+    context = {"form": form, "plan": form.plan() if form.is_valid() else None, "in_queue": in_queue}
+    if in_queue and request.htmx.target == f"apply-preview-{number}":  # a row's preview opens: its picker's labels
+        context["catalog_oob"] = True
     if request.htmx:
         # htmx swaps only 2xx answers: form errors come back as 200 so the triager sees them.
         return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, **context})
@@ -159,10 +170,12 @@ def _form_data(form: TriageForm) -> dict:
 def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
     """Record the decision (pending) and queue it; the result fragment polls until GitHub answered."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
-    form = _triage_form(issue, request.POST)
+    in_queue = bool(request.htmx) and "in_queue" in request.POST
+    form = _triage_form(issue, request.POST, in_queue=in_queue)
     if not form.is_valid():
         if request.htmx:
-            return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
+            context = {"issue": issue, "form": form, "in_queue": in_queue}
+            return render(request, "rubric_app/issue.html#apply-preview", context)
         return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
     # Re-plan on the server: the posted form says what the triager chose, never what to send.
     decision = decisions.request_decision(
@@ -261,7 +274,7 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
         return render(
             request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue, **waiting(live, run=run)}
         )
-    return redirect(f"{issue.get_absolute_url()}#bisection")
+    return redirect(f"{issue.get_absolute_url()}#bisection-current")  # the run it started, in sight
 
 
 @login_required
