@@ -79,6 +79,9 @@ class Label(models.Model):
     # Label events carry no updated_at: their ordering key is the repository's own clock in the
     # (signed) payload, see events.label_event_stamp. An event older than this is never applied.
     event_stamp = models.DateTimeField(null=True, blank=True)
+    # Label events of equal or missing stamps cannot be ordered: they leave a label gone, and this set, until GitHub
+    # says whether it has the label (the next sync asks it: sync.confirm_labels).
+    unconfirmed = models.BooleanField(default=False)
 
     objects = LabelQuerySet.as_manager()
 
@@ -238,6 +241,12 @@ class Issue(models.Model):
     )
     possible_duplicate_score = models.FloatField(null=True, blank=True)
     possible_duplicate_reasons = models.JSONField(default=list, blank=True)
+    # GitHub's text that could not be stored as sent (data.storable): {"title": "1 lone surrogate"}; its page shows it.
+    replaced = models.JSONField(default=dict, blank=True)
+    # A tombstone: deleted on GitHub or transferred away, as of GitHub's stamp (gone_at). Data no newer than it (a late
+    # event sent before the deletion) never brings the issue back (sync.store_issues).
+    gone_at = models.DateTimeField(null=True, blank=True)
+    gone = models.CharField(max_length=200, blank=True, help_text='Why it left GitHub: "deleted", "transferred to ..."')
 
     objects = IssueQuerySet.as_manager()
 
@@ -405,6 +414,8 @@ class Comment(models.Model):
     body = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # What of GitHub's text could not be stored as sent (data.storable): {"body": "1 NUL byte"}.
+    replaced = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["created_at", "github_id"]

@@ -101,7 +101,7 @@ def sync_issue(fake_github, settings):
     # Pacing is proven by the worker tests at the real 1 s; here it would only slow things.
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in DECISION_LABELS:
-        make_label(name)
+        make_label(name, github=fake_github)
 
     def sync(number: int = 1001, labels=("oncall: pt2",)) -> Issue:
         fake_github.add_issue(number, labels=list(labels))

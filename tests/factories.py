@@ -20,7 +20,11 @@ def make_user(username: str, role: str | None):
     return user
 
 
-def make_label(name: str, color: str = "ededed", allowed: bool = True) -> Label:
+def make_label(name: str, color: str = "ededed", allowed: bool = True, github=None) -> Label:
+    """A label of the mirror's catalog; with `github` (the fake GitHub), of the repository's too: a decision asks GitHub
+    for each label it adds before writing (applying._missing_labels)."""
+    if github is not None:
+        github.add_label(name, color)
     return Label.objects.get_or_create(name=name, defaults={"color": color, "allowed_for_triage": allowed})[0]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import signal
 import subprocess
@@ -227,8 +230,6 @@ def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "I
 
 def preview_duplicate(client, number: int, original: int, labels_seen=("oncall: pt2",)) -> str:
     """What the issue page's htmx preview of closing #number as a duplicate of #original shows (changes nothing)."""
-    import json
-
     from django.urls import reverse
 
     return client.post(
@@ -236,3 +237,20 @@ def preview_duplicate(client, number: int, original: int, labels_seen=("oncall: 
         {"route": "duplicate", "duplicate_of": str(original), "labels_seen": json.dumps(list(labels_seen))},
         headers={"HX-Request": "true"},
     ).content.decode()
+
+
+def deliver_signed(client, event: str, body: bytes | dict, delivery: str, secret: str, *, process: bool = True):
+    """POST a webhook delivery signed with `secret` (a dict is sent as GitHub's JSON) and, with `process`, apply it as
+    the worker does; returns the response, or the stored WebhookDelivery once processed."""
+    from rubric_app.github.events import process_webhook
+    from rubric_app.models import WebhookDelivery
+
+    body = json.dumps(body).encode() if isinstance(body, dict) else body
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signature}
+    response = client.post("/github/webhook", data=body, content_type="application/json", headers=headers)
+    if not process:
+        return response
+    assert response.status_code == 202, response.content
+    process_webhook(WebhookDelivery.objects.get(delivery_id=delivery).pk)
+    return WebhookDelivery.objects.get(delivery_id=delivery)

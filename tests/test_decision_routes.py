@@ -216,7 +216,7 @@ def test_it_resumes_at_once_when_its_own_message_comes_back(synced, triager, fak
 @pytest.mark.django_db(transaction=True)
 def test_it_finishes_a_decision_at_once_when_its_pool_process_dies(broker, fake_github, triager):  # noqa: F811
     for name in ("module: dynamo", "module: inductor", "triaged"):
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(5401, labels=["oncall: pt2"])
     issue = make_issue(5401, labels=("oncall: pt2",))
     # Pending, as request_decision leaves it; its message is sent below, on this test's broker.

@@ -4,7 +4,9 @@ worker writes it, and each agenda item records an owner and a note that the minu
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.urls import reverse
@@ -26,7 +28,7 @@ def agenda(fake_github, settings, chair):
     settings.GITHUB_WRITE_INTERVAL = 0.01
     settings.MEETING_UNDO_SECONDS = 30
     for name in (*FLAGGED, "triaged", "needs reproduction", "low priority", "high priority"):
-        make_label(name)
+        make_label(name, github=fake_github)
     for number, title in ((1, "Segfault in a generated kernel"), (2, "Wrong results | on inductor")):
         fake_github.add_issue(number, title=title, labels=list(FLAGGED))
         make_suggestion(make_issue(number, title=title, labels=FLAGGED), "triage review", "R11", reason="crash")
@@ -140,10 +142,10 @@ def test_it_records_an_owner_and_a_note_for_the_minutes(client, chair, triager, 
     client.post(reverse("rubric_app:meeting_end"))
 
     text = client.get(reverse("rubric_app:meeting_minutes", args=[agenda.pk])).content.decode()
-    row = "| #1 | Segfault in a generated kernel | low priority | carl-chair | tina-triager | bisect on H100 \\| report"
-    assert row + " back | pending |" in text
+    row = "| #1 | `Segfault in a generated kernel` | low priority | `carl-chair` | `tina-triager` | bisect on H100"
+    assert row + " \\| report back | pending |" in text
     assert "Discussed, not decided" in text
-    assert "| #2 | Wrong results \\| on inductor |  | needs the reporter's logs |" in text
+    assert "| #2 | `Wrong results \\| on inductor` |  | needs the reporter's logs |" in text
 
 
 def test_it_refuses_an_unknown_owner_or_no_meeting_and_keeps_nothing(client, chair, agenda):
@@ -187,9 +189,9 @@ def test_it_keeps_an_owner_and_a_note_typed_but_not_saved_when_a_decision_is_cli
 ):
     client.force_login(chair)
     # session, user, permissions (2), the issue (labels, comments, suggestions, runs), the meeting, the catalog, the
-    # owner; the item read, then written (update_or_create: read, savepoints, insert); the decision (who may write,
-    # the catalog, the insert); the item for the card
-    with django_assert_num_queries(26):
+    # owner; whether it is on the agenda; the item read, then written (update_or_create: read, savepoints, insert); the
+    # decision (who may write, the catalog, the insert); the item for the card
+    with django_assert_num_queries(27):
         html = _decide_with(client, 1, "low priority", owner="tina-triager", note="bisect it on an H100")
     item = AgendaItem.objects.get(issue__number=1)
     assert (item.owner, item.note, item.updated_by) == (triager, "bisect it on an H100", chair)
@@ -279,3 +281,37 @@ def test_it_polls_the_decided_table_until_github_answered_every_decision(
     response = client.get(url, headers=HTMX)
     assert response.status_code == 286 and 'data-decision-status="applied"' in response.content.decode()
     assert "hx-trigger" not in response.content.decode()
+
+
+HOSTILE_TITLES = {
+    3: "cc @pytorch/pt2-team and @ezyang: ![pixel](https://evil.example/track.png?who=minutes) fix #1234 now",
+    4: 'Crash <img src=x onerror="alert(1)"> <script>alert(2)</script> <b>bold html</b> &#64;pytorch/admins',
+    5: "[docs](javascript:alert(document.cookie)) <https://evil.example/> **loud** _quiet_ ~~gone~~ `code` | cell",
+    6: "``two backticks`` then ` and a trailing `",
+}
+
+
+def test_it_quotes_hostile_titles_inert_in_the_minutes_and_keeps_the_chairs_markdown(client, chair, agenda):
+    """The escape: an outsider's issue title reached the meeting's Markdown minutes live: a team @mention (which
+    pings the team when the minutes are posted), a remote image, raw HTML, a `javascript:` link."""
+    from markdown_it import MarkdownIt
+
+    for number, title in HOSTILE_TITLES.items():
+        make_suggestion(make_issue(number, title=title, labels=FLAGGED), "triage review", "R11", reason="crash")
+    client.force_login(chair)
+    for number in HOSTILE_TITLES:
+        _decide(client, number, "low priority")
+    client.post(reverse("rubric_app:meeting_item", args=[1]), {"owner": "", "note": "**bisect** it first"})
+
+    text = client.get(reverse("rubric_app:meeting_minutes", args=[agenda.pk])).content.decode()
+    # As GitHub renders Markdown (CommonMark tables, raw HTML allowed): every title is one code span, nothing else.
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    titles = dict(re.findall(r"<tr>\n<td>#(\d+)</td>\n<td>(.*?)</td>\n", html))
+    for number, title in HOSTILE_TITLES.items():
+        cell = titles[str(number)]
+        assert re.fullmatch("<code>[^<]*</code>", cell), cell
+        assert unescape(cell.removeprefix("<code>").removesuffix("</code>")).strip() == " ".join(title.split())
+    outside_code = re.sub("<code>[^<]*</code>", "", html)
+    for live in ("<img", "<script", "<a ", "<em>", "<del>", "<b>", "@pytorch", "@ezyang", "javascript:", "#1234"):
+        assert live not in outside_code, live
+    assert "<strong>bisect</strong> it" in html  # the chair's note keeps its Markdown

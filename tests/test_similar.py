@@ -189,7 +189,7 @@ def group(fake_github, settings):
     """Three open reports of one failure (#1001 already carries module: dynamic shapes), and a closed one."""
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("module: dynamic shapes", "module: inductor", "triaged", "triage review", "oncall: pt2"):
-        make_label(name)
+        make_label(name, github=fake_github)
     issues = [_failing(1001), _failing(1002, b=5), _failing(1003, s=2)]
     issues[0].labels.add(make_label("module: dynamic shapes"))
     make_issue(1004, title="old", body=_lowering(b=1), state="closed", in_queue=False)

@@ -223,6 +223,7 @@ def test_it_asks_for_a_self_contained_reproduction_with_the_skills_reply_and_nev
 
     offline = plan_changes(issue, chosen=["module: dynamo"], route=REPRODUCTION, review=False)
     seed_skill(fake_github)
+    fake_github.add_label("oncall: pt2")  # the issue's label: one GitHub lacks would leave it at the catalog's sync
     sync_queue(on_changed=issues_changed, full=True)
     read = plan_changes(issue, chosen=["module: dynamo"], route=REPRODUCTION, review=False)
     ticked = plan_changes(issue, chosen=["needs reproduction"], route="pt2", review=False)

@@ -85,10 +85,11 @@ def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synce
         "GitHub already had: add label module: dynamo, add label module: inductor. "
         "Finished on GitHub: add label triaged, remove label needs reproduction."
     ) in decision.result_message
-    assert list(decision.writes.values_list("action", "ok")) == [
-        ("read_labels", True),
-        ("add_label", True),
-        ("remove_label", True),
+    assert list(decision.writes.values_list("action", "target", "ok")) == [
+        ("read_labels", "#5101", True),
+        ("read_label", "triaged", True),  # only the label it still adds is asked of GitHub
+        ("add_label", "triaged", True),
+        ("remove_label", "needs reproduction", True),
     ]
     assert synced.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
 
@@ -279,7 +280,7 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     broker, fake_github, triager
 ):
     for name in ADD + SEEN:
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(5101, labels=SEEN)
     issue = make_issue(5101, labels=SEEN)
     decision = _applying_decision(issue, triager)  # pending

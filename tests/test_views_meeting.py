@@ -169,10 +169,13 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
 
 
 def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agenda):
-    client.force_login(triager)
-    assert 'value="high priority"' not in client.get(URL).content.decode()
     client.force_login(chair)
+    assert "decision-btn" not in client.get(URL).content.decode()  # decided once the meeting is in progress
+    client.post(reverse("rubric_app:meeting_start"))
     assert 'value="high priority"' in client.get(URL).content.decode()
+    client.force_login(triager)
+    page = client.get(URL).content.decode()
+    assert "decision-btn" in page and 'value="high priority"' not in page
 
 
 def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda(client, chair, agenda):
@@ -196,7 +199,9 @@ def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda
     assert 'data-recorded="1"' in page
 
 
-def test_it_refuses_high_priority_from_a_triager(client, triager, agenda):
+def test_it_refuses_high_priority_from_a_triager(client, triager, chair, agenda):
+    client.force_login(chair)
+    client.post(reverse("rubric_app:meeting_start"))
     client.force_login(triager)
     _decide(client, 1, "high priority")
     decision = TriageDecision.objects.get()
@@ -205,6 +210,7 @@ def test_it_refuses_high_priority_from_a_triager(client, triager, agenda):
 
 def test_it_closes_through_the_same_path(client, chair, agenda):
     client.force_login(chair)
+    client.post(reverse("rubric_app:meeting_start"))
     assert _decide(client, 5, "close").status_code == 302
     decision = TriageDecision.objects.get()
     assert decision.close_issue and decision.labels_removed == ["triage review"] and decision.labels_added == []
@@ -240,8 +246,8 @@ def test_it_exports_the_minutes_as_markdown(client, chair, agenda):
     assert "attachment" in response["Content-Disposition"]
     text = response.content.decode()
     # Owner and note: empty, none was recorded (test_meeting_items.py records them).
-    assert "| #2 | Results differ from eager | triaged | carl-chair |  |  | applied |" in text
-    assert "| #3 | Slower than 2.4 by 30% | needs reproduction | carl-chair |  |  | pending |" in text
+    assert "| #2 | `Results differ from eager` | triaged | `carl-chair` |  |  | applied |" in text
+    assert "| #3 | `Slower than 2.4 by 30%` | needs reproduction | `carl-chair` |  |  | pending |" in text
 
 
 def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
@@ -275,3 +281,21 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
         html = client.get(URL, headers=HTMX).content.decode()
     assert "<html" not in html and "another crash 39" in html
     assert "verdict 39" in html and "ev 39" in html and "write 39 failed" in html
+
+
+def test_it_decides_only_the_agendas_items_while_a_meeting_is_in_progress(client, chair, agenda):
+    """The escape: /meeting/issues/N/decide took any open queue issue, on the agenda or not, with or without a
+    meeting in progress."""
+    make_issue(9, title="not flagged for the meeting", labels=("oncall: pt2", "module: inductor"))
+    client.force_login(chair)
+    response = _decide(client, 1, "triaged", headers=HTMX)
+    assert response.status_code == 409 and "No meeting is in progress" in response.content.decode()
+
+    client.post(reverse("rubric_app:meeting_start"))
+    off = _decide(client, 9, "triaged")
+    assert off.status_code == 302
+    assert "#9 is not on the meeting&#x27;s agenda" in client.get(off.url).content.decode()
+    assert _decide(client, 1, "triaged").status_code == 302
+    again = _decide(client, 1, "triaged", headers=HTMX)  # on its way to GitHub: off the agenda
+    assert again.status_code == 409 and "not on the meeting's agenda" in again.content.decode()
+    assert list(TriageDecision.objects.values_list("issue__number", flat=True)) == [1]

@@ -294,6 +294,9 @@ GITHUB_RETRY_BACKOFF = env_float("GITHUB_RETRY_BACKOFF", 0.25)
 # The history backfill (rubric_app/github/history.py) waits for the reset once this many of the hour's requests are
 # left: they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
 HISTORY_RATE_RESERVE = int(env_float("HISTORY_RATE_RESERVE", 1000))
+# How often the incremental sync also lists the open queue to notice issues deleted or transferred on GitHub, which
+# no `since` listing shows (rubric_app/github/sync.py: about one request a hundred queued issues).
+DEPARTURE_CHECK_MINUTES = env_float("DEPARTURE_CHECK_MINUTES", 60)
 # The beat's history run: how often, and for how long at most (a backfill goes on in slices, its cursor saved).
 HISTORY_INTERVAL_MINUTES = env_float("HISTORY_INTERVAL_MINUTES", 60)
 HISTORY_BUDGET_MINUTES = env_float("HISTORY_BUDGET_MINUTES", 45)

@@ -199,6 +199,10 @@ def _write(
     written (named in the outcome). The reply goes first, so a close or transfer never lands without it.
     """
     issue = decision.issue
+    missing = _missing_labels(decision, gh, add)
+    if missing:
+        partial = f" Its first worker had already written: {', '.join(before)}." if before else ""
+        return _finish(decision, TriageDecision.Status.FAILED, f"{missing} Nothing was written.{partial}")
     labels = set(remote.label_names)
     steps = (
         ([(gh.comment, comment)] if comment else [])
@@ -235,6 +239,33 @@ def _write(
             f"Finished on GitHub: {written}.{moved}",
         )
     return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.{moved}")
+
+
+def _missing_labels(decision: TriageDecision, gh: github.Client, names) -> str:
+    """Why not to add `names`, or "": each is asked of GitHub (audited) just before the first write, since GitHub
+    creates a label it is asked to add that its catalog lacks, and the dashboard must never invent one (a label
+    deleted on GitHub while the decision was held, a catalog event applied out of order). A label GitHub lacks
+    leaves the mirror's catalog too; one that cannot be checked is not written either."""
+    missing = []
+    for name in names:
+        _beat(decision)
+        try:
+            found = gh.label(name)
+        except github.GitHubError as exc:
+            _audit(decision, github.WriteResult("read_label", name, exc.status, False, exc.message))
+            return f"Could not check that {gh.repo} still has the label {name!r} ({exc.message})."
+        there = found is not None and found.name.lower() == name.lower()
+        said = "in the repository's labels" if there else "not in the repository's labels"
+        _audit(decision, github.WriteResult("read_label", name, 200 if there else 404, there, said))
+        missing += [] if there else [name]
+    if not missing:
+        return ""
+    Label.objects.filter(name__in=missing).update(in_catalog=False)
+    return (
+        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} no longer a label of {gh.repo} on GitHub "
+        "(deleted or renamed since the decision was made), and GitHub creates a label it is asked to add: "
+        "sync and decide again."
+    )
 
 
 def _step_name(result: github.WriteResult) -> str:

@@ -22,6 +22,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from rubric_app import dispatch
+from rubric_app.github.data import storable_json
 from rubric_app.github.events import foreign_repository
 from rubric_app.models import WebhookDelivery
 
@@ -54,7 +55,8 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
         return HttpResponse("Missing X-GitHub-Delivery or a JSON object body.", status=400, content_type="text/plain")
     if event not in EVENTS:
         return HttpResponse(f"Event {event!r} ignored.", status=202, content_type="text/plain")
-    body_sha256 = hashlib.sha256(request.body).hexdigest()
+    body_sha256 = hashlib.sha256(request.body).hexdigest()  # of the bytes as signed, before anything is replaced
+    payload, replaced = storable_json(payload)
     ignored = foreign_repository(payload)
     try:
         with transaction.atomic():
@@ -63,6 +65,7 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
                 body_sha256=body_sha256,
                 event=event,
                 payload=payload,
+                replaced=replaced,
                 ignored=ignored,
                 processed_at=timezone.now() if ignored else None,
             )

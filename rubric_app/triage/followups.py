@@ -27,7 +27,8 @@ BISECTED_ON_ARRIVAL = ("sync", "webhook")
 
 def issues_changed(issue_ids: list[int], cause: str) -> None:
     """Follow up a change of these issues; cause: "sync", "webhook", "history", "departure" (a sync re-read an issue
-    that left the queue) or "skill" (the triage skill changed): the last two refresh only."""
+    that left the queue), "skill" (the triage skill changed) or "label gone" (GitHub no longer has a label they
+    carried): the last three refresh only."""
     if not issue_ids:
         return
     if cause == "history":

@@ -262,5 +262,7 @@ def test_it_keeps_a_decided_card_undoes_within_the_window_and_records_the_minute
     page.reload()
     assert page.locator("#agenda-item-5361:not([data-decided])").count() == 1  # undone: back on the agenda
     minutes = page.request.get(page.get_attribute("a[download]", "href")).text()
-    row = "| #5361 | Segfault in a generated kernel | low priority | carl-chair | tina-triager | bisect on an H100"
+    row = (
+        "| #5361 | `Segfault in a generated kernel` | low priority | `carl-chair` | `tina-triager` | bisect on an H100"
+    )
     assert row + " and report back | undone" in minutes

@@ -190,8 +190,10 @@ def test_it_records_meeting_decisions_and_empties_the_agenda(
     assert page.locator(".agenda-item").count() == 0 and page.is_visible("text=The agenda is empty")
     minutes = page.request.get(page.get_attribute("a[download]", "href")).text()
     # Owner and note empty: none recorded (test_browser_flow records them).
-    assert "| #5005 | Segfault in the generated kernel | high priority | carl-chair |  |  | applied" in minutes
-    assert "| #5006 | Wrong results vs eager on inductor | needs reproduction | carl-chair |  |  | applied" in minutes
+    assert "| #5005 | `Segfault in the generated kernel` | high priority | `carl-chair` |  |  | applied" in minutes
+    assert (
+        "| #5006 | `Wrong results vs eager on inductor` | needs reproduction | `carl-chair` |  |  | applied" in minutes
+    )
 
 
 def test_it_shows_bisection_progress_and_stops_polling(transactional_db, viewer, make_page):

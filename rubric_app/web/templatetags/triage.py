@@ -391,8 +391,21 @@ def json_list(value) -> str:
 
 @register.filter
 def md_cell(value) -> str:
-    """Text fit for one Markdown table cell: no newlines, pipes escaped."""
+    """Text fit for one Markdown table cell: no newlines, pipes escaped (what the chair typed keeps its Markdown)."""
     return " ".join(str(value).split()).replace("|", "\\|")
+
+
+@register.filter
+def md_quote(value) -> str:
+    """Someone else's text (an issue's title from GitHub, GitHub's answer) quoted inert in a Markdown table cell: a code
+    span, where no mention pings, no image loads, no link, HTML, entity, emphasis or issue reference is read, on GitHub
+    or anywhere else; fenced with more backticks than it holds, pipes escaped as a table cell needs even there."""
+    text = " ".join(str(value).split())
+    if not text:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}".replace("|", "\\|")
 
 
 @register.filter

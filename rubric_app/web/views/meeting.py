@@ -140,13 +140,20 @@ def meeting_end(request: HttpRequest) -> HttpResponse:
 @require_POST
 def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
     """Record one meeting decision through the same path as Apply, with the labels picked on the card and the owner
-    and note typed there; the card shows it decided (with Undo) until its undo window closes."""
+    and note typed there; the card shows it decided (with Undo) until its undo window closes. Only an item of the
+    agenda, while a meeting is in progress: anything else is decided on its issue page."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
     current = Meeting.objects.filter(ended_at__isnull=True).first()
     form = MeetingDecisionForm(request.POST, allowed=Label.objects.triage_catalog())
     notes = AgendaItemForm(request.POST) if current and {"owner", "note"} & set(request.POST) else None
     if not form.is_valid() or (notes and not notes.is_valid()):
         return _undecided(request, current, number, form, notes)
+    why = _off_agenda(issue, current)
+    if why:
+        if request.htmx:
+            return HttpResponse(why, status=409, content_type="text/plain")
+        messages.error(request, why)
+        return redirect("rubric_app:meeting")
     if notes:
         notes.record_changes(meeting=current, issue=issue, by=request.user)
     # One click writes to GitHub: held MEETING_UNDO_SECONDS first, with an Undo button on the decided card.
@@ -171,6 +178,19 @@ def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
     if request.htmx:
         return _decided(request, decision)
     return redirect("rubric_app:meeting")
+
+
+def _off_agenda(issue: Issue, meeting: Meeting | None) -> str:
+    """Why the meeting may not decide this issue, or "": its decisions are a meeting's (the minutes list them) and on
+    its agenda's items (flagged `triage review`, no decision on its way: Issue.objects.for_meeting)."""
+    if meeting is None:
+        return "No meeting is in progress: start it first, the meeting's decisions are its minutes'."
+    if not Issue.objects.for_meeting().filter(pk=issue.pk).exists():
+        return (
+            f"#{issue.number} is not on the meeting's agenda (not flagged triage review, out of the queue, or "
+            "decided already): decide it on its issue page."
+        )
+    return ""
 
 
 def _on_agenda(current: Meeting | None, number: int) -> Issue | None:
