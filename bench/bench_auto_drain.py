@@ -2,8 +2,9 @@
 alone and against cold bisections, measured in the same run (issue #29).
 
 1. drain: N issues, each with its own small repro, are queued by auto_bisect (AUTO_BISECT=cpu) into `cpu_auto`; one
-   real `celery worker -Q cpu,cpu_auto,cpu_recheck --concurrency 1` (a scratch database, the filesystem broker)
-   takes them; timed from the first queued run to the last one done.
+   real runner (`celery worker -Q cpu,cpu_auto,cpu_recheck --concurrency 1`, no database) takes them and a coordinator
+   (`-Q default`, a scratch database) records them, on the filesystem broker; timed from the first queued run to the
+   last one done.
 2. warm: the same N bisections through one warm fork server in this process (what the worker's harness does, with
    no queue, no database): the rate the warm fork server allows.
 3. cold: --cold of them each on a fresh fork server (a worker that kept nothing warm), the start-up counted.
@@ -61,14 +62,22 @@ def drain(runs: int, tmp: Path) -> float:
     from rubric_app.runs import auto_bisect
 
     call_command("migrate", verbosity=0)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", "cpu,cpu_auto,cpu_recheck"]
-        + ["--concurrency", "1", "--pool", "prefork", "--loglevel", "WARNING", "-n", "bench-drain@%h"],
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdout=open(tmp / "worker.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
+    # A runner (no database: only the broker, in TRIAGE_VAR_DIR) and the coordinator that records what it reports.
+    runner_env = {"CELERY_BROKER_URL": "filesystem://", "TRIAGE_VAR_DIR": str(tmp), "PATH": os.environ["PATH"]}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues]
+            + ["--concurrency", "1", "--pool", "prefork", "--loglevel", "WARNING", "-n", f"bench-{name}@%h"],
+            cwd=ROOT,
+            env=env,
+            stdout=open(tmp / f"{name}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for name, queues, env in (
+            ("runner", "cpu,cpu_auto,cpu_recheck", runner_env),
+            ("coordinator", "default", dict(os.environ)),
+        )
+    ]
     try:
         # Warm the worker's fork server first (its start-up is once per worker process, not per run).
         warmup = Issue.objects.create(number=1, title="warm-up", body=f"```python\n{repro(-1)}```", author="b")
@@ -85,11 +94,12 @@ def drain(runs: int, tmp: Path) -> float:
         elapsed = time.perf_counter() - started
         done = BisectionRun.objects.filter(issue__in=issues, status="done", outcome="passed").count()
         if done != runs:
-            sys.exit(f"only {done} of {runs} runs passed: see {tmp}/worker.log")
+            sys.exit(f"only {done} of {runs} runs passed: see {tmp}/runner.log")
         return elapsed
     finally:
-        worker.terminate()
-        worker.wait(timeout=60)
+        for worker in workers:
+            worker.terminate()
+            worker.wait(timeout=60)
 
 
 def _wait(runs, count: int, timeout: float) -> None:

@@ -7,7 +7,8 @@ the new way measured in the same run.
 2. wait: an automatic run of a slow repro is running on a worker that also serves people's runs (`-Q cpu,cpu_auto`,
    the real setup's cpu worker); a triager asks for a run while it is in its second mode. Timed from the triager's
    click until the worker is free to take it: the old way (the automatic run finishes first) and now (it makes way
-   at its next mode). run_bisection is called as the worker's task calls it, on a scratch SQLite database.
+   at its next mode). runner.run_job is called as the runner's task calls it, its reports recorded as the
+   coordinator records them, on a scratch SQLite database and kombu's in-memory broker (where the person's job waits).
 
     .venv/bin/python bench/bench_auto_fairness.py [--timeout 8] [--sleep 3]
 
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,12 +88,14 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
     import django
 
     django.setup()
+    from celery import current_app
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
 
     from rubric_app.models import BisectionRun, Issue
-    from rubric_app.runs import bisecting
+    from rubric_app.runs import coordinator, runner
+    from rubric_app.triage import followups
 
     call_command("migrate", verbosity=0)
     issue = Issue.objects.create(number=1, title="slow", body="", author="a")
@@ -102,27 +106,47 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
         settings.AUTO_BISECT_BUDGET_S = budget if consumed is None else 1e9
         consumed = frozenset({"cpu", "cpu_auto"}) if consumed is None else consumed
         automatic = BisectionRun.objects.create(
-            issue=issue, automatic=True, repro_code=SLEEPER.format(seconds=seconds), repro_style="module"
+            issue=issue,
+            automatic=True,
+            repro_code=SLEEPER.format(seconds=seconds),
+            repro_style="module",
+            job_token="bench",
         )
         done = threading.Event()
 
         def worker(pk=automatic.pk, consumed=consumed, done=done):
             try:
-                bisecting.run_bisection(pk, task_id=f"bench-{pk}", consumed=consumed)
+                job = coordinator.job_for(BisectionRun.objects.get(pk=pk)).as_message()
+                runner.run_job(
+                    job,
+                    message_id=f"bench-{pk}",
+                    runner="bench@here",
+                    boot="bench",
+                    consumed=consumed,
+                    send=followups.runner_reported,
+                )
+            except BaseException:
+                traceback.print_exc()  # the bench would wait for ever on a run that will not come
+                os._exit(1)
             finally:
                 connection.close()
                 done.set()
 
         threading.Thread(target=worker, daemon=True).start()
         while not BisectionRun.objects.filter(pk=automatic.pk, current_mode="dynamo_eager").exists():
+            if done.is_set():
+                sys.exit("the automatic run ended before its second mode: see its row")
             time.sleep(0.05)
         clicked = time.perf_counter()
         person = BisectionRun.objects.create(issue=issue, repro_code=SLEEPER.format(seconds=0), repro_style="module")
+        coordinator.start_run(person)  # its job waits on the broker's `cpu` queue: what the automatic run checks
         done.wait()
         out[name] = time.perf_counter() - clicked
         automatic.refresh_from_db()
         print(f"    {name}: the automatic run ended {automatic.status} ({len(automatic.results)} modes recorded)")
         BisectionRun.objects.filter(pk=person.pk).update(status="done")
+        with current_app.connection_for_write() as conn:  # no runner takes the person's job here: it must not wait on
+            conn.default_channel.queue_purge("cpu")  # the broker to make the next automatic run give way at once
     return out
 
 

@@ -62,7 +62,7 @@ def part_files(orders: int, curve_only: bool) -> None:
     from rubric_app.rubric.model import LabelModel
     from rubric_app.rubric.offline.evaluation import is_held_out
     from rubric_app.rubric.offline.fitting import fit_model, learning_curve
-    from rubric_app.triage import model_store
+    from rubric_app.triage import followups, model_store
 
     files = file_records()
     fake, server = github_http.start_server(token="bench-token")
@@ -70,7 +70,7 @@ def part_files(orders: int, curve_only: bool) -> None:
         github_seeds.seed_history(fake, files)
         settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = fake.url, "bench-token", fake.repo
         start = time.perf_counter()
-        report = history.sync_history(out=lambda line: None)
+        report = history.sync_history(out=lambda line: None, on_changed=followups.issues_changed)
         took = time.perf_counter() - start
     finally:
         server.shutdown()

@@ -78,7 +78,8 @@ def queue_state(live: dict[str, list[str]], queue: str) -> str:
 
 
 class WorkerHeartbeat(models.Model):
-    """A Celery worker's last sign of life and the queues it consumes (written by the worker itself)."""
+    """A Celery worker's last sign of life and the queues it consumes (written by the worker itself, or for a runner,
+    which holds no database, by the coordinator from its heartbeat message)."""
 
     name = models.CharField(max_length=200, unique=True)
     queues = models.JSONField(default=list)
@@ -87,6 +88,8 @@ class WorkerHeartbeat(models.Model):
     builds = models.JSONField(default=dict, blank=True)
     # What the machine has (rubric_app/runs/hardware.py): {"cpu": model, "isa": [CPU flags], "gpu": name}.
     hardware = models.JSONField(default=dict, blank=True)
+    # This worker process's start (runs/workers.py): a runner beating with another boot was restarted.
+    boot = models.CharField(max_length=64, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
 
     objects = WorkerHeartbeatQuerySet.as_manager()
@@ -116,6 +119,9 @@ class SyncState(models.Model):
     running_since = models.DateTimeField(null=True, blank=True)
     # "host:pid" of the process holding the claim (github/history.py): a killed backfill's claim is taken over at once.
     holder = models.CharField(max_length=200, blank=True)
+    # Issues the last run could not store or read, and why ([{"number", "reason"}]): the rest went on; /health lists
+    # them.
+    skipped = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return self.key
@@ -143,6 +149,8 @@ class WebhookDelivery(models.Model):
     processed_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     ignored = models.CharField(max_length=300, blank=True)
+    # What of the payload's text could not be stored as sent (data.storable_json): {"issue.title": "1 lone surrogate"}.
+    replaced = models.JSONField(default=dict, blank=True)
 
     objects = WebhookDeliveryQuerySet.as_manager()
 
@@ -253,7 +261,8 @@ class TrainedModel(models.Model):
     held_out = models.PositiveIntegerField(default=0, help_text="the newest triaged issues kept out, to judge it by")
     compared = models.PositiveIntegerField(default=0, help_text="held-out issues the model in use never learned from")
     compared_with = models.CharField(max_length=100, blank=True, help_text="the model in use it was judged against")
-    # {"candidate": {figure: value}, "in_use": {...}, "baseline": [label, component F1]} (promotion.Verdict).
+    # {"candidate": {figure: value}, "in_use": {...}, "shuffled": F1, "reference": {"candidate", "in_use", "size",
+    # "compared"}, "collapsed": n} (promotion.Verdict): the recent slice's figures, then the reference slice's.
     figures = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices)
     reason = models.TextField(blank=True)
@@ -263,6 +272,8 @@ class TrainedModel(models.Model):
     data = models.TextField(help_text="the model's JSON (LabelModel.to_json)")
     # The issue numbers it learned from (its records and its decisions): the gate never scores it on those.
     learned_numbers = models.JSONField(default=list, blank=True)
+    # The bound of the gate's reference slice (promotion.cut): the first row's, kept by every later training.
+    reference_until = models.PositiveIntegerField(null=True, blank=True)
 
     objects = TrainedModelQuerySet.as_manager()
 

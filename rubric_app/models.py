@@ -80,6 +80,9 @@ class Label(models.Model):
     # Label events carry no updated_at: their ordering key is the repository's own clock in the
     # (signed) payload, see events.label_event_stamp. An event older than this is never applied.
     event_stamp = models.DateTimeField(null=True, blank=True)
+    # Label events of equal or missing stamps cannot be ordered: they leave a label gone, and this set, until GitHub
+    # says whether it has the label (the next sync asks it: sync.confirm_labels).
+    unconfirmed = models.BooleanField(default=False)
 
     objects = LabelQuerySet.as_manager()
 
@@ -105,14 +108,18 @@ class IssueQuerySet(models.QuerySet):
     def for_queue(self, lane: str = "pt2") -> IssueQuerySet:
         """The rows of the queue page for one lane (LANES), with what each row shows prefetched."""
         qs = LANE_BY_CODE.get(lane, LANE_BY_CODE["all"]).filter(self.in_queue())
-        return qs.prefetch_related(
-            "labels",
-            Prefetch(
-                "suggestions",
-                queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence"),
-                to_attr="add_suggestions",
-            ),
-        ).order_by("-updated_at")
+        return (
+            qs.select_related("possible_duplicate")
+            .prefetch_related(
+                "labels",
+                Prefetch(
+                    "suggestions",
+                    queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence"),
+                    to_attr="add_suggestions",
+                ),
+            )
+            .order_by("-updated_at")
+        )
 
     def with_decision_in_flight(self) -> IssueQuerySet:
         """These issues annotated with decision_in_flight: a decision of theirs is pending or being applied (the
@@ -224,6 +231,23 @@ class Issue(models.Model):
     build_comparison = models.JSONField(default=dict, blank=True)
     # GitHub's state_reason once closed (completed, not_planned, duplicate): "closed as completed on ..." (similar.py).
     state_reason = models.CharField(max_length=20, blank=True)
+    # Read from its thread where the index is refreshed (rubric/duplicates.py): the issue someone named as the one this
+    # duplicates ("Duplicate of #N"), and the fix someone named ("fixed by #123").
+    named_original = models.PositiveIntegerField(null=True, blank=True)
+    named_fix = models.CharField(max_length=40, blank=True)
+    # The possible-duplicate mark (rubric_app/triage/duplicates.py): its best original when that clears the
+    # calibrated threshold, the score, and why ("both name `diagonal_scatter`", "titles share ..."); none below it.
+    possible_duplicate = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    possible_duplicate_score = models.FloatField(null=True, blank=True)
+    possible_duplicate_reasons = models.JSONField(default=list, blank=True)
+    # GitHub's text that could not be stored as sent (data.storable): {"title": "1 lone surrogate"}; its page shows it.
+    replaced = models.JSONField(default=dict, blank=True)
+    # A tombstone: deleted on GitHub or transferred away, as of GitHub's stamp (gone_at). Data no newer than it (a late
+    # event sent before the deletion) never brings the issue back (sync.store_issues).
+    gone_at = models.DateTimeField(null=True, blank=True)
+    gone = models.CharField(max_length=200, blank=True, help_text='Why it left GitHub: "deleted", "transferred to ..."')
 
     objects = IssueQuerySet.as_manager()
 
@@ -334,6 +358,14 @@ class Issue(models.Model):
         return [lane.code for lane in LANES if lane.lists(names, self.build_finding)]
 
     @property
+    def state_as_original(self) -> str:
+        """What a possible-duplicate mark says of this issue as the original: "closed: fixed by #123" when its thread
+        names the fix, else closed_how ("closed as completed on 2026-03-02"), or "open"."""
+        if self.state == self.State.CLOSED and self.named_fix:
+            return f"closed: fixed by {self.named_fix}"
+        return self.closed_how
+
+    @property
     def closed_how(self) -> str:
         """How and when it was closed ("closed as completed on 2026-03-02", from GitHub's state_reason and
         closed_at); "open" while it is."""
@@ -383,6 +415,8 @@ class Comment(models.Model):
     body = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # What of GitHub's text could not be stored as sent (data.storable): {"body": "1 NUL byte"}.
+    replaced = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["created_at", "github_id"]
@@ -478,10 +512,19 @@ class BisectionRun(models.Model):
     repro_code = models.TextField()
     repro_style = models.CharField(max_length=10, default="script", help_text="script or module")
     torch_version = models.CharField(max_length=100, blank=True)
+    # Who ran it, as the page shows it: the runner's Celery node name and device.
     worker = models.CharField(max_length=200, blank=True)
-    # The Celery task (message) id that claimed the run: the same message delivered again while the
-    # row is running means the worker that took it died (acks_late), whatever the broker's flags say.
-    task_id = models.CharField(max_length=64, blank=True)
+    # The job's secret (runs/coordinator.py): a runner's report without it is forged. Made when the job is first sent,
+    # kept when the sweep sends it again, new when an automatic run made way and went back to its queue.
+    job_token = models.CharField(max_length=100, blank=True)
+    # What claimed the run: the Celery message that carried the job, and the attempt (one execution of it). A copy of
+    # the job (another message) is refused; the same message run again (another attempt) means its runner died.
+    message_id = models.CharField(max_length=64, blank=True)
+    attempt = models.CharField(max_length=64, blank=True)
+    # The runner holding it (its node name) and that process's boot: a runner beating with another boot, or none for
+    # WORKER_HEARTBEAT_STALE_S, died with the run.
+    runner = models.CharField(max_length=200, blank=True)
+    runner_boot = models.CharField(max_length=64, blank=True)
     # One entry per mode, in order: {"mode", "status", "phase", "exception", "message", "wall_s", ...}.
     results = models.JSONField(default=list, blank=True)
     current_mode = models.CharField(max_length=60, blank=True)

@@ -291,5 +291,11 @@ BISECTION_QUEUES = {
     }
     for queue in dict.fromkeys(RUN_QUEUES.values())
 }
+# The queue of GitHub writes (one worker, concurrency 1: what paces them), and the coordinator's: everything else that
+# needs the database, runners' reports and heartbeats included.
+GITHUB_QUEUE = "github"
+COORDINATOR_QUEUE = "default"
+# A worker reading these queues and no other is a bisection runner: it holds no database (runs/runner.py).
+RUNNER_QUEUES = frozenset(name for served in BISECTION_QUEUES.values() for name in served)
 # The queues whose liveness the dashboard shows: bisections (cpu, gpu) and GitHub writes.
-WORKER_QUEUES = ("cpu", "gpu", "github")
+WORKER_QUEUES = ("cpu", "gpu", GITHUB_QUEUE)

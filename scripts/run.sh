@@ -57,22 +57,30 @@ else
 fi
 
 # github: GitHub writes, one at a time (concurrency 1 is what paces them).
-step "Workers: github (label writes), cpu (CPU bisections, rubric refreshes, webhooks) + beat (periodic sync, stuck-work sweep), auto (automatic bisections)"
+step "Workers: github (label writes), default (the coordinator: runners' reports, webhooks, rubric refreshes) + beat (periodic sync, stuck-work sweep), and two bisection runners holding no secret: cpu (people's runs) and auto (automatic runs, re-checks)"
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
   >"$LOGS/worker-github.log" 2>&1 &
 pids+=($!)
-# cpu: the default queue and CPU bisections; -B runs beat in it: the periodic sync (with a token or
-# the demo GitHub) and the sweep that re-sends work whose task never reached a worker.
-"$PY" -m celery -A triage_site worker -n cpu@%h -Q default,cpu --concurrency 2 --loglevel INFO \
-  -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-cpu.log" 2>&1 &
+# default: the coordinator, with the database; -B runs beat in it: the periodic sync (with a token or the demo GitHub)
+# and the sweep that re-sends work whose task never reached a worker.
+"$PY" -m celery -A triage_site worker -n default@%h -Q default --concurrency 2 --loglevel INFO \
+  -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-default.log" 2>&1 &
 pids+=($!)
 
-# auto: the automatic bisections (AUTO_BISECT) and the re-checks on a newer torch build, one at a time in a worker of
-# their own: kombu's filesystem broker has no queue priority, so sharing the cpu worker would make a person's run
-# wait behind them.
-"$PY" -m celery -A triage_site worker -n auto@%h -Q cpu_auto,cpu_recheck --concurrency 1 --loglevel INFO \
-  >"$LOGS/worker-auto.log" 2>&1 &
-pids+=($!)
+# The runners know the broker (kombu's filesystem broker under $VAR/broker) and their own settings, nothing else: no
+# database, no GitHub token, no SECRET_KEY (docs/bisection.md#runners). auto takes the automatic runs and the
+# re-checks on a newer torch build, one at a time, apart from cpu: the filesystem broker has no queue priority, so
+# sharing one runner would make a person's run wait behind them.
+runner() {  # runner NAME QUEUES: a bisection runner with a scrubbed environment
+  env -i PATH="$PATH" TRIAGE_VAR_DIR="$VAR" PYTHONUNBUFFERED=1 \
+    ${CELERY_BROKER_URL:+CELERY_BROKER_URL="$CELERY_BROKER_URL"} ${TORCH_BUILDS:+TORCH_BUILDS="$TORCH_BUILDS"} \
+    ${BISECTION_DEVICE:+BISECTION_DEVICE="$BISECTION_DEVICE"} ${LOG_LEVEL:+LOG_LEVEL="$LOG_LEVEL"} \
+    "$PY" -m celery -A triage_site worker -n "$1@%h" -Q "$2" --concurrency 1 --loglevel INFO \
+    >"$LOGS/worker-$1.log" 2>&1 &
+  pids+=($!)
+}
+runner cpu cpu
+runner auto cpu_auto,cpu_recheck
 
 "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload >"$LOGS/web.log" 2>&1 &
 pids+=($!)
@@ -86,7 +94,7 @@ if [ -n "$demo_github" ]; then
   echo "  Or:          Sign in with GitHub, then pick demo-triager, demo-chair, demo-member (viewer) or"
   echo "               demo-outsider (refused) on the demo GitHub's page"
 fi
-echo "  Logs:        $LOGS/web.log, $LOGS/worker-github.log, $LOGS/worker-cpu.log, $LOGS/worker-auto.log"
+echo "  Logs:        $LOGS/web.log, $LOGS/worker-{github,default,cpu,auto}.log"
 echo "  Stop:        Ctrl-C"
 echo
 wait -n "${pids[@]}"

@@ -6,13 +6,15 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
 
 from rubric_app.models import Issue
+from rubric_app.vocabulary import BISECTION_QUEUES
 from tests.factories import make_issue, make_label, make_user
-from tests.helpers import ROOT, child_database_url, running_worker
+from tests.helpers import ROOT, RunnerProcess, child_database_url, runner_env, running_worker
 from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
@@ -99,7 +101,7 @@ def sync_issue(fake_github, settings):
     # Pacing is proven by the worker tests at the real 1 s; here it would only slow things.
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in DECISION_LABELS:
-        make_label(name)
+        make_label(name, github=fake_github)
 
     def sync(number: int = 1001, labels=("oncall: pt2",)) -> Issue:
         fake_github.add_issue(number, labels=list(labels))
@@ -122,37 +124,53 @@ def patched_build(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server, patched_build):
-    """A real `celery worker` process consuming the test broker, writing to the test database.
+def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server, patched_build, tmp_path_factory):
+    """Real Celery workers on the test broker, as production splits them; yields the runner (a RunnerProcess).
 
-    Tests that use it need `transactional_db`, so that the rows they create are
-    committed and visible to the worker. It talks to the session's fake GitHub
-    server, and paces GitHub writes at the real 1 s (GITHUB_WRITE_INTERVAL). It hosts two torch builds
-    (TORCH_BUILDS): "default", this interpreter, first; and "nightly", the patched build.
+    The coordinator (`default,github`) holds the test database: it records what runners report and writes to the
+    session's fake GitHub, pacing writes at the real 1 s (GITHUB_WRITE_INTERVAL). The runner (the cpu queues) holds
+    nothing but the broker's URL and its own settings (tests.helpers.runner_env): no database, no GitHub token. It
+    hosts two torch builds (TORCH_BUILDS): "default", this interpreter, first; and "nightly", the patched build.
+    Tests that use them need `transactional_db`, so that the rows they create are committed and visible.
     """
     from tests.fakegithub import TOKEN
 
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
-    url = child_database_url(db_name)
     env = {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": child_database_url(db_name),
         "PYTHONUNBUFFERED": "1",
         "GITHUB_API_URL": fake_github_server.url,
         "GITHUB_TOKEN": TOKEN,
         "GITHUB_REPO": fake_github_server.repo,
         "GITHUB_WRITE_INTERVAL": "1.0",
-        "TORCH_BUILDS": f"default={sys.executable},nightly={patched_build}",
     }
-    name = f"test-{os.getpid()}@{socket.gethostname()}"
-    log = (
-        open(ROOT / "var" / f"test-worker{os.environ.get('PYTEST_XDIST_WORKER', '')}.log", "w")
-        if (ROOT / "var").is_dir()
-        else subprocess.DEVNULL
+    runner = runner_env(
+        tmp_path_factory.mktemp("runner-var"), TORCH_BUILDS=f"default={sys.executable},nightly={patched_build}"
     )
-    with running_worker(name, "default,github,cpu,cpu_auto,cpu_recheck", env=env, log=log) as proc:
-        yield proc
+    suffix = f"{os.getpid()}@{socket.gethostname()}"
+    cpu_queues = ",".join(sorted(BISECTION_QUEUES["cpu"]))
+    with (
+        _worker_log("coordinator") as coordinator_log,
+        _worker_log("runner") as runner_log,
+        running_worker(f"test-{suffix}", "default,github", env=env, log=coordinator_log),
+    ):
+        process = RunnerProcess(f"runner-{suffix}", cpu_queues, env=runner, log=runner_log).start()
+        try:
+            yield process
+        finally:
+            process.stop()
+
+
+@contextmanager
+def _worker_log(kind: str):
+    """var/test-<kind><xdist worker>.log when var/ exists (a developer's checkout), else nowhere."""
+    if not (ROOT / "var").is_dir():
+        yield subprocess.DEVNULL
+        return
+    with open(ROOT / "var" / f"test-{kind}{os.environ.get('PYTEST_XDIST_WORKER', '')}.log", "w") as log:
+        yield log
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,11 @@ def make_user(username: str, role: str | None):
     return user
 
 
-def make_label(name: str, color: str = "ededed", allowed: bool = True) -> Label:
+def make_label(name: str, color: str = "ededed", allowed: bool = True, github=None) -> Label:
+    """A label of the mirror's catalog; with `github` (the fake GitHub), of the repository's too: a decision asks GitHub
+    for each label it adds before writing (applying._missing_labels)."""
+    if github is not None:
+        github.add_label(name, color)
     return Label.objects.get_or_create(name=name, defaults={"color": color, "allowed_for_triage": allowed})[0]
 
 
@@ -106,3 +110,21 @@ def make_suggestion(issue: Issue, label: str, rule_id: str = "R1.2", **fields) -
     """A stored suggestion of `label` for `issue` under `rule_id`, with the model's defaults (an `add` from a rule,
     pre-selected) unless `fields` say otherwise (kind="avoid", confidence=0.4, preselected=False, evidence=...)."""
     return Suggestion.objects.create(issue=issue, label=label, rule_id=rule_id, **fields)
+
+
+SLEEPS = """import time
+import torch
+
+def fn(x):
+    time.sleep({seconds})
+    return x + {n}
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def sleeping_repro(seconds: float, n: int = 1) -> str:
+    """A module-style repro whose every mode sleeps `seconds` (n makes each repro a different one): a runner is
+    surely mid-run while it sleeps."""
+    return SLEEPS.format(seconds=seconds, n=n)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +19,33 @@ from django.db import connection
 from rubric_app.models import WorkerHeartbeat
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def bisect_here(run, *, consumed: frozenset[str] = frozenset(), runner: str = "runner@here"):
+    """Run a queued run's job in this process: the runner's code (runs/runner.py) in the sandbox, each report recorded
+    as the coordinator records a runner's message (triage/followups.runner_reported), only the broker left out (the
+    worker tests take that path). Returns the run, refreshed."""
+    import secrets
+
+    from rubric_app.runs import coordinator, workers
+    from rubric_app.runs import runner as runners
+    from rubric_app.triage import followups
+
+    if not run.job_token:
+        run.job_token = secrets.token_urlsafe(24)
+        run.save(update_fields=["job_token"])
+    job = coordinator.job_for(run).as_message()
+    message_id = f"here-{run.pk}-{secrets.token_hex(4)}"
+    runners.run_job(
+        job,
+        message_id=message_id,
+        runner=runner,
+        boot=workers.boot,
+        consumed=consumed,
+        send=followups.runner_reported,
+    )
+    run.refresh_from_db()
+    return run
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.1):
@@ -95,6 +126,19 @@ def only_this_tests_workers() -> None:
     WorkerHeartbeat.objects.all().delete()
 
 
+def runner_env(var_dir, **settings) -> dict[str, str]:
+    """The whole environment of a bisection runner: the broker's URL and its own settings, nothing else (no
+    DATABASE_URL, SECRET_KEY, GitHub credential or TOKEN_ENCRYPTION_KEY). var_dir: its TRIAGE_VAR_DIR, where it must
+    create no database."""
+    return {
+        "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"],
+        "TRIAGE_VAR_DIR": str(var_dir),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONUNBUFFERED": "1",
+        **settings,
+    }
+
+
 def wait_for_worker(name: str, timeout: float = 60) -> None:
     from triage_site.celery import app
 
@@ -118,6 +162,50 @@ def worker_command(
     )
 
 
+class RunnerProcess:
+    """A real bisection runner (`celery worker` on the bisection queues, prefork as deployed) in a session of its own,
+    so that kill() ends its pool and fork servers with it, and start() brings it back under the same name: a test can
+    kill the session's runner mid-run and restart it, as an operator would."""
+
+    def __init__(self, name: str, queues: str, *, env: dict, log) -> None:
+        self.name, self.queues, self.env, self.log = name, queues, env, log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> RunnerProcess:
+        self.proc = subprocess.Popen(
+            worker_command(self.name, self.queues, pool="prefork"),
+            cwd=ROOT,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for_worker(self.name)
+        return self
+
+    @property
+    def args(self) -> list[str]:
+        return self.proc.args
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL the runner and everything in its process group: no warm shutdown, no ack, no report."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
 @contextmanager
 def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "INFO", **command):
     """Start a real worker (worker_command, with `command`'s options) writing to `log`, wait until it answers a ping,
@@ -138,3 +226,31 @@ def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "I
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def preview_duplicate(client, number: int, original: int, labels_seen=("oncall: pt2",)) -> str:
+    """What the issue page's htmx preview of closing #number as a duplicate of #original shows (changes nothing)."""
+    from django.urls import reverse
+
+    return client.post(
+        reverse("rubric_app:issue_preview", args=[number]),
+        {"route": "duplicate", "duplicate_of": str(original), "labels_seen": json.dumps(list(labels_seen))},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+
+
+def deliver_signed(client, event: str, body: bytes | dict, delivery: str, secret: str, *, process: bool = True):
+    """POST a webhook delivery signed with `secret` (a dict is sent as GitHub's JSON) and, with `process`, apply it as
+    the worker does; returns the response, or the stored WebhookDelivery once processed."""
+    from rubric_app.github.events import process_webhook
+    from rubric_app.models import WebhookDelivery
+
+    body = json.dumps(body).encode() if isinstance(body, dict) else body
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signature}
+    response = client.post("/github/webhook", data=body, content_type="application/json", headers=headers)
+    if not process:
+        return response
+    assert response.status_code == 202, response.content
+    process_webhook(WebhookDelivery.objects.get(delivery_id=delivery).pk)
+    return WebhookDelivery.objects.get(delivery_id=delivery)

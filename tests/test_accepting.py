@@ -80,7 +80,7 @@ def page_form(issue: Issue, **changes) -> dict:
     """The issue page's form as `a` fills it, as the browser would post it, with `changes`."""
     from rubric_app.web.views.issue import _form_data, _triage_form
 
-    data = {k: v for k, v in _form_data(_triage_form(issue)).items() if v not in ("", None, [])}
+    data = {k: v for k, v in _form_data(_triage_form(issue), {}).items() if v not in ("", None, [])}
     return {**data, **changes}
 
 

@@ -129,9 +129,17 @@ LAYERS = (
             "rubric_app.roles",
             "rubric_app.search",
             "rubric_app.search_index",
+            "rubric_app.dispatch",
+            "rubric_app.processes",
         ),
     ),
-    ("workflows", ("rubric_app.triage", "rubric_app.runs", "rubric_app.github", "rubric_app.demo", "rubric_app.tasks")),
+    # The workflows, ordered: github/ only talks to GitHub (it tells its callers which issues changed); runs/ records
+    # and runs bisections; triage/ is a triager's work and what follows a change of issues (followups.py), starting
+    # runs; tasks.py, on top, wires them to Celery.
+    ("github, the adapter", ("rubric_app.github",)),
+    ("runs", ("rubric_app.runs",)),
+    ("triage", ("rubric_app.triage", "rubric_app.demo")),
+    ("tasks", ("rubric_app.tasks",)),
     (
         "web and entry points",
         (
@@ -174,16 +182,36 @@ def test_it_places_every_module_of_the_app_in_a_layer():
     assert not unplaced, f"modules in no layer (add them to LAYERS and docs/architecture.md): {unplaced}"
 
 
-def test_it_never_imports_upward_across_the_layers():
-    modules = project_modules()
-    upward = [
+def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import (from the graph: module -> {imported module: line}) that points up the layers."""
+    return [
         f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
-        for name, path in modules.items()
+        for name, edges in graph.items()
         if layer_of(name) is not None
-        for target, line in imported(name, path, modules)
-        if target in modules and layer_of(target) is not None and layer_of(target) > layer_of(name)
+        for target, line in edges.items()
+        if layer_of(target) is not None and layer_of(target) > layer_of(name)
     ]
+
+
+def test_it_never_imports_upward_across_the_layers():
+    upward = upward_imports(import_graph())
     assert not upward, "imports that point up the layers:\n" + "\n".join(upward)
+
+
+def test_it_finds_an_upward_import_between_the_workflows_when_there_is_one():
+    # The positive control: github/ calling triage/ (what sync.py did before issue 42), runs/ calling triage/, and a
+    # workflow importing tasks.py are each caught; the imports the layers allow are not.
+    graph = {
+        "rubric_app.github.sync": {"rubric_app.triage.suggestions": 35, "rubric_app.models": 34},
+        "rubric_app.runs.coordinator": {"rubric_app.triage.suggestions": 24, "rubric_app.github.data": 3},
+        "rubric_app.triage.decisions": {"rubric_app.tasks": 27, "rubric_app.runs.coordinator": 5},
+        "rubric_app.tasks": {"rubric_app.triage.followups": 14},
+    }
+    assert upward_imports(graph) == [
+        "rubric_app.github.sync:35 (github, the adapter) imports rubric_app.triage.suggestions (triage)",
+        "rubric_app.runs.coordinator:24 (runs) imports rubric_app.triage.suggestions (triage)",
+        "rubric_app.triage.decisions:27 (triage) imports rubric_app.tasks (tasks)",
+    ]
 
 
 def test_it_lets_only_the_github_client_import_pygithub():

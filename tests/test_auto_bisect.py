@@ -13,10 +13,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from rubric_app.github import events
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
-from rubric_app.runs import auto_bisect, bisect_runs, bisecting
-from tests.factories import make_issue, opened_issue_payload
+from rubric_app.runs import auto_bisect, bisect_runs, coordinator, runner
+from rubric_app.tasks import process_webhook_task
+from tests.factories import make_issue, opened_issue_payload, sleeping_repro
 from tests.helpers import wait_until
 from triage_site.celery import app
 
@@ -185,7 +185,7 @@ def test_it_gives_a_newcomer_arriving_after_a_flood_of_34_webhooks_a_run(
         assert all(_signed(client, payload).status_code == 202 for payload in [*flood, newcomer])
     for delivery in WebhookDelivery.objects.order_by("pk"):
         with django_capture_on_commit_callbacks(execute=False):
-            events.process_webhook(delivery.pk)
+            process_webhook_task(delivery.pk)
         delivery.refresh_from_db()
         assert not delivery.error, delivery.error
 
@@ -233,7 +233,7 @@ def test_it_bisects_a_repro_that_arrives_by_webhook(auto, django_capture_on_comm
     )
     delivery = WebhookDelivery.objects.create(delivery_id="d-5500", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
-        events.process_webhook(delivery.pk)
+        process_webhook_task(delivery.pk)
     delivery.refresh_from_db()
     assert not delivery.error, delivery.error
     run = BisectionRun.objects.get(issue__number=5500)
@@ -252,26 +252,13 @@ def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_t
     run = queue(issue)[0].run
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3))
     assert not BisectionRun.objects.stuck(timezone.now() - timedelta(minutes=15)).exists()
-    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    coordinator.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "queued"  # waiting behind human runs is its normal state
     BisectionRun.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(days=2))
-    bisecting.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
+    coordinator.fail_unclaimed_runs({"cpu": [], "gpu": [], "github": []})
     run.refresh_from_db()
     assert run.status == "failed" and "automatic run" in run.error
-
-
-# A repro whose every mode sleeps `seconds`: .format(seconds=..., n=...) (n makes each repro a different one).
-SLEEPS = """import time
-import torch
-
-def fn(x):
-    time.sleep({seconds})
-    return x + {n}
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
 
 
 @pytest.mark.torch
@@ -281,16 +268,11 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
     # 50 automatic runs queued, then one a triager asks for: the worker reads its queues in order
     # (cpu before cpu_auto), so at most the automatic run it already started goes before the person's.
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 100, 100
-    issues = [
-        make_issue(5800 + i, body=f"```python\n{SLEEPS.format(seconds=0.3, n=i)}```\n", author=f"u{i}")
-        for i in range(50)
-    ]
+    issues = [make_issue(5800 + i, body=f"```python\n{sleeping_repro(0.3, i)}```\n", author=f"u{i}") for i in range(50)]
     outcomes = queue(*issues)
     assert [o.reason for o in outcomes].count("queued") == 50
     wait_until(lambda: BisectionRun.objects.filter(automatic=True, status="running").exists(), timeout=120)
-    asked = bisect_runs.start_bisection(
-        issue=issues[0], user=triager, code=SLEEPS.format(seconds=0.3, n=99), device="cpu"
-    )
+    asked = bisect_runs.start_bisection(issue=issues[0], user=triager, code=sleeping_repro(0.3, 99), device="cpu")
     try:
         wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=180)
         asked.refresh_from_db()
@@ -311,19 +293,19 @@ def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(cel
     """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both (`-Q cpu,cpu_auto`).
     Now the automatic run makes way at its next mode, and goes back to its own queue."""
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 100
-    issue = make_issue(5900, body=f"```python\n{SLEEPS.format(seconds=5, n=1)}```\n", author="reporter")
+    issue = make_issue(5900, body=f"```python\n{sleeping_repro(5, 1)}```\n", author="reporter")
     [outcome] = queue(issue)
     automatic, asked = outcome.run, None
     try:
         wait_until(lambda: BisectionRun.objects.filter(pk=automatic.pk, current_mode="aot_eager").exists(), timeout=240)
-        quick = SLEEPS.format(seconds=0, n=2)
+        quick = sleeping_repro(0, 2)
         asked = bisect_runs.start_bisection(issue=issue, user=triager, code=quick, device="cpu")
         wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=120)
         asked.refresh_from_db()
         waited = (asked.started_at - asked.created_at).total_seconds()
         # At most the rest of the mode it was in (a 5 s sleep), the 2 s a free worker gets to take the run first,
         # and the hand-over; the whole automatic run would have been ~40 s more.
-        assert waited < 5 + bisecting.MAKE_WAY_AFTER.total_seconds() + 6, waited
+        assert waited < 5 + runner.MAKE_WAY_AFTER_S + 6, waited
         automatic.refresh_from_db()
         # Back in its queue behind the triager's run (or started again once that one was taken).
         assert automatic.status == "queued" or automatic.started_at > asked.started_at

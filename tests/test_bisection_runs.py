@@ -1,5 +1,6 @@
-"""The Django side: who may start a run, where it is queued, the claim, progress on the row, the verdict
-feeding suggestions, stale and redelivered runs, the CLI, and the task once through a real worker."""
+"""A run from the Django side: who may start one, where its job is queued, the runner's reports recorded on the row
+(the claim, progress, the verdict feeding suggestions), stale runs, the CLI, and a run once through real workers.
+What the coordinator refuses (forged, stale, duplicate reports) and the runner without secrets: tests/test_runner.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from django.utils import timezone
 
 from rubric_app.bisection.sandbox import UID_BASE
 from rubric_app.models import BisectionRun
-from rubric_app.runs import bisect_runs, bisecting
+from rubric_app.runs import bisect_runs, coordinator, runner
 from tests.factories import make_issue, make_label
-from tests.helpers import wait_until
+from tests.helpers import bisect_here, wait_until
 from triage_site.celery import app
 
 REPROS = Path(__file__).parent / "repros"
@@ -65,30 +66,34 @@ def test_it_queues_the_exact_code_on_the_gpu_queue_after_commit(issue, triager, 
         message = queue.get(timeout=10)
         message.ack()
         queue.close()
-    assert message.headers["task"] == "rubric_app.tasks.run_bisection_task"
-    assert message.headers["argsrepr"] == f"({run.pk},)"
+    assert message.headers["task"] == "rubric_app.tasks.run_job_task"
+    # The job is self-contained: a runner looks nothing up (it holds no database).
+    [job] = message.decode()[0]
+    assert (job["run_id"], job["repro"], job["device"], job["style"]) == (run.pk, code, "cuda", "module")
+    assert job["token"] == run.job_token and len(run.job_token) >= 32 and job["may_make_way"] is False
 
 
 @pytest.mark.torch
 def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triager, django_assert_max_num_queries):
     make_label("module: dynamo")
     run = _queued(issue, triager)
-    # 10 of ours: stale sweep, claim, fetch, 6 progress saves (before/after eager and dynamo_eager,
-    # the probe, the probed result), finish; then the suggestions refresh (9 today, engine's own, and
-    # 7 for similar issues: the index's savepoint pair, lock, delete, insert and update, the vote's
-    # lookup); the comparison across torch builds (the issue's finished runs, its comments for whose repro each run's
-    # is, the finding stored: 3); and the savepoint pair that makes "finish", "compare" and "refresh" one transaction.
-    # Three more since issues 36 to 38: the repository's latest release the engine compares a stated version with
-    # (G12, the stored SkillFile), the labels of the issues sharing its failure signature (refreshed together), and
-    # which trained model is promoted (one indexed query a refresh; the weights are reloaded only when it changed).
-    with django_assert_max_num_queries(34):
-        bisecting.run_bisection(run.pk)
+    # Each report is a message the coordinator records (in this process here, as its worker does), inside a savepoint
+    # pair (the transaction that makes a result and what follows it one): the job's token (1); the start (the token,
+    # the claim: 2 + 2); 6 progress reports before/after eager and dynamo_eager, the probe and its result (the token,
+    # the claiming attempt's results, the update: 6 x 5); the result (the token, the row, the update, the run with its
+    # issue: 4 + 2); then, in that transaction, the comparison across torch builds (the issue's finished runs, its
+    # comments, the finding: 3) and the suggestions refresh (the engine's 9, similar issues' 7, the latest release G12
+    # compares with, the labels of the issues sharing its failure signature, the promoted model: 19); the
+    # possible-duplicate mark (issue 44: the issue's row and the lookup of its candidates with the vector just
+    # indexed: 2, none found here); the run read back (1).
+    with django_assert_max_num_queries(67):
+        bisect_here(run)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""
     assert [r["status"] for r in run.results] == ["passed", "raised"] + ["skipped"] * 4
     assert run.verdict_labels[0]["label"] == "module: dynamo" and run.verdict_labels[0]["rule_id"] == "R2.3"
     assert "Unsupported" in run.verdict_labels[0]["evidence"]
-    assert run.torch_version.startswith("2.") and run.worker.endswith("(cpu)")
+    assert run.torch_version.startswith("2.") and run.worker == "runner@here (cpu)"
     assert run.sandbox_report["netns"] is True and run.sandbox_report["uid"] >= UID_BASE
     assert "===== dynamo_eager: raised" in run.log
     suggestion = issue.suggestions.get(label="module: dynamo", kind="add")
@@ -105,38 +110,18 @@ def test_it_says_a_cuda_repro_on_a_cpu_worker_needs_a_gpu_and_feeds_no_suggestio
         repro_code=(REPROS / "needs_cuda.py").read_text(),
         repro_style="script",
     )
-    bisecting.run_bisection(run.pk)
-    run.refresh_from_db()
+    run = bisect_here(run)
     assert run.status == "done" and run.verdict_labels == []
     assert run.verdict_summary.startswith("needs a GPU: re-run on cuda") and "Fix the repro" not in run.verdict_summary
     assert not issue.suggestions.filter(source="bisection").exists()
 
 
-def test_it_runs_a_claimed_run_only_once(issue, triager):
-    run = _queued(issue, triager)
-    BisectionRun.objects.filter(pk=run.pk).update(status="done", verdict_summary="kept")
-    assert bisecting.run_bisection(run.pk).verdict_summary == "kept"
-    run.refresh_from_db()
-    assert (run.status, run.verdict_summary) == ("done", "kept")
-
-
-def test_it_fails_a_redelivered_run_whose_worker_died(issue, triager):
-    run = _queued(issue, triager)
-    BisectionRun.objects.filter(pk=run.pk).update(status="running", started_at=timezone.now(), task_id="first")
-    bisecting.run_bisection(run.pk, task_id="second")  # the sweep's duplicate while it runs elsewhere: left alone
-    run.refresh_from_db()
-    assert run.status == "running"
-    bisecting.run_bisection(run.pk, task_id="first")  # its own message again: the worker that took it died
-    run.refresh_from_db()
-    assert run.status == "failed" and "died" in run.error and run.finished_at
-
-
 def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager):
     stale, fresh = _queued(issue, triager), _queued(issue, triager)
-    long_ago = timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
+    long_ago = timezone.now() - coordinator.longest_run() - timedelta(minutes=1)
     BisectionRun.objects.filter(pk=stale.pk).update(status="running", started_at=long_ago)
     BisectionRun.objects.filter(pk=fresh.pk).update(status="running", started_at=timezone.now())
-    assert bisecting.fail_stale_runs() == 1
+    assert coordinator.fail_stale_runs() == 1
     assert BisectionRun.objects.get(pk=stale.pk).status == "failed"
     assert BisectionRun.objects.get(pk=fresh.pk).status == "running"
 
@@ -144,7 +129,7 @@ def test_it_fails_runs_left_running_past_the_longest_possible_run(issue, triager
 @pytest.mark.parametrize("device", ["cuda", "both"])
 def test_it_fails_a_run_for_a_device_this_worker_does_not_serve(issue, triager, settings, device):
     settings.BISECTION_DEVICE = "cpu"
-    run = bisecting.run_bisection(_queued(issue, triager, device=device).pk)
+    run = bisect_here(_queued(issue, triager, device=device))
     assert run.status == "failed" and "serves cpu" in run.error
     assert run.results == []  # nothing ran
 
@@ -153,7 +138,7 @@ def test_it_sends_a_cpu_and_cuda_comparison_to_the_gpu_workers():
     # R2.4 needs both devices: the CPU bisection runs where cuda is there to re-run an Inductor failure.
     assert bisect_runs.queue_for("both") == bisect_runs.queue_for("cuda") == "gpu"
     assert bisect_runs.queue_for("cpu") == "cpu"
-    assert "both" in bisecting.SERVES["cuda"] and "both" not in bisecting.SERVES["cpu"]
+    assert "both" in runner.SERVES["cuda"] and "both" not in runner.SERVES["cpu"]
 
 
 @pytest.mark.torch
@@ -173,7 +158,7 @@ def test_it_bisects_a_file_from_the_command_line():
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_writes_progress_to_the_row_through_a_real_worker(celery_worker_process, triager):
+def test_it_writes_progress_to_the_row_through_a_real_runner(celery_worker_process, triager):
     issue = make_issue(4343)
     run = bisect_runs.start_bisection(issue=issue, user=triager, code=GRAPH_BREAK, device="cpu")
     seen = []
@@ -186,7 +171,7 @@ def test_it_writes_progress_to_the_row_through_a_real_worker(celery_worker_proce
     wait_until(finished, timeout=180, interval=0.05)
     run.refresh_from_db()
     assert run.status == "done", run.error
-    # The worker says which mode it is running before that mode's result lands (a warm fork server
+    # The runner says which mode it is running before that mode's result lands (a warm fork server
     # can finish eager between two polls, so no particular mode is asserted).
     assert any(status == "running" and mode and mode not in done for status, mode, done in seen), seen
     assert any(status == "running" and done for status, _, done in seen), seen  # results landed as it went
@@ -194,8 +179,8 @@ def test_it_writes_progress_to_the_row_through_a_real_worker(celery_worker_proce
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(client, triager):
-    # No isolation, no run: a worker process that is not root (a forked copy of this one, dropped to
+def test_it_refuses_to_run_in_a_non_root_runner_and_shows_why_on_the_run_page(client, triager):
+    # No isolation, no run: a runner process that is not root (a forked copy of this one, dropped to
     # uid 65534 with its own database connection) fails the run with the reason instead of degrading.
     issue = make_issue(4545)
     run = _queued(issue, triager)
@@ -213,7 +198,7 @@ def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(cl
             os.setgroups([])
             os.setresgid(65534, 65534, 65534)
             os.setresuid(65534, 65534, 65534)
-            bisecting.run_bisection(run.pk)
+            bisect_here(run)
             code = 0
         finally:
             os._exit(code)
@@ -230,11 +215,11 @@ def test_it_refuses_to_run_in_a_non_root_worker_and_shows_why_on_the_run_page(cl
 
 def test_it_caps_the_results_it_stores(issue, triager):
     huge = [{"mode": m, "status": "raised", "message": "m" * 10**6, "traceback": "t" * 10**6} for m in "abcdef"]
-    capped = bisecting.capped_results(huge)
-    assert len(json.dumps(capped)) <= bisecting.MAX_RESULTS_BYTES
+    capped = coordinator.capped_results(huge)
+    assert len(json.dumps(capped)) <= coordinator.MAX_RESULTS_BYTES
     assert [r["mode"] for r in capped] == list("abcdef") and capped[0]["message"].startswith("m")
     small = [{"mode": "eager", "status": "passed", "message": "ok"}]
-    assert bisecting.capped_results(small) is small
+    assert coordinator.capped_results(small) is small
 
 
 def test_it_keeps_run_blobs_out_of_the_pages_that_do_not_show_them(client, issue, triager):

@@ -11,6 +11,7 @@ import pytest
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.triage.decisions import confirm_bot, correct_bot
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -23,9 +24,9 @@ def bot_issue(fake_github, settings):
     """#1001, labelled by the bot, on the fake GitHub and locally; the repo has both feedback labels."""
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("module: dynamo", "module: inductor", "triaged"):
-        make_label(name)
+        make_label(name, github=fake_github)
     for name in ("bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"):
-        make_label(name, allowed=False)  # on GitHub, not in the shipped catalog
+        make_label(name, allowed=False, github=fake_github)  # on GitHub, not in the shipped catalog
     fake_github.add_issue(1001, labels=list(BOT_LABELS))
     return make_issue(1001, labels=BOT_LABELS)
 
@@ -104,7 +105,7 @@ def test_it_corrects_the_bot_in_one_audited_decision(bot_issue, triager, fake_gi
         "repro:agent:h100:incorrect",
         "triaged",
     ]
-    audited = list(decision.writes.exclude(action="read_labels").values_list("action", "target"))
+    audited = list(decision.writes.exclude(action__in=["read_labels", "read_label"]).values_list("action", "target"))
     assert audited == [
         ("add_label", "bot-mislabeled"),
         ("add_label", "module: dynamo"),
@@ -277,7 +278,7 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
     fake_github.add_issue(31, labels=["oncall: pt2", "repro:agent:h100:repro_success:reproduce"], user="reporter")
     fake_github.set_labels(30, ["oncall: pt2", "bot-triaged"], actor="tri-ager")  # a person took a label off
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     events = fake_github.requests_to(r"/issues/\d+/events$", "GET")
     assert sorted(r.path.split("/")[-2] for r in events) == ["30", "31"]  # never for the 20 without automation
@@ -287,7 +288,7 @@ def test_it_reads_label_events_only_for_issues_automation_labelled(fake_github):
     bot = [(e.action, e.label, e.actor) for e in LabelEvent.objects.filter(issue__number=30)]
     assert ("labeled", "bot-triaged", "github-actions[bot]") in bot
     assert ("unlabeled", "module: inductor", "tri-ager") in bot
-    report = sync_queue(full=True)  # nothing changed: no event is read again
+    report = sync_queue(on_changed=issues_changed, full=True)  # nothing changed: no event is read again
     assert len(fake_github.requests_to(r"/issues/\d+/events$", "GET")) == 2
 
 
@@ -357,7 +358,7 @@ def test_it_shows_who_posted_each_automation_fact_and_uses_only_the_automations_
     fake_github.add_comment(1020, UNABLE, user=unable_by, association=association)
     from rubric_app.github.sync import sync_queue
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     issue = Issue.objects.get(number=1020)
     assert sorted(issue.comments.values_list("author", "author_association")) == sorted(
         [(poster, association), (unable_by, association)]

@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from rubric_app.bisection import builds
 from rubric_app.bisection.extract import to_module_style
-from rubric_app.github import events
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import (
     BisectionRun,
@@ -31,7 +30,8 @@ from rubric_app.models import (
     WorkerHeartbeat,
 )
 from rubric_app.rubric.catalog import load_replies
-from rubric_app.runs import auto_bisect, bisect_runs, bisecting, build_checks
+from rubric_app.runs import auto_bisect, bisect_runs, build_checks, runner
+from rubric_app.tasks import process_webhook_task
 from rubric_app.triage import suggestions
 from rubric_app.triage.decisions import plan_changes, request_decision
 from rubric_app.vocabulary import Route
@@ -384,21 +384,21 @@ def test_it_fails_a_run_asking_for_a_build_the_worker_does_not_host(celery_worke
     run = bisect_runs.start_bisection(issue=issue, user=triager, code=SIN_REPRO, device="cpu", builds=["weekly"])
     run = wait_until_finished(run)
     assert run.status == "failed"
-    assert run.error.startswith("this worker hosts the torch builds default, nightly (TORCH_BUILDS); the run asked")
+    assert run.error.startswith("this runner hosts the torch builds default, nightly (TORCH_BUILDS); the run asked")
 
 
 @pytest.mark.torch
 def test_it_restarts_a_builds_fork_server_when_the_build_was_upgraded_in_place(tmp_path, settings):
     python = make_patched_build(tmp_path / "venv")
-    server = bisecting.server_for(python)
+    server = runner.server_for(python)
     try:
         server.start()
-        assert server.installed == NEWER_VERSION and bisecting.server_for(python).alive
+        assert server.installed == NEWER_VERSION and runner.server_for(python).alive
         # pip installs a newer nightly into that venv while the worker runs:
         dist = next((tmp_path / "venv").glob("lib/python*/site-packages/torch-*.dist-info"))
         metadata = dist / "METADATA"
         metadata.write_text(metadata.read_text().replace(NEWER_VERSION, "2.14.0.dev20261202+cpu"))
-        assert bisecting.server_for(python) is server and not server.alive  # the next request starts it anew
+        assert runner.server_for(python) is server and not server.alive  # the next request starts it anew
     finally:
         server.close()
 
@@ -472,7 +472,7 @@ def test_it_compares_again_when_an_edit_arrives_by_webhook(db, settings, django_
     payload["issue"]["updated_at"] = (timezone.now() + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # newer
     delivery = WebhookDelivery.objects.create(delivery_id="d-6090", event="issues", payload=payload)
     with django_capture_on_commit_callbacks(execute=False):
-        events.process_webhook(delivery.pk)
+        process_webhook_task(delivery.pk)  # the delivery applied, then what follows it (triage/followups.py)
     issue.refresh_from_db()
     assert issue.build_finding == "may_be_fixed"
     assert issue.build_comparison["summary"].startswith("reported failing on 2.7.1 by @reporter")
@@ -557,6 +557,7 @@ def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_rep
 ):
     from rubric_app.github.sync import sync_queue
     from rubric_app.runs import repro_sources
+    from rubric_app.triage.followups import issues_changed
 
     settings.AUTO_BISECT = "cpu"
     _wait_for_hardware(celery_worker_process.args[-1])
@@ -572,7 +573,7 @@ def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_rep
         ],
     )
 
-    sync_queue(full=True)  # PyGithub over HTTP; the sync queues the automatic run
+    sync_queue(on_changed=issues_changed, full=True)  # PyGithub over HTTP; the sync queues the automatic run
 
     [first] = BisectionRun.objects.filter(issue__number=6310)
     assert (first.automatic, first.repro_author, first.repro_counts) == (True, "reporter", True)

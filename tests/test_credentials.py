@@ -40,7 +40,7 @@ def signed_in(fake_github, settings):
     settings.GITHUB_OAUTH_CLIENT_SECRET = "test-client-secret"
     settings.GITHUB_WRITE_AS = ""  # unset: "user", since sign-in is configured
     for name in ("module: inductor", "module: dynamo", "triaged"):
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(1001, labels=["oncall: pt2"])
     return make_issue(1001, labels=("oncall: pt2",))
 
@@ -284,7 +284,7 @@ def test_it_writes_as_whoever_signed_in_with_github(client, github_signin):
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM rubric_app_githubcredential")
         assert token not in " ".join(str(value) for value in cursor.fetchone())
-    make_label("module: inductor")
+    make_label("module: inductor", github=github_signin)
     github_signin.add_issue(1001, labels=["oncall: pt2"])
     issue = make_issue(1001, labels=("oncall: pt2",))
 

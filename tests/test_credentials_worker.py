@@ -52,7 +52,7 @@ def signed_in_worker(django_db_setup, django_db_blocker, fake_github_server, tmp
 def test_it_writes_as_the_triager_through_the_worker(transactional_db, signed_in_worker, triager, fake_github):
     fake_github.add_issue(1001, labels=["oncall: pt2"])
     issue = make_issue(1001, labels=("oncall: pt2",))
-    make_label("module: inductor")
+    make_label("module: inductor", github=fake_github)
     access, refresh = fake_github.issue_user_token("tina-triager", expires_in=60)  # refreshed before use
     credentials.save_user_token(
         triager,

@@ -16,10 +16,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from rubric_app import dispatch
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.rubric.catalog import load_replies
-from rubric_app.tasks import apply_decision_task
 from rubric_app.triage import accepting
 from rubric_app.triage.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
 from rubric_app.web.forms import TriageForm
@@ -217,7 +217,7 @@ def test_it_resumes_at_once_when_its_own_message_comes_back(synced, triager, fak
 @pytest.mark.django_db(transaction=True)
 def test_it_finishes_a_decision_at_once_when_its_pool_process_dies(broker, fake_github, triager):  # noqa: F811
     for name in ("module: dynamo", "module: inductor", "triaged"):
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(5401, labels=["oncall: pt2"])
     issue = make_issue(5401, labels=("oncall: pt2",))
     # Pending, as request_decision leaves it; its message is sent below, on this test's broker.
@@ -232,7 +232,7 @@ def test_it_finishes_a_decision_at_once_when_its_pool_process_dies(broker, fake_
     queue = _private_queue()
     worker, _ = broker.start_worker([queue], pool="prefork")
 
-    broker.send(apply_decision_task, (decision.pk,), queue=queue)
+    broker.send(dispatch.APPLY_DECISION, (decision.pk,), queue=queue)
     wait_until(lambda: len(fake_github.requests_to(r"/labels$", "POST")) == 2, timeout=90)
     (child,) = _children(worker.pid)  # concurrency 1: the pool process writing the second label
     os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue

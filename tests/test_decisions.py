@@ -8,6 +8,7 @@ import pytest
 
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
+from rubric_app.tasks import apply_decision_task
 from rubric_app.triage.decisions import Plan, plan_changes, request_decision
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -163,8 +164,9 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
     synced.labels.add(make_label("needs reproduction"))
     decision = _request(synced, triager, add=["module: dynamo", "triaged"], remove=["needs reproduction"])
 
-    decision = apply_decision(decision.pk)
+    apply_decision_task(decision.pk)  # applied, then what follows (the issue's suggestions refreshed)
 
+    decision.refresh_from_db()
     assert decision.status == Status.APPLIED, decision.result_message
     assert (decision.user, decision.labels_added, decision.labels_removed) == (
         triager,
@@ -180,13 +182,15 @@ def test_it_applies_labels_one_by_one_and_audits_each_call(synced, triager, fake
     audit = list(decision.writes.values_list("action", "target", "status_code", "ok"))
     assert audit == [
         ("read_labels", "#1001", 200, True),
+        ("read_label", "module: dynamo", 200, True),  # GitHub has each label to add: none is invented
+        ("read_label", "triaged", 200, True),
         ("add_label", "module: dynamo", 200, True),
         ("add_label", "triaged", 200, True),
         ("remove_label", "needs reproduction", 200, True),
     ]
     # GitHub's answer is kept: the labels it says the issue has after each call.
     assert (
-        decision.writes.get(target="triaged").response
+        decision.writes.get(action="add_label", target="triaged").response
         == "labels now: module: dynamo, needs reproduction, oncall: pt2, triaged"
     )
     synced.refresh_from_db()
@@ -320,7 +324,7 @@ def test_it_applies_a_decision_only_once(synced, triager, fake_github):
 @pytest.mark.django_db(transaction=True)
 def test_it_paces_writes_a_second_apart_through_the_github_queue(fake_github, triager, celery_worker_process):
     for name in ("module: dynamo", "module: dynamic shapes", "triaged", "needs reproduction"):
-        make_label(name)
+        make_label(name, github=fake_github)
     first = make_issue(2001, labels=("oncall: pt2",))
     second = make_issue(2002, labels=("oncall: pt2",))
     fake_github.add_issue(2001, labels=["oncall: pt2"])

@@ -16,6 +16,7 @@ from rubric_app.github import client as github
 from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, Label, TriageDecision
 from rubric_app.triage import decisions
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
@@ -64,7 +65,9 @@ def test_it_disables_apply_with_the_reason_on_every_page_when_github_is_off(clie
 def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, demo_server, triager):
     assert connect.mode() == "demo"
     call_command("load_demo")
-    assert sync_queue(full=True).issues_changed == 0  # the demo GitHub serves what load_demo loaded
+    assert (
+        sync_queue(on_changed=issues_changed, full=True).issues_changed == 0
+    )  # the demo GitHub serves what load_demo loaded
     issue = Issue.objects.get(
         number=next(
             n
@@ -91,7 +94,7 @@ def test_it_applies_demo_decisions_on_the_local_demo_github_and_resyncs(client, 
     assert len(writes) == 1 and "authorization" not in writes[0].headers  # no token exists to send
 
     demo_server.set_labels(issue.number, demo_server.labels_of(issue.number) + ["needs reproduction"])
-    sync_queue()
+    sync_queue(on_changed=issues_changed)
     assert {"module: dynamo", "needs reproduction"} <= set(Issue.objects.get(pk=issue.pk).label_names())
 
 
@@ -125,7 +128,7 @@ def test_it_shows_the_triage_skills_new_rules_on_the_demo(client, demo_server, t
     # The demo GitHub serves the skill's current files and a release: the sync reads them, and the demo issues
     # written for R5.1 and G9-G13 get what those rules say.
     call_command("load_demo")
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     def add(number):
         return {s.label: s for s in Issue.objects.get(number=number).suggestions.filter(kind="add")}

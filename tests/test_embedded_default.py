@@ -42,6 +42,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _runners(session: int) -> list[int]:
+    """The runner processes run.sh started (in its process group `session`): `-n cpu@...` and `-n auto@...`."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            pgid = os.getpgid(int(entry))
+        except (OSError, ProcessLookupError):
+            continue
+        if pgid == session and b"-n" in cmdline and cmdline[cmdline.index(b"-n") + 1].startswith((b"cpu@", b"auto@")):
+            found.append(int(entry))
+    assert found, "run.sh started no runner"
+    return found
+
+
 def _get(url: str, session: requests.Session):
     try:
         return session.get(url, timeout=2)
@@ -79,9 +94,10 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
             "select id, title from rubric_app_issue where state='open' order by id limit 1"
         ).fetchone()
         assert db.execute("select count(*) from rubric_app_issue").fetchone()[0] >= 40
-        # Both of run.sh's workers say they are alive, with their queues (the issue page shows them).
+        # run.sh's workers say they are alive, with their queues (the issue page shows them): the runners by message,
+        # which the coordinator writes (they hold no database).
         beats = lambda: dict(db.execute("select name, queues from rubric_app_workerheartbeat").fetchall())  # noqa: E731
-        live = wait_until(lambda: len(beats()) == 3 and beats(), timeout=60)
+        live = wait_until(lambda: len(beats()) == 4 and beats(), timeout=90)
         assert sorted(q for queues in live.values() for q in re.findall(r'"(\w+)"', queues)) == [
             "cpu",
             "cpu_auto",
@@ -89,6 +105,11 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
             "default",
             "github",
         ]
+        # The runners were started with the broker and their own settings only: not even the demo's OAuth secret.
+        for pid in _runners(proc.pid):
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            names = {entry.split(b"=", 1)[0].decode() for entry in environment if b"=" in entry}
+            assert names <= {"PATH", "TRIAGE_VAR_DIR", "PYTHONUNBUFFERED", "LOG_LEVEL", "TORCH_BUILDS"}, names
         # The demo bisects its repros on arrival (AUTO_BISECT=cpu), each run marked automatic.
         automatic = db.execute("select count(*) from rubric_app_bisectionrun where automatic").fetchone()[0]
         assert automatic > 0

@@ -3,7 +3,6 @@ PyGithub over HTTP from the fake GitHub, within its request budget, resumable af
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -20,8 +19,9 @@ from rubric_app.github import history
 from rubric_app.lanes import LANES
 from rubric_app.models import Comment, Issue, LabelEvent, SyncState
 from rubric_app.triage import metrics, similar
+from rubric_app.triage.followups import issues_changed
 from tests.fakegithub import TOKEN
-from tests.helpers import ROOT, child_database_url, wait_until
+from tests.helpers import ROOT, child_database_url, preview_duplicate, wait_until
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 TRACE = (
@@ -73,7 +73,7 @@ def test_it_backfills_closed_and_open_issues_within_the_request_budget(fake_gith
     counts = seed(fake_github)
     lines: list[str] = []
 
-    report = history.sync_history(out=lines.append)
+    report = history.sync_history(on_changed=issues_changed, out=lines.append)
 
     assert Issue.objects.count() == counts["issues"]  # no pull request, nothing transferred away
     assert report.pull_requests == 2 and report.transferred == 1
@@ -97,17 +97,17 @@ def test_it_backfills_closed_and_open_issues_within_the_request_budget(fake_gith
     # Again: what changed since the backfill started, per label. Nothing did: one page each, no comment read, and
     # with the ETags the run after costs a 304 per label.
     fake_github.requests.clear()
-    again = history.sync_history(out=lines.append)
+    again = history.sync_history(on_changed=issues_changed, out=lines.append)
     assert again.mode == "incremental" and again.stored == 0
     assert not fake_github.requests_to(r"/comments$") and not fake_github.requests_to(r"/events$")
     fake_github.requests.clear()
-    third = history.sync_history(out=lines.append)
+    third = history.sync_history(on_changed=issues_changed, out=lines.append)
     assert [r.status for r in fake_github.requests] == [304, 304] and third.not_modified == 2
 
     # A comment on a closed issue: its listing shows it, and only its comments are read again.
     fake_github.add_comment(1001, "fixed by #1234 in 2.6")
     fake_github.requests.clear()
-    history.sync_history(out=lines.append)
+    history.sync_history(on_changed=issues_changed, out=lines.append)
     assert [r.path.rsplit("/", 2)[-2] for r in fake_github.requests_to(r"/comments$")] == ["1001"]
     assert Issue.objects.get(number=1001).comments.filter(body__contains="2.6").exists()
 
@@ -123,7 +123,7 @@ def test_it_keeps_history_out_of_the_lanes_and_in_the_search_metrics_and_similar
         state="closed",
         updated_at=START + timedelta(days=2),
     )
-    history.sync_history(out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, out=lambda line: None)
 
     closed = Issue.objects.get(number=502)
     assert closed.queue_lanes() == []
@@ -143,7 +143,7 @@ def test_it_waits_out_a_403_rate_limit_and_a_429_and_says_how_long(fake_github):
     lines: list[str] = []
     started = time.monotonic()
 
-    report = history.sync_history(out=lines.append)
+    report = history.sync_history(on_changed=issues_changed, out=lines.append)
 
     assert time.monotonic() - started >= 3.0  # the waits were real: until the reset, then Retry-After
     assert Issue.objects.count() == 250 and report.waited_s >= 3.0
@@ -163,7 +163,7 @@ def test_it_leaves_the_hours_last_requests_to_the_queue(fake_github, settings):
     fake_github.rate_limit_remaining, fake_github.rate_limit_reset = 6, reset
     lines: list[str] = []
 
-    history.sync_history(out=lines.append)
+    history.sync_history(on_changed=issues_changed, out=lines.append)
 
     assert Issue.objects.count() == 40
     sent = [r.at for r in fake_github.requests]
@@ -194,7 +194,9 @@ def test_it_resumes_a_killed_backfill_without_duplicates_or_requests_twice(fake_
     fetched_before = {r.path for r in fake_github.requests_to(r"/comments$")}
     fake_github.requests.clear()
 
-    report = history.sync_history(out=lambda line: None)  # the killed process's claim is taken over at once
+    report = history.sync_history(
+        on_changed=issues_changed, out=lambda line: None
+    )  # the killed process's claim is taken over at once
 
     assert report.resumed and listing_pages(fake_github) == [("oncall: pt2", "3"), ("oncall: cpu inductor", "1")]
     assert Issue.objects.count() == counts["issues"] and Comment.objects.count() == 2 * counts["with_comments"]
@@ -213,7 +215,7 @@ def test_it_skips_an_issue_transferred_after_its_page_was_listed(fake_github):
 
     fake_github.inject("race", path=r"/issues/1000/comments$", run=transfer_first)
 
-    report = history.sync_history(out=lambda line: None)
+    report = history.sync_history(on_changed=issues_changed, out=lambda line: None)
 
     assert report.gone == 1 and not Issue.objects.filter(number=1000).exists()
     assert Issue.objects.count() == 29
@@ -256,12 +258,12 @@ class _Lines:
 def test_it_leaves_the_queue_pages_queries_as_they_were(client, viewer, fake_github, django_assert_num_queries):
     client.force_login(viewer)
     fake_github.add_issue(1, title="in the queue", labels=["oncall: pt2"], updated_at=START)
-    history.sync_history(out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, out=lambda line: None)
     # session, user, permissions (2), count, page of issues, labels, suggestions, failures shared: as without history.
     with django_assert_num_queries(9):
         before = client.get("/").content.decode()
     seed(fake_github)
-    history.sync_history(since=START - timedelta(days=1), out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, since=START - timedelta(days=1), out=lambda line: None)
     with django_assert_num_queries(9):
         after = client.get("/").content.decode()
     assert Issue.objects.count() == 251 and "126 issues" in after and "1 issue" in before
@@ -289,7 +291,7 @@ def test_it_shows_a_closed_original_first_marked_closed_and_offers_it_as_the_dup
         612, title="constant_pad_nd static pad amount", body=pad, labels=["oncall: pt2"], updated_at=START
     )
     fake_github.add_issue(620, title="F.pad fails when compiled", body=TRACE, labels=["oncall: pt2"], updated_at=START)
-    history.sync_history(out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, out=lambda line: None)
     client.force_login(triager)
 
     page = client.get(reverse("rubric_app:issue", args=[620])).content.decode()
@@ -298,12 +300,12 @@ def test_it_shows_a_closed_original_first_marked_closed_and_offers_it_as_the_dup
     assert listed[:2] == ["610", "611"] and "612" in listed  # same signature, the closed one first; then text
     first = page[page.index('data-similar="610"') : page.index('data-similar="611"')]
     assert "closed as completed on 2026-03-02" in first and "same signature" in first
-    assert 'data-mark-duplicate="610"' in first
-    preview = client.post(
-        reverse("rubric_app:issue_preview", args=[620]),
-        {"route": "duplicate", "duplicate_of": "610", "labels_seen": json.dumps(["oncall: pt2"])},
-        headers=HTMX,
-    ).content.decode()
+    # The possible-duplicate mark offers the closed original (before the open #611, a later report of the same
+    # failure), and only there: no neighbour of the list offers to close it.
+    mark = page[page.index("data-possible-duplicate=") : page.index('data-similar="610"')]
+    assert 'data-possible-duplicate="610"' in mark and 'data-mark-duplicate="610"' in mark
+    assert page.count("data-mark-duplicate=") == 1
+    preview = preview_duplicate(client, 620, 610)
     assert 'data-close="duplicate"' in preview and "Duplicate of #610" in preview and "data-apply" in preview
 
 
@@ -314,7 +316,7 @@ def test_it_shows_a_closed_original_first_marked_closed_and_offers_it_as_the_dup
 def test_it_lists_and_searches_the_history_in_constant_queries(client, viewer, fake_github, django_assert_num_queries):
     fake_github.add_issue(701, title="dynamo guard failure on a closed report", state="closed", updated_at=START)
     fake_github.add_issue(702, title="still in the queue", labels=["oncall: pt2"], updated_at=START)
-    history.sync_history(out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, out=lambda line: None)
     client.force_login(viewer)
     url = reverse("rubric_app:history")
 
@@ -323,7 +325,7 @@ def test_it_lists_and_searches_the_history_in_constant_queries(client, viewer, f
         page = client.get(url).content.decode()
     assert 'data-history="701"' in page and 'data-history="702"' not in page and "closed as completed on" in page
     seed(fake_github, 120)
-    history.sync_history(since=START - timedelta(days=1), out=lambda line: None)
+    history.sync_history(on_changed=issues_changed, since=START - timedelta(days=1), out=lambda line: None)
     with django_assert_num_queries(7):
         page = client.get(url, {"q": "guard"}).content.decode()
     assert re.findall(r'data-history="(\d+)"', page) == ["701"] and "best match first" in page

@@ -62,7 +62,7 @@ def synced(github_signin):
     """An issue in the queue, on the fake GitHub and in the mirror, and the label a triager applies."""
     github_signin.add_issue(3501, labels=["oncall: pt2"])
     for name in ("module: inductor", "triaged"):
-        make_label(name)
+        make_label(name, github=github_signin)
     issue = make_issue(3501, labels=("oncall: pt2",))
     Suggestion.objects.create(issue=issue, label="module: inductor", rule_id="R2.2", confidence=0.9, evidence="x")
     return issue

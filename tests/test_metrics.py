@@ -116,7 +116,7 @@ def test_it_counts_decisions_per_triager_in_the_window(triager, chair):
 def on_github(db, fake_github, settings):
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("module: dynamo", "triaged", "triage review"):
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(1001, labels=["oncall: pt2"])
     issue = make_issue(1001, labels=("oncall: pt2",))
     make_suggestion(issue, "module: dynamo", "R1.2", confidence=0.9)

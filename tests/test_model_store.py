@@ -37,20 +37,24 @@ KINDS = [
 FILLER = "lorem ipsum dolor amet consectetur adipiscing elit sed eiusmod tempor incididunt labore magna".split()
 
 
-def synthetic_history(count: int = 120) -> list[dict]:
-    """`count` triaged issues of the four KINDS, interleaved by number (the newest fifth holds every kind), closed."""
-    rng = random.Random(3)
+def synthetic_history(
+    count: int = 120, *, first: int = 5000, step: int = 1, noise: int = 3, authors: int = 0, seed: int = 3
+) -> list[dict]:
+    """`count` triaged issues of the four KINDS, interleaved by number (the newest fifth holds every kind), closed,
+    `step` numbers apart, with `noise` filler words each; with `authors`, reported by that many people in turn."""
+    rng = random.Random(seed)
     records = []
     for i in range(count):
         words, labels = KINDS[i % len(KINDS)]
-        noise = " ".join(rng.sample(FILLER, 3))
+        filler = " ".join(rng.sample(FILLER, noise))
         records.append(
             {
-                "number": 5000 + i,
-                "title": f"{words} {noise} case {i}",
-                "body": f"the {words} misbehaves, {noise}",
+                "number": first + step * i,
+                "title": f"{words} {filler} case {i}",
+                "body": f"the {words} misbehaves, {filler}",
                 "labels": [*labels, "triaged"] + ([] if "oncall: cpu inductor" in labels else ["oncall: pt2"]),
                 "state": "closed",
+                **({"author": f"reporter-{i % authors}"} if authors else {}),
             }
         )
     return records
@@ -98,14 +102,25 @@ def test_it_refuses_a_scrambled_history_and_promotes_a_good_candidate_through_th
     tasks.train_label_model_task()
     good = TrainedModel.objects.latest("pk")
     assert good.status == "promoted" and not good.forced, good.reason
-    assert good.reason == "at least as good as the model in use on every gated figure"
+    assert (
+        good.reason == "at least as good as the model in use on every gated figure, on the recent and reference slices"
+    )
     assert good.compared_with == f"model {forced.pk}" and good.compared == good.held_out >= promotion.MIN_HELD_OUT
     assert good.trained_by == "the weekly task" and model_store.in_use_version() == good.pk
     new, old = good.figures["candidate"], good.figures["in_use"]
     assert all(new[k] >= old[k] for k in promotion.GATED) and new["component_f1"] > good.figures["shuffled"]
-    # Held out by time: the newest triaged issues, none of which it learned from (nor the decisions on them).
-    held = sorted(r["number"] for r in model_store.history_records())[-good.held_out :]
-    assert good.trained_until < held[0] and not set(held) & set(good.learned_numbers)
+    reference = good.figures["reference"]
+    assert reference["compared"] >= promotion.MIN_HELD_OUT and good.reference_until == forced.reference_until
+    assert all(reference["candidate"][k] >= reference["in_use"][k] for k in promotion.GATED)
+    # Held out by time (the newest triaged issues, one author here) and the reference slice: none of which it learned
+    # from (nor the decisions on them).
+    records = model_store.history_records()
+    slices = promotion.cut(records, good.reference_until)
+    held = sorted(r["number"] for r in slices.recent)
+    assert len(held) == good.held_out and good.trained_until < held[0] and not slices.judged & set(good.learned_numbers)
+    assert {r["number"] for r in slices.reference} == {
+        r["number"] for r in records if promotion.is_held_out(r) and r["number"] <= good.reference_until
+    }
 
     # And the gate refuses a scrambled history against a good model in use.
     for record, labels in zip(HISTORY, (r["labels"] for r in scrambled(HISTORY, seed=11))):

@@ -20,7 +20,7 @@ from django.db import connection
 from django.urls import reverse
 
 from rubric_app.models import SyncState, WorkerHeartbeat
-from tests.helpers import ROOT, child_database_url, only_this_tests_workers, wait_until, worker_command
+from tests.helpers import ROOT, child_database_url, only_this_tests_workers, runner_env, wait_until, worker_command
 from triage_site.sentry import scrub_event
 
 PRODUCTION = {
@@ -123,12 +123,15 @@ def test_it_judges_the_sync_only_with_a_token(client, settings, health_token):
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_503_naming_the_queue_once_its_worker_stops(client, settings, health_token):
-    # A real worker on the gpu queue (its heartbeat says cuda, what a GPU box's says), stopped as an
-    # operator would: its clean shutdown removes its heartbeat, and the check names the queue.
+def test_it_answers_503_naming_the_queue_once_its_worker_stops(
+    celery_worker_process, client, settings, health_token, tmp_path
+):
+    # A real runner on the gpu queue (its heartbeat says cuda, what a GPU box's says), stopped as an operator would:
+    # it holds no database, so its clean shutdown says so to the coordinator (the session's), which removes its
+    # heartbeat, and the check names the queue.
     settings.HEALTH_QUEUES = ["gpu"]
     name = f"health-{secrets.token_hex(4)}@{socket.gethostname()}"
-    env = _env(BISECTION_DEVICE="cuda", WORKER_HEARTBEAT_S="1")
+    env = runner_env(tmp_path, BISECTION_DEVICE="cuda", WORKER_HEARTBEAT_S="1")
     worker = subprocess.Popen(
         worker_command(name, "gpu"),
         cwd=ROOT,

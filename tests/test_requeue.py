@@ -10,17 +10,21 @@ from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 
-LONG_AGO = timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+
+def long_ago():
+    """Older than STUCK_AFTER, younger than QUEUE_WAIT_TIMEOUT_MINUTES: read when the test runs (a time taken when the
+    module was imported is half an hour old by the end of a slow suite, and the sweep would end the work instead)."""
+    return timezone.now() - STUCK_AFTER - timedelta(minutes=1)
 
 
 def test_it_finds_only_old_unstarted_work(issue):
-    old = TriageDecision.objects.create(issue=issue, labels_added=["triaged"], created_at=LONG_AGO)
+    old = TriageDecision.objects.create(issue=issue, labels_added=["triaged"], created_at=long_ago())
     TriageDecision.objects.create(issue=issue, labels_added=["triaged"])  # just queued: leave it
-    TriageDecision.objects.create(issue=issue, status="applied", created_at=LONG_AGO)
-    run = BisectionRun.objects.create(issue=issue, repro_code="x", created_at=LONG_AGO)
-    BisectionRun.objects.create(issue=issue, repro_code="x", status="running", created_at=LONG_AGO)
-    delivery = WebhookDelivery.objects.create(delivery_id="a", event="issues", received_at=LONG_AGO)
-    WebhookDelivery.objects.create(delivery_id="b", event="issues", received_at=LONG_AGO, processed_at=timezone.now())
+    TriageDecision.objects.create(issue=issue, status="applied", created_at=long_ago())
+    run = BisectionRun.objects.create(issue=issue, repro_code="x", created_at=long_ago())
+    BisectionRun.objects.create(issue=issue, repro_code="x", status="running", created_at=long_ago())
+    delivery = WebhookDelivery.objects.create(delivery_id="a", event="issues", received_at=long_ago())
+    WebhookDelivery.objects.create(delivery_id="b", event="issues", received_at=long_ago(), processed_at=timezone.now())
 
     before = timezone.now() - STUCK_AFTER
     assert list(TriageDecision.objects.stuck(before)) == [old]
@@ -41,14 +45,16 @@ def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_git
         user=triager,
         labels_seen=["oncall: pt2"],
         labels_added=["module: dynamo", "triaged"],
-        created_at=LONG_AGO,
+        created_at=long_ago(),
     )
     payload = {
         "action": "edited",
         "issue": fake_github.issue_json(fake_github.add_issue(3102, labels=["oncall: pt2"])),
         "repository": {"full_name": fake_github.repo},
     }
-    delivery = WebhookDelivery.objects.create(delivery_id="lost", event="issues", payload=payload, received_at=LONG_AGO)
+    delivery = WebhookDelivery.objects.create(
+        delivery_id="lost", event="issues", payload=payload, received_at=long_ago()
+    )
 
     requeue_stuck_task()
 
@@ -61,6 +67,6 @@ def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_git
         return decision.is_finished and delivery.processed_at and refreshed
 
     wait_until(done, timeout=60)
-    assert decision.status == TriageDecision.Status.APPLIED
+    assert decision.status == TriageDecision.Status.APPLIED, decision.result_message
     assert fake_github.labels_of(3101) == ["module: dynamo", "oncall: pt2", "triaged"]
     assert issue.label_names() == ["module: dynamo", "oncall: pt2", "triaged"]

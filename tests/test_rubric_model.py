@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rubric_app.models import Issue, TrainedModel, TriageDecision
-from rubric_app.rubric import CommentText, IssueText, evaluate
+from rubric_app.rubric import CommentText, IssueText, evaluate, promotion
 from rubric_app.rubric.engine import read
 from rubric_app.rubric.model import LEARNED_TEXT, LabelModel, feature_name, features, train
 from rubric_app.rubric.offline.evaluation import training_examples
@@ -41,6 +41,21 @@ INDUCTOR_LIKE = [
     for i in range(1, 21)
 ]
 RECORDS = DYNAMO_LIKE + INDUCTOR_LIKE
+# The same two kinds as a triaged history to train from in the database: 30 reports of each, each with words of its
+# own (copies of one text would count once: promotion.cut), enough to hold out the gate's two slices.
+OWN_WORDS = (
+    "alder birch cedar dogwood elm fir ginkgo hazel ironwood juniper larch maple nutmeg oak poplar quince rowan "
+    "spruce tamarind umbrella viburnum willow yew zelkova acacia baobab catalpa dogrose eucalyptus fig"
+).split()
+HISTORY_RECORDS = [
+    {
+        **kind,
+        "number": first + k,
+        "title": f"{kind['title'].rsplit(' case', 1)[0]} {word} {OWN_WORDS[(7 * k + 3) % 30]}",
+    }
+    for first, kind in ((1, DYNAMO_LIKE[0]), (101, INDUCTOR_LIKE[0]))
+    for k, word in enumerate(OWN_WORDS)
+]
 
 
 def test_it_learns_words_the_rules_do_not_know_and_shows_them():
@@ -192,15 +207,25 @@ def test_it_trains_from_a_file_with_the_command(tmp_path):
 
 @pytest.mark.django_db
 def test_it_trains_from_the_synced_triaged_issues(tmp_path):
-    for r in RECORDS:
+    for r in HISTORY_RECORDS:
         make_issue(number=r["number"], title=r["title"], body=r["body"], labels=r["labels"])
     make_issue(number=999, title="walrus untriaged", labels=("oncall: pt2",))
     out = StringIO()
     call_command("train_label_model", from_db=True, stdout=out)
-    # The newest 20 triaged issues (the fewest the gate judges by) are held out; the untriaged one is no answer.
-    assert "Training on 20 triaged issues of history (#1 to #20)" in out.getvalue()
-    assert "the newest 20 (#101 on) held out" in out.getvalue() and TrainedModel.objects.get().trained_on == 20
-    assert Issue.objects.count() == 41 and not (tmp_path / "m.json").exists()  # in the database, not a file
+    # 20 recent triaged issues (the fewest the gate judges by) and the reference slice are held out (the bound the
+    # newest triaged issue, #130, this first training); the untriaged one is no answer.
+    reference = [r["number"] for r in HISTORY_RECORDS if promotion.is_held_out(r)]
+    slices = promotion.cut(HISTORY_RECORDS, 130)
+    trained = TrainedModel.objects.get()
+    assert [r["number"] for r in slices.reference] == reference and len(slices.recent) == 20
+    assert trained.trained_on == len(slices.pool) == 60 - slices.collapsed - 20 - len(reference) >= 20
+    assert trained.reference_until == 130 and trained.held_out == 20
+    assert (
+        f"Training on {trained.trained_on} triaged issues of history (#{slices.pool[0]['number']} to #"
+        in out.getvalue()
+    )
+    assert "judged on 20 recent issues" in out.getvalue() and f"the {len(reference)} of the reference" in out.getvalue()
+    assert Issue.objects.count() == 61 and not (tmp_path / "m.json").exists()  # in the database, not a file
 
 
 def _decided(number: int, user, *, seen=("oncall: pt2",), added=(), removed=(), shown=(), status="applied", **fields):
@@ -254,7 +279,7 @@ def test_it_reads_what_triagers_added_removed_and_left_unticked_from_what_the_pa
 
 
 def test_it_learns_from_triagers_decisions_on_issues_not_yet_triaged(tmp_path, triager):
-    for r in RECORDS:
+    for r in HISTORY_RECORDS:
         make_issue(number=r["number"], title=r["title"], body=r["body"], labels=r["labels"])
     # Flagged for the meeting, so not `triaged` and no training record of their own: only the decisions teach "kiwi".
     for number in range(500, 512):
@@ -268,9 +293,11 @@ def test_it_learns_from_triagers_decisions_on_issues_not_yet_triaged(tmp_path, t
 
     out = StringIO()
     call_command("train_label_model", from_db=True, stdout=out)
-    assert "Training on 20 triaged issues of history (#1 to #20) and 12 triagers' decisions" in out.getvalue()
-    learned = LabelModel.from_json(TrainedModel.objects.get().data)
-    without = train(training_examples(RECORDS))
+    trained = TrainedModel.objects.get()
+    assert f"Training on {trained.trained_on} triaged issues of history" in out.getvalue()
+    assert "and 12 triagers' decisions" in out.getvalue()
+    learned = LabelModel.from_json(trained.data)
+    without = train(training_examples(HISTORY_RECORDS))
     dynamic, dynamo = (learned.predict(kiwi)[l][0] for l in ("module: dynamic shapes", "module: dynamo"))
     assert dynamic > 0.5 > dynamo
     assert dynamic > without.predict(kiwi)["module: dynamic shapes"][0] + 0.2

@@ -248,7 +248,7 @@ def test_it_writes_as_the_user_who_signed_in_with_github_through_the_worker(clie
     user = SocialAccount.objects.get(extra_data__login="demo-triager").user
     github_signin.add_issue(1101, labels=["oncall: pt2"])
     issue = make_issue(1101, labels=("oncall: pt2",))
-    make_label("module: inductor")
+    make_label("module: inductor", github=github_signin)
     decision = TriageDecision.objects.create(
         issue=issue, user=user, labels_seen=["oncall: pt2"], labels_added=["module: inductor"]
     )

@@ -18,6 +18,7 @@ from rubric_app.models import GitHubWrite, Issue, IssueTerm, Suggestion, TriageD
 from rubric_app.rubric.catalog import load_replies
 from rubric_app.triage import similar, suggestions
 from rubric_app.triage.decisions import plan_duplicate, request_decision
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_issue, make_label
 from tests.test_signature import _lowering
 
@@ -33,7 +34,8 @@ def _failing(number: int, **kwargs) -> Issue:
 
 
 def _refreshed(*issues: Issue) -> list[Issue]:
-    suggestions.refresh(Issue.objects.filter(pk__in=[i.pk for i in issues]))
+    """These issues as a sync's page leaves them: suggestions refreshed, marks computed (triage/followups.py)."""
+    issues_changed([i.pk for i in issues], "sync")
     return [Issue.objects.get(pk=i.pk) for i in issues]
 
 
@@ -65,11 +67,11 @@ def test_it_stores_the_signature_and_vector_where_the_suggestions_are_refreshed(
 def test_it_recomputes_the_signature_on_sync(fake_github):
     make_label("oncall: pt2")
     fake_github.add_issue(3001, title="fails", body=PAD + _lowering(), labels=["oncall: pt2"])
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     first = Issue.objects.get(number=3001).signature
 
     fake_github.update_issue(3001, body=PAD + _lowering().replace("AssertionError", "RuntimeError"))
-    sync_queue()
+    sync_queue(on_changed=issues_changed)
 
     assert first and Issue.objects.get(number=3001).signature not in ("", first)
 
@@ -143,13 +145,14 @@ def test_it_lists_the_same_failure_first_then_similar_text_open_and_closed():
 
 def test_it_makes_the_same_number_of_queries_for_a_small_and_a_large_neighbourhood(django_assert_num_queries):
     hoods = _neighbourhood()
-    # the issue's vector, the candidates, their exact scores, the neighbours, their labels
-    with django_assert_num_queries(5):
+    # the issue's vector, the candidates, their exact scores, the neighbours, their labels, the decisions that closed
+    # any of them as its duplicate (never offered as its original)
+    with django_assert_num_queries(6):
         small = similar.neighbours(hoods["A"])
     for number in range(2000, 2030):
         _failing(number, b=number)
     similar.reindex(Issue.objects.filter(number__gte=2000))
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         large = similar.neighbours(hoods["A"])
     assert len(large) == similar.SHOWN > len(small)
 
@@ -173,7 +176,7 @@ def test_it_suggests_the_component_of_the_most_similar_triaged_issues():
 
     voted = Suggestion.objects.get(issue=issue, source=Suggestion.Source.SIMILAR)
     assert voted.label == "module: dynamic shapes" and voted.rule_id == "R1.3"
-    # Next to the title's Inductor it is also scored as a second label (engine.company), and says so.
+    # Next to the title's Inductor it is also scored as a second label (components.company), and says so.
     assert voted.reason.startswith("5 of the 5 most similar triaged issues are module: dynamic shapes")
     assert voted.evidence == "#1100 #1101 #1102 #1103 #1104" and voted.evidence_source == "similar"
 
@@ -186,7 +189,7 @@ def group(fake_github, settings):
     """Three open reports of one failure (#1001 already carries module: dynamic shapes), and a closed one."""
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("module: dynamic shapes", "module: inductor", "triaged", "triage review", "oncall: pt2"):
-        make_label(name)
+        make_label(name, github=fake_github)
     issues = [_failing(1001), _failing(1002, b=5), _failing(1003, s=2)]
     issues[0].labels.add(make_label("module: dynamic shapes"))
     make_issue(1004, title="old", body=_lowering(b=1), state="closed", in_queue=False)

@@ -22,6 +22,7 @@ from rubric_app.models import Issue, Label, LabelEvent, SkillFile, Suggestion
 from rubric_app.rubric.catalog import catalog_names
 from rubric_app.rubric.skill import shipped
 from rubric_app.triage.decisions import plan_changes
+from rubric_app.triage.followups import issues_changed
 from rubric_app.vocabulary import Route
 from rubric_app.web.forms import TriageForm
 from rubric_app.web.labels import handoff_oncalls
@@ -60,7 +61,7 @@ def test_it_reads_the_skill_and_the_release_and_the_catalog_follows(fake_github)
     for name in ("release triage", "oncall: releng", "needs reproduction", "module: dynamo"):
         fake_github.add_label(name)
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     rows = SkillFile.objects.by_name()
     assert rows["labels.json"].sha == blob_sha(CURRENT_LABELS) and rows["labels.json"].error == ""
@@ -75,11 +76,11 @@ def test_it_reads_the_skill_and_the_release_and_the_catalog_follows(fake_github)
 
 def test_it_reads_nothing_again_while_the_files_are_unchanged(fake_github):
     seed_skill(fake_github)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     read_at = SkillFile.objects.get(name="labels.json").read_at
     fake_github.requests.clear()
 
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     assert _skill_requests(fake_github) == [("labels.json", 304), ("templates.json", 304), ("latest", 304)]
     assert all(r.headers["if-none-match"] for r in fake_github.requests_to(r"/contents/"))
@@ -93,7 +94,7 @@ def test_it_uses_new_labels_and_replies_once_the_skill_changes_and_says_so_on_ru
     seed_skill(fake_github)
     fake_github.add_issue(1, title="Graph break on zip", body="torch._dynamo.exc.Unsupported: zip")
     fake_github.add_label("module: pt2 startup")
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     templates = json.loads(CURRENT_TEMPLATES)
     templates["templates"]["request_more_info"]["comment"] = "Please send a repro script and collect_env's output."
     templates["templates"]["close_expected_behavior"] = {"action": "Close", "use_when": "", "comment": "As documented."}
@@ -101,7 +102,7 @@ def test_it_uses_new_labels_and_replies_once_the_skill_changes_and_says_so_on_ru
     new_labels = _labels_with(fake_github, add=[("module: pt2 startup", "Time to the first compiled step")])
     labels_sha = fake_github.put_file(SKILL_LABELS, new_labels.replace('"module: vllm"', '"module: vllm-gone"'))
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     assert report.skill_changed
     assert "module: pt2 startup" in Label.objects.triage_catalog()
@@ -133,17 +134,17 @@ def test_it_uses_new_labels_and_replies_once_the_skill_changes_and_says_so_on_ru
 )
 def test_it_keeps_the_last_good_copy_of_a_file_it_cannot_parse(fake_github, client, viewer, path, text, why):
     seed_skill(fake_github)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     before = skill_files.in_use()
     fake_github.put_file(path, text)
 
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     assert not report.skill_changed and skill_files.in_use() == before
     row = SkillFile.objects.get(name=path.rsplit("/", 1)[-1])
     assert why in row.error and row.error.endswith("the last good copy stays")
     fake_github.requests.clear()
-    sync_queue()  # the broken file is not read again while it stays broken
+    sync_queue(on_changed=issues_changed)  # the broken file is not read again while it stays broken
     assert (path.rsplit("/", 1)[-1], 304) in _skill_requests(fake_github)
     client.force_login(viewer)
     assert why in client.get(RUBRIC).content.decode()
@@ -151,14 +152,14 @@ def test_it_keeps_the_last_good_copy_of_a_file_it_cannot_parse(fake_github, clie
 
 def test_it_keeps_the_last_release_when_the_tag_is_no_version_or_github_fails(fake_github, client, viewer):
     seed_skill(fake_github)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     fake_github.publish_release("nightly-build-20261201")
-    sync_queue()
+    sync_queue(on_changed=issues_changed)
     row = SkillFile.objects.get(name="release")
     assert row.content["tag"] == DEMO_RELEASE and "is not a released version" in row.error
 
     fake_github.inject("error", path=r"/contents/", status=502, times=20)
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     assert not report.skill_changed and skill_files.in_use().release == DEMO_RELEASE
     assert (
@@ -169,7 +170,7 @@ def test_it_keeps_the_last_release_when_the_tag_is_no_version_or_github_fails(fa
 
 
 def test_it_uses_the_shipped_copies_where_the_repository_has_no_skill(fake_github, client, viewer):
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     assert skill_files.in_use().labels == shipped().labels and skill_files.in_use().release == ""
     assert "the shipped copy is in use" in SkillFile.objects.get(name="labels.json").error
@@ -188,14 +189,14 @@ def test_it_gates_release_triage_on_the_release_read_from_github_g12(fake_github
     nightly = ENV_2_13.replace("2.13.0+cu128", "2.14.0.dev20261201+cu128")
     fake_github.add_issue(2, title="Segfault in compiled cumsum", body="Segmentation fault\n\n" + nightly)
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     flag = Suggestion.objects.get(issue__number=1, label="release triage")
     assert flag.rule_id == "G12.1" and flag.evidence == "states 2.13.0+cu128; the latest release is v2.13.0"
     assert flag.preselected and not Suggestion.objects.filter(issue__number=2, label="release triage").exists()
 
     fake_github.publish_release("v2.14.0")  # a new minor: 2.13 is no longer the latest
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     assert report.skill_changed and not Suggestion.objects.filter(label="release triage").exists()
     item = next(i for i in Issue.objects.get(number=1).checklist if i["rule_id"] == "G12")
@@ -207,7 +208,7 @@ def test_it_reads_who_added_high_priority_for_g12_2(fake_github):
     fake_github.add_label("release triage")
     fake_github.add_issue(1, title="Graph break on zip", labels=["oncall: pt2", "high priority"], labelled_by="malfet")
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     assert LabelEvent.objects.filter(issue__number=1, label="high priority", actor="malfet").exists()
     flag = Suggestion.objects.get(issue__number=1, label="release triage")
@@ -224,7 +225,8 @@ def test_it_asks_for_a_self_contained_reproduction_with_the_skills_reply_and_nev
 
     offline = plan_changes(issue, chosen=["module: dynamo"], route=Route.REPRODUCTION, review=False)
     seed_skill(fake_github)
-    sync_queue(full=True)
+    fake_github.add_label("oncall: pt2")  # the issue's label: one GitHub lacks would leave it at the catalog's sync
+    sync_queue(on_changed=issues_changed, full=True)
     read = plan_changes(issue, chosen=["module: dynamo"], route=Route.REPRODUCTION, review=False)
     ticked = plan_changes(issue, chosen=["needs reproduction"], route="pt2", review=False)
 
@@ -258,7 +260,7 @@ def test_it_shows_the_skills_description_where_a_triager_picks_a_label(fake_gith
         body="aot_eager gives zeros; eager gives ones.",
         comments=[{"body": "This looks like a functionalization bug.", "user": "bdhirsh"}],
     )
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     client.force_login(triager)
 
     html = client.get(reverse("rubric_app:issue", args=[1])).content.decode()

@@ -1,8 +1,8 @@
-"""Work that gets stuck: a worker killed mid-decision or mid-bisection, and work no worker takes.
+"""Work that gets stuck: a worker killed mid-decision, a runner killed mid-bisection, and work no worker takes.
 
 The kill tests start their own `celery worker` processes on the real broker (Redis, and kombu's
-filesystem broker of the embedded default), SIGKILL them mid-task, and let the periodic sweep
-(requeue_stuck_task, sent as beat sends it) recover the row through another real worker.
+filesystem broker of the embedded default), SIGKILL them mid-task, and let a worker that comes back (or the
+coordinator that records what runners report) recover the row.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from django.conf import settings
 from django.utils import timezone
 from kombu import Connection
 
-from rubric_app.github import recovery
+from rubric_app import dispatch, processes
 from rubric_app.github.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
-from rubric_app.runs import bisecting
-from rubric_app.tasks import STUCK_AFTER, apply_decision_task, requeue_stuck_task, run_bisection_task
-from tests.factories import make_issue, make_label
+from rubric_app.runs import coordinator, recovery
+from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
+from tests.factories import make_issue, make_label, sleeping_repro
 from tests.fakegithub import TOKEN, FakeGitHub
 from tests.helpers import (
     ROOT,
@@ -39,20 +39,11 @@ from tests.helpers import (
 )
 from triage_site.celery import app
 
+# Every mode sleeps: the runner is surely mid-run when it is killed.
+SLOW_REPRO = sleeping_repro(20)
 Status = TriageDecision.Status
 ADD = ["module: dynamo", "module: inductor", "triaged"]
 SEEN = ["needs reproduction", "oncall: pt2"]
-# Eager sleeps: the worker is surely mid-run when it is killed.
-SLOW_REPRO = """import time
-import torch
-
-def fn(x):
-    time.sleep(20)
-    return x + 1
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
 
 
 def _applying_decision(issue, user, **fields) -> TriageDecision:
@@ -94,10 +85,11 @@ def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synce
         "GitHub already had: add label module: dynamo, add label module: inductor. "
         "Finished on GitHub: add label triaged, remove label needs reproduction."
     ) in decision.result_message
-    assert list(decision.writes.values_list("action", "ok")) == [
-        ("read_labels", True),
-        ("add_label", True),
-        ("remove_label", True),
+    assert list(decision.writes.values_list("action", "target", "ok")) == [
+        ("read_labels", "#5101", True),
+        ("read_label", "triaged", True),  # only the label it still adds is asked of GitHub
+        ("add_label", "triaged", True),
+        ("remove_label", "needs reproduction", True),
     ]
     assert synced.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
 
@@ -165,7 +157,7 @@ def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, setti
 
 @pytest.mark.django_db
 def test_it_ends_runs_left_running_past_their_limit_from_the_sweep(synced):
-    overdue = timezone.now() - bisecting.longest_run() - timedelta(minutes=1)
+    overdue = timezone.now() - coordinator.longest_run() - timedelta(minutes=1)
     dead = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=overdue)
     alive = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=timezone.now())
 
@@ -190,14 +182,23 @@ class Broker:
     env: dict = field(default_factory=dict)
     workers: list = field(default_factory=list)
 
-    def send(self, task, args=(), *, queue: str) -> None:
-        """Publish a task message as the web process or beat would, on this broker."""
+    def send(self, task: str, args=(), *, queue: str, **options) -> None:
+        """Publish a task message (by its name, dispatch.py) as the web process or beat would, on this broker."""
         with Connection(self.url, transport_options=self.transport_options) as conn:
-            app.send_task(task.name, args, queue=queue, connection=conn)
+            app.send_task(task, args, queue=queue, connection=conn, **options)
 
-    def start_worker(self, queues: list[str], *, pool: str = "solo", **env) -> tuple[subprocess.Popen, str]:
+    def send_run(self, run: BisectionRun, *, queue: str) -> None:
+        """Send a run's job as coordinator.start_run does, to `queue` on this broker."""
+        run.job_token = "the-jobs-secret"
+        run.save(update_fields=["job_token"])
+        message = str(uuid.uuid4())
+        self.send(dispatch.RUN_JOB, (coordinator.job_for(run).as_message(),), queue=queue, task_id=message)
+
+    def start_worker(
+        self, queues: list[str], *, pool: str = "solo", name: str = "", **env
+    ) -> tuple[subprocess.Popen, str]:
         """Start `celery worker` on this broker and the test database; returns (process, name) once it is up."""
-        name = f"stuck-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
+        name = name or f"stuck-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
         db_url = child_database_url()
         full_env = {
             **os.environ,
@@ -279,7 +280,7 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     broker, fake_github, triager
 ):
     for name in ADD + SEEN:
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(5101, labels=SEEN)
     issue = make_issue(5101, labels=SEEN)
     decision = _applying_decision(issue, triager)  # pending
@@ -289,13 +290,13 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     queue = _private_queue()
     first, _ = broker.start_worker([queue])
 
-    broker.send(apply_decision_task, (decision.pk,), queue=queue)
+    broker.send(dispatch.APPLY_DECISION, (decision.pk,), queue=queue)
     wait_until(lambda: len(fake_github.requests_to(r"/labels$", "POST")) == 2, timeout=90)
     broker.kill(first)
     gate.set()
     wait_until(lambda: "module: inductor" in fake_github.labels_of(5101), timeout=30)
     # Started again: on its first heartbeat it sees the holder's process gone and resumes the decision from
-    # what GitHub shows; no sweep, no waiting out the decision's heartbeat (rubric_app/github/recovery.py).
+    # what GitHub shows; no sweep, no waiting out the decision's heartbeat (rubric_app/runs/recovery.py).
     broker.start_worker(["default", "github"])
 
     wait_until_finished(decision, timeout=60)  # within a minute of the restart, as a triager waits
@@ -318,21 +319,43 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_ends_a_bisection_whose_worker_was_killed_as_soon_as_a_worker_restarts(broker, triager):
+def test_it_ends_a_bisection_whose_runner_was_killed_as_soon_as_the_runner_restarts(broker, triager):
     issue = make_issue(5201)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
     queue = _private_queue()
-    first, _ = broker.start_worker([queue])
+    broker.start_worker(["default"])  # the coordinator: records what the runner reports
+    first, name = broker.start_worker([queue])
 
-    broker.send(run_bisection_task, (run.pk,), queue=queue)
+    broker.send_run(run, queue=queue)
     wait_until(
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
     broker.kill(first)
-    broker.start_worker(["default"])
+    broker.start_worker([queue], name=name)
 
     wait_until_finished(run, timeout=60)  # not the sweep, nor the run's time limit: the restart's first beat
-    assert run.status == "failed" and "died mid-run (killed, or out of memory); start it again" in run.error
+    assert run.status == "failed" and f"The runner {name} was restarted while running this bisection" in run.error
+
+
+@pytest.mark.torch
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_ends_a_bisection_whose_runner_went_silent(broker, triager, settings):
+    settings.WORKER_HEARTBEAT_STALE_S = 5
+    issue = make_issue(5202)
+    run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
+    queue = _private_queue()
+    broker.start_worker(["default"], WORKER_HEARTBEAT_STALE_S="5")  # on each beat it looks for lost runs
+    first, name = broker.start_worker([queue])
+
+    broker.send_run(run, queue=queue)
+    wait_until(
+        lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
+    )
+    broker.kill(first)  # and never started again
+
+    wait_until_finished(run, timeout=60)
+    assert run.status == "failed" and "stopped sending heartbeats for 5 s" in run.error
 
 
 @pytest.mark.django_db
@@ -340,12 +363,12 @@ def test_it_tells_a_dead_holder_from_a_live_one(triager, synced):
     here = socket.gethostname()
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process now
-    assert recovery.holder(f"{here}:{os.getpid()} (cpu)") == (here, os.getpid())
-    assert recovery.holder("") is None and recovery.holder("no pid") is None
-    assert not recovery.is_dead(f"{here}:{os.getpid()}", set(), here)  # this very process
-    assert recovery.is_dead(f"{here}:{gone.pid}", set(), here)
-    assert not recovery.is_dead("other-host:1", {"other-host"}, here)  # its host still beats
-    assert recovery.is_dead("other-host:1", set(), here)  # its host went silent
+    assert processes.holder(f"{here}:{os.getpid()} (cpu)") == (here, os.getpid())
+    assert processes.holder("") is None and processes.holder("no pid") is None
+    assert not processes.is_dead(f"{here}:{os.getpid()}", set(), here)  # this very process
+    assert processes.is_dead(f"{here}:{gone.pid}", set(), here)
+    assert not processes.is_dead("other-host:1", {"other-host"}, here)  # its host still beats
+    assert processes.is_dead("other-host:1", set(), here)  # its host went silent
     alive = _applying_decision(synced, triager, status="applying", worker=f"{here}:{os.getpid()}")
     dead = _applying_decision(synced, triager, status="applying", worker=f"{here}:{gone.pid}")
     resumed, ended = recovery.recover_orphans()
@@ -374,16 +397,39 @@ def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(brok
     issue = make_issue(5301)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
     queue = _private_queue()
+    broker.start_worker(["default"])
     worker, _ = broker.start_worker([queue], pool="prefork")
 
-    broker.send(run_bisection_task, (run.pk,), queue=queue)
+    broker.send_run(run, queue=queue)
     wait_until(
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
     (child,) = _children(worker.pid)  # concurrency 1: one pool process, running the task
     os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue
 
-    # On Redis the redelivered flag reached Celery before too; on the filesystem broker it did not,
-    # and the run stayed "running" for good. The claim's task id catches both.
+    # The same message run again by the runner's next pool process is another attempt of the claiming message: its
+    # first attempt died. Whatever the broker's redelivered flag says (the filesystem broker sets none).
     wait_until_finished(run)
-    assert run.status == "failed" and "died" in run.error
+    assert run.status == "failed" and "died mid-run" in run.error
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_it_writes_a_held_decision_when_a_github_worker_comes_back_not_at_the_sweep(broker, fake_github, triager):
+    for name in ADD + SEEN:
+        make_label(name)
+    fake_github.add_issue(5401, labels=SEEN)
+    decision = _applying_decision(
+        make_issue(5401, labels=SEEN), triager, not_before=timezone.now() + timedelta(seconds=3)
+    )  # a meeting's decision, held for its undo window
+    queue = _private_queue()
+    first, _ = broker.start_worker([queue])
+    broker.send(dispatch.APPLY_DECISION, (decision.pk,), queue=queue, countdown=3)  # the worker holds it until then
+    wait_until(lambda: first.poll() is None and broker.kind, timeout=5)
+    broker.kill(first)  # with the message it held: lost (filesystem) or back only after the visibility timeout
+
+    broker.start_worker(["github"])  # a github worker starting sends every pending decision again
+
+    wait_until_finished(decision, timeout=60)
+    assert decision.status == Status.APPLIED, decision.result_message
+    assert fake_github.labels_of(5401) == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]

@@ -12,6 +12,7 @@ from rubric_app.demo.github_seeds import seed_skill
 from rubric_app.github import client as github
 from rubric_app.github.sync import FULL_KEY, INCREMENTAL_KEY, LOCK_KEY, SYNC_LEASE, sync_queue
 from rubric_app.models import Comment, Issue, Label, SyncState
+from rubric_app.triage.followups import issues_changed
 from tests.factories import make_label
 from tests.helpers import wait_until
 
@@ -36,7 +37,7 @@ def test_it_syncs_the_queue_in_pages_of_100_with_comments_and_labels(fake_github
     fake_github.add_issue(2001, labels=["module: dynamo"])  # not in the queue
     fake_github.add_issue(2002, labels=["oncall: pt2", "triaged"], comments=[{"body": "fixed", "user": "bob"}])
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     assert Issue.objects.count() == 236  # 230 + 5 cpu inductor + the triaged one; no PR, no outsider
     assert not Issue.objects.filter(number__in=[2000, 2001]).exists()
@@ -57,7 +58,7 @@ def test_it_syncs_the_queue_in_pages_of_100_with_comments_and_labels(fake_github
 def test_it_follows_link_headers_and_sends_the_token(fake_github):
     _queue(fake_github, 150)
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     pages = _list_requests(fake_github)
     assert [r.query.get("page") for r in pages] == [None, "2", None]  # pt2 pages 1, 2, then cpu page 1
@@ -70,7 +71,7 @@ def test_it_syncs_the_label_catalog(fake_github):
     fake_github.add_label("made up label", "000000")
     Label.objects.create(name="gone from github", allowed_for_triage=True)
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     dynamo = Label.objects.get(name="module: dynamo")
     assert (dynamo.color, dynamo.description, dynamo.allowed_for_triage, dynamo.in_catalog) == (
@@ -87,10 +88,12 @@ def test_it_syncs_the_label_catalog(fake_github):
 def test_it_creates_unknown_labels_as_not_allowed(fake_github):
     fake_github.add_issue(1, labels=["oncall: pt2", "brand new label"])
 
-    sync_queue(full=True)  # the catalog is synced first, so make the label appear only on the issue
+    sync_queue(
+        on_changed=issues_changed, full=True
+    )  # the catalog is synced first, so make the label appear only on the issue
     Label.objects.filter(name="brand new label").delete()
     fake_github.set_labels(1, ["oncall: pt2", "brand new label"])
-    sync_queue()
+    sync_queue(on_changed=issues_changed)
 
     assert Label.objects.get(name="brand new label").allowed_for_triage is False
     assert Issue.objects.get(number=1).has_label("brand new label")
@@ -98,11 +101,11 @@ def test_it_creates_unknown_labels_as_not_allowed(fake_github):
 
 def test_it_marks_issues_that_left_the_queue_and_keeps_them(fake_github):
     _queue(fake_github, 3)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     fake_github.update_issue(1, state="closed")
     fake_github.set_labels(2, ["oncall: export"])
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     assert report.left_queue == 2
     assert list(Issue.objects.filter(in_queue=False).order_by("number").values_list("number", "state")) == [
@@ -116,14 +119,14 @@ def test_it_marks_issues_that_left_the_queue_and_keeps_them(fake_github):
 
 def test_it_syncs_incrementally_since_the_high_water_mark(fake_github):
     _queue(fake_github, 3, comments=1)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     mark = SyncState.objects.get(key=INCREMENTAL_KEY).high_water_mark
     fake_github.add_comment(2, "it also fails with dynamic=False")
     fake_github.update_issue(3, state="closed")
     fake_github.add_issue(4, labels=["oncall: pt2"])
     fake_github.requests.clear()
 
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     (listing,) = fake_github.requests_to(r"/issues$")
     assert listing.query["since"] == mark.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -143,11 +146,11 @@ def test_it_syncs_incrementally_since_the_high_water_mark(fake_github):
 def test_it_makes_a_no_op_incremental_sync_with_requests_answered_304(fake_github):
     _queue(fake_github, 120, comments=1)
     seed_skill(fake_github)  # the triage skill's files and a release: read once, then only asked whether they changed
-    sync_queue(full=True)
-    sync_queue()  # primes the ETag for the current high-water mark
+    sync_queue(on_changed=issues_changed, full=True)
+    sync_queue(on_changed=issues_changed)  # primes the ETag for the current high-water mark
     fake_github.requests.clear()
 
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     # The skill's two files, the latest release, the queue's first page: each answered 304.
     assert [(r.method, r.status) for r in fake_github.requests] == [("GET", 304)] * 4
@@ -157,10 +160,10 @@ def test_it_makes_a_no_op_incremental_sync_with_requests_answered_304(fake_githu
 
 def test_it_fetches_comments_only_when_count_or_updated_at_changed(fake_github):
     _queue(fake_github, 5, comments=2)
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     fake_github.requests.clear()
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     assert fake_github.requests_to(r"/comments$") == []
     assert Comment.objects.count() == 10
@@ -168,23 +171,23 @@ def test_it_fetches_comments_only_when_count_or_updated_at_changed(fake_github):
 
 def test_it_never_overwrites_newer_local_data_with_older(fake_github):
     fake_github.add_issue(1, title="old title", labels=["oncall: pt2"])
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     issue = Issue.objects.get(number=1)
     newer = fake_github.issues[1]["updated_at"].replace(year=2099)
     Issue.objects.filter(pk=issue.pk).update(title="newer title from a webhook", updated_at=newer)
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     assert Issue.objects.get(number=1).title == "newer title from a webhook"
 
 
 def test_it_takes_githubs_labels_when_updated_at_ties_but_content_differs(fake_github):
     fake_github.add_issue(1, labels=["oncall: pt2", "module: dynamo"])
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
     # A webhook stored a label that was removed again within the same second on GitHub.
     Issue.objects.get(number=1).labels.add(make_label("module: inductor"))
 
-    sync_queue(full=True)
+    sync_queue(on_changed=issues_changed, full=True)
 
     assert Issue.objects.get(number=1).label_names() == ["module: dynamo", "oncall: pt2"]
 
@@ -194,14 +197,14 @@ def test_it_resumes_an_interrupted_full_sync_without_duplicates_or_gaps(fake_git
     fake_github.inject("error", path=r"/issues$", query={"page": "3"}, status=502, times=10)
 
     with pytest.raises(github.GitHubUnavailable):
-        sync_queue(full=True)
+        sync_queue(on_changed=issues_changed, full=True)
 
     state = SyncState.objects.get(key=FULL_KEY)
     assert "page=3" in state.resume_url and "GitHubUnavailable" in state.last_error
     assert Issue.objects.count() == 200
     fake_github.requests.clear()
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     assert report.resumed
     pages = [r.query.get("page") for r in _list_requests(fake_github) if r.status == 200]
@@ -234,7 +237,7 @@ def test_it_reports_a_github_failure_from_the_command_in_one_clear_line(fake_git
 def test_it_runs_a_full_sync_first_when_there_is_no_high_water_mark(fake_github):
     _queue(fake_github, 2)
 
-    report = sync_queue()
+    report = sync_queue(on_changed=issues_changed)
 
     assert report.mode == "full (first)"
     assert Issue.objects.count() == 2
@@ -257,13 +260,13 @@ def test_it_skips_a_sync_while_another_holds_the_claim_and_takes_over_a_dead_one
     _queue(fake_github, 3)
     SyncState.objects.create(key=LOCK_KEY, running_since=timezone.now())
 
-    skipped = sync_queue(full=True)
+    skipped = sync_queue(on_changed=issues_changed, full=True)
 
     assert skipped.skipped and "skipped" in skipped.summary()
     assert fake_github.requests == [] and not Issue.objects.exists()
     # A claim older than the lease belongs to a worker that died mid-sync: the next sync takes over.
     SyncState.objects.filter(key=LOCK_KEY).update(running_since=timezone.now() - SYNC_LEASE - timedelta(minutes=1))
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
     assert not report.skipped and Issue.objects.count() == 3
     assert SyncState.objects.get(key=LOCK_KEY).running_since is None  # released for the next one
 
@@ -272,7 +275,7 @@ def test_it_releases_the_claim_when_github_fails(fake_github):
     _queue(fake_github, 1)
     fake_github.inject("malformed_json", path=r"/issues$", times=3)
     with pytest.raises(github.MalformedResponse):
-        sync_queue(full=True)
+        sync_queue(on_changed=issues_changed, full=True)
     assert SyncState.objects.get(key=LOCK_KEY).running_since is None
 
 
@@ -289,7 +292,7 @@ def test_it_makes_an_unknown_hand_off_label_a_finding_on_that_issue_not_a_crash_
     _queue(fake_github, 2, start=3620)
     assert "oncall: export" not in fake_github.labels
 
-    report = sync_queue(full=True)
+    report = sync_queue(on_changed=issues_changed, full=True)
 
     assert report.issues_changed == 5
     assert not Issue.objects.filter(suggestions_updated_at__isnull=True).exists()

@@ -291,13 +291,14 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(
     client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
     # session, user, permissions (2), issue, labels, comments, suggestions, runs, the triage skill's files (the labels'
     # descriptions), triage catalog, latest decision, previous and next issue in the queue, the workers' heartbeats;
-    # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels
-    with django_assert_num_queries(20):
+    # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels, the decisions that
+    # closed any of them as its duplicate (the possible-duplicate mark's original comes with the issue: no query)
+    with django_assert_num_queries(21):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(20):
+    with django_assert_num_queries(21):
         assert 'data-similar="2003"' in client.get(_url("issue", 2001)).content.decode()
 
 
@@ -317,7 +318,7 @@ def test_it_starts_a_bisection_with_the_edited_code(client, triager, triaged_iss
     assert run.repro_code == code and run.requested_by == triager and run.status == "queued"
     assert f'hx-get="{_url("bisection", run.pk)}" hx-trigger="every 1s"' in html and "<html" not in html
     response = client.post(_url("bisect", 2001), {"code": code, "device": "cpu"})
-    assert response.status_code == 302 and response["Location"].endswith("#bisection")
+    assert response.status_code == 302 and response["Location"].endswith("#bisection-current")  # the run, in sight
 
 
 def test_it_preselects_the_gpu_when_the_repro_names_cuda(client, triager, triaged_issue):
@@ -380,3 +381,57 @@ def test_it_shows_what_the_automation_said_and_offers_the_agents_script_to_bisec
 def test_it_shows_no_automation_panel_where_there_was_none(client, viewer, triaged_issue):
     client.force_login(viewer)
     assert 'id="automation"' not in client.get(_url("issue", triaged_issue.number)).content.decode()
+
+
+def _row_preview(client, number: int, data: dict, target: str) -> str:
+    """A queue row's preview as htmx asks for it: into the row's slot (`a`), or into its plan (a box changed)."""
+    headers = {**HTMX, "HX-Target": target}
+    return client.post(_url("issue_preview", number), {"in_queue": "1", **data}, headers=headers).content.decode()
+
+
+def test_it_opens_a_queue_rows_preview_as_a_form_to_untick_or_add_a_label(
+    client, triager, triaged_issue, django_assert_num_queries
+):
+    make_label("module: inductor")
+    client.force_login(triager)
+    # session, user, permissions (2), the issue and what its page prefetches (labels, comments, suggestions, runs);
+    # the catalog and the skill's descriptions, twice: the posted form, then `a`'s (the suggestions as its data)
+    with django_assert_num_queries(13):
+        html = _row_preview(client, 2001, {"accept": "1"}, "apply-preview-2001")
+    assert "data-queue-edit" in html and "+ module: dynamic shapes" in html and "+ triaged" in html
+    # The suggested labels as boxes, ticked as `a` accepts them, with the row's own ids; the picker; the route kept.
+    assert re.search(
+        r'<input type="checkbox" name="labels" value="module: dynamic shapes" id="q2001-labels_0"[^>]*checked', html
+    )
+    assert 'id="q2001-add_labels"' in html and 'list="label-catalog"' in html
+    assert '<input type="hidden" name="route" value="pt2">' in html and 'name="labels_seen"' in html
+    assert '<datalist id="label-catalog" hx-swap-oob="true">' in html  # fills the queue's empty list
+    assert 'value="module: inductor"' in html[html.index("<datalist") :]
+
+    # Unticked and one added: what changed is previewed (the plan only: the boxes stay as the triager left them).
+    data = {"route": "pt2", "add_labels": "inductor", "labels_seen": json.dumps(["oncall: pt2"])}
+    with django_assert_num_queries(11):  # the form once
+        html = _row_preview(client, 2001, data, "queue-plan-2001")
+    plan = html[html.index('id="queue-plan-2001"') :]
+    assert "+ module: inductor" in plan and "module: dynamic shapes" not in plan and "data-apply" in plan
+    assert "<datalist" not in html
+    # Enter posts the row's form to Apply: exactly what is ticked.
+    client.post(_url("issue_apply", 2001), {"in_queue": "1", **data}, headers=HTMX)
+    assert TriageDecision.objects.get().labels_added == ["module: inductor", "triaged"]
+
+
+def test_it_says_why_a_rows_preview_is_refused_and_keeps_its_boxes(client, triager, triaged_issue):
+    client.force_login(triager)
+    data = {"route": "pt2", "labels_seen": json.dumps(["oncall: pt2"])}  # nothing ticked: triaged alone (G4)
+    html = _row_preview(client, 2001, data, "queue-plan-2001")
+    assert 'class="outcome refused"' in html and "data-form-errors" in html and "G4" in html
+    assert "data-apply" not in html
+    assert re.search(r'name="labels" value="module: dynamic shapes" id="q2001-labels_0"(?![^>]*checked)', html)
+
+
+def test_it_keeps_a_queue_rows_accept_on_the_issue_page_without_javascript(client, triager, triaged_issue):
+    """Without JS the row's Accept lands on the issue page: its triage form is the form to untick or add a label."""
+    client.force_login(triager)
+    html = client.post(_url("issue_preview", 2001), {"accept": "1", "in_queue": "1"}).content.decode()
+    assert "<html" in html and 'id="triage-form"' in html and "+ module: dynamic shapes" in html
+    assert "data-queue-edit" not in html and "Apply to GitHub" in html

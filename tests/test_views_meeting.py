@@ -169,10 +169,13 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
 
 
 def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agenda):
-    client.force_login(triager)
-    assert 'value="high priority"' not in client.get(URL).content.decode()
     client.force_login(chair)
+    assert "decision-btn" not in client.get(URL).content.decode()  # decided once the meeting is in progress
+    client.post(reverse("rubric_app:meeting_start"))
     assert 'value="high priority"' in client.get(URL).content.decode()
+    client.force_login(triager)
+    page = client.get(URL).content.decode()
+    assert "decision-btn" in page and 'value="high priority"' not in page
 
 
 def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda(client, chair, agenda):
@@ -184,12 +187,21 @@ def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda
     assert decision.meeting == meeting and decision.meeting_decision == "high priority" and decision.status == "pending"
     assert decision.labels_added == ["high priority", "triaged"] and decision.labels_removed == ["triage review"]
     assert 'hx-trigger="every 1s"' in html
+    # Held for its undo window: the decided card keeps its place, after a reload too (without JS, Undo is there).
+    page = client.get(URL).content.decode()
+    card = page[page.index('id="agenda-item-1"') : page.index('id="agenda-item-2"')]
+    assert "data-decided" in card and "data-undo" in card and "Segfault in inductor kernel" in card
+    assert "Decided in this meeting" in page
+    # Once the window has closed, it leaves the agenda.
+    TriageDecision.objects.update(not_before=timezone.now() - timedelta(seconds=1))
     page = client.get(URL).content.decode()
     assert 'id="agenda-item-1"' not in page and 'id="agenda-item-2"' in page
-    assert "Decided in this meeting" in page
+    assert 'data-recorded="1"' in page
 
 
-def test_it_refuses_high_priority_from_a_triager(client, triager, agenda):
+def test_it_refuses_high_priority_from_a_triager(client, triager, chair, agenda):
+    client.force_login(chair)
+    client.post(reverse("rubric_app:meeting_start"))
     client.force_login(triager)
     _decide(client, 1, "high priority")
     decision = TriageDecision.objects.get()
@@ -198,6 +210,7 @@ def test_it_refuses_high_priority_from_a_triager(client, triager, agenda):
 
 def test_it_closes_through_the_same_path(client, chair, agenda):
     client.force_login(chair)
+    client.post(reverse("rubric_app:meeting_start"))
     assert _decide(client, 5, "close").status_code == 302
     decision = TriageDecision.objects.get()
     assert decision.close_issue and decision.labels_removed == ["triage review"] and decision.labels_added == []
@@ -233,8 +246,8 @@ def test_it_exports_the_minutes_as_markdown(client, chair, agenda):
     assert "attachment" in response["Content-Disposition"]
     text = response.content.decode()
     # Owner and note: empty, none was recorded (test_meeting_items.py records them).
-    assert "| #2 | Results differ from eager | triaged | carl-chair |  |  | applied |" in text
-    assert "| #3 | Slower than 2.4 by 30% | needs reproduction | carl-chair |  |  | pending |" in text
+    assert "| #2 | `Results differ from eager` | triaged | `carl-chair` |  |  | applied |" in text
+    assert "| #3 | `Slower than 2.4 by 30%` | needs reproduction | `carl-chair` |  |  | pending |" in text
 
 
 def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
@@ -243,9 +256,9 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     # session, user, permissions (2), current meeting, agenda (with each item's last meeting decision,
-    # bisection verdict and verdict labels), labels, suggestions, decisions recorded in this meeting,
-    # last held meeting
-    with django_assert_num_queries(9):
+    # bisection verdict and verdict labels), labels, suggestions, the meeting's decisions still held for their undo
+    # window, last held meeting (the decisions recorded in this meeting are the whole page's)
+    with django_assert_num_queries(10):
         client.get(URL, headers=HTMX)
     for n in range(10, 40):
         issue = _flagged(n, f"another crash {n}", why="crash", labels=("oncall: pt2", "triage review"))
@@ -264,7 +277,25 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
             result_message=f"write {n} failed",
         )
         make_suggestion(issue, "module: inductor", "R2.2", confidence=0.9)
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         html = client.get(URL, headers=HTMX).content.decode()
     assert "<html" not in html and "another crash 39" in html
     assert "verdict 39" in html and "ev 39" in html and "write 39 failed" in html
+
+
+def test_it_decides_only_the_agendas_items_while_a_meeting_is_in_progress(client, chair, agenda):
+    """The escape: /meeting/issues/N/decide took any open queue issue, on the agenda or not, with or without a
+    meeting in progress."""
+    make_issue(9, title="not flagged for the meeting", labels=("oncall: pt2", "module: inductor"))
+    client.force_login(chair)
+    response = _decide(client, 1, "triaged", headers=HTMX)
+    assert response.status_code == 409 and "No meeting is in progress" in response.content.decode()
+
+    client.post(reverse("rubric_app:meeting_start"))
+    off = _decide(client, 9, "triaged")
+    assert off.status_code == 302
+    assert "#9 is not on the meeting&#x27;s agenda" in client.get(off.url).content.decode()
+    assert _decide(client, 1, "triaged").status_code == 302
+    again = _decide(client, 1, "triaged", headers=HTMX)  # on its way to GitHub: off the agenda
+    assert again.status_code == 409 and "not on the meeting's agenda" in again.content.decode()
+    assert list(TriageDecision.objects.values_list("issue__number", flat=True)) == [1]

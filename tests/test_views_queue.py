@@ -106,7 +106,19 @@ def test_it_returns_only_the_table_to_htmx(client, viewer):
     response = client.get(URL, {"lane": "pt2", "q": "swapped"}, headers={"HX-Request": "true"})
     html = response.content.decode()
     assert "a swapped row" in html
-    assert "<html" not in html and html.lstrip().startswith('<div id="queue-table">')
+    assert "<html" not in html and html.lstrip().startswith('<div id="queue-table" data-lane="pt2"')
+    assert 'data-q="swapped"' in html  # what the table shows, for Back (keys.js keeps the filters as it says)
+
+
+def test_it_answers_a_history_restore_with_the_whole_page(client, viewer):
+    """htmx asks for the page again when Back goes past its own snapshots: lanes, filters and table, not the table
+    alone (which would replace the whole page)."""
+    make_issue(1, title="a restored row")
+    client.force_login(viewer)
+    headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
+    html = client.get(URL, {"lane": "all"}, headers=headers).content.decode()
+    assert "<html" in html and 'id="queue-filters"' in html and "a restored row" in html
+    assert 'value="all" checked' in html
 
 
 def test_it_warns_about_a_triaged_pt2_issue_without_a_module_label(client, viewer):

@@ -7,10 +7,13 @@ import time
 import uuid
 
 import pytest
+from celery import current_app
 
+from rubric_app import dispatch
 from rubric_app.models import BisectionRun, Issue, WebhookDelivery
-from rubric_app.tasks import process_webhook_task, run_bisection_task
-from tests.factories import make_issue, opened_issue_payload
+from rubric_app.runs import coordinator
+from rubric_app.tasks import process_webhook_task
+from tests.factories import make_issue, opened_issue_payload, sleeping_repro
 from tests.helpers import child_database_url, running_worker, wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -35,27 +38,22 @@ def test_it_round_trips_a_task_through_the_broker_and_a_worker(celery_worker_pro
     assert issue.suggestions.exists()
 
 
-SLEEPS_IN_EVERY_MODE = """import time
-import torch
-
-def fn(x):
-    time.sleep(60)
-    return x + 1
-
-def make_inputs():
-    return (torch.ones(2),)
-"""
-
-
 @pytest.mark.torch
-def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisection(triager, tmp_path):
-    """Issue 35: the worker that runs beat (`make run`'s cpu worker: prefork, -B) ignored SIGTERM and SIGQUIT for more
-    than 80 s while a bisection ran: Celery's SIGTERM waited for the task, and the task's cleanup waited on the fork
-    server busy with the running mode. Now SIGTERM stops it within seconds and the run goes back to its queue."""
+def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisection(
+    celery_worker_process, triager, tmp_path
+):
+    """Issue 35: the worker that runs beat (prefork, -B) ignored SIGTERM and SIGQUIT for more than 80 s while a
+    bisection ran: Celery's SIGTERM waited for the task, and the task's cleanup waited on the fork server busy with the
+    running mode. Now SIGTERM stops it within seconds, and the run goes back to its queue: the stopping worker says so
+    (a report the session's coordinator records) and gives its message back to the broker."""
     queue = f"cpu-sigterm-{uuid.uuid4().hex[:8]}"
     issue = make_issue(4343)
     run = BisectionRun.objects.create(
-        issue=issue, requested_by=triager, repro_code=SLEEPS_IN_EVERY_MODE, repro_style="module"
+        issue=issue,
+        requested_by=triager,
+        repro_code=sleeping_repro(60),
+        repro_style="module",
+        job_token="the-jobs-secret",
     )
     env = {
         **os.environ,
@@ -68,7 +66,8 @@ def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisect
         open(tmp_path / "worker.log", "w") as log,
         running_worker(name, queue, env=env, log=log, pool="prefork", concurrency=2, beat_schedule=schedule) as worker,
     ):
-        run_bisection_task.apply_async((run.pk,), queue=queue)
+        job = coordinator.job_for(run).as_message()
+        current_app.send_task(dispatch.RUN_JOB, (job,), queue=queue, task_id=f"sigterm-{run.pk}")
         wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, current_mode="eager").exists(), timeout=240)
         time.sleep(2)  # inside the sandbox's 60 s sleep
 
@@ -80,5 +79,7 @@ def test_it_stops_a_worker_running_beat_within_ten_seconds_of_sigterm_mid_bisect
     assert stopped_in < 10, f"the worker took {stopped_in:.1f} s to stop"
     assert "beat: Starting" in (tmp_path / "worker.log").read_text()  # beat ran in it
     run.refresh_from_db()
-    # Its message went back to the broker: the run waits in the queue for the next worker, not "died mid-run".
-    assert (run.status, run.started_at, run.task_id) == ("queued", None, "")
+    # Put back: the run waits in the queue for its message to come back, not "died mid-run".
+    wait_until(lambda: BisectionRun.objects.filter(pk=run.pk, status="queued").exists(), timeout=30)
+    run.refresh_from_db()
+    assert (run.status, run.started_at, run.message_id, run.job_token) == ("queued", None, "", "the-jobs-secret")

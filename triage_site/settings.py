@@ -294,6 +294,9 @@ GITHUB_RETRY_BACKOFF = env_float("GITHUB_RETRY_BACKOFF", 0.25)
 # The history backfill (rubric_app/github/history.py) waits for the reset once this many of the hour's requests are
 # left: they stay with the queue's sync, the webhooks' reads and the decisions, which share the token.
 HISTORY_RATE_RESERVE = int(env_float("HISTORY_RATE_RESERVE", 1000))
+# How often the incremental sync also lists the open queue to notice issues deleted or transferred on GitHub, which
+# no `since` listing shows (rubric_app/github/sync.py: about one request a hundred queued issues).
+DEPARTURE_CHECK_MINUTES = env_float("DEPARTURE_CHECK_MINUTES", 60)
 # The beat's history run: how often, and for how long at most (a backfill goes on in slices, its cursor saved).
 HISTORY_INTERVAL_MINUTES = env_float("HISTORY_INTERVAL_MINUTES", 60)
 HISTORY_BUDGET_MINUTES = env_float("HISTORY_BUDGET_MINUTES", 45)
@@ -351,12 +354,8 @@ else:
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-CELERY_TASK_ROUTES = {
-    # One worker with concurrency 1 consumes "github": that is what paces writes.
-    "rubric_app.tasks.apply_decision_task": {"queue": "github"},
-    # start_bisection picks "gpu" for cuda runs; a GPU worker runs `-Q gpu` with BISECTION_DEVICE=cuda.
-    "rubric_app.tasks.run_bisection_task": {"queue": "cpu"},
-}
+# Each task's queue is named where it is sent (rubric_app/dispatch.py): decisions to `github` (one worker with
+# concurrency 1: what paces writes), a run's job to its device's queue, the rest to `default` (the coordinator).
 # A worker reading `-Q cpu,cpu_auto` takes from the first queue with a message, in that order: a run a
 # person asked for never waits behind automatic ones (auto_bisect.py). With prefetch 1, at most the one
 # automatic run already started is ahead of it.

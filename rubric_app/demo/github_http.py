@@ -143,7 +143,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(record, 403, {"message": "Must have triage access to change this issue."})
         try:
             status, payload, headers = self._route(method, path, query, raw)
-        except KeyError:
+        except (KeyError, StopIteration):
             status, payload, headers = 404, {"message": "Not Found"}, {}
         headers.update(extra)
         if fault and fault.kind == "malformed_json" and status == 200:
@@ -196,6 +196,11 @@ class Handler(BaseHTTPRequestHandler):
                 if fake.release is None:
                     raise KeyError(path)
                 return 200, fake.release_json(), {}
+        if path.startswith(f"{base}/labels/") and method == "GET":  # one label, its name matched whatever the case
+            with fake.lock:
+                wanted = path[len(f"{base}/labels/") :].lower()
+                name = next(n for n in fake.labels if n.lower() == wanted)  # StopIteration: none, 404 below
+                return 200, fake.label_json(name), {}
         if path == f"{base}/labels" and method == "GET":
             with fake.lock:
                 names = sorted(fake.labels)

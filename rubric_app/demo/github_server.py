@@ -151,6 +151,21 @@ class FakeGitHub(People):
             label.update(color=color, description=description)
             return label
 
+    def delete_label(self, name: str) -> None:
+        """Someone deletes a label of the catalog: GitHub takes it off every issue too (without touching their
+        updated_at, and without label events on them)."""
+        with self.lock:
+            del self.labels[name]
+            for issue in self.issues.values():
+                issue["labels"] = [n for n in issue["labels"] if n != name]
+
+    def rename_label(self, old: str, new: str) -> None:
+        """Someone renames a label: every issue carrying it carries the new name."""
+        with self.lock:
+            self.labels[new] = {**self.labels.pop(old), "name": new}
+            for issue in self.issues.values():
+                issue["labels"] = [new if n == old else n for n in issue["labels"]]
+
     def add_issue(
         self,
         number: int,
@@ -400,7 +415,7 @@ class FakeGitHub(People):
         }
         if issue["pull_request"]:
             data["pull_request"] = {"url": f"{self._base()}/pulls/{number}"}
-        return data
+        return {**data, **issue.get("sent_as", {})}  # sent_as: fields sent as they are (a malformed answer)
 
     def comment_json(self, number: int, comment: dict) -> dict:
         return {

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import credentials, identity, recovery
+from rubric_app.github import credentials, identity
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision, queue_state
-from rubric_app.triage import suggestions
 from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW
 
 
@@ -76,7 +76,7 @@ def _claim(decision_id: int, task_id: str = "") -> tuple[bool, bool]:
     again (acks_late: its worker was lost), else once its heartbeat is HEARTBEAT_STALE_AFTER old. Each is a
     conditional UPDATE, so exactly one worker resumes it.
     """
-    now, worker = timezone.now(), recovery.this_process()
+    now, worker = timezone.now(), processes.this_process()
     rows = TriageDecision.objects.filter(pk=decision_id)
     # A decision held for its undo window (not_before) is not taken before then: decisions.undo may still take it back.
     due = Q(not_before__isnull=True) | Q(not_before__lte=now)
@@ -199,6 +199,10 @@ def _write(
     written (named in the outcome). The reply goes first, so a close or transfer never lands without it.
     """
     issue = decision.issue
+    missing = _missing_labels(decision, gh, add)
+    if missing:
+        partial = f" Its first worker had already written: {', '.join(before)}." if before else ""
+        return _finish(decision, TriageDecision.Status.FAILED, f"{missing} Nothing was written.{partial}")
     labels = set(remote.label_names)
     steps = (
         ([(gh.comment, comment)] if comment else [])
@@ -226,7 +230,6 @@ def _write(
         done.append(_step_name(result))
         moved = f" It is {result.response} and has left this queue."
     _update_local(issue, after, decision)
-    suggestions.refresh_issue(issue)
     written = ", ".join(done[len(before) :]) or "nothing more"
     if before:
         return _finish(
@@ -236,6 +239,33 @@ def _write(
             f"Finished on GitHub: {written}.{moved}",
         )
     return _finish(decision, TriageDecision.Status.APPLIED, f"Applied on GitHub: {written}.{moved}")
+
+
+def _missing_labels(decision: TriageDecision, gh: github.Client, names) -> str:
+    """Why not to add `names`, or "": each is asked of GitHub (audited) just before the first write, since GitHub
+    creates a label it is asked to add that its catalog lacks, and the dashboard must never invent one (a label
+    deleted on GitHub while the decision was held, a catalog event applied out of order). A label GitHub lacks
+    leaves the mirror's catalog too; one that cannot be checked is not written either."""
+    missing = []
+    for name in names:
+        _beat(decision)
+        try:
+            found = gh.label(name)
+        except github.GitHubError as exc:
+            _audit(decision, github.WriteResult("read_label", name, exc.status, False, exc.message))
+            return f"Could not check that {gh.repo} still has the label {name!r} ({exc.message})."
+        there = found is not None and found.name.lower() == name.lower()
+        said = "in the repository's labels" if there else "not in the repository's labels"
+        _audit(decision, github.WriteResult("read_label", name, 200 if there else 404, there, said))
+        missing += [] if there else [name]
+    if not missing:
+        return ""
+    Label.objects.filter(name__in=missing).update(in_catalog=False)
+    return (
+        f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} no longer a label of {gh.repo} on GitHub "
+        "(deleted or renamed since the decision was made), and GitHub creates a label it is asked to add: "
+        "sync and decide again."
+    )
 
 
 def _step_name(result: github.WriteResult) -> str:

@@ -196,18 +196,28 @@ class Client:
                 log.warning("malformed JSON from GET %s (attempt %d)", url, attempt + 1)
         raise MalformedResponse(f"GET {url} kept answering malformed JSON", answer.status)
 
-    def _page(self, url: str, *, params=None, etag: str = "", parse=None) -> Page:
+    def _page(self, url: str, *, params=None, etag: str = "", parse=None, each: bool = False) -> Page:
+        """One page of a listing, its items parsed. each: an item that cannot be parsed is left out, with why, on
+        page.skipped (one bad issue never stops its page); else it fails the page (MalformedResponse)."""
         answer, data = self._read_json(url, params=params, etag=etag)
         if answer.status == 304:
             return Page(not_modified=True, etag=etag)
         if not isinstance(data, list):
             raise MalformedResponse(f"GET {url} answered {type(data).__name__}, expected a list", answer.status)
-        try:
-            items = [parse(raw) for raw in data]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
+        items, skipped = [], []
+        for raw in data:
+            try:
+                items.append(parse(raw))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                if not each:
+                    raise MalformedResponse(f"GET {url}: an item lacks a field ({exc})", answer.status) from None
+                number = raw.get("number", "?") if isinstance(raw, dict) else "?"
+                skipped.append((number, f"not read: GitHub sent it without a usable field ({exc.__class__.__name__})"))
         return Page(
-            items=items, next_url=next_link(answer.headers.get("link", "")), etag=answer.headers.get("etag", "")
+            items=items,
+            next_url=next_link(answer.headers.get("link", "")),
+            etag=answer.headers.get("etag", ""),
+            skipped=skipped,
         )
 
     # --- reads ----------------------------------------------------------------------------
@@ -225,7 +235,7 @@ class Client:
 
     def issues_page(self, url: str, *, etag: str = "") -> Page:
         """One page of issues from issues_url() or an earlier page's next_url; PRs included (callers skip them)."""
-        return self._page(url, etag=etag, parse=parse_issue)
+        return self._page(url, etag=etag, parse=parse_issue, each=True)
 
     def comments(self, number: int) -> list[CommentData]:
         """All comments of an issue, oldest first (one request per 100)."""
@@ -239,6 +249,18 @@ class Client:
     def labels(self) -> list[LabelData]:
         """The repo's whole label catalog."""
         return self._every_page(f"/repos/{self.repo}/labels", parse=parse_label)
+
+    def label(self, name: str) -> LabelData | None:
+        """One label of the repo's catalog as GitHub has it now (GET /labels/{name}, which matches names as GitHub
+        does, whatever their case), or None when the repository has no such label."""
+        try:
+            answer, data = self._read_json(f"/repos/{self.repo}/labels/{quote(name, safe='')}")
+        except PageGone:
+            return None
+        try:
+            return parse_label(data)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise MalformedResponse(f"label {name!r}: unexpected answer ({exc})", answer.status) from None
 
     def _every_page(self, path: str, *, parse):
         """Every item of a paginated list, following Link headers, 100 a page."""

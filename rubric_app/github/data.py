@@ -4,6 +4,7 @@ of PyGithub and returns these."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -56,6 +57,7 @@ class CommentData:
     created_at: datetime
     updated_at: datetime
     association: str = ""  # GitHub's author_association: MEMBER, OWNER, COLLABORATOR, CONTRIBUTOR, NONE...
+    replaced: tuple[tuple[str, str], ...] = ()  # (field, what storable() replaced in it)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class IssueData:
     node_id: str = ""  # GraphQL's id: what transferIssue names the issue by
     state_reason: str = ""  # why it was closed: completed, not_planned, duplicate ("" while open)
     repository_url: str = ""  # the API address of the repository it is in now (another one's: transferred away)
+    replaced: tuple[tuple[str, str], ...] = ()  # (field, what storable() replaced in it): "title", "1 NUL byte"
 
     @property
     def label_names(self) -> list[str]:
@@ -93,12 +96,14 @@ class IssueData:
 
 @dataclass
 class Page:
-    """One page of a listing. not_modified: GitHub answered 304 to our ETag (items is empty)."""
+    """One page of a listing. not_modified: GitHub answered 304 to our ETag (items is empty). skipped: (number, why)
+    of the items of an issues page that could not be read (a field missing): the others are read."""
 
     items: list = field(default_factory=list)
     next_url: str = ""
     etag: str = ""
     not_modified: bool = False
+    skipped: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -120,14 +125,67 @@ def parse_time(value: str | None) -> datetime | None:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
+# What PostgreSQL's text and jsonb refuse, and UTF-8 cannot encode: NUL, and surrogates (a lone one is half an
+# emoji: GitHub's JSON may carry one as a \ud83d escape). Each is stored as REPLACEMENT, and the row says so.
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def storable(text: str) -> tuple[str, str]:
+    """(text a database and UTF-8 can store, what was replaced in words or ""): NUL bytes and lone surrogates become
+    REPLACEMENT; a surrogate pair (an emoji sent as two escapes) becomes its character."""
+    if not _UNSTORABLE.search(text):
+        return text, ""
+    text = _PAIR.sub(lambda m: m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le"), text)
+    nul, lone = text.count("\x00"), len(_UNSTORABLE.findall(text)) - text.count("\x00")
+    what = [f"{n} {name}{'' if n == 1 else 's'}" for n, name in ((nul, "NUL byte"), (lone, "lone surrogate")) if n]
+    return _UNSTORABLE.sub(REPLACEMENT, text), ", ".join(what)
+
+
+def storable_json(value, path: str = "") -> tuple[object, dict[str, str]]:
+    """GitHub's decoded JSON made storable (storable() on every string, keys included): (the value, {path: what was
+    replaced}), paths like "issue.title" or "labels.0.name". The one place GitHub's text is made storable: the client's
+    parsers below and the webhook receiver call it."""
+    if isinstance(value, str):
+        text, what = storable(value)
+        return text, ({path: what} if what else {})
+    if isinstance(value, dict):
+        out, found = {}, {}
+        for key, item in value.items():
+            key, _ = storable(str(key))
+            out[key], inner = storable_json(item, f"{path}.{key}" if path else key)
+            found.update(inner)
+        return out, found
+    if isinstance(value, list):
+        out, found = [], {}
+        for index, item in enumerate(value):
+            clean, inner = storable_json(item, f"{path}.{index}" if path else str(index))
+            out.append(clean)
+            found.update(inner)
+        return out, found
+    return value, {}
+
+
+def _text_fields(found: dict[str, str], earlier: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """The replacements in an issue's or a comment's own text (title, body), with what an earlier pass (the webhook
+    receiver) replaced before the payload was stored."""
+    merged = {**(earlier or {}), **found}
+    return tuple((key, merged[key]) for key in ("title", "body") if key in merged)
+
+
 def parse_label(raw: dict) -> LabelData:
+    raw, _ = storable_json(raw)
     return LabelData(
         name=raw["name"], color=(raw.get("color") or "ededed")[:6], description=raw.get("description") or ""
     )
 
 
-def parse_issue(raw: dict) -> IssueData:
-    """Map GitHub's issue JSON (REST or webhook payload) to IssueData; KeyError if a field is missing."""
+def parse_issue(raw: dict, earlier: dict[str, str] | None = None) -> IssueData:
+    """Map GitHub's issue JSON (REST or webhook payload) to IssueData; KeyError if a field is missing.
+
+    earlier: what the webhook receiver replaced in this issue's fields before it stored the payload."""
+    raw, found = storable_json(raw)
     return IssueData(
         number=int(raw["number"]),
         title=raw.get("title") or "",
@@ -144,6 +202,7 @@ def parse_issue(raw: dict) -> IssueData:
         closed_at=parse_time(raw.get("closed_at")),
         state_reason=raw.get("state_reason") or "",
         repository_url=raw.get("repository_url") or "",
+        replaced=_text_fields(found, earlier),
     )
 
 
@@ -151,6 +210,7 @@ def parse_label_event(raw: dict) -> LabelEventData | None:
     """A labeled/unlabeled event; None for the issue's other events."""
     if raw.get("event") not in ("labeled", "unlabeled"):
         return None
+    raw, _ = storable_json(raw)
     return LabelEventData(
         label=str((raw.get("label") or {})["name"]),
         action=raw["event"],
@@ -159,7 +219,8 @@ def parse_label_event(raw: dict) -> LabelEventData | None:
     )
 
 
-def parse_comment(raw: dict) -> CommentData:
+def parse_comment(raw: dict, earlier: dict[str, str] | None = None) -> CommentData:
+    raw, found = storable_json(raw)
     return CommentData(
         github_id=int(raw["id"]),
         author=(raw.get("user") or {}).get("login", ""),
@@ -167,6 +228,7 @@ def parse_comment(raw: dict) -> CommentData:
         created_at=parse_time(raw["created_at"]),
         updated_at=parse_time(raw.get("updated_at") or raw["created_at"]),
         association=str(raw.get("author_association") or "")[:30],
+        replaced=_text_fields(found, earlier),
     )
 
 

@@ -12,9 +12,8 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import skill_files
-from rubric_app.github.sync import SyncReport, refresh, store_issues
+from rubric_app.github.sync import SyncReport, bury, gone_label, store_issues
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
-from rubric_app.runs import auto_bisect
 from rubric_app.vocabulary import allowed_for_triage
 
 
@@ -34,8 +33,9 @@ def foreign_repository(payload: dict) -> str:
     return ""
 
 
-def process_webhook(delivery_id: int) -> None:
-    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data.
+def process_webhook(delivery_id: int) -> list[int]:
+    """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data; returns the ids of the
+    issues it changed (what follows is the caller's: triage/followups.issues_changed).
 
     issues / issue_comment: the payload's issue is upserted if newer (comments of
     issue_comment events are upserted or dropped too); label: the catalog row is
@@ -48,45 +48,59 @@ def process_webhook(delivery_id: int) -> None:
     with transaction.atomic():
         delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
         if delivery is None:
-            return  # already processed (a redelivered task)
+            return []  # already processed (a redelivered task)
         changed: list[int] = []
         try:
             payload = delivery.payload
             delivery.ignored = foreign_repository(payload) if isinstance(payload, dict) else "not a JSON object"
             if not delivery.ignored:
                 with transaction.atomic():
-                    changed, delivery.ignored = _apply_event(delivery.event, delivery.payload)
+                    changed, delivery.ignored, delivery.error = _apply_event(
+                        delivery.event, delivery.payload, delivery.replaced
+                    )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
         delivery.processed_at = timezone.now()
         delivery.save(update_fields=["processed_at", "error", "ignored"])
-    refresh(changed)
-    auto_bisect.queue_for_issues(changed, cause="webhook")
+    return changed
 
 
-def _apply_event(event: str, payload: dict) -> tuple[list[int], str]:
-    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "")."""
+def _apply_event(event: str, payload: dict, replaced: dict[str, str] | None = None) -> tuple[list[int], str, str]:
+    """Apply an event of our repository; returns (ids of issues changed, why it was not applied or "", what of it
+    the database refused or "").
+
+    replaced: what the receiver replaced in the payload's text before storing it (the rows say so)."""
     report = SyncReport(mode="webhook")
     if event == "label":
-        return [], _apply_label_event(payload)
+        changed, ignored = _apply_label_event(payload)
+        return changed, ignored, ""
     if event not in ("issues", "issue_comment") or "issue" not in payload:
-        return [], ""
-    data = github.parse_issue(payload["issue"])
+        return [], "", ""
+    data = github.parse_issue(payload["issue"], earlier=_under("issue", replaced))
     action = payload.get("action", "")
     if event == "issues" and action in ("deleted", "transferred"):
-        Issue.objects.filter(number=data.number).update(in_queue=False)
-        return [], ""
+        # A tombstone as of the issue's own stamp: an event sent before this one, arriving later, never revives it.
+        moved = (((payload.get("changes") or {}).get("new_repository") or {}).get("full_name")) or "another repository"
+        bury(data.number, data.updated_at, "deleted on GitHub" if action == "deleted" else f"transferred to {moved}")
+        return [], "", ""
     changed = store_issues([data], gh=None, report=report, authoritative=False)
     if event == "issue_comment" and "comment" in payload:
-        issue = Issue.objects.filter(number=data.number).first()
-        comment = github.parse_comment(payload["comment"])
+        issue = Issue.objects.filter(number=data.number, gone_at__isnull=True).first()
+        comment = github.parse_comment(payload["comment"], earlier=_under("comment", replaced))
         if issue is not None:
             if action == "deleted":
                 deleted, _ = Comment.objects.filter(github_id=comment.github_id).delete()
                 changed += [issue.pk] if deleted else []
             elif _store_comment(issue, comment):
                 changed.append(issue.pk)
-    return sorted(set(changed)), ""
+    refused = "; ".join(f"issue #{number} {why}" for number, why in report.skipped_issues)
+    return sorted(set(changed)), "", refused
+
+
+def _under(key: str, replaced: dict[str, str] | None) -> dict[str, str]:
+    """The receiver's replacements inside the payload's `key` object, by their path there ("title")."""
+    prefix = f"{key}."
+    return {path[len(prefix) :]: what for path, what in (replaced or {}).items() if path.startswith(prefix)}
 
 
 def _store_comment(issue: Issue, data: github.CommentData) -> bool:
@@ -103,6 +117,7 @@ def _store_comment(issue: Issue, data: github.CommentData) -> bool:
             "body": data.body,
             "created_at": data.created_at,
             "updated_at": data.updated_at,
+            "replaced": dict(data.replaced),
         },
     )
     return True
@@ -115,8 +130,9 @@ def label_event_stamp(payload: dict) -> datetime | None:
     repository as it was when the event was sent, and its pushed_at / updated_at only move
     forward (a repository like pytorch/pytorch is pushed to every few minutes). An event
     whose stamp is older than the label's event_stamp was sent before an event already
-    applied. Equal stamps (no push between two label changes) cannot be ordered: they
-    apply in arrival order, and a resent copy of the same delivery is caught by its body hash.
+    applied. Equal stamps (no push between two label changes) and missing ones cannot be
+    ordered: they resolve towards "gone" (_apply_label_event), and a resent copy of the same
+    delivery is caught by its body hash.
     """
     repository = payload.get("repository") or {}
     stamps = []
@@ -129,33 +145,58 @@ def label_event_stamp(payload: dict) -> datetime | None:
     return max(stamps) if stamps else None
 
 
-def _apply_label_event(payload: dict) -> str:
-    """Apply a label event unless a newer one was applied to its label(s); returns why not, or ""."""
+def _apply_label_event(payload: dict) -> tuple[list[int], str]:
+    """Apply a label event unless a newer one was applied to its label(s); returns (the ids of the issues that lost a
+    label, why it was not applied or "").
+
+    A deleted label leaves every issue; a renamed one is the same row under its new name (its issues follow), and its
+    old name is kept gone with the event's stamp (a late event, or an issue's late payload, naming it finds it gone).
+    Events whose order cannot be told (equal or missing stamps) resolve towards "gone": a deletion applies, and a
+    creation or rename onto a label left gone that way is applied out of the catalog, unconfirmed until GitHub says
+    whether it has it (the next sync asks: sync.confirm_labels, which takes a label it lacks off every issue). Never
+    the other way round: a label the catalog has only by a guess could be offered to a triager, and GitHub creates a
+    label it is asked to add.
+    """
     data = github.parse_label(payload["label"])
     action = payload.get("action", "")
     stamp = label_event_stamp(payload)
     old_name = ((payload.get("changes") or {}).get("name") or {}).get("from") if action == "edited" else None
     names = {data.name, old_name} - {None}
-    stamps = Label.objects.select_for_update().filter(name__in=names).values_list("event_stamp", flat=True)
-    newest = max(filter(None, stamps), default=None)
+    rows = {label.name: label for label in Label.objects.select_for_update().filter(name__in=names)}
+    newest = max(filter(None, (label.event_stamp for label in rows.values())), default=None)
     if stamp is not None and newest is not None and stamp < newest:
-        return f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
+        older = (
+            f"an older label event ({stamp:%Y-%m-%d %H:%M:%S}) than one already applied ({newest:%Y-%m-%d %H:%M:%S})"
+        )
+        return [], older
+    unsure = stamp is None or stamp == newest
     if action == "deleted":
         # A row even for a label we never had: it keeps the deletion's stamp, so that a late
         # "created" or "edited" sent before the deletion does not bring the label back.
-        kept = {"in_catalog": False, **({"event_stamp": stamp} if stamp else {})}
-        Label.objects.update_or_create(name=data.name, defaults=kept)
-        return ""
-    label = Label.objects.filter(name=data.name).first()
-    renamed = Label.objects.filter(name=old_name).exclude(name=data.name).first() if old_name else None
+        return gone_label(data.name, stamp, unconfirmed=unsure), ""
+    label = rows.get(data.name)
+    # Onto a label left gone by an event it cannot be ordered against: applied, but out of the catalog until GitHub
+    # says it has the label (the next sync asks), so no triager is offered it meanwhile.
+    doubt = label is not None and not label.in_catalog and (unsure or label.event_stamp is None)
+    renamed = rows.get(old_name) if old_name and old_name != data.name else None
+    renamed = renamed if renamed is not None and renamed.in_catalog else None
     if renamed is not None and label is not None:
         # Renamed onto a name we already have a row for (GitHub deleted that label and we missed
         # the event, or an issue carried it first): one label now, its issues keep it.
         label.issues.add(*renamed.issues.all())
         renamed.delete()
     label = label or renamed or Label(name=data.name)
-    label.name, label.color, label.description, label.in_catalog = data.name, data.color, data.description, True
+    label.name, label.color, label.description = data.name, data.color, data.description
+    label.in_catalog, label.unconfirmed = not doubt, doubt
     label.allowed_for_triage = allowed_for_triage(data.name, skill_files.in_use().names())
     label.event_stamp = stamp or label.event_stamp
     label.save()
-    return ""
+    if old_name and old_name != data.name:
+        gone_label(old_name, stamp)  # the old name is gone: late events and payloads naming it find it so
+    if doubt:
+        when = f"{stamp:%Y-%m-%d %H:%M:%S}" if stamp else "no stamp"
+        return [], (
+            f"a {action} event ({when}) that cannot be ordered against the label's deletion: applied, but kept out "
+            "of the catalog until GitHub says it has the label (the next sync asks)"
+        )
+    return [], ""

@@ -13,8 +13,8 @@ sync.in_queue() says (open and carrying a queue label): a closed history issue i
 
 Backfill (manage.py sync_history, and the beat task in slices): for each queue label (GITHUB_QUEUE_LABELS), the
 issues listing with state=all, 100 a page, oldest first by creation, a stable order while new issues arrive. Each
-page is stored in one transaction by sync.store_issues (upserts, never older data over newer, comments only for
-an issue whose comment count or updated_at changed and that has comments, label events only where the
+page is stored by sync.store_issues (GitHub read first, then one transaction: upserts, never older data over newer,
+comments only for an issue whose comment count or updated_at changed and that has comments, label events only where the
 automation's labels need them: an unchanged issue costs no request beyond its share of the page), then the next
 page's URL is saved (the cursor): a killed backfill resumes at the first page it had not stored, and nothing is
 stored twice. Pull requests and issues transferred to another repository are skipped. The reads wait out
@@ -34,19 +34,19 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import connect, recovery, sync
+from rubric_app.github import connect, sync
 from rubric_app.models import Issue, SyncState
-from rubric_app.triage import similar
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ class HistoryReport:
     pull_requests: int = 0
     transferred: int = 0
     gone: int = 0
+    skipped_issues: list[tuple[int | str, str]] = field(default_factory=list)  # (number, why) of issues left out
     comments_fetched: int = 0
     requests: int = 0
     not_modified: int = 0
@@ -78,6 +79,8 @@ class HistoryReport:
     resumed: bool = False
     paused: bool = False
     skipped: bool = False
+    # What follows a change of issues (the caller's: triage/followups.issues_changed), told after each stored page.
+    on_changed: Callable[[list[int], str], None] | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         if self.skipped:
@@ -88,7 +91,7 @@ class HistoryReport:
             f"{self.listed} issues listed, {self.stored} stored, {self.pull_requests} pull requests and "
             f"{self.transferred + self.gone} transferred or deleted skipped, {self.comments_fetched} comments, "
             f"{self.requests} requests ({self.not_modified} answered 304), "
-            f"{self.waited_s:.0f} s waited for the rate limit"
+            f"{self.waited_s:.0f} s waited for the rate limit{sync.skipped_issues(self.skipped_issues)}"
         )
 
 
@@ -155,6 +158,7 @@ def sync_history(
     gh: github.PacedClient | None = None,
     out: Callable[[str], None] = log.info,
     sleep: Callable[[float], None] = time.sleep,
+    on_changed: Callable[[list[int], str], None] | None = None,
 ) -> HistoryReport:
     """Backfill history, or keep it current; returns a HistoryReport.
 
@@ -163,9 +167,10 @@ def sync_history(
     about this long with the cursor saved (the beat task's slices); None runs to the end. Only one run at a time:
     while another holds the claim this one returns at once with report.skipped (a killed run's claim is taken
     over). Raises github.GitHubError when GitHub stays unusable (not for rate limits: those are waited out); what
-    was stored stays, and the next run resumes from the cursor.
+    was stored stays, and the next run resumes from the cursor. on_changed(issue_ids, "history"): told after each
+    stored page.
     """
-    report = HistoryReport()
+    report = HistoryReport(on_changed=on_changed)
     if not _claim():
         report.skipped = True
         out(report.summary())
@@ -185,36 +190,43 @@ def sync_history(
                 _incremental(gh, progress)
         except github.GitHubError as exc:
             state.last_error = f"{exc.__class__.__name__}: {exc.message}"
-            state.last_requests = gh.requests_made
-            state.save(update_fields=["last_error", "last_requests"])
+            state.last_requests, state.skipped = gh.requests_made, _skipped(state, report)
+            state.save(update_fields=["last_error", "last_requests", "skipped"])
             raise
         report.requests, report.not_modified, report.waited_s = gh.requests_made, gh.not_modified, gh.waited_s
         state.last_requests, state.last_error, state.last_finished_at = gh.requests_made, "", timezone.now()
-        state.save(update_fields=["last_requests", "last_error", "last_finished_at"])
+        state.skipped = _skipped(state, report)
+        state.save(update_fields=["last_requests", "last_error", "last_finished_at", "skipped"])
     finally:
-        SyncState.objects.filter(key=LOCK_KEY, holder=recovery.this_process()).update(running_since=None, holder="")
+        SyncState.objects.filter(key=LOCK_KEY, holder=processes.this_process()).update(running_since=None, holder="")
     out(report.summary())
     return report
+
+
+def _skipped(state: SyncState, report: HistoryReport) -> list[dict]:
+    """The issues left out, as SyncState.skipped keeps them: a resumed backfill's add to its earlier slices'."""
+    earlier = state.skipped if report.resumed else []
+    return (earlier + sync.skipped_rows(report.skipped_issues))[:100]
 
 
 def _claim() -> bool:
     """Take the history claim (a conditional UPDATE): free, past its lease, or held by a process of this host that
     is gone (a killed backfill)."""
     SyncState.objects.get_or_create(key=LOCK_KEY)
-    now, me = timezone.now(), recovery.this_process()
+    now, me = timezone.now(), processes.this_process()
     free = Q(running_since__isnull=True) | Q(running_since__lt=now - LEASE)
     if SyncState.objects.filter(key=LOCK_KEY).filter(free).update(running_since=now, holder=me):
         return True
     held = SyncState.objects.filter(key=LOCK_KEY).values_list("holder", flat=True).first() or ""
     here = socket.gethostname()
     # Another host's holder is judged by the lease alone: this host cannot see its processes.
-    if (recovery.holder(held) or ("",))[0] == here and recovery.is_dead(held, set(), here):
+    if (processes.holder(held) or ("",))[0] == here and processes.is_dead(held, set(), here):
         return bool(SyncState.objects.filter(key=LOCK_KEY, holder=held).update(running_since=now, holder=me))
     return False
 
 
 def _renew_claim() -> None:
-    SyncState.objects.filter(key=LOCK_KEY, holder=recovery.this_process()).update(running_since=timezone.now())
+    SyncState.objects.filter(key=LOCK_KEY, holder=processes.this_process()).update(running_since=timezone.now())
 
 
 def _label_of(url: str) -> str:
@@ -247,6 +259,7 @@ def _backfill(
             page = gh.issues_page(url)
             progress.page = int(parse_qs(urlsplit(url).query).get("page", ["1"])[0])
             progress.last = connect.last_page(gh.last_link) or progress.last or progress.page
+            report.skipped_issues += page.skipped
             store_page(page.items, gh, report)
             url = page.next_url
             if url:
@@ -285,6 +298,7 @@ def _incremental(gh: github.PacedClient, progress: Progress) -> None:
         page = gh.issues_page(gh.issues_url(label=label, state="all", since=mark, sort="updated"), etag=state.etag)
         first_etag = page.etag
         while not page.not_modified:
+            report.skipped_issues += page.skipped
             store_page(page.items, gh, report)
             if page.items:  # sorted by updated_at, oldest first: everything up to this page's newest is stored
                 newest = max(i.updated_at for i in page.items)
@@ -299,42 +313,26 @@ def _incremental(gh: github.PacedClient, progress: Progress) -> None:
         state.save(update_fields=["etag", "last_finished_at"])
 
 
-def transferred(data: github.IssueData) -> bool:
-    """The listing shows it in another repository: it was transferred away (GitHub lists it there for a while)."""
-    here = f"/repos/{settings.GITHUB_REPO}".lower()
-    return bool(data.repository_url) and not data.repository_url.lower().endswith(here)
-
-
 def store_page(items: list[github.IssueData], gh: github.PacedClient, report: HistoryReport) -> list[int]:
-    """Store one listing page (sync.store_issues, one transaction); returns the ids of the issues that changed.
+    """Store one listing page (sync.store_issues: GitHub read first, then one transaction); returns the ids of the
+    issues that changed.
 
-    The changed queue issues get their suggestions refreshed (sync.refresh); the history ones only their
-    signature and term vector (similar.reindex: the similar issues find them; the engine's suggestions are for
-    issues someone will triage). An issue whose comments answer 404 (transferred or deleted since the page was
-    listed) is left out and the page stored again without it.
+    What follows is report.on_changed's (triage/followups.py: the queue issues' suggestions refreshed, the history
+    ones reindexed for similar issues). Issues listed in another repository (transferred), or whose comments answer
+    404 (transferred or deleted since the page was listed), are left out (tombstoned where the mirror has them); an
+    issue the database refuses is left out with the reason; the rest of the page is stored.
     """
     report.pages += 1
     report.listed += len(items)
     report.pull_requests += sum(1 for i in items if i.is_pull_request)
-    issues = [i for i in items if not i.is_pull_request]
-    moved = [i for i in issues if transferred(i)]
-    report.transferred += len(moved)
-    # In number order: two transactions upserting the same rows lock them in the same order.
-    issues = sorted((i for i in issues if i not in moved), key=lambda i: i.number)
     counts = sync.SyncReport(mode="history")
-    while True:
-        try:
-            with transaction.atomic():
-                changed = sync.store_issues(issues, gh=gh, report=counts, only_known_or_queued=False)
-            break
-        except github.IssueGone as gone:
-            report.gone += 1
-            issues = [i for i in issues if i.number != gone.number]
+    changed = sync.store_issues(items, gh=gh, report=counts, only_known_or_queued=False)
     report.stored += counts.issues_changed
     report.comments_fetched += counts.comments_fetched
-    queued = set(Issue.objects.filter(pk__in=changed, in_queue=True).values_list("pk", flat=True))
-    sync.refresh(sorted(queued))
-    similar.reindex(Issue.objects.filter(pk__in=[pk for pk in changed if pk not in queued]))
+    report.transferred, report.gone = report.transferred + counts.transferred, report.gone + counts.gone
+    report.skipped_issues += counts.skipped_issues
+    if report.on_changed is not None and changed:
+        report.on_changed(changed, "history")
     return changed
 
 

@@ -21,9 +21,10 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from rubric_app import dispatch
+from rubric_app.github.data import storable_json
 from rubric_app.github.events import foreign_repository
 from rubric_app.models import WebhookDelivery
-from rubric_app.tasks import process_webhook_task
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
         return HttpResponse("Missing X-GitHub-Delivery or a JSON object body.", status=400, content_type="text/plain")
     if event not in EVENTS:
         return HttpResponse(f"Event {event!r} ignored.", status=202, content_type="text/plain")
-    body_sha256 = hashlib.sha256(request.body).hexdigest()
+    body_sha256 = hashlib.sha256(request.body).hexdigest()  # of the bytes as signed, before anything is replaced
+    payload, replaced = storable_json(payload)
     ignored = foreign_repository(payload)
     try:
         with transaction.atomic():
@@ -63,11 +65,12 @@ def github_webhook(request: HttpRequest) -> HttpResponse:
                 body_sha256=body_sha256,
                 event=event,
                 payload=payload,
+                replaced=replaced,
                 ignored=ignored,
                 processed_at=timezone.now() if ignored else None,
             )
             if not ignored:
-                process_webhook_task.delay_on_commit(delivery.pk)
+                dispatch.start_delivery(delivery.pk)
     except IntegrityError:
         return _seen_before(delivery_id[:100], body_sha256)
     if ignored:
@@ -89,5 +92,5 @@ def _seen_before(delivery_id: str, body_sha256: str) -> HttpResponse:
         return HttpResponse("Delivery already received.", status=200, content_type="text/plain")
     # Stored but never processed (say the broker was down when it came): GitHub's redelivery
     # queues it again rather than being dropped; the task's claim makes a double run a no-op.
-    process_webhook_task.delay_on_commit(seen.pk)
+    dispatch.start_delivery(seen.pk)
     return HttpResponse("Delivery queued again.", status=202, content_type="text/plain")

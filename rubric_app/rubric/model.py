@@ -261,7 +261,7 @@ class LabelModel:
     # Calibration curves fitted on out-of-fold scores (fitting.fit_model): key -> (scores, probabilities).
     # Keys: a model label (its raw probability), or a group of rule labels ("extra", "symptom", "route",
     # "review", "triaged", "flag", "fallback") scored by the rule's weight, or one label of the first two
-    # groups with enough findings of its own ("extra:module: dtensor", engine.rule_curve).
+    # groups with enough findings of its own ("extra:module: dtensor", scoring.rule_curve).
     calibration: dict[str, list[list[float]]] = field(default_factory=dict)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     # The out-of-fold figures the thresholds were chosen on (fitting.fit_model): the training pool's honest figures.

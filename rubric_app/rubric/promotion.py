@@ -1,12 +1,22 @@
 """The promotion gate: may a labeler trained on the history replace the one in use?
 
-Both are scored on the same issues, ones neither learned from: the newest triaged history, held out by time (issue
-numbers follow creation), so the figures say how each does on the next issues to arrive. The candidate replaces
-the model in use only when it is at least as good on every gated figure: component F1, the pre-selection's
-precision and coverage (what `a` ticks and how often it ticks a component), routing F1.
+Both are scored on issues neither learned from, on two slices, and the candidate must not fall on either:
 
-First the held-out labels must follow from the issues' text at all: the candidate's components must agree with
-them better than with the same labels shuffled among the held-out issues (above the 95th percentile of SHUFFLES
+- the recent slice: the newest triaged history, held out by time (issue numbers follow creation), so the figures say
+  how each does on the next issues to arrive; spread, so that no author and no kind of report (a text cluster) fills
+  it: chosen among its newest RECENT_WINDOW times its size, at most a tenth from one author, the clusters in turns;
+- the reference slice: the issues of the history's untouched rule (evaluation.is_held_out: one in five, by a hash of
+  the number) up to a bound fixed at the first training from the history (reference_until): no issue filed later can
+  ever be in it, so no new history, a flood above all, can fill it or tilt it. Nothing trains on it.
+
+Near-duplicate issues (near_duplicates.py: the same words, give or take a fifth) count once everywhere: a cluster is
+one record, trained on or judged by, never both (a copy in training would teach a held-out issue's answer). 500
+copies of one text, filed among the newest issues, are one issue of the recent slice and one example to learn from.
+
+The candidate replaces the model in use only when it is at least as good on every gated figure on both slices:
+component F1, the pre-selection's precision and coverage (what `a` ticks and how often it ticks a component), routing
+F1. First the recent slice's labels must follow from the issues' text at all: the candidate's components must agree
+with them better than with the same labels shuffled among the held-out issues (above the 95th percentile of SHUFFLES
 shuffles: a permutation test, on predictions made once). A history whose labels were scrambled fails there, even
 though its held-out answers are scrambled too, and the model in use, scored against them, looks as bad as the
 candidate; labelling every issue with the most common component (a baseline tried first) did not tell them apart:
@@ -15,12 +25,15 @@ the rules' findings alone beat it against scrambled answers on 200 issues. Pure 
 
 from __future__ import annotations
 
+import math
 import random
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from .engine import evaluate
 from .model import LabelModel
+from .offline import near_duplicates
 from .offline.evaluation import has_component, is_held_out, issue_from_record, score
 from .offline.fitting import trust
 from .types import Assessment
@@ -38,11 +51,15 @@ NAMES = {
     "review_precision": "review flag precision",
     "review_recall": "review flag recall",
 }
-# The newest fifth of the triaged history, at least MIN_HELD_OUT issues (fewer say nothing) and at most
-# MAX_HELD_OUT (enough for figures within about 0.02; the rest is worth more as training).
+# The recent slice: a fifth of the triaged history (near-duplicates counted once, the reference slice aside), at
+# least MIN_HELD_OUT issues (fewer say nothing) and at most MAX_HELD_OUT (enough for figures within about 0.02; the
+# rest is worth more as training), chosen among the newest RECENT_WINDOW times as many: at most SPREAD of it from one
+# author, the text clusters in turns (_spread).
 HELD_OUT_SHARE = 0.2
 MIN_HELD_OUT = 20
 MAX_HELD_OUT = 500
+RECENT_WINDOW = 3
+SPREAD = 0.1
 # The shipped model's pool: the harvested files' issues up to this number, less their held-out slice
 # (evaluation.is_held_out). Which issues it learned from is known only by that rule.
 SHIPPED_NEWEST = 198_333
@@ -67,11 +84,76 @@ class Learned:
         return None if self.numbers is None else number in self.numbers
 
 
-def split_by_time(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(training pool, held-out newest): the newest HELD_OUT_SHARE by issue number, within the bounds."""
-    ordered = sorted(records, key=lambda r: int(r["number"]))
-    held = max(MIN_HELD_OUT, min(MAX_HELD_OUT, round(len(ordered) * HELD_OUT_SHARE)))
-    return ordered[:-held], ordered[-held:]
+@dataclass
+class Slices:
+    """The triaged history cut for one training: what the candidate learns from, the two slices it is judged on, and
+    every issue number of the judged slices' clusters (decisions on those are not learned from either)."""
+
+    pool: list[dict[str, Any]]
+    recent: list[dict[str, Any]]
+    reference: list[dict[str, Any]]
+    judged: frozenset[int]
+    collapsed: int = 0  # issues folded into another as its near-duplicate
+
+    @property
+    def held_out(self) -> int:
+        return len(self.recent) + len(self.reference)
+
+
+def in_reference(record: dict[str, Any], reference_until: int) -> bool:
+    return int(record["number"]) <= reference_until and is_held_out(record)
+
+
+def cut(records: list[dict[str, Any]], reference_until: int) -> Slices:
+    """The history cut into the pool, the recent slice and the reference slice (see the module's docstring), each
+    near-duplicate cluster one record: the one in the reference slice if any, else the oldest."""
+    sets = [near_duplicates.word_set(r) for r in records]
+    near = near_duplicates.clusters(sets, near_duplicates.NEAR_DUPLICATE)
+    topic = near_duplicates.clusters(sets, near_duplicates.TOPIC)
+    members: dict[int, list[int]] = {}
+    for i in sorted(range(len(records)), key=lambda i: int(records[i]["number"])):
+        members.setdefault(near[i], []).append(i)
+    chosen = {
+        cluster: next((i for i in group if in_reference(records[i], reference_until)), group[0])
+        for cluster, group in members.items()
+    }
+    reference = sorted((i for i in chosen.values() if in_reference(records[i], reference_until)), key=_number(records))
+    rest = sorted((i for i in chosen.values() if not in_reference(records[i], reference_until)), key=_number(records))
+    size = max(MIN_HELD_OUT, min(MAX_HELD_OUT, round(len(rest) * HELD_OUT_SHARE)))
+    recent = _spread(rest[-size * RECENT_WINDOW :], size, records, topic)
+    judged = {records[j]["number"] for i in (*reference, *recent) for j in members[near[i]]}
+    return Slices(
+        pool=[records[i] for i in rest if i not in set(recent)],
+        recent=[records[i] for i in sorted(recent, key=_number(records))],
+        reference=[records[i] for i in reference],
+        judged=frozenset(int(n) for n in judged),
+        collapsed=len(records) - len(members),
+    )
+
+
+def _number(records: list[dict[str, Any]]):
+    return lambda i: int(records[i]["number"])
+
+
+def _spread(window: list[int], size: int, records: list[dict[str, Any]], topic: list[int]) -> list[int]:
+    """`size` of the window (oldest first), newest first: at most SPREAD of them from one author (unknown authors
+    apart), the text clusters taken in turns (one each, then two each...); only when that cannot fill the slice, as
+    many from one author as it takes."""
+    taken: dict[int, None] = {}  # in the order taken
+    authors: dict[str, int] = defaultdict(int)
+    kinds: dict[int, int] = defaultdict(int)
+    author_of = {i: str(records[i].get("author") or "") or f"#{records[i]['number']}" for i in window}
+    for author_cap in (max(1, math.ceil(size * SPREAD)), size):
+        for kind_cap in range(1, size + 1):
+            for i in reversed(window):
+                free = i not in taken and authors[author_of[i]] < author_cap and kinds[topic[i]] < kind_cap
+                if free and len(taken) < size:
+                    taken[i] = None
+                    authors[author_of[i]] += 1
+                    kinds[topic[i]] += 1
+            if len(taken) >= size or max(kinds.values(), default=0) < kind_cap:
+                break  # full, or no cluster could give another one at this cap
+    return list(taken)
 
 
 def assess(records: list[dict[str, Any]], model: LabelModel | None) -> list[Assessment]:
@@ -112,49 +194,73 @@ def shuffled_f1(records: list[dict[str, Any]], assessments: list[Assessment], se
 
 @dataclass
 class Verdict:
-    """The gate's answer: promote or not, the reason in one sentence, and what it rests on."""
+    """The gate's answer: promote or not, the reason in one sentence, and what it rests on: the figures on the recent
+    slice (candidate, in_use) and on the reference slice (reference: {"candidate": ..., "in_use": ...})."""
 
     promote: bool
     reason: str
     candidate: dict[str, float] = field(default_factory=dict)
     in_use: dict[str, float] = field(default_factory=dict)
-    compared: int = 0  # held-out issues both were scored on
-    held_out: int = 0
-    shuffled: float = 0.0  # the candidate's component F1 against the held-out labels shuffled (95th percentile)
+    compared: int = 0  # recent held-out issues both were scored on
+    held_out: int = 0  # the recent slice
+    shuffled: float = 0.0  # the candidate's component F1 against the recent slice's labels shuffled (95th percentile)
+    reference: dict[str, dict[str, float]] = field(default_factory=dict)
+    reference_size: int = 0
+    reference_compared: int = 0
+    collapsed: int = 0  # issues of the history counted as near-duplicates of another
 
     def table(self) -> list[str]:
-        """The figures side by side, one line each, gated ones marked."""
-        lines = [f"{'':32}{'candidate':>10}{'in use':>10}   (on {self.compared} held-out issues neither learned from)"]
-        for key in SHOWN:
-            mark = "*" if key in GATED else " "
-            new, old = self.candidate.get(key), self.in_use.get(key)
-            lines.append(f"{mark} {NAMES[key]:30}{_cell(new):>10}{_cell(old):>10}")
+        """The figures side by side, one line each, gated ones marked; the reference slice's below."""
+        lines = [
+            f"{'':32}{'candidate':>10}{'in use':>10}   (recent slice: {self.compared} held-out issues neither "
+            "learned from)"
+        ]
+        lines += self._rows(self.candidate, self.in_use)
         if self.held_out:
             lines.append(
-                f"  the candidate against the {self.held_out} held-out issues' labels shuffled among them: component "
+                f"  the candidate against the {self.held_out} recent issues' labels shuffled among them: component "
                 f"F1 {self.shuffled:.3f} (95th percentile of {SHUFFLES})"
             )
+        if self.reference:
+            lines.append(
+                f"{'':32}{'candidate':>10}{'in use':>10}   (reference slice: {self.reference_compared} issues)"
+            )
+            lines += self._rows(self.reference["candidate"], self.reference["in_use"])
+        if self.collapsed:
+            lines.append(f"  {self.collapsed} issues of the history counted once with their near-duplicates")
         return lines
+
+    @staticmethod
+    def _rows(new: dict[str, float], old: dict[str, float]) -> list[str]:
+        return [
+            f"{'*' if key in GATED else ' '} {NAMES[key]:30}{_cell(new.get(key)):>10}{_cell(old.get(key)):>10}"
+            for key in SHOWN
+        ]
 
 
 def _cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+def _worse(new: dict[str, float], old: dict[str, float]) -> str:
+    return ", ".join(f"{NAMES[k]} ({new[k]:.3f} < {old[k]:.3f})" for k in GATED if new[k] < old[k])
+
+
 def judge(
-    pool: list[dict[str, Any]],
-    held: list[dict[str, Any]],
+    slices: Slices,
     candidate: LabelModel,
     in_use: LabelModel | None,
     in_use_learned: Learned,
 ) -> Verdict:
-    """Whether `candidate` (trained on `pool`) may replace `in_use` (None: the rules alone), on the `held` issues.
+    """Whether `candidate` (trained on slices.pool) may replace `in_use` (None: the rules alone).
 
-    In order: enough held out; the labels follow from the text (the permutation test, on all of them);
-    enough of them that the model in use never saw (all of them when that cannot be known: a file trained
-    elsewhere); then every gated figure at least the model in use's, on those.
+    In order: enough recent issues held out; their labels follow from the text (the permutation test, on all of
+    them); enough of them that the model in use never saw (all of them when that cannot be known: a file trained
+    elsewhere); then every gated figure at least the model in use's, on those and on the reference slice's issues
+    the model in use never saw (judged on the recent slice alone, and said so, while fewer than MIN_HELD_OUT).
     """
-    verdict = Verdict(False, "", held_out=len(held))
+    held = slices.recent
+    verdict = Verdict(False, "", held_out=len(held), reference_size=len(slices.reference), collapsed=slices.collapsed)
     if len(held) < MIN_HELD_OUT:
         verdict.reason = f"only {len(held)} triaged issues held out: too few to judge by (need {MIN_HELD_OUT})"
         return verdict
@@ -180,14 +286,35 @@ def judge(
         return verdict
     verdict.candidate = everything if len(compared) == len(held) else figures(compared, assess(compared, candidate))
     verdict.in_use = figures(compared, assess(compared, in_use))
-    worse = [k for k in GATED if verdict.candidate[k] < verdict.in_use[k]]
-    if worse:
-        verdict.reason = "worse than the model in use on " + ", ".join(
-            f"{NAMES[k]} ({verdict.candidate[k]:.3f} < {verdict.in_use[k]:.3f})" for k in worse
+    reference = [r for r in slices.reference if in_use_learned.saw(int(r["number"])) is not True]
+    verdict.reference_compared = len(reference)
+    if len(reference) >= MIN_HELD_OUT:
+        verdict.reference = {
+            "candidate": figures(reference, assess(reference, candidate)),
+            "in_use": figures(reference, assess(reference, in_use)),
+        }
+    worse = [
+        f"on the {name} slice: {why}"
+        for name, why in (
+            ("recent", _worse(verdict.candidate, verdict.in_use)),
+            (
+                "reference",
+                _worse(verdict.reference["candidate"], verdict.reference["in_use"]) if verdict.reference else "",
+            ),
         )
+        if why
+    ]
+    if worse:
+        verdict.reason = "worse than the model in use " + "; ".join(worse)
         return verdict
     verdict.promote = True
-    verdict.reason = "at least as good as the model in use on every gated figure"
+    verdict.reason = "at least as good as the model in use on every gated figure, on the recent and reference slices"
+    if not verdict.reference:
+        verdict.reason = (
+            "at least as good as the model in use on every gated figure on the recent slice (the reference slice "
+            f"holds {len(reference)} issues the model in use never learned from, too few to judge by: need "
+            f"{MIN_HELD_OUT})"
+        )
     if in_use_learned.saw(int(held[0]["number"])) is None:
         verdict.reason += " (what the model in use learned from is unknown: every held-out issue counted)"
     return verdict

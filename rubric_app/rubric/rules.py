@@ -738,7 +738,7 @@ def r2_thread_conclusion(f: Facts) -> list[Finding]:
 
 
 # The weight of the thread's conclusion: someone other than the reporter (a maintainer, in practice) is
-# surer; the engine ranks that component first (engine.concluded).
+# surer; the engine ranks that component first (scoring.concluded).
 CONCLUDED_BY_OTHERS = 0.8
 CONCLUDED_BY_REPORTER = 0.7
 

@@ -88,7 +88,7 @@ class Suggested:
     reason: str = ""
     # confidence is a calibrated probability (engine.py); `a` accepts only the pre-selected labels.
     preselected: bool = False
-    # A core component suggested next to another component: the curve that scores it there (engine.company).
+    # A core component suggested next to another component: the curve that scores it there (components.company).
     company: str = ""
 
 

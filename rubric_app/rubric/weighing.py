@@ -1,7 +1,7 @@
 """Weighing the evidence before `a` pre-selects anything: R11 binds, a verdict is weighed, not obeyed (pure Python).
 
 engine.decide() hands every finding here once they are all in (the rules', the bisections', the learned
-labeler's, the neighbours'), and engine._preselect and engine._checklist read back what to tick and what to ask:
+labeler's, the neighbours'), and preselection.preselect and checklist.route_and_status read back what to tick and what to ask:
 
 - R11 binds (binding_review). A crash the rubric names (segfault, SIGSEGV, illegal memory access, device-side
   assert, core dumped), a silently wrong result, a regression or a flaky test that a rule finds in the text, or
@@ -39,13 +39,13 @@ from .types import ChecklistItem
 I = re.I
 
 # A backend result the thread reports (R1.1's dynamic=False, R2's comparisons) is decisive from this weight up
-# (engine.OVERRIDES_AVOID, engine.decisive).
+# (engine.OVERRIDES_AVOID, scoring.decisive).
 BACKEND_RESULT = 0.9
 BACKEND_RULES = ("R1.1", "R2")
 # A weighed verdict counts as a rule's finding that shows a component (engine.SHOWN): with a model, its label is
 # scored on the labeler's probability, as any finding that is no backend result.
 WEIGHED = 0.6
-# The findings' kind engine._preselect reads: a label not to tick, with the reason the triager is told.
+# The findings' kind preselection.preselect reads: a label not to tick, with the reason the triager is told.
 HOLD = "hold"
 
 # R11's reasons that leave no judgement (rules_domain.r11_review's words), and what the evidence must name: a
@@ -302,7 +302,7 @@ def from_thread(x: Finding) -> bool:
 
 def settles(x: Finding) -> bool:
     """A component this issue's own evidence settles: a backend result in the thread (R1.1, R2), a diagnosis by
-    someone other than the reporter (engine.concluded), or a verdict (engine.decisive)."""
+    someone other than the reporter (scoring.concluded), or a verdict (scoring.decisive)."""
     if x.kind != Kind.ADD or x.label not in CORE_COMPONENTS or x.source.startswith("issue:"):
         return False
     if x.source.startswith("bisection"):
@@ -495,7 +495,7 @@ def shared_findings(facts: Facts, findings: list[Finding]) -> list[Finding]:
 def cited(x: Finding) -> Finding:
     """x, where the learned labeler cites a verdict's words (its top feature is the verdict's finding), under the
     run's name rather than as the bisection's: the labeler's probability is no verdict, and only a verdict is
-    decisive (engine.decisive)."""
+    decisive (scoring.decisive)."""
     if x.origin == "model" and x.source.startswith("bisection"):
         run = _run_of(x)
         return replace(x, source=f"run:{run}" if run else "run")

@@ -8,7 +8,7 @@ It is untrusted code run at an outsider's request, so every run is bounded here,
   first report is never turned away by a flood of others' (issue 35): over the hourly budget it gets a place
   (status waiting) that the sweep sends, oldest first, as soon as the budget frees (release_waiting);
 - a bounded cost: its compile modes together get one per-mode timeout after the eager run (AUTO_BISECT_BUDGET_S,
-  harness.bisect's budget_s), and it makes way for a run a person asks for at its next mode (bisecting.py);
+  harness.bisect's budget_s), and it makes way for a run a person asks for at its next mode (runner.py);
 - no run for a repro that downloads models or data: the sandbox has no network, so it is recorded at once as
   failed with "needs network" instead of spending a run to learn it;
 - its own low-priority queues (cpu_auto, gpu_auto): a worker takes a human's run (cpu, gpu) first.
@@ -22,7 +22,6 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -31,15 +30,13 @@ from rubric_app import bisection
 from rubric_app.bisection import builds
 from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
-from rubric_app.runs import repro_sources
+from rubric_app.runs import coordinator, repro_sources
 
 # A repro that fetches weights, data sets or anything else over the network: it cannot pass in the sandbox.
 NEEDS_NETWORK = re.compile(
     r"\bfrom_pretrained\(|\btorch\.hub\.|\bload_dataset\(|\burllib\.request\b|\brequests\.(?:get|post)\("
     r"|\bwget\b|\bsnapshot_download\(|\bhf_hub_download\(|download\s*=\s*True"
 )
-AUTO_QUEUES = BisectionRun.AUTO_QUEUES
-TASK = "rubric_app.tasks.run_bisection_task"
 
 
 @dataclass(frozen=True)
@@ -125,9 +122,7 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
             return Outcome(run, "needs network")
         if waits:
             return Outcome(run, f"waiting: @{poster}'s first report, sent when the hourly budget frees ({refusal})")
-        # By name: the task module imports the sync, which calls this module.
-        queue = AUTO_QUEUES[device]
-        transaction.on_commit(lambda: current_app.send_task(TASK, args=(run.pk,), queue=queue))
+        coordinator.start_run(run)
     return Outcome(run, "queued")
 
 
@@ -179,7 +174,5 @@ def release_waiting(now=None) -> int:
             BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.WAITING).update(
                 status=BisectionRun.Status.QUEUED, created_at=now
             )
-            transaction.on_commit(
-                lambda pk=run.pk, queue=run.queue_name: current_app.send_task(TASK, args=(pk,), queue=queue)
-            )
+            coordinator.start_run(run)
     return len(runs)

@@ -1,9 +1,9 @@
-"""Start a backend bisection of an issue's repro: the web half of a bisection run (the Django side of
-rubric_app.bisection; the worker half is bisecting.py).
+"""Start a backend bisection of an issue's repro: a person's half of a bisection run (a runner runs it:
+runner.py; the coordinator records what it reports: coordinator.py).
 
-start_bisection() records a queued BisectionRun (the exact code) and enqueues it on the device's queue after
-commit. Only a person with the run_bisection permission starts a run; automatic runs (auto_bisect.py) are
-bounded by their own budgets.
+start_bisection() records a queued BisectionRun (the exact code) and sends its job to the device's queue after
+commit (coordinator.start_run). Only a person with the run_bisection permission starts a run; automatic runs
+(auto_bisect.py) are bounded by their own budgets.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from django.core.exceptions import PermissionDenied
 from rubric_app import bisection
 from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun
-from rubric_app.runs import repro_sources
-from rubric_app.tasks import run_bisection_task
+from rubric_app.runs import coordinator, repro_sources
 
 QUEUES = BisectionRun.QUEUES
 
@@ -40,7 +39,7 @@ def start_bisection(
     """
     if user is None or not user.has_perm("rubric_app.run_bisection"):
         raise PermissionDenied("running a bisection needs the run_bisection permission")
-    queue = queue_for(device)
+    queue_for(device)  # an unknown device is refused before anything is recorded
     if not code.strip():
         raise ValueError("the repro is empty")
     if not builds:
@@ -62,5 +61,5 @@ def start_bisection(
         for build in dict.fromkeys(builds)
     ]
     for run in runs:
-        run_bisection_task.apply_async_on_commit((run.pk,), queue=queue)
+        coordinator.start_run(run)
     return runs[0]

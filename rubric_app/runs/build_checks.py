@@ -23,7 +23,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -31,8 +30,7 @@ from django.utils import timezone
 from rubric_app.bisection import builds, evidence
 from rubric_app.bisection.builds import repro_hash
 from rubric_app.models import BisectionRun, Issue, WorkerHeartbeat
-from rubric_app.runs import repro_sources
-from rubric_app.runs.auto_bisect import TASK
+from rubric_app.runs import coordinator, repro_sources
 from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION
 
 FINDINGS = (REGRESSION, MAY_BE_FIXED)
@@ -238,6 +236,5 @@ def _queue_one(run: BisectionRun, build: str, version: str, *, now) -> Recheck:
             repro_author=run.repro_author,
             repro_counts=run.repro_counts,
         )
-        queue = recheck.queue_name
-        transaction.on_commit(lambda: current_app.send_task(TASK, args=(recheck.pk,), queue=queue))
+        coordinator.start_run(recheck)
     return Recheck(issue.number, recheck, "queued")

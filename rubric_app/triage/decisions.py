@@ -2,7 +2,8 @@
 
 plan_changes turns the triage form's choices into a Plan: label additions and removals
 (RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
-transfer (G1, G2), or a close as a duplicate of another issue with the standard comment.
+transfer (G1, G2), or a close as a duplicate of another issue with the standard comment (and the labels chosen
+for it on the original, when that is open in the queue: plan_for_original).
 request_decision validates (G4, G7, R11, the queue, the duplicate's original) and records a
 TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one
 is applied by apply_decision in the single-concurrency `github` Celery queue, one change at a time,
@@ -19,12 +20,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from rubric_app import dispatch
 from rubric_app.github import connect, credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
 from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
 from rubric_app.rubric.flow import change_breaks_g4
 from rubric_app.rubric.rules_skill import reproduction_reply
-from rubric_app.tasks import apply_decision_task
 from rubric_app.vocabulary import AGENT_INCORRECT as REPRO_AGENT_INCORRECT
 from rubric_app.vocabulary import (
     BOT_MISLABELED,
@@ -86,6 +87,17 @@ class Plan:
 def plan_duplicate(original: int) -> Plan:
     """Close as a duplicate of #original, with the standard comment (which GitHub reads as the link)."""
     return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
+
+
+def plan_for_original(original: Issue | None, *, chosen: list[str], review: bool, hold: bool = False) -> Plan | None:
+    """What closing reports as its duplicates gives their original, on the group route and the issue page alike: the
+    labels chosen for them (and the review flag) on it, in its own lane, when it is an open queue issue (the one left
+    open is the one that needs them) and that changes something; None: it is left unchanged (no decision made).
+    hold: `triaged` waits for a human on the original (G6, plan_changes)."""
+    if original is None or not original.in_queue or original.state != Issue.State.OPEN or not (chosen or review):
+        return None
+    plan = plan_changes(original, chosen=chosen, route="", review=review, hold=hold)
+    return None if plan.changes_nothing else plan
 
 
 def plan_confirm_fixed(issue: Issue) -> Plan:
@@ -357,9 +369,9 @@ def request_decision(
             finished_at=now if why else None,
         )
         if held:
-            apply_decision_task.apply_async_on_commit((decision.pk,), countdown=hold_s)
+            dispatch.start_decision(decision.pk, countdown=hold_s)
         elif not why:
-            apply_decision_task.delay_on_commit(decision.pk)
+            dispatch.start_decision(decision.pk)
     return decision
 
 

@@ -7,8 +7,9 @@ promotion is noticed at the next refresh, in every process, without a restart. W
 keeps its file (rubric_app/data/: a locally trained label_model.json, else the shipped label_model_pt2.json).
 
 train_from_history() is train_label_model --from-db and the weekly task: it learns from the triaged history
-(whole label lists) and the triagers' decisions, holds the newest triaged issues out, and lets rubric/promotion.py
-judge the candidate against the model in use on them; --force promotes whatever the gate said.
+(whole label lists) and the triagers' decisions, near-duplicates counted once, holds out a recent slice spread over
+authors and kinds of report and a fixed reference slice (its bound on the first row that set one), and lets
+rubric/promotion.py judge the candidate against the model in use on both; --force promotes whatever the gate said.
 """
 
 from __future__ import annotations
@@ -153,16 +154,25 @@ def train_from_history(
             f"only {len(records)} triaged issues in history: too few to learn from and to judge by "
             f"(need {MIN_TRAINING + promotion.MIN_HELD_OUT}); run manage.py sync_history"
         )
-    pool, held = promotion.split_by_time(records)
-    decided = decided_examples(exclude=frozenset(r["number"] for r in held))
+    until = reference_until(records)
+    slices = promotion.cut(records, until)
+    pool, held = slices.pool, slices.recent
+    if len(pool) < MIN_TRAINING:
+        raise TooLittleHistory(
+            f"only {len(pool)} triaged issues left to learn from once {slices.held_out} are held out to judge by and "
+            f"{slices.collapsed} counted with their near-duplicates (need {MIN_TRAINING}); run manage.py sync_history"
+        )
+    decided = decided_examples(exclude=slices.judged)
     out(
         f"Training on {len(pool)} triaged issues of history (#{pool[0]['number']} to #{pool[-1]['number']}) and "
-        f"{len(decided)} triagers' decisions; the newest {len(held)} (#{held[0]['number']} on) held out to judge by."
+        f"{len(decided)} triagers' decisions; judged on {len(held)} recent issues (#{held[0]['number']} on, spread "
+        f"over authors and kinds of report) and the {len(slices.reference)} of the reference slice (up to #{until}); "
+        f"{slices.collapsed} issues counted once with their near-duplicates."
     )
     fitted = fit_model(pool, folds=folds, decisions=[(feats, answers) for _n, feats, answers in decided])
     candidate = LabelModel.from_json(fitted.to_json())  # judged as every process will load it
     model, learned, name = in_use_for_gate()
-    verdict = promotion.judge(pool, held, candidate, model, learned)
+    verdict = promotion.judge(slices, candidate, model, learned)
     promote = verdict.promote or force
     reason = verdict.reason if verdict.promote or not force else f"promoted by --force; the gate said: {verdict.reason}"
     row = TrainedModel.objects.create(
@@ -173,7 +183,14 @@ def train_from_history(
         held_out=len(held),
         compared=verdict.compared,
         compared_with=name,
-        figures={"candidate": verdict.candidate, "in_use": verdict.in_use, "shuffled": verdict.shuffled},
+        figures={
+            "candidate": verdict.candidate,
+            "in_use": verdict.in_use,
+            "shuffled": verdict.shuffled,
+            "reference": {**verdict.reference, "size": verdict.reference_size, "compared": verdict.reference_compared},
+            "collapsed": verdict.collapsed,
+        },
+        reference_until=until,
         status=TrainedModel.Status.PROMOTED if promote else TrainedModel.Status.REFUSED,
         reason=reason,
         forced=promote and not verdict.promote,
@@ -189,6 +206,13 @@ def train_from_history(
     return row, verdict
 
 
+def reference_until(records: list[dict]) -> int:
+    """The bound of the gate's reference slice (promotion.cut): the one the first training from the history fixed,
+    or the newest triaged issue now, which this training fixes. No issue filed later is ever in the slice."""
+    fixed = TrainedModel.objects.exclude(reference_until=None).order_by("pk").values_list("reference_until", flat=True)
+    return fixed.first() or max(int(r["number"]) for r in records)
+
+
 def fallback_name() -> str:
     """What the engine uses while no model is promoted (no query)."""
     if MODEL_FILE.exists():
@@ -196,9 +220,11 @@ def fallback_name() -> str:
     return "the shipped model (rubric_app/data/label_model_pt2.json, from 586 harvested issues)"
 
 
-def figure_rows(row: TrainedModel) -> list[tuple[str, float | None, float | None, bool]]:
-    """(figure's name, the candidate's, the model in use's then, gated) for each figure the gate showed."""
-    candidate, in_use = row.figures.get("candidate", {}), row.figures.get("in_use", {})
+def figure_rows(row: TrainedModel, slice_: str = "recent") -> list[tuple[str, float | None, float | None, bool]]:
+    """(figure's name, the candidate's, the model in use's then, gated) for each figure the gate showed on the recent
+    slice, or on the reference slice (slice_="reference")."""
+    figures = row.figures if slice_ == "recent" else row.figures.get("reference", {})
+    candidate, in_use = figures.get("candidate", {}), figures.get("in_use", {})
     return [
         (promotion.NAMES[key], candidate.get(key), in_use.get(key), key in promotion.GATED)
         for key in promotion.SHOWN

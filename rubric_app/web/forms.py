@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from django import forms
 from django.conf import settings
@@ -141,6 +142,17 @@ class HistorySearchForm(forms.Form):
     )
 
 
+def _labels_seen(raw: str, then: str) -> list[str]:
+    """A page's label snapshot (JSON: a list of names), or a ValidationError saying to `then`."""
+    try:
+        seen = json.loads(raw)
+    except ValueError:
+        seen = None
+    if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
+        raise forms.ValidationError(f"The page's label snapshot is unreadable; {then}.")
+    return seen
+
+
 class TriageForm(forms.Form):
     """The issue page's apply form: chosen labels, route, review flag, and what the page showed.
 
@@ -207,13 +219,7 @@ class TriageForm(forms.Form):
         return {**values, "labels_seen": json.dumps(self.issue.label_names())}
 
     def clean_labels_seen(self) -> list[str]:
-        try:
-            seen = json.loads(self.cleaned_data["labels_seen"])
-        except ValueError:
-            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.") from None
-        if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
-            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.")
-        return seen
+        return _labels_seen(self.cleaned_data["labels_seen"], "reload the issue")
 
     def clean(self) -> dict:
         data = super().clean()
@@ -229,6 +235,8 @@ class TriageForm(forms.Form):
             why = decisions.duplicate_refusal(self.issue, number, original)
             if why:
                 self.add_error("duplicate_of", why)
+            elif original.in_queue and original.state == Issue.State.OPEN:
+                self._original_seen(original)
         if not self.errors:
             plan = self.plan()
             if change_breaks_g4(self.issue.label_names(), plan.add, plan.remove):
@@ -261,6 +269,48 @@ class TriageForm(forms.Form):
     def stops_labelling(self) -> bool:
         """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
         return self.is_valid() and self.cleaned_data["route"] in Route.STOPS_LABELLING
+
+    # Closing it as a duplicate of an open queue issue: the ticked labels (and the review flag) go to the original, in
+    # a decision of its own, as the group route gives them (decisions.plan_for_original).
+    original: Issue | None = None
+    original_seen: list[str] | None = None  # what the preview showed of the original's labels
+
+    def _original_seen(self, original: Issue) -> None:
+        """The original's labels as the preview showed them (posted back by Apply: a change on GitHub meanwhile is a
+        conflict, as on this issue), or, previewing, as the mirror holds them now."""
+        raw = self.data.get("original_labels_seen")
+        try:
+            self.original_seen = _labels_seen(raw, "preview again") if raw else original.label_names()
+        except forms.ValidationError as exc:
+            self.add_error(None, exc)
+            return
+        self.original = original
+
+    def labels_original(self) -> bool:
+        """The ticked labels go to the original (closing it as a duplicate of an open queue issue)."""
+        return self.is_valid() and self.original is not None
+
+    def plans(self) -> list[tuple[Issue, decisions.Plan]]:
+        """What Apply sends, one decision per issue in number order: this issue's plan and, closing it as a duplicate
+        of an open queue issue with labels ticked (or the review flag), the original's."""
+        # The original's `triaged` follows its own G6, as its own page's `a` would (accepting.undecided).
+        hold = bool(self.original and accepting.undecided(self.original))
+        original = decisions.plan_for_original(
+            self.original, chosen=self.chosen(), review=self.cleaned_data["review"], hold=hold
+        )
+        both = [(self.issue, self.plan()), *([(self.original, original)] if original else [])]
+        return sorted(both, key=lambda pair: pair[0].number)
+
+    def labels_seen_by_issue(self) -> dict[int, list[str]]:
+        seen = {self.issue.number: self.cleaned_data["labels_seen"]}
+        return {**seen, self.original.number: self.original_seen} if self.original else seen
+
+    def original_change(self, user) -> tuple[Issue, decisions.Plan, str] | None:
+        """The original's own decision in the preview: (the original, its plan, why it would be refused or "")."""
+        for issue, plan in self.plans():
+            if issue.pk != self.issue.pk:
+                return issue, plan, decisions.refusal(issue=issue, user=user, plan=plan)
+        return None
 
     def chosen(self) -> list[str]:
         """The checked labels and the ones picked from the catalog, each once."""
@@ -396,16 +446,40 @@ class BisectForm(forms.Form):
 
 
 class MeetingDecisionForm(forms.Form):
+    """One click on an agenda card: the outcome, and the catalog labels the card's picker added (`module: crash`)."""
+
     decision = forms.ChoiceField(choices=[(d, d) for d in MEETING_DECISIONS])
     labels_seen = forms.CharField(widget=forms.HiddenInput)
     # The suggested `module:` label the agenda shows for an issue that has none (G4).
     component = forms.CharField(required=False, max_length=100, widget=forms.HiddenInput)
+    add_labels = CatalogLabelsField(label="Add a label")
 
     clean_labels_seen = TriageForm.clean_labels_seen
 
+    def __init__(self, *args, allowed: frozenset[str] = frozenset(), **kwargs):
+        super().__init__(*args, **kwargs)
+        # The outcomes' own labels are their buttons: `high priority` through the picker would skip R11's chair.
+        refused = {
+            **OWN_CONTROLS,
+            **{
+                n: f"`{n}` is a decision of the meeting: click its button."
+                for added in accepting.MEETING_LABELS.values()
+                for n in added
+                if n not in OWN_CONTROLS
+            },
+        }
+        self.pickable = [n for n in pickable_labels(allowed) if n not in refused]  # what the cards' pickers offer
+        self.fields["add_labels"].allowed = frozenset(self.pickable)
+        self.fields["add_labels"].refused = refused
+
     def plan(self, issue: Issue) -> decisions.Plan:
-        """The Plan of the chosen outcome (accepting.meeting_plan)."""
-        return accepting.meeting_plan(issue, self.cleaned_data["decision"], self.cleaned_data["component"])
+        """The Plan of the chosen outcome (accepting.meeting_plan) with the labels picked on the card; a picked
+        `module:` label is the component, so the suggested one is not added beside it (G4)."""
+        picked = self.cleaned_data["add_labels"]
+        component = "" if any(is_module(n) for n in picked) else self.cleaned_data["component"]
+        plan = accepting.meeting_plan(issue, self.cleaned_data["decision"], component)
+        current = set(issue.label_names())
+        return replace(plan, add=plan.add + [n for n in picked if n not in current and n not in plan.add])
 
 
 class AgendaItemForm(forms.Form):
@@ -423,6 +497,14 @@ class AgendaItemForm(forms.Form):
         if user is None:
             raise forms.ValidationError(f"No dashboard user is named {name!r}: the owner must have an account.")
         return user
+
+    def record_changes(self, *, meeting: Meeting, issue: Issue, by) -> None:
+        """What was typed on the card but not saved when a decision was clicked: recorded where it differs from
+        what the meeting has (nothing typed on an item without one records nothing)."""
+        item = AgendaItem.objects.filter(meeting=meeting, issue=issue).first()
+        owner, note = self.cleaned_data["owner"], self.cleaned_data["note"].strip()
+        if (item.owner_id if item else None) != (owner.pk if owner else None) or (item.note if item else "") != note:
+            self.record(meeting=meeting, issue=issue, by=by)
 
     def record(self, *, meeting: Meeting, issue: Issue, by) -> AgendaItem:
         """Store the owner and note of `issue` in `meeting` (one row per meeting and issue)."""
@@ -567,8 +649,8 @@ class GroupDecisionForm(forms.Form):
             if route == Route.DUPLICATE and number != data["duplicate_of"]:
                 out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
             elif route == Route.DUPLICATE:
-                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"], hold=data["hold"])
-                out.append((issue, keep if chosen or data["review"] else None))
+                original = decisions.plan_for_original(issue, chosen=chosen, review=data["review"], hold=data["hold"])
+                out.append((issue, original))
             else:
                 plan = decisions.plan_changes(
                     issue, chosen=chosen, route=route, review=data["review"], hold=data["hold"]

@@ -2,7 +2,9 @@
 
 The database (one query), the broker (a connection, two seconds at most), a live worker on each queue in
 HEALTH_QUEUES (the heartbeat table: no broker round trip), and, where a GitHub token is configured, a sync that
-finished within HEALTH_SYNC_STALE_MINUTES. Cheap (three queries) and free of secrets: it names parts, counts
+finished within HEALTH_SYNC_STALE_MINUTES; and the issues the last syncs left out, with why (a page, a sync, a
+backfill goes on without them: sync.store_issues), which put nothing down. Cheap (three queries) and free of secrets:
+it names parts, counts
 workers and gives times, never a URL, a token or an error's text that might hold one. Anonymous callers get only
 up or down (how many workers serve which queue, and when the last sync ran, tell an outsider when to strike):
 the parts are for signed-in staff and for a probe that sends `Authorization: Bearer <HEALTH_TOKEN>`.
@@ -15,7 +17,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.db.models import Max
 from django.utils import timezone
 from kombu import Connection
 
@@ -24,19 +25,21 @@ from rubric_app.models import SyncState, WorkerHeartbeat
 
 def check(now=None) -> tuple[bool, dict]:
     """(all up, the report): {"status": "ok" | "down", "down": [parts], "database", "broker", "workers": {queue:
-    live count}, "last_sync": ISO time or None}."""
+    live count}, "last_sync": ISO time or None, "skipped": {sync: [{"number", "reason"}]}}."""
     now = now or timezone.now()
     down: list[str] = []
-    report: dict = {"database": "ok", "broker": "ok", "workers": {}, "last_sync": None}
+    report: dict = {"database": "ok", "broker": "ok", "workers": {}, "last_sync": None, "skipped": {}}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         live = WorkerHeartbeat.objects.queues(now)
-        last_sync = SyncState.objects.filter(last_error="").aggregate(at=Max("last_finished_at"))["at"]
+        syncs = list(SyncState.objects.values_list("key", "last_finished_at", "last_error", "skipped"))
     except DatabaseError:
         report["database"] = "down"
         down.append("database")
-        live, last_sync = {}, None
+        live, syncs = {}, []
+    last_sync = max((at for _key, at, error, _skipped in syncs if at and not error), default=None)
+    report["skipped"] = {key: skipped for key, _at, _error, skipped in syncs if skipped}
     if not broker_reachable():
         report["broker"] = "down"
         down.append("broker")

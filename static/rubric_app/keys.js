@@ -1,4 +1,4 @@
-// Keyboard shortcuts: j/k next/previous issue, a accept suggestions, Enter apply,
+// Keyboard shortcuts: j/k next/previous issue, a accept suggestions, l add a label, Enter apply,
 // r toggle triage review, b bisect, o open, ? help. Every key only clicks or follows
 // something that is on the page anyway, so the pages work the same without this file.
 (function () {
@@ -30,6 +30,9 @@
   function select(row) {
     var old = selectedRow();
     if (old) old.classList.remove("selected");
+    // Space and Tab must not act on a box of the preview left behind.
+    var focused = document.activeElement;
+    if (focused && focused.closest && focused.closest("[data-queue-edit]")) focused.blur();
     if (!row) return;
     row.classList.add("selected");
     reveal(row);
@@ -67,6 +70,14 @@
     return false;
   }
 
+  function slotOf(row) { return "#apply-preview-" + CSS.escape(row.getAttribute("data-issue-row")); }
+
+  // The preview `a` opened in the selected row: its own form, to untick or add a label before Enter.
+  function queueEdit(row) { return row ? document.querySelector(slotOf(row) + " [data-queue-edit]") : null; }
+
+  // The row whose preview `a` asked for: once it is there, the keys reach its boxes (Space unticks, Tab moves on).
+  var focusPreview = null;
+
   function accept() {
     var row = selectedRow();
     // In a row, the form of its Accept button: the row holds other forms too (e.g. "take it").
@@ -74,7 +85,19 @@
     var form = row ? button && button.form : document.getElementById("triage-form");
     if (!form) return false;
     pending = null;  // a new preview is coming: an earlier Enter must not apply the one it replaces
+    focusPreview = row ? "apply-preview-" + row.getAttribute("data-issue-row") : null;
     return click("[data-accept]", form);  // on the issue page the click listener below resets the boxes
+  }
+
+  // `l`: the label picker of the preview in sight (the selected row's) or of the issue page's triage form.
+  function pickerField() {
+    var row = selectedRow();
+    var scope = row ? queueEdit(row) : document.getElementById("triage-form");
+    var field = scope && scope.querySelector("[data-label-picker] input[list]");
+    if (!field) return false;
+    field.focus({ preventScroll: true });
+    reveal(field);
+    return true;
   }
 
   // What a form says will be applied: the ticked labels, route, hand-off and review flag. The triage
@@ -97,7 +120,8 @@
   function applyWhenCurrent() {
     var p = pending;
     if (!p) return;
-    if (busy(p.form)) return;  // its preview is on the way: htmx:afterSettle calls again
+    // Its preview is on the way (a row's: `a`'s, or that of a box just unticked): htmx:afterSettle calls again.
+    if (busy(p.form) || busy(document.querySelector(p.slot + " [data-queue-edit]"))) return;
     var button = document.querySelector(p.slot + " [data-apply]");
     var current = button && (p.form.id !== "triage-form" || choices(button.form) === choices(p.form));
     if (current) { pending = null; button.click(); return; }
@@ -120,7 +144,7 @@
     var slot = "#apply-preview-" + CSS.escape(number || "");
     if (!form) return click(row ? slot + " [data-apply]" : "[data-apply]");  // a preview opened by mouse
     // Nothing previewed and nothing on its way: Enter applies only what the triager has seen.
-    if (!busy(form) && !document.querySelector(slot + " [data-apply]")) return false;
+    if (!busy(form) && !busy(queueEdit(row)) && !document.querySelector(slot + " [data-apply]")) return false;
     pending = { form: form, slot: slot, asked: false };
     applyWhenCurrent();
     return true;
@@ -146,10 +170,34 @@
     if (typeof params.delete === "function") params.delete("accept"); else delete params.accept;
   });
 
+  // The possible-duplicate mark's preview of the close: the selected row's form; on the issue page the triage form
+  // set to close as a duplicate of the marked original, so the preview is of what the form shows and Enter applies it.
+  function previewDuplicate() {
+    var row = selectedRow();
+    if (row) return click("[data-mark-duplicate]", row);
+    var mark = document.querySelector("[data-possible-duplicate]");
+    var form = document.getElementById("triage-form");
+    var route = form && form.querySelector('input[name=route][value="duplicate"]');
+    var original = form && form.querySelector("input[name=duplicate_of]");
+    if (!mark || !route || !original) return click("[data-mark-duplicate]");
+    route.checked = true;
+    original.value = mark.getAttribute("data-possible-duplicate");
+    pending = null;
+    if (form.requestSubmit) form.requestSubmit(); else htmx.trigger(form, "submit");
+    return true;
+  }
+
   function bisect() {
     var row = selectedRow();
     if (row) { window.location.href = row.getAttribute("data-href") + "#bisection"; return true; }
-    return click("[data-bisect]");
+    return click("[data-bisect]");  // the run it starts is scrolled to once it is there (htmx:afterSettle below)
+  }
+
+  // Put el at the top of the window (never sideways), and the focus on it: a run started far down the page.
+  function showAtTop(el) {
+    window.scrollBy(0, el.getBoundingClientRect().top - 8);
+    if (!el.hasAttribute("tabindex")) el.setAttribute("tabindex", "-1");
+    el.focus({ preventScroll: true });
   }
 
   function openIssue() {
@@ -187,20 +235,32 @@
   document.addEventListener("htmx:afterSettle", function (event) {
     var config = event.detail.requestConfig;
     var shown = document.getElementById((event.detail.target && event.detail.target.id) || "");
-    if (!config || !shown || !shown.classList.contains("outcome")) return;
+    if (!config || !shown) return;
+    // A bisection `b` started (or why it was refused): in sight where the eye is, far down the issue page.
+    if (shown.hasAttribute("data-show-started") && config.verb === "post") { showAtTop(shown); return; }
+    if (!shown.classList.contains("outcome")) return;
     var top = shown.getBoundingClientRect().top;
     if (config.verb === "post" || (top >= 0 && top < window.innerHeight)) reveal(shown);
+    if (focusPreview && shown.id === focusPreview) {
+      focusPreview = null;
+      var box = shown.querySelector("[data-queue-labels] input[type=checkbox]");
+      if (box) box.focus({ preventScroll: true });  // Space unticks it, Tab reaches the next and the picker
+    }
   });
 
   // The label picker (web/forms.py LabelPicker): a catalog label typed or picked in its field becomes a ticked box
   // beside it, and the field empties for the next one. Without JS the field itself is posted (names, comma-separated).
   function pickLabel(input) {
-    var list = input.list, name = input.value.trim();
-    if (!list || !name) return;
-    var known = Array.prototype.some.call(list.options, function (o) { return o.value === name; });
+    var list = input.list, typed = input.value.trim().toLowerCase();
+    if (!list || !typed) return;
+    // As the server reads it (labels.CatalogLabelsField): any case, and "crash" stands for "module: crash".
+    var option = Array.prototype.find.call(list.options, function (o) { return o.value.toLowerCase() === typed; }) ||
+      Array.prototype.find.call(list.options, function (o) { return o.value.toLowerCase() === "module: " + typed; });
+    if (!option) return;
+    var name = option.value;
     var picked = input.closest("[data-label-picker]").querySelector(".picked");
-    var already = Array.prototype.some.call(picked.querySelectorAll("input"), function (b) { return b.value === name; });
-    if (!known || already) return;
+    var already = Array.prototype.find.call(picked.querySelectorAll("input"), function (b) { return b.value === name; });
+    if (already) { already.checked = true; input.value = ""; return; }
     var label = document.createElement("label");
     label.setAttribute("data-picked", "");
     var box = document.createElement("input");
@@ -215,19 +275,41 @@
     if (input.matches && input.matches("[data-label-picker] input[list]")) pickLabel(input);
   });
 
+  // Enter in a label picker picks the label typed (a ticked box, and the preview follows) instead of sending the form;
+  // on an empty picker of a queue row's preview it applies, as Enter does elsewhere. Esc leaves the field.
+  function pickerKey(event) {
+    var input = event.target;
+    if (!input.matches || !input.matches("[data-label-picker] input[list]")) return false;
+    if (event.key === "Escape") { input.blur(); return true; }
+    if (event.key !== "Enter") return false;
+    if (!input.value.trim()) {
+      if (!input.form || !input.form.hasAttribute("data-queue-edit")) return false;
+      apply();
+      return true;
+    }
+    pickLabel(input);
+    // The form previews on change (a label the list does not know stays in the field, and the preview says why, G7).
+    input.dispatchEvent(new Event("change", { bubbles: true }));
+    return true;
+  }
+
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (pickerKey(event)) { event.preventDefault(); return; }
     if (event.key === "Escape") { toggleHelp(false); return; }
     if (typing(event.target)) return;
+    if (event.key === "Enter" && event.target.closest && event.target.closest("a[href]")) return;  // a link's own
     var handled = true;
     switch (event.key) {
       case "j": move(1); break;
       case "k": move(-1); break;
       case "a": handled = accept(); break;
+      case "l": handled = pickerField(); break;
       case "Enter": handled = apply(); break;
       case "r": handled = toggleReview(); break;
       case "b": handled = bisect(); break;
       case "o": handled = openIssue(); break;
+      case "d": handled = previewDuplicate(); break;
       case "?": toggleHelp(); break;
       default: handled = false;
     }
@@ -241,6 +323,21 @@
     var row = number && document.querySelector('[data-issue-row="' + CSS.escape(number) + '"]');
     if (row) row.classList.add("selected");
   }
-  document.addEventListener("htmx:afterSwap", restore);
+
+  // The queue's filters as the table shows them, in the page's HTML: htmx keeps the page's HTML for Back, and a
+  // clicked lane or a typed word lives only in the fields' state, so Back would bring the table of one lane under the
+  // highlight of another. The fields the triager changed keep what they show (a default does not move them).
+  function settleFilters() {
+    var table = document.getElementById("queue-table"), form = document.getElementById("queue-filters");
+    if (!table || !form || !table.hasAttribute("data-lane")) return;
+    Array.prototype.forEach.call(form.querySelectorAll("input[name=lane]"), function (radio) {
+      radio.defaultChecked = radio.value === table.getAttribute("data-lane");
+    });
+    ["module", "author", "q"].forEach(function (name) {
+      var field = form.elements[name];
+      if (field) field.defaultValue = table.getAttribute("data-" + name) || "";
+    });
+  }
+  document.addEventListener("htmx:afterSwap", function () { restore(); settleFilters(); });
   document.addEventListener("DOMContentLoaded", restore);
 })();

@@ -17,7 +17,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from rubric_app.demo.loading import load_catalog_labels, load_demo_issues
 from rubric_app.models import AgendaItem, BisectionRun, Issue, Meeting, TriageDecision
-from tests.browser.test_browser_triage import _issue_on_both, _wait_for_status
+from tests.browser.test_browser_triage import _issue_on_both, _wait_for_recorded, _wait_for_status
 from tests.factories import make_issue, make_suggestion
 
 pytestmark = [pytest.mark.browser]
@@ -252,8 +252,9 @@ def test_it_keeps_a_decided_card_undoes_within_the_window_and_records_the_minute
     assert "#5361 Segfault in a generated kernel" in page.inner_text("#agenda-item-5361")
 
     page.click('#agenda-item-5362 button[value="needs reproduction"]')
-    _wait_for_status(page, "applied", "#agenda-item-5362")  # not undone: written once its window is over
     assert "#5362 Wrong results on inductor" in page.inner_text("#agenda-item-5362")
+    _wait_for_recorded(page, 5362, "applied")  # not undone: written once its window is over, and the card left
+    assert page.locator("#agenda-item-5362").count() == 0
     assert fake_github.labels_of(5362) == ["module: inductor", "needs reproduction", "oncall: pt2"]
     assert fake_github.labels_of(5361) == sorted(flagged)  # undone: nothing was written, the countdown passed
     assert TriageDecision.objects.get(issue__number=5361).status == "undone"
@@ -261,5 +262,7 @@ def test_it_keeps_a_decided_card_undoes_within_the_window_and_records_the_minute
     page.reload()
     assert page.locator("#agenda-item-5361:not([data-decided])").count() == 1  # undone: back on the agenda
     minutes = page.request.get(page.get_attribute("a[download]", "href")).text()
-    row = "| #5361 | Segfault in a generated kernel | low priority | carl-chair | tina-triager | bisect on an H100"
+    row = (
+        "| #5361 | `Segfault in a generated kernel` | low priority | `carl-chair` | `tina-triager` | bisect on an H100"
+    )
     assert row + " and report back | undone" in minutes

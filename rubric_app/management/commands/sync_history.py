@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from rubric_app.github import client as github
 from rubric_app.github import history
+from rubric_app.triage import followups
 
 
 def _date(value: str) -> datetime:
@@ -35,7 +36,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, since, restart, **options):
         try:
-            report = history.sync_history(since=since, restart=restart, out=self.stdout.write)
+            report = history.sync_history(
+                since=since, restart=restart, out=self.stdout.write, on_changed=followups.issues_changed
+            )
         except github.GitHubError as exc:
             raise CommandError(f"{exc.message} (what was stored stays; run again to resume)") from None
         if report.skipped:

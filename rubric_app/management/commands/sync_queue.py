@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from rubric_app.github import client as github
 from rubric_app.github.sync import sync_queue
+from rubric_app.triage import followups
 
 
 class Command(BaseCommand):
@@ -16,7 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, full: bool = False, **options):
         try:
-            report = sync_queue(full=full)
+            report = sync_queue(full=full, on_changed=followups.issues_changed)
         except github.GitHubError as exc:
             raise CommandError(f"Sync stopped: {exc.message} (the next run resumes where it stopped).") from None
         self.stdout.write(report.summary())

@@ -119,13 +119,13 @@ def _rule_supports(feats: set[str], label: str) -> bool:
     return any(f"rl:{kind}:{label}" in feats for kind in (Kind.ADD, Kind.ROUTE, Kind.FLAG))
 
 
-# A label outside the core gets a calibration curve of its own from this many findings (engine.rule_curve):
-# only then can it be pre-selected (engine._preselect).
+# A label outside the core gets a calibration curve of its own from this many findings (scoring.rule_curve):
+# only then can it be pre-selected (preselection.preselect).
 OWN_CURVE_MIN = 5
 
 
 def _rule_calibration(records: list[dict[str, Any]], readings: list[Reading]) -> dict[str, list[list[float]]]:
-    """Isotonic curves of rule weight -> observed precision, per group of findings (engine.calibration_key),
+    """Isotonic curves of rule weight -> observed precision, per group of findings (scoring.calibration_key),
     and the observed rates of the fixed-weight labels (G4's fallback, G6's triaged, flags)."""
     points: dict[str, list[tuple[float, bool]]] = {}
     for record, reading in zip(records, readings):
@@ -222,7 +222,7 @@ def _choose_thresholds(
         )
     meets = [r for r in reviewed if r[0]]
     limits["review"] = max(meets)[4] if meets else max(reviewed, key=lambda r: (r[2], r[3]))[4]
-    # A core component next to another one (engine.company) is scored on what such labels scored here (the
+    # A core component next to another one (components.company) is scored on what such labels scored here (the
     # curves join the calibration every fold model and the final one share: fit_model), and dropped below
     # the bar with the best F1 at the precision wanted.
     everything = run(limits)
@@ -239,7 +239,7 @@ def _choose_thresholds(
             if actual is None or s.rule_id == "G4" or s.source == "bisection":
                 continue
             if not s.preselected:
-                continue  # not ticked even at a zero bar (engine._preselect): no part of the bar
+                continue  # not ticked even at a zero bar (preselection.preselect): no part of the bar
             if s.label in COMPONENTS and i in labelled_set:
                 modules.append((s.confidence, actual))
             elif is_oncall(s.label) and s.label != PT2_ONCALL:
@@ -264,14 +264,14 @@ def _choose_thresholds(
     return limits, {k: round(v, 3) for k, v in figures.items()}
 
 
-# A company curve (engine.company) from this many labels: fewer say nothing a label alone did not.
+# A company curve (components.company) from this many labels: fewer say nothing a label alone did not.
 COMPANY_MIN = 20
 
 
 def company_calibration(records: list[dict[str, Any]], assessments: list[Assessment]) -> dict[str, list[list[float]]]:
     """Isotonic curves of confidence -> observed precision for core components suggested next to another
     component, from out-of-fold assessments of issues humans gave a component: one per kind of company
-    (engine.company), and one per label in it from OWN_CURVE_MIN labels, smoothed towards its kind's rate
+    (components.company), and one per label in it from OWN_CURVE_MIN labels, smoothed towards its kind's rate
     (module: dynamo beside a domain label is rarely right, module: inductor beside one usually is)."""
     kinds: dict[str, list[tuple[float, bool]]] = {}
     labels: dict[tuple[str, str], list[tuple[float, bool]]] = {}

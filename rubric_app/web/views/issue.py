@@ -14,10 +14,11 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.automation import AGENT_LABEL
+from rubric_app.rubric.duplicates import MARK_AT
 from rubric_app.rubric.rules_skill import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import accepting, decisions, evidence, similar
-from rubric_app.vocabulary import BOT_TRIAGED, is_bot
+from rubric_app.vocabulary import BOT_TRIAGED, Route, is_bot
 from rubric_app.web.forms import (
     BisectForm,
     BotCorrectionForm,
@@ -50,12 +51,18 @@ def _agent_labelled_by(issue: Issue) -> str:
     return event.actor if event else ""
 
 
-def _triage_form(issue: Issue, data=None, descriptions: dict[str, str] | None = None) -> TriageForm:
-    """The apply form, with each label's description (the triage skill in use) unless the caller has them."""
+def _triage_form(
+    issue: Issue, data=None, descriptions: dict[str, str] | None = None, in_queue: bool = False
+) -> TriageForm:
+    """The apply form, with each label's description (the triage skill in use) unless the caller has them; in a
+    queue row, its fields' ids are the row's own (a queue page holds several previews)."""
     allowed = Label.objects.triage_catalog()
     descriptions = skill_files.in_use().descriptions() if descriptions is None else descriptions
     suggestions = list(issue.suggestions.all())
-    return TriageForm(data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions)
+    auto_id = f"q{issue.number}-%s" if in_queue else "id_%s"
+    return TriageForm(
+        data, issue=issue, suggestions=suggestions, allowed=allowed, descriptions=descriptions, auto_id=auto_id
+    )
 
 
 def _repro_for(posted: list[repro_sources.PostedRepro], choice: str = "") -> str:
@@ -115,6 +122,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
+        "mark_at": MARK_AT,
         **_bot_context(issue, extra.pop("bot_form", None), descriptions),
         "agent_script": agent.script if agent else "",
         "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",
@@ -139,19 +147,30 @@ def issue_detail(request: HttpRequest, number: int) -> HttpResponse:
 def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     """Show exactly what Apply will add and remove on GitHub; changes nothing."""
     issue = get_issue_for_user(request, number)
-    form = _triage_form(issue, request.POST)
-    if "accept" in request.POST:  # "accept the suggestions" from the queue or the `a` key
-        form = _triage_form(issue, _form_data(form))
-    context = {"form": form, "plan": form.plan() if form.is_valid() else None, "in_queue": "in_queue" in request.POST}
+    # A queue row's preview is its own form (to untick or add a label before Enter); without JS the Accept of a row
+    # lands here, on the issue page, whose triage form is that form.
+    in_queue = bool(request.htmx) and "in_queue" in request.POST
+    form = _triage_form(issue, request.POST, in_queue=in_queue)
+    if "accept" in request.POST:  # "accept the suggestions" from the queue or `a` (`d`: and close it as a duplicate)
+        form = _triage_form(issue, _form_data(form, request.POST), in_queue=in_queue)
+    valid = form.is_valid()
+    context = {"form": form, "plan": form.plan() if valid else None, "in_queue": in_queue}
+    context["original_change"] = form.original_change(request.user) if valid else None
+    if in_queue and request.htmx.target == f"apply-preview-{number}":  # a row's preview opens: its picker's labels
+        context["catalog_oob"] = True
     if request.htmx:
         # htmx swaps only 2xx answers: form errors come back as 200 so the triager sees them.
         return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, **context})
     return render(request, "rubric_app/issue.html", _issue_context(issue, **context))
 
 
-def _form_data(form: TriageForm) -> dict:
-    """The suggested values as POST-like data, so "accept" goes through the same validation."""
-    return {**form.suggested, **{box: "on" if form.suggested[box] else "" for box in ("review", "hold")}}
+def _form_data(form: TriageForm, posted) -> dict:
+    """The suggested values as POST-like data, so "accept" goes through the same validation; accept=duplicate (`d` on
+    a possible duplicate) takes them with the close as a duplicate of the original posted: they go to the original."""
+    data = {**form.suggested, **{box: "on" if form.suggested[box] else "" for box in ("review", "hold")}}
+    if posted.get("accept") == Route.DUPLICATE:
+        data.update(route=Route.DUPLICATE, duplicate_of=posted.get("duplicate_of", ""))
+    return data
 
 
 @login_required
@@ -159,20 +178,19 @@ def _form_data(form: TriageForm) -> dict:
 def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
     """Record the decision (pending) and queue it; the result fragment polls until GitHub answered."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
-    form = _triage_form(issue, request.POST)
+    in_queue = bool(request.htmx) and "in_queue" in request.POST
+    form = _triage_form(issue, request.POST, in_queue=in_queue)
     if not form.is_valid():
         if request.htmx:
-            return render(request, "rubric_app/issue.html#apply-preview", {"issue": issue, "form": form})
+            context = {"issue": issue, "form": form, "in_queue": in_queue}
+            return render(request, "rubric_app/issue.html#apply-preview", context)
         return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
-    # Re-plan on the server: the posted form says what the triager chose, never what to send.
-    decision = decisions.request_decision(
-        issue=issue,
-        user=request.user,
-        plan=form.plan(),
-        labels_seen=form.cleaned_data["labels_seen"],
-        redirect=form.redirect_to(),
+    # Re-plan on the server: the posted form says what the triager chose, never what to send. One decision per issue
+    # (a duplicate's original may take the labels chosen here), each validated, queued and audited on its own.
+    made = decisions.request_group(
+        plans=form.plans(), user=request.user, labels_seen=form.labels_seen_by_issue(), redirect=form.redirect_to()
     )
-    return _queued(request, issue, decision)
+    return _queued(request, issue, next(decision for other, decision in made if other.pk == issue.pk))
 
 
 def _queued(request: HttpRequest, issue: Issue, decision: TriageDecision) -> HttpResponse:
@@ -266,7 +284,7 @@ def bisect(request: HttpRequest, number: int) -> HttpResponse:
         return render(
             request, "rubric_app/issue.html#bisection-run", {"run": run, "issue": issue, **waiting(live, run=run)}
         )
-    return redirect(f"{issue.get_absolute_url()}#bisection")
+    return redirect(f"{issue.get_absolute_url()}#bisection-current")  # the run it started, in sight
 
 
 @login_required

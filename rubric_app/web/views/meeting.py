@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import JSONField, OuterRef, Subquery
+from django.db.models import JSONField, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -13,8 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseStopPolling
 
-from rubric_app.models import AgendaItem, Duty, Issue, Meeting, TriageDecision
+from rubric_app.models import AgendaItem, Duty, Issue, Label, Meeting, TriageDecision
 from rubric_app.rubric.agenda import AGENDA_ORDER, agenda_group
 from rubric_app.triage import decisions, metrics, sharing
 from rubric_app.vocabulary import TRIAGE_REVIEW
@@ -42,18 +43,41 @@ def _with_item(meeting: Meeting | None, issue_ref: str = "pk") -> dict:
     }
 
 
-def _agenda(meeting: Meeting | None = None) -> list[tuple[str, list[Issue]]]:
-    """The agenda grouped in AGENDA_ORDER: every flagged issue no decision has settled (Issue.objects.for_meeting),
-    each with its latest bisection verdict and labels, and the owner and note `meeting` recorded for it; one query
-    for the issues, whatever their number."""
-    qs = Issue.objects.for_meeting().annotate(
+def _agenda_issues(meeting: Meeting | None) -> QuerySet[Issue]:
+    """The undecided agenda items (Issue.objects.for_meeting), each with its latest bisection verdict and labels, and
+    the owner and note `meeting` recorded for it."""
+    return Issue.objects.for_meeting().annotate(
         latest_verdict=latest_verdict(), latest_verdict_labels=_latest_verdict_labels(), **_with_item(meeting)
     )
+
+
+def _held(meeting: Meeting | None) -> list[Issue]:
+    """The issues `meeting` decided whose decision is still held for its undo window: their decided cards (with Undo)
+    keep their place on the agenda until it closes, after a reload too. Each issue carries its decision
+    (held_decision) and the item's owner and note."""
+    if meeting is None:
+        return []
+    rows = meeting.decisions.filter(status=TriageDecision.Status.PENDING, not_before__gt=timezone.now())
+    rows = rows.select_related("issue", "user").prefetch_related("issue__suggestions")
+    held = []
+    for decision in rows.annotate(**_with_item(meeting, "issue")):
+        issue = decision.issue
+        issue.held_decision, issue.item_owner, issue.item_note = decision, decision.item_owner, decision.item_note
+        held.append(issue)
+    return held
+
+
+def _agenda(meeting: Meeting | None = None) -> list[tuple[str, list[Issue]]]:
+    """The agenda grouped in AGENDA_ORDER: every flagged issue no decision has settled, and those `meeting` decided
+    within the undo window (as decided cards), in the order they were flagged; one query for the issues, whatever
+    their number."""
     groups: dict[str, list[Issue]] = {name: [] for name in AGENDA_ORDER}
-    for issue in qs:
-        issue.unsettled = issue.last_try_status in UNSETTLED  # a refused or failed try stays on, marked
+    for issue in [*_agenda_issues(meeting), *_held(meeting)]:
+        issue.unsettled = getattr(issue, "last_try_status", "") in UNSETTLED  # a refused or failed try stays, marked
         why = " ".join(f"{s.reason} {s.evidence}" for s in issue.suggestions.all() if s.label == TRIAGE_REVIEW)
         groups[agenda_group(title=issue.title, body=issue.body, review_reasons=why)].append(issue)
+    for issues in groups.values():  # for_meeting's order (nulls last), the held cards in their places
+        issues.sort(key=lambda i: (i.review_flagged_at is None, i.review_flagged_at or timezone.now(), i.number))
     return [(name, issues) for name, issues in groups.items() if issues]
 
 
@@ -62,16 +86,31 @@ def _agenda(meeting: Meeting | None = None) -> list[tuple[str, list[Issue]]]:
 def meeting(request: HttpRequest) -> HttpResponse:
     require(request, "view_meeting")
     current = Meeting.objects.filter(ended_at__isnull=True).select_related("chair").first()
+    return render(
+        request, partial_template(request, "rubric_app/meeting.html", "agenda"), _meeting_context(request, current)
+    )
+
+
+def _meeting_context(request: HttpRequest, current: Meeting | None, agenda=None) -> dict:
     context = {
         "meeting": current,
-        "agenda": _agenda(current),
+        "agenda": _agenda(current) if agenda is None else agenda,
         "decisions": MEETING_DECISIONS,
-        "recorded": _recorded(current) if current else [],
         "last": Meeting.objects.last_held(),
     }
-    if not request.htmx:  # the agenda fragment shows neither the queue's health nor the roster
+    if not request.htmx:  # the agenda fragment shows neither the decisions, the queue's health, the roster nor labels
         context.update(health=metrics.queue_health(weeks=4), roster=sharing.roster(), modules=module_label_names())
-    return render(request, partial_template(request, "rubric_app/meeting.html", "agenda"), context)
+        context.update(_recorded_context(current))
+        if request.user.has_perm("rubric_app.apply_labels"):  # the cards' label pickers type ahead from it
+            context["pickable"] = MeetingDecisionForm(allowed=Label.objects.triage_catalog()).pickable
+    return context
+
+
+def _recorded_context(meeting: Meeting | None) -> dict:
+    """The meeting's decisions ("Decided in this meeting"), and whether one is still on its way to GitHub (the table
+    then polls itself)."""
+    recorded = list(_recorded(meeting)) if meeting else []
+    return {"recorded": recorded, "recorded_in_flight": any(not d.is_finished for d in recorded)}
 
 
 def _recorded(meeting: Meeting):
@@ -100,12 +139,23 @@ def meeting_end(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
-    """Record one meeting decision through the same path as Apply; the issue leaves the agenda."""
+    """Record one meeting decision through the same path as Apply, with the labels picked on the card and the owner
+    and note typed there; the card shows it decided (with Undo) until its undo window closes. Only an item of the
+    agenda, while a meeting is in progress: anything else is decided on its issue page."""
     issue = get_issue_for_user(request, number, perm="apply_labels")
-    form = MeetingDecisionForm(request.POST)
-    if not form.is_valid():
-        return HttpResponse(f"Invalid decision: {form.errors.as_text()}", status=400, content_type="text/plain")
     current = Meeting.objects.filter(ended_at__isnull=True).first()
+    form = MeetingDecisionForm(request.POST, allowed=Label.objects.triage_catalog())
+    notes = AgendaItemForm(request.POST) if current and {"owner", "note"} & set(request.POST) else None
+    if not form.is_valid() or (notes and not notes.is_valid()):
+        return _undecided(request, current, number, form, notes)
+    why = _off_agenda(issue, current)
+    if why:
+        if request.htmx:
+            return HttpResponse(why, status=409, content_type="text/plain")
+        messages.error(request, why)
+        return redirect("rubric_app:meeting")
+    if notes:
+        notes.record_changes(meeting=current, issue=issue, by=request.user)
     # One click writes to GitHub: held MEETING_UNDO_SECONDS first, with an Undo button on the decided card.
     decision = decisions.request_decision(
         issue=issue,
@@ -116,10 +166,105 @@ def meeting_decide(request: HttpRequest, number: int) -> HttpResponse:
         meeting=current,
         hold_s=settings.MEETING_UNDO_SECONDS,
     )
+    if request.htmx and decision.status == TriageDecision.Status.REFUSED:  # still to decide: the card, and why
+        back = _on_agenda(current, number)
+        if back is not None:
+            back.decide_error, back.picked, back.unsettled = (
+                decision.result_message,
+                form.cleaned_data["add_labels"],
+                False,
+            )
+            return _card(request, current, back)
     if request.htmx:
-        item = current.items.filter(issue=issue).select_related("owner").first() if current else None
-        return render(request, "rubric_app/meeting.html#decided", {"decision": decision, "issue": issue, "item": item})
+        return _decided(request, decision)
     return redirect("rubric_app:meeting")
+
+
+def _off_agenda(issue: Issue, meeting: Meeting | None) -> str:
+    """Why the meeting may not decide this issue, or "": its decisions are a meeting's (the minutes list them) and on
+    its agenda's items (flagged `triage review`, no decision on its way: Issue.objects.for_meeting)."""
+    if meeting is None:
+        return "No meeting is in progress: start it first, the meeting's decisions are its minutes'."
+    if not Issue.objects.for_meeting().filter(pk=issue.pk).exists():
+        return (
+            f"#{issue.number} is not on the meeting's agenda (not flagged triage review, out of the queue, or "
+            "decided already): decide it on its issue page."
+        )
+    return ""
+
+
+def _on_agenda(current: Meeting | None, number: int) -> Issue | None:
+    """The issue's undecided agenda item as the agenda shows it, or None when it is not on the agenda."""
+    issue = _agenda_issues(current).filter(number=number).first()
+    if issue is not None:
+        issue.unsettled = issue.last_try_status in UNSETTLED
+    return issue
+
+
+def _card(request: HttpRequest, current: Meeting | None, issue: Issue) -> HttpResponse:
+    context = {"issue": issue, "meeting": current, "decisions": MEETING_DECISIONS}
+    return render(request, "rubric_app/meeting.html#agenda-card", context)
+
+
+def _undecided(request: HttpRequest, current: Meeting | None, number: int, form, notes) -> HttpResponse:
+    """A decision click with a bad label or owner: nothing decided, the card again with what was typed and why."""
+    errors = [e for f in (form, notes) if f is not None for errs in f.errors.values() for e in errs]
+    if form.has_error("decision") or form.has_error("labels_seen"):
+        return HttpResponse(f"Invalid decision: {' '.join(errors)}", status=400, content_type="text/plain")
+    agenda = None if request.htmx else _agenda(current)
+    if request.htmx:
+        issue = _on_agenda(current, number)
+    else:
+        issue = next((i for _, issues in agenda for i in issues if i.number == number), None)
+    if issue is None:  # no longer on the agenda (decided meanwhile, or unflagged)
+        return HttpResponse(
+            f"#{number} is not on the agenda: {' '.join(errors)}", status=400, content_type="text/plain"
+        )
+    issue.decide_error, issue.picked = " ".join(errors), form.data.getlist("add_labels")
+    if notes is not None:
+        issue.item_owner, issue.item_note = notes.data.get("owner", ""), notes.data.get("note", "")
+    if request.htmx:  # htmx swaps only 2xx answers: the card with its error comes back as 200
+        return _card(request, current, issue)
+    return render(request, "rubric_app/meeting.html", _meeting_context(request, current, agenda), status=400)
+
+
+def _decided(request: HttpRequest, decision: TriageDecision) -> HttpResponse:
+    """The decided card of an htmx click, with the owner and note the meeting has for its issue."""
+    issue = decision.issue
+    item = AgendaItem.objects.filter(meeting=decision.meeting_id, issue=issue).select_related("owner").first()
+    issue.item_owner = item.owner.get_username() if item and item.owner else ""
+    issue.item_note = item.note if item else ""
+    return render(request, "rubric_app/meeting.html#decided", {"decision": decision, "issue": issue})
+
+
+@login_required
+@require_GET
+def meeting_card(request: HttpRequest, pk: int) -> HttpResponse:
+    """A decided card once its undo window has closed: still held (a clock ahead), the card again; back on the agenda
+    (undone), its undecided card; else it leaves, and "Decided in this meeting" (out of band) shows it on its way."""
+    require(request, "view_meeting")
+    decision = get_object_or_404(TriageDecision.objects.select_related("issue", "user", "meeting"), pk=pk)
+    if not request.htmx:
+        return redirect("rubric_app:meeting")
+    if decision.held:
+        return _decided(request, decision)
+    current = decision.meeting if decision.meeting and decision.meeting.ended_at is None else None
+    back = _on_agenda(current, decision.issue.number)
+    if back is not None:
+        return _card(request, current, back)
+    return render(request, "rubric_app/meeting.html#recorded", {**_recorded_context(current), "oob": True})
+
+
+@login_required
+@require_GET
+def meeting_recorded(request: HttpRequest) -> HttpResponse:
+    """ "Decided in this meeting", polled while a decision of it is on its way to GitHub (answered 286 after)."""
+    require(request, "view_meeting")
+    if not request.htmx:
+        return redirect("rubric_app:meeting")
+    context = _recorded_context(Meeting.objects.filter(ended_at__isnull=True).first())
+    html = render_to_string("rubric_app/meeting.html#recorded", context, request)
+    return HttpResponse(html) if context["recorded_in_flight"] else HttpResponseStopPolling(html)
 
 
 @login_required

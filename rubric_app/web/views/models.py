@@ -24,5 +24,6 @@ def models_page(request: HttpRequest) -> HttpResponse:
     for row in [in_use, *candidates]:
         if row is not None:
             row.figure_rows = model_store.figure_rows(row)
+            row.reference_rows = model_store.figure_rows(row, "reference")
     context = {"in_use": in_use, "candidates": candidates, "fallback": model_store.fallback_name()}
     return render(request, "rubric_app/models.html", context)

@@ -25,7 +25,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     require(request, "view_issue")
     form = QueueFilterForm(request.GET)
     table = queue_cache.table(request, lambda **markers: _queue_table(request, form, markers))
-    if request.htmx:
+    # A history restore (Back, past htmx's own snapshots) asks for the whole page, lanes and filters with the table.
+    if request.htmx and not request.htmx.history_restore_request:
         return HttpResponse(table)
     context = {"table": table, "form": form, "lane": form.lane_value(), "lanes": QueueFilterForm.LANES}
     return render(request, "rubric_app/queue.html", context)
