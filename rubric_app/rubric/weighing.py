@@ -1,7 +1,8 @@
 """Weighing the evidence before `a` pre-selects anything: R11 binds, a verdict is weighed, not obeyed (pure Python).
 
 engine.decide() hands every finding here once they are all in (the rules', the bisections', the learned
-labeler's, the neighbours'), and preselection.preselect and checklist.route_and_status read back what to tick and what to ask:
+labeler's, the neighbours'), and preselection.preselect and checklist.route_and_status read back what to tick and
+what to ask:
 
 - R11 binds (binding_review). A crash the rubric names (segfault, SIGSEGV, illegal memory access, device-side
   assert, core dumped), a silently wrong result, a regression or a flaky test that a rule finds in the text, or
