@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +88,7 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
     import django
 
     django.setup()
+    from celery import current_app
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
@@ -123,12 +125,17 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
                     consumed=consumed,
                     send=followups.runner_reported,
                 )
+            except BaseException:
+                traceback.print_exc()  # the bench would wait for ever on a run that will not come
+                os._exit(1)
             finally:
                 connection.close()
                 done.set()
 
         threading.Thread(target=worker, daemon=True).start()
         while not BisectionRun.objects.filter(pk=automatic.pk, current_mode="dynamo_eager").exists():
+            if done.is_set():
+                sys.exit("the automatic run ended before its second mode: see its row")
             time.sleep(0.05)
         clicked = time.perf_counter()
         person = BisectionRun.objects.create(issue=issue, repro_code=SLEEPER.format(seconds=0), repro_style="module")
@@ -138,6 +145,8 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
         automatic.refresh_from_db()
         print(f"    {name}: the automatic run ended {automatic.status} ({len(automatic.results)} modes recorded)")
         BisectionRun.objects.filter(pk=person.pk).update(status="done")
+        with current_app.connection_for_write() as conn:  # no runner takes the person's job here: it must not wait on
+            conn.default_channel.queue_purge("cpu")  # the broker to make the next automatic run give way at once
     return out
 
 

@@ -107,14 +107,18 @@ class IssueQuerySet(models.QuerySet):
     def for_queue(self, lane: str = "pt2") -> IssueQuerySet:
         """The rows of the queue page for one lane (LANES), with what each row shows prefetched."""
         qs = LANE_BY_CODE.get(lane, LANE_BY_CODE["all"]).filter(self.in_queue())
-        return qs.prefetch_related(
-            "labels",
-            Prefetch(
-                "suggestions",
-                queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence"),
-                to_attr="add_suggestions",
-            ),
-        ).order_by("-updated_at")
+        return (
+            qs.select_related("possible_duplicate")
+            .prefetch_related(
+                "labels",
+                Prefetch(
+                    "suggestions",
+                    queryset=Suggestion.objects.filter(kind=Suggestion.Kind.ADD).order_by("-confidence"),
+                    to_attr="add_suggestions",
+                ),
+            )
+            .order_by("-updated_at")
+        )
 
     def with_decision_in_flight(self) -> IssueQuerySet:
         """These issues annotated with decision_in_flight: a decision of theirs is pending or being applied (the
@@ -226,6 +230,17 @@ class Issue(models.Model):
     build_comparison = models.JSONField(default=dict, blank=True)
     # GitHub's state_reason once closed (completed, not_planned, duplicate): "closed as completed on ..." (similar.py).
     state_reason = models.CharField(max_length=20, blank=True)
+    # Read from its thread where the index is refreshed (rubric/duplicates.py): the issue someone named as the one this
+    # duplicates ("Duplicate of #N"), and the fix someone named ("fixed by #123").
+    named_original = models.PositiveIntegerField(null=True, blank=True)
+    named_fix = models.CharField(max_length=40, blank=True)
+    # The possible-duplicate mark (rubric_app/triage/duplicates.py): its best original when that clears the
+    # calibrated threshold, the score, and why ("both name `diagonal_scatter`", "titles share ..."); none below it.
+    possible_duplicate = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    possible_duplicate_score = models.FloatField(null=True, blank=True)
+    possible_duplicate_reasons = models.JSONField(default=list, blank=True)
     # GitHub's text that could not be stored as sent (data.storable): {"title": "1 lone surrogate"}; its page shows it.
     replaced = models.JSONField(default=dict, blank=True)
     # A tombstone: deleted on GitHub or transferred away, as of GitHub's stamp (gone_at). Data no newer than it (a late
@@ -340,6 +355,14 @@ class Issue(models.Model):
             return []
         names = set(self.label_names())
         return [lane.code for lane in LANES if lane.lists(names, self.build_finding)]
+
+    @property
+    def state_as_original(self) -> str:
+        """What a possible-duplicate mark says of this issue as the original: "closed: fixed by #123" when its thread
+        names the fix, else closed_how ("closed as completed on 2026-03-02"), or "open"."""
+        if self.state == self.State.CLOSED and self.named_fix:
+            return f"closed: fixed by {self.named_fix}"
+        return self.closed_how
 
     @property
     def closed_how(self) -> str:

@@ -228,6 +228,17 @@ def running_worker(name: str, queues: str, *, env: dict, log, loglevel: str = "I
             proc.kill()
 
 
+def preview_duplicate(client, number: int, original: int, labels_seen=("oncall: pt2",)) -> str:
+    """What the issue page's htmx preview of closing #number as a duplicate of #original shows (changes nothing)."""
+    from django.urls import reverse
+
+    return client.post(
+        reverse("rubric_app:issue_preview", args=[number]),
+        {"route": "duplicate", "duplicate_of": str(original), "labels_seen": json.dumps(list(labels_seen))},
+        headers={"HX-Request": "true"},
+    ).content.decode()
+
+
 def deliver_signed(client, event: str, body: bytes | dict, delivery: str, secret: str, *, process: bool = True):
     """POST a webhook delivery signed with `secret` (a dict is sent as GitHub's JSON) and, with `process`, apply it as
     the worker does; returns the response, or the stored WebhookDelivery once processed."""

@@ -83,9 +83,10 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     # the claiming attempt's results, the update: 6 x 5); the result (the token, the row, the update, the run with its
     # issue: 4 + 2); then, in that transaction, the comparison across torch builds (the issue's finished runs, its
     # comments, the finding: 3) and the suggestions refresh (the engine's 9, similar issues' 7, the latest release G12
-    # compares with, the labels of the issues sharing its failure signature, the promoted model: 19); the run read
-    # back (1).
-    with django_assert_max_num_queries(65):
+    # compares with, the labels of the issues sharing its failure signature, the promoted model: 19); the
+    # possible-duplicate mark (issue 44: the issue's row and the lookup of its candidates with the vector just
+    # indexed: 2, none found here); the run read back (1).
+    with django_assert_max_num_queries(67):
         bisect_here(run)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""

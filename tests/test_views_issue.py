@@ -291,13 +291,14 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(
     client.get(_url("issue", 2001))  # warm the per-process caches (catalog file)
     # session, user, permissions (2), issue, labels, comments, suggestions, runs, the triage skill's files (the labels'
     # descriptions), triage catalog, latest decision, previous and next issue in the queue, the workers' heartbeats;
-    # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels
-    with django_assert_num_queries(20):
+    # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels, the decisions that
+    # closed any of them as its duplicate (the possible-duplicate mark's original comes with the issue: no query)
+    with django_assert_num_queries(21):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(20):
+    with django_assert_num_queries(21):
         assert 'data-similar="2003"' in client.get(_url("issue", 2001)).content.decode()
 
 

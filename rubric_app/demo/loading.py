@@ -17,7 +17,7 @@ from django.utils import timezone
 from rubric_app.demo.github_seeds import DEMO_FILE, colour_for
 from rubric_app.models import Comment, Issue, Label
 from rubric_app.rubric.catalog import load_catalog
-from rubric_app.triage import suggestions
+from rubric_app.triage import followups
 from rubric_app.vocabulary import TRIAGE_REVIEW, allowed_for_triage
 
 
@@ -97,5 +97,7 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
                     "updated_at": _when(comment["created_at"]),
                 },
             )
-    suggestions.refresh(Issue.objects.filter(number__in=[d["number"] for d in issues]))
+    followups.issues_loaded(
+        list(Issue.objects.filter(number__in=[d["number"] for d in issues]).values_list("pk", flat=True))
+    )
     return len(issues)

@@ -61,6 +61,8 @@ SIGNATURE_WEIGHTS = {"sig": 1.0, "msg": 0.5, "frame": 0.5}
 
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{1,40}")
 _DIGITS = re.compile(r"\d+")
+# An identifier's parts: snake_case pieces and CamelCase words (an acronym stays whole: SDPA, HTTPError's HTTP).
+_PART = re.compile(r"[A-Z]{2,}(?=[A-Z][a-z]|\b|_|\d)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _DTYPE = re.compile(r"(?:b?float|u?int|complex)(?:8|16|32|64|128)$")
 _URL = re.compile(r"https?://\S{1,500}")
 # The bot's cc list says nothing about the failure: it is derived from the labels, so it would only echo
@@ -94,18 +96,40 @@ def _clean(text: str) -> str:
     return "\n".join(line for line in _URL.sub(" ", text).split("\n") if not _NOISE_LINE.match(line))
 
 
-def words_of(issue: IssueText, title_counts: int = TITLE_COUNTS) -> Counter[str]:
-    """Token counts of the issue's title (each `title_counts` times), description and thread, capped at MAX_TEXT."""
+def parts_of(raw: str) -> list[str]:
+    """The parts of a code identifier as index tokens: `diagonal_scatter` gives diagonal and scatter,
+    `AutocastModeVariable` autocast, mode and variable; [] for a plain word. So two reports of sibling ops or of
+    one class through different names share the words they have in common (foo_bar_baz and foo_qux_baz: foo, baz)."""
+    pieces = [p for p in _PART.findall(raw) if p]
+    if len(pieces) < 2:
+        return []
+    return [word for word in (_token(p) for p in pieces) if word]
+
+
+def tokens_of(text: str) -> list[str]:
+    """The index tokens of a text: each word, and each part of a code identifier besides the identifier itself."""
+    out = []
+    for raw in _TOKEN.findall(text):
+        word = _token(raw)
+        if word:
+            out.append(word)
+            out += parts_of(raw)
+    return out
+
+
+def words_of(issue: IssueText, title_counts: int = TITLE_COUNTS, identifiers: bool = True) -> Counter[str]:
+    """Token counts of the issue's title (each `title_counts` times), description and thread, capped at MAX_TEXT.
+
+    identifiers=False: the words only, no identifier parts (the plain TF-IDF the evaluations compare with)."""
     counts: Counter[str] = Counter()
     budget = MAX_TEXT
     for source in sources_of(issue):
         text = source.text[:budget]
         budget -= len(text)
         weight = title_counts if source.name == "title" else 1
-        for raw in _TOKEN.findall(_clean(text) if source.name != "title" else text):
-            word = _token(raw)
-            if word:
-                counts[word] += weight
+        text = _clean(text) if source.name != "title" else text
+        for word in tokens_of(text) if identifiers else [w for w in map(_token, _TOKEN.findall(text)) if w]:
+            counts[word] += weight
         if budget <= 0:
             break
     return counts
@@ -201,11 +225,22 @@ class MemoryIndex:
         """[(key, cosine)] of the `limit` most similar others, best first (ties: smaller key first).
 
         query_terms: look candidates up by only the query's heaviest terms (the database does, see QUERY_TERMS)."""
+        return self.nearest(self.vectors[key], limit, among, query_terms, exclude=key)
+
+    def nearest(
+        self,
+        vector: dict[str, float],
+        limit: int = 10,
+        among: set[int] | None = None,
+        query_terms: int | None = None,
+        exclude: int | None = None,
+    ) -> list[tuple[int, float]]:
+        """neighbours() of a vector that is not in the index (a report asked as it arrived)."""
         scores: dict[int, float] = defaultdict(float)
-        query = sorted(self.vectors[key].items(), key=lambda item: -item[1])[:query_terms]
+        query = sorted(vector.items(), key=lambda item: -item[1])[:query_terms]
         for term, weight in query:
-            for other, w in self.postings[term]:
-                if other != key and (among is None or other in among):
+            for other, w in self.postings.get(term, ()):
+                if other != exclude and (among is None or other in among):
                     scores[other] += weight * w
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:limit]
 

@@ -2,7 +2,8 @@
 
 plan_changes turns the triage form's choices into a Plan: label additions and removals
 (RUBRIC G5, G6, R11), and for the routes that stop labelling a standard reply, a close or a
-transfer (G1, G2), or a close as a duplicate of another issue with the standard comment.
+transfer (G1, G2), or a close as a duplicate of another issue with the standard comment (and the labels chosen
+for it on the original, when that is open in the queue: plan_for_original).
 request_decision validates (G4, G7, R11, the queue, the duplicate's original) and records a
 TriageDecision, refused or pending; request_group does so for each issue of a group; a pending one
 is applied by apply_decision in the single-concurrency `github` Celery queue, one change at a time,
@@ -92,6 +93,16 @@ class Plan:
 def plan_duplicate(original: int) -> Plan:
     """Close as a duplicate of #original, with the standard comment (which GitHub reads as the link)."""
     return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
+
+
+def plan_for_original(original: Issue | None, *, chosen: list[str], review: bool) -> Plan | None:
+    """What closing reports as its duplicates gives their original, on the group route and the issue page alike: the
+    labels chosen for them (and the review flag) on it, in its own lane, when it is an open queue issue (the one left
+    open is the one that needs them) and that changes something; None: it is left unchanged (no decision made)."""
+    if original is None or not original.in_queue or original.state != Issue.State.OPEN or not (chosen or review):
+        return None
+    plan = plan_changes(original, chosen=chosen, route="", review=review)
+    return None if plan.changes_nothing else plan
 
 
 def plan_confirm_fixed(issue: Issue) -> Plan:

@@ -3,9 +3,13 @@ and a finished run. tasks.py (and the management commands) call these; github/ o
 and runs/ only records what a runner said.
 
 - Issues the queue shows: their runs across torch builds compared again (an edit may give the reporter's version),
-  their suggestions refreshed (which reindexes their similar issues).
+  their suggestions refreshed (which reindexes their similar issues), then their possible-duplicate marks
+  recomputed from that index (triage/duplicates.py; an issue that left the queue loses its mark).
 - Issues of the history only: their signature and term vector reindexed (similar issues find them; suggestions are
-  for issues someone will triage).
+  for issues someone will triage), before the queue issues of the same page are marked; the queue's reports near
+  them are marked again (a closed original the history just brought may be their original).
+- An applied decision: the issue's mark, and the marks naming it as the original (closed as a duplicate itself,
+  it passes them to the one it names).
 - Repros that arrived by a sync or a webhook: an automatic bisection, within its budgets (runs/auto_bisect.py).
 """
 
@@ -15,7 +19,7 @@ from django.db import transaction
 
 from rubric_app.models import BisectionRun, Issue, TriageDecision
 from rubric_app.runs import auto_bisect, build_checks, coordinator
-from rubric_app.triage import similar, suggestions
+from rubric_app.triage import duplicates, similar, suggestions
 
 # Where an issue's text came from, and whether a repro in it is bisected on arrival.
 BISECTED_ON_ARRIVAL = ("sync", "webhook")
@@ -29,10 +33,15 @@ def issues_changed(issue_ids: list[int], cause: str) -> None:
         return
     if cause == "history":
         queued = sorted(Issue.objects.filter(pk__in=issue_ids, in_queue=True).values_list("pk", flat=True))
+        others = sorted(set(issue_ids) - set(queued))
+        # The closed ones first: the queue issues' marks look for their originals among them.
+        similar.reindex(Issue.objects.filter(pk__in=others))
         _refresh(queued)
-        similar.reindex(Issue.objects.filter(pk__in=issue_ids).exclude(pk__in=queued))
+        duplicates.mark(sorted(set(queued) | set(duplicates.reports_near(others))))
         return
     _refresh(issue_ids)
+    if cause != "skill":  # the triage skill changes suggestions, not an issue's text
+        duplicates.mark(issue_ids)
     if cause in BISECTED_ON_ARRIVAL:
         auto_bisect.queue_for_issues(issue_ids, cause=cause)
 
@@ -43,19 +52,37 @@ def _refresh(issue_ids: list[int]) -> None:
         suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
 
 
+def issues_loaded(issue_ids: list[int]) -> None:
+    """Issues written without GitHub (the demo's loader): their suggestions refreshed and marks computed; nothing
+    compared or bisected."""
+    suggestions.refresh(Issue.objects.filter(pk__in=issue_ids))
+    duplicates.mark(issue_ids)
+
+
+def queue_reindexed(batch: int = 500) -> tuple[int, int]:
+    """After the whole mirror was indexed again (manage.py index_similar): every open queue issue's mark recomputed,
+    `batch` at a time; returns (how many carry one, the queue's size)."""
+    queued = list(Issue.objects.in_queue().order_by("pk").values_list("pk", flat=True))
+    return sum(duplicates.mark(queued[i : i + batch]) for i in range(0, len(queued), batch)), len(queued)
+
+
 def decision_applied(decision: TriageDecision) -> None:
-    """An applied decision changed the issue's labels: its suggestions follow."""
+    """An applied decision changed the issue's labels (or closed it): its suggestions and marks follow."""
     if decision.status == TriageDecision.Status.APPLIED:
         suggestions.refresh_issue(decision.issue)
+        issue = decision.issue
+        duplicates.mark([issue.pk, *duplicates.marked_as_duplicates_of(issue)], {issue.pk: similar.vector_of(issue)})
 
 
 def runner_reported(message: object) -> BisectionRun | None:
     """Record a runner's report (runs/coordinator.py); when it finished a run, compare the issue's runs across torch
-    builds and refresh its suggestions in the same transaction: whoever sees the run done (the issue page's poll)
-    also sees the suggestions it produced. Returns the finished run, or None."""
+    builds and refresh its suggestions (and its mark: the run's output is in its text) in the same transaction:
+    whoever sees the run done (the issue page's poll) also sees the suggestions it produced. Returns the finished run,
+    or None."""
     with transaction.atomic():
         run = coordinator.record(message)
         if run is not None:
             build_checks.compare_issue(run.issue)
             suggestions.refresh_issue(run.issue)
+            duplicates.mark([run.issue.pk], {run.issue.pk: similar.vector_of(run.issue)})  # the one just indexed
     return run

@@ -21,7 +21,8 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, Prefetch, QuerySet
 
 from rubric_app import rubric
-from rubric_app.models import BisectionRun, Issue, IssueTerm
+from rubric_app.models import BisectionRun, Issue, IssueTerm, TriageDecision
+from rubric_app.rubric.duplicates import named_fix, named_original
 from rubric_app.rubric.signature import Signature, signature_of
 from rubric_app.rubric.similarity import shared_words, terms_of
 from rubric_app.vocabulary import is_module
@@ -37,6 +38,8 @@ VOTE_CHAMPIONS = 50
 VOTE_CANDIDATES = 10
 GROUP_MEMBERS_SHOWN = 8
 SIGNATURE_FIELDS = ["signature", "signature_text", "signature_parts"]
+# What index() reads off an issue's text besides its vector: the signature, and the original and fix its thread names.
+INDEX_FIELDS = [*SIGNATURE_FIELDS, "named_original", "named_fix"]
 
 
 def signature_fields(signature: Signature | None) -> dict:
@@ -57,7 +60,8 @@ def signature_fields(signature: Signature | None) -> dict:
 
 
 def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
-    """Recompute and store the signatures and term vectors of these issues (texts: their IssueText).
+    """Recompute and store the signatures, term vectors and named originals and fixes of these issues (texts: their
+    IssueText).
 
     Four queries for the batch (lock, delete, insert, update), under the issues' row locks (as the
     suggestions are replaced), so two refreshes of one issue never leave both vectors behind. Leaves
@@ -68,6 +72,7 @@ def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
         signature = signature_of(text)
         for name, value in signature_fields(signature).items():
             setattr(issue, name, value)
+        issue.named_original, issue.named_fix = named_original(text), named_fix(text)
         issue.similarity_vector = terms_of(text, signature)
         labelled = any(is_module(name) for name in text.labels)  # it may vote (neighbours_for_votes)
         rows += [(issue.pk, term, weight, labelled) for term, weight in issue.similarity_vector.items()]
@@ -76,7 +81,7 @@ def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
         list(Issue.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
         IssueTerm.objects.filter(issue_id__in=ids).delete()
         _insert_terms(rows)
-        Issue.objects.bulk_update(issues, SIGNATURE_FIELDS, batch_size=500)
+        Issue.objects.bulk_update(issues, INDEX_FIELDS, batch_size=500)
 
 
 def _insert_terms(rows: list[tuple[int, str, float, bool]]) -> None:
@@ -124,18 +129,24 @@ def vector_of(issue: Issue) -> dict[str, float]:
 
 
 def _candidates(
-    queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool
+    queries: dict[int, list[tuple[str, float]]], per_term: int, limit: int, labelled: bool, queued: bool = False
 ) -> dict[int, list[int]]:
     """{issue id: the `limit` other issues with the highest partial dot product} for each query ([(term, weight)]).
 
     Partial: over the head of each term's list only, the `per_term` issues where the term weighs most
-    (ties in index order: by issue id); of labelled issues only when `labelled`. One statement, the same
+    (ties in index order: by issue id); of labelled issues only when `labelled`; of the open queue's only when
+    `queued` (the heads are the whole index's, the queue's issues kept among them). One statement, the same
     on both databases, for any number of queries: each term's floor is the entry `per_term` places down
     its index range, then one range scan per term from the top to that floor.
     (Faster than a LIMIT per term through UNION ALL, LATERAL or a correlated IN, measured on both.)
     """
     table = IssueTerm._meta.db_table
     only = " AND t.labelled" if labelled else ""
+    queue = (
+        f" JOIN {Issue._meta.db_table} i ON i.id = scores.dst AND i.in_queue AND i.state = '{Issue.State.OPEN}'"
+        if queued
+        else ""
+    )
     rows = [(pk, term, weight) for pk, query in queries.items() for term, weight in query]
     values = ", ".join(["(%s, %s, %s)"] * len(rows))
     last = f"FROM {table} t WHERE t.term = q.term{only} ORDER BY t.weight DESC, t.issue_id LIMIT 1 OFFSET %s"
@@ -147,7 +158,8 @@ def _candidates(
         f"JOIN {table} t ON t.term = f.term{only} AND t.weight >= f.weight "
         "AND (t.weight > f.weight OR t.issue_id <= f.issue_id) "
         f"WHERE t.issue_id <> f.src GROUP BY f.src, t.issue_id), "
-        f"ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n FROM scores) "
+        "ranked AS (SELECT src, dst, ROW_NUMBER() OVER (PARTITION BY src ORDER BY s DESC, dst) AS n "
+        f"FROM scores{queue}) "
         f"SELECT src, dst FROM ranked WHERE n <= %s ORDER BY src, n"
     )
     found: dict[int, list[int]] = defaultdict(list)
@@ -158,7 +170,7 @@ def _candidates(
     return found
 
 
-def _vectors(ids: set[int]) -> dict[int, dict[str, float]]:
+def stored_vectors(ids: set[int]) -> dict[int, dict[str, float]]:
     """The stored vectors of these issues: one query on the (issue, term) index, whatever the database's
     planner thinks."""
     found: dict[int, dict[str, float]] = defaultdict(dict)
@@ -174,21 +186,27 @@ def rank(
     candidates: int = CANDIDATES,
     labelled: bool = False,
     query_terms: int | None = None,
+    loaded: dict[int, dict[str, float]] | None = None,
+    queued: bool = False,
 ) -> dict[int, list[tuple[int, float, list[str], set[str]]]]:
     """{issue id: [(other id, cosine, shared words, shared terms)] best first} for each stored vector in `vectors`.
 
     Candidates come from the heads of the lists of each vector's heaviest `query_terms` terms (all by
     default), by their partial sums (_candidates); the best `candidates` are then scored exactly over all
     the terms both issues have, from their stored vectors. labelled: only issues carrying a module: label
-    (the suggestion vote). Two statements for the whole batch, whatever its size.
+    (the suggestion vote); queued: only open queue issues (the reports a new closed original may be the original
+    of); loaded: filled with the candidates' stored vectors, for a caller that scores them again.
+    Two statements for the whole batch, whatever its size.
     """
     queries = {
         pk: sorted(v.items(), key=lambda item: (-item[1], item[0]))[:query_terms] for pk, v in vectors.items() if v
     }
     if not queries:
         return {}
-    chosen = _candidates(queries, per_term, candidates, labelled)
-    stored = _vectors({other for others in chosen.values() for other in others})
+    chosen = _candidates(queries, per_term, candidates, labelled, queued)
+    stored = stored_vectors({other for others in chosen.values() for other in others})
+    if loaded is not None:
+        loaded.update(stored)
     out = {}
     for pk, others in chosen.items():
         vector, scored = vectors[pk], []
@@ -202,15 +220,19 @@ def rank(
 
 @dataclass
 class Similar:
-    """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed."""
+    """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed;
+    own_duplicate: it duplicates this issue (its thread or a decision says so): never offered as the original."""
 
     issue: Issue
     similarity: float
     same_signature: bool
     words: list[str] = field(default_factory=list)
+    own_duplicate: bool = False
 
     @property
     def reason(self) -> str:
+        if self.own_duplicate:
+            return "its own duplicate: says it duplicates this issue"
         if self.same_signature:
             return "same signature"
         return f"similar text ({', '.join(self.words)})" if self.words else "similar text"
@@ -219,7 +241,7 @@ class Similar:
 def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
     """The issue's most similar issues (open and closed, in the queue or history): same failure signature
     first, and among those the closed ones first (the original a report may duplicate: "fixed by #N"), then by
-    cosine. Five queries, whatever the size of the mirror."""
+    cosine; its own duplicates marked so. Six queries, whatever the size of the mirror."""
     twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
     found = [
         (twin in terms, score, pk, words)
@@ -241,13 +263,32 @@ def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
             "is_pull_request",
             "signature",
             "html_url",
+            "named_original",
         )
         .prefetch_related("labels")
         .in_bulk()
     )
     closed = {pk for pk, row in rows.items() if row.state == Issue.State.CLOSED}
-    found = sorted(found, key=lambda item: (not item[0], not (item[0] and item[2] in closed), -item[1], item[2]))
-    return [Similar(rows[pk], score, same, words) for same, score, pk, words in found[:limit] if pk in rows]
+    found = sorted(found, key=lambda item: (not item[0], not (item[0] and item[2] in closed), -item[1], item[2]))[
+        :limit
+    ]
+    own = own_duplicates(issue, [rows[pk] for _, _, pk, _ in found if pk in rows])
+    return [
+        Similar(rows[pk], score, same, words, own_duplicate=rows[pk].number in own)
+        for same, score, pk, words in found
+        if pk in rows
+    ]
+
+
+def own_duplicates(issue: Issue, rows: list[Issue]) -> set[int]:
+    """The numbers of the rows (named_original loaded) that are this issue's own duplicates: their thread names it as
+    their original, or a dashboard decision closed them as its duplicates. Never offered as its original (one query)."""
+    decided = TriageDecision.objects.filter(
+        issue__number__in=[row.number for row in rows], duplicate_of=issue.number, status=TriageDecision.Status.APPLIED
+    )
+    return {row.number for row in rows if row.named_original == issue.number} | set(
+        decided.values_list("issue__number", flat=True)
+    )
 
 
 def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbour, ...]]:

@@ -153,6 +153,17 @@ class HistorySearchForm(forms.Form):
     )
 
 
+def _labels_seen(raw: str, then: str) -> list[str]:
+    """A page's label snapshot (JSON: a list of names), or a ValidationError saying to `then`."""
+    try:
+        seen = json.loads(raw)
+    except ValueError:
+        seen = None
+    if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
+        raise forms.ValidationError(f"The page's label snapshot is unreadable; {then}.")
+    return seen
+
+
 class TriageForm(forms.Form):
     """The issue page's apply form: chosen labels, route, review flag, and what the page showed.
 
@@ -217,13 +228,7 @@ class TriageForm(forms.Form):
         return {**values, "labels_seen": json.dumps(self.issue.label_names())}
 
     def clean_labels_seen(self) -> list[str]:
-        try:
-            seen = json.loads(self.cleaned_data["labels_seen"])
-        except ValueError:
-            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.") from None
-        if not isinstance(seen, list) or not all(isinstance(n, str) for n in seen):
-            raise forms.ValidationError("The page's label snapshot is unreadable; reload the issue.")
-        return seen
+        return _labels_seen(self.cleaned_data["labels_seen"], "reload the issue")
 
     def clean(self) -> dict:
         data = super().clean()
@@ -239,6 +244,8 @@ class TriageForm(forms.Form):
             why = decisions.duplicate_refusal(self.issue, number, original)
             if why:
                 self.add_error("duplicate_of", why)
+            elif original.in_queue and original.state == Issue.State.OPEN:
+                self._original_seen(original)
         if not self.errors:
             plan = self.plan()
             if change_breaks_g4(self.issue.label_names(), plan.add, plan.remove):
@@ -259,6 +266,44 @@ class TriageForm(forms.Form):
     def stops_labelling(self) -> bool:
         """The chosen route sends a reply, a close or a transfer instead of labels (G1, G2, a duplicate)."""
         return self.is_valid() and self.cleaned_data["route"] in STOPS_LABELLING
+
+    # Closing it as a duplicate of an open queue issue: the ticked labels (and the review flag) go to the original, in
+    # a decision of its own, as the group route gives them (decisions.plan_for_original).
+    original: Issue | None = None
+    original_seen: list[str] | None = None  # what the preview showed of the original's labels
+
+    def _original_seen(self, original: Issue) -> None:
+        """The original's labels as the preview showed them (posted back by Apply: a change on GitHub meanwhile is a
+        conflict, as on this issue), or, previewing, as the mirror holds them now."""
+        raw = self.data.get("original_labels_seen")
+        try:
+            self.original_seen = _labels_seen(raw, "preview again") if raw else original.label_names()
+        except forms.ValidationError as exc:
+            self.add_error(None, exc)
+            return
+        self.original = original
+
+    def labels_original(self) -> bool:
+        """The ticked labels go to the original (closing it as a duplicate of an open queue issue)."""
+        return self.is_valid() and self.original is not None
+
+    def plans(self) -> list[tuple[Issue, decisions.Plan]]:
+        """What Apply sends, one decision per issue in number order: this issue's plan and, closing it as a duplicate
+        of an open queue issue with labels ticked (or the review flag), the original's."""
+        original = decisions.plan_for_original(self.original, chosen=self.chosen(), review=self.cleaned_data["review"])
+        both = [(self.issue, self.plan()), *([(self.original, original)] if original else [])]
+        return sorted(both, key=lambda pair: pair[0].number)
+
+    def labels_seen_by_issue(self) -> dict[int, list[str]]:
+        seen = {self.issue.number: self.cleaned_data["labels_seen"]}
+        return {**seen, self.original.number: self.original_seen} if self.original else seen
+
+    def original_change(self, user) -> tuple[Issue, decisions.Plan, str] | None:
+        """The original's own decision in the preview: (the original, its plan, why it would be refused or "")."""
+        for issue, plan in self.plans():
+            if issue.pk != self.issue.pk:
+                return issue, plan, decisions.refusal(issue=issue, user=user, plan=plan)
+        return None
 
     def chosen(self) -> list[str]:
         """The checked labels and the ones picked from the catalog, each once."""
@@ -609,8 +654,7 @@ class GroupDecisionForm(forms.Form):
             if route == decisions.DUPLICATE and number != data["duplicate_of"]:
                 out.append((issue, decisions.plan_duplicate(data["duplicate_of"])))
             elif route == decisions.DUPLICATE:
-                keep = decisions.plan_changes(issue, chosen=chosen, route="", review=data["review"])
-                out.append((issue, keep if chosen or data["review"] else None))
+                out.append((issue, decisions.plan_for_original(issue, chosen=chosen, review=data["review"])))
             else:
                 out.append((issue, decisions.plan_changes(issue, chosen=chosen, route=route, review=data["review"])))
         return out

@@ -169,6 +169,23 @@
     if (typeof params.delete === "function") params.delete("accept"); else delete params.accept;
   });
 
+  // The possible-duplicate mark's preview of the close: the selected row's form; on the issue page the triage form
+  // set to close as a duplicate of the marked original, so the preview is of what the form shows and Enter applies it.
+  function previewDuplicate() {
+    var row = selectedRow();
+    if (row) return click("[data-mark-duplicate]", row);
+    var mark = document.querySelector("[data-possible-duplicate]");
+    var form = document.getElementById("triage-form");
+    var route = form && form.querySelector('input[name=route][value="duplicate"]');
+    var original = form && form.querySelector("input[name=duplicate_of]");
+    if (!mark || !route || !original) return click("[data-mark-duplicate]");
+    route.checked = true;
+    original.value = mark.getAttribute("data-possible-duplicate");
+    pending = null;
+    if (form.requestSubmit) form.requestSubmit(); else htmx.trigger(form, "submit");
+    return true;
+  }
+
   function bisect() {
     var row = selectedRow();
     if (row) { window.location.href = row.getAttribute("data-href") + "#bisection"; return true; }
@@ -291,6 +308,7 @@
       case "r": handled = toggleReview(); break;
       case "b": handled = bisect(); break;
       case "o": handled = openIssue(); break;
+      case "d": handled = previewDuplicate(); break;
       case "?": toggleHelp(); break;
       default: handled = false;
     }

@@ -1,13 +1,13 @@
-"""Similar issues in a real browser: marking a duplicate from the issue page, and one decision for the
-issues sharing a failure, from the queue, through the real Celery worker to the fake GitHub (and the
-group again without JavaScript)."""
+"""Similar issues in a real browser: closing a possible duplicate from the issue page with `d` and Enter (its open
+original labelled as the group route does), and one decision for the issues sharing a failure, from the queue, through
+the real Celery worker to the fake GitHub (and the group again without JavaScript)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rubric_app.models import GitHubWrite, Issue, TriageDecision
-from rubric_app.triage import suggestions
+from rubric_app.triage import followups
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
@@ -19,7 +19,7 @@ LABELS = ("oncall: pt2", "module: dynamic shapes", "module: inductor", "triaged"
 
 def _reports(fake, numbers) -> list[Issue]:
     """Reports of one Inductor lowering failure (other shapes and paths each), on the fake GitHub and in the
-    dashboard, indexed and with suggestions as the sync leaves them."""
+    dashboard, indexed, with suggestions and possible-duplicate marks as a sync's page leaves them."""
     for name in LABELS:
         fake.add_label(name)
         make_label(name)
@@ -31,35 +31,44 @@ def _reports(fake, numbers) -> list[Issue]:
         )
         fake.add_issue(number, title=title, body=body, labels=["oncall: pt2"])
         issues.append(make_issue(number, title=title, body=body))
-    suggestions.refresh(Issue.objects.filter(number__in=numbers))
+    followups.issues_changed([issue.pk for issue in issues], "sync")
     return issues
 
 
-def test_it_marks_a_duplicate_from_the_similar_issues(
+def test_it_closes_a_possible_duplicate_with_d_then_enter(
     transactional_db, celery_worker_process, fake_github, triager, make_page
 ):
     _reports(fake_github, [5101, 5102])
     page = make_page(triager.username)
     page.goto("/issues/5102")
-    neighbour = page.locator('[data-similar="5101"]')
-    assert "same signature" in neighbour.inner_text()
+    assert "same signature" in page.locator('[data-similar="5101"]').inner_text()
     assert "AssertionError: expected a static pad amount" in page.inner_text("[data-signature]")
+    mark = page.locator('[data-possible-duplicate="5101"]')
+    assert "Possible duplicate of #5101" in mark.inner_text() and "same failure signature" in mark.inner_text()
 
-    neighbour.locator("[data-mark-duplicate]").click()
-    preview = page.locator("#apply-preview-5102 .plan")
+    page.keyboard.press("d")  # the preview of the close, nothing more
+    preview = page.locator("#apply-preview-5102 .plan").first
     preview.wait_for()
     assert "close as duplicate of #5101" in preview.inner_text() and "duplicate" in page.get_attribute(
         "[data-reply]", "data-reply"
     )
+    # #5101 is open in the queue: the labels ticked on #5102 go to it, in a decision of its own (the group route's).
+    ticked = page.eval_on_selector_all('#triage-form input[name="labels"]:checked', "boxes => boxes.map(b => b.value)")
+    original = page.locator('[data-original-plan="5101"]').inner_text()
+    assert ticked and all(f"+ {name}" in original for name in ticked)
+    assert fake_github.issues[5102]["state"] == "open" and not TriageDecision.objects.exists()
     screenshot(page, "issue-duplicate-preview")
-    page.click("#apply-preview-5102 [data-apply]")
+    page.keyboard.press("Enter")
     page.wait_for_selector('[data-decision-status="applied"]', timeout=30_000)
+    wait_until(lambda: TriageDecision.objects.filter(status="applied").count() == 2, timeout=30)
 
     on_github = fake_github.issues[5102]
     assert (on_github["state"], on_github["state_reason"]) == ("closed", "duplicate")
     assert on_github["comments"][0]["body"].startswith("Duplicate of #5101")
-    decision = TriageDecision.objects.get()
-    assert [w.action for w in decision.writes.all()] == ["read_labels", "read_original", "comment", "close"]
+    closed, labelled = TriageDecision.objects.get(issue__number=5102), TriageDecision.objects.get(issue__number=5101)
+    assert [w.action for w in closed.writes.all()] == ["read_labels", "read_original", "comment", "close"]
+    assert "add_label" in [w.action for w in labelled.writes.all()]
+    assert set(ticked) <= set(fake_github.labels_of(5101)) and fake_github.issues[5101]["state"] == "open"
     assert "close as a duplicate of #5101" in page.inner_text("#apply-preview-5102")
 
 

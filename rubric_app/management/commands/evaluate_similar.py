@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from rubric_app.rubric.offline.duplicates import PAIRS_FILE, evaluate_duplicates
 from rubric_app.rubric.offline.evaluation import InputError, issue_from_record, read_jsonl
 from rubric_app.rubric.offline.similarity import evaluate_similarity
 from rubric_app.rubric.similarity import VOCABULARY_FILE, Vocabulary
@@ -25,12 +26,20 @@ class Command(BaseCommand):
             help="also score the engine's components without and with the neighbours' vote",
         )
         parser.add_argument(
+            "--duplicates",
+            nargs="?",
+            const=str(PAIRS_FILE),
+            default=None,
+            metavar="PAIRS",
+            help=f"also score finding the originals of real duplicate pairs (default {PAIRS_FILE.name}) in the input",
+        )
+        parser.add_argument(
             "--write-vocabulary",
             action="store_true",
             help=f"rebuild the document frequencies from the input into {VOCABULARY_FILE.name}, then score",
         )
 
-    def handle(self, *args, input, k, engine, write_vocabulary, **options):
+    def handle(self, *args, input, k, engine, write_vocabulary, duplicates=None, **options):
         slices = {}
         for path in input:
             try:
@@ -78,3 +87,26 @@ class Command(BaseCommand):
                 f"engine components {name:>8} {'with' if with_vote else 'without':>7} the vote: "
                 f"P {counts.precision:.3f} R {counts.recall:.3f} F1 {counts.f1:.3f}"
             )
+        if duplicates:
+            self._duplicates(Path(duplicates), [r for rs in slices.values() for r in rs])
+
+    def _duplicates(self, path: Path, records: list) -> None:
+        try:
+            report = evaluate_duplicates(records, path)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CommandError(f"{path}: {exc}") from None
+        self.stdout.write(
+            f"possible duplicates: the originals of real pairs in a pool of {report.pool} PT2 issues; each "
+            f"method's mark at its threshold (calibrated on the development pairs: ours "
+            f"{report.calibrated['ours']:.4f}, shipped {report.thresholds['ours']:.2f}; TF-IDF "
+            f"{report.calibrated['TF-IDF']:.4f}), on the pairs' duplicates and on the other {report.negatives} "
+            "issues asked as they arrived (strict precision: those all count wrong)"
+        )
+        for part in ("development", "held-out"):
+            for method in ("ours", "TF-IDF"):
+                f = report.figures[(method, part)]
+                self.stdout.write(
+                    f"  {part:>11} {method:>6}: {f.queries:2} pairs  top-1 {f.top(1):2}  top-5 {f.top(5):2}  "
+                    f"marked {f.pair_marks} ({f.marked_right} right)  other issues marked {f.other_marks}  "
+                    f"strict precision {f.precision:.3f}"
+                )

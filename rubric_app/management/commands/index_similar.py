@@ -7,13 +7,14 @@ import time
 from django.core.management.base import BaseCommand
 
 from rubric_app.models import Issue
-from rubric_app.triage import similar
+from rubric_app.triage import followups, similar
 from rubric_app.triage.suggestions import refresh as refresh_suggestions
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute every issue's failure signature and similarity vector (the sync keeps them current from then on); "
+        "Recompute every issue's failure signature and similarity vector and the open queue's possible-duplicate marks "
+        "(the sync keeps them current from then on); "
         "--suggestions then refreshes the open queue's suggestions, whose neighbours' vote reads the whole index."
     )
 
@@ -29,6 +30,8 @@ class Command(BaseCommand):
             f"indexed {count} issues in {time.monotonic() - start:.1f} s; "
             f"{Issue.objects.exclude(signature='').count()} have a failure signature to group by"
         )
+        marked, queued = followups.queue_reindexed()
+        self.stdout.write(f"{marked} of the {queued} open queue issues carry a possible-duplicate mark")
         if suggestions:
             start = time.monotonic()
             count = refresh_suggestions(Issue.objects.in_queue())

@@ -82,7 +82,7 @@ def evaluate_similarity(
     ours, theirs = MemoryIndex(), MemoryIndex()
     keys: Counter[str] = Counter()
     signatures = {}
-    for issue, vector in zip(issues, tfidf_vectors([words_of(i, title_counts=1) for i in issues])):
+    for issue, vector in zip(issues, tfidf_vectors([words_of(i, title_counts=1, identifiers=False) for i in issues])):
         signature = signature_of(issue)
         signatures[issue.number] = signature
         if signature is not None and signature.specific:

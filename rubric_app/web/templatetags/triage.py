@@ -209,16 +209,15 @@ def queue_row(context, issue) -> SafeString:
             "Bot was right</button></form>"
         )
     if context.get("lane") == "fixed" and can_apply:  # may be fixed: `a` previews the reply asking to confirm
-        seen = escape_html(json.dumps(issue.label_names()))
-        accept = (
-            f'<form method="post" action="{preview_url}" hx-post="{preview_url}" '
-            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}'
-            f'<input type="hidden" name="route" value="confirm fixed"><input type="hidden" name="labels_seen" '
-            f'value="{seen}"><input type="hidden" name="in_queue" value="1">'
+        accept = _route_preview(
+            issue,
+            preview_url,
+            csrf,
+            {"route": "confirm fixed"},
             '<button type="submit" class="accept" data-accept data-confirm-fixed '
-            'title="Preview the reply asking the reporter to confirm on the newer build (a)">Ask to confirm…</button>'
-            "</form>"
+            'title="Preview the reply asking the reporter to confirm on the newer build (a)">Ask to confirm…</button>',
         )
+    duplicate = _possible_duplicate(issue, preview_url, csrf, can_apply)
     labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
     suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
     opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
@@ -230,11 +229,51 @@ def queue_row(context, issue) -> SafeString:
         f'<td><a href="{url}">#{issue.number}</a></td>'
         f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
         f'{escape_html(issue.author or "?")}{taken}{note}<span class="opened-narrow"> · {issue_age}</span></div>'
-        f"{take}</td>"
+        f"{duplicate}{take}</td>"
         f"<td>{row_labels(issue.number, labels)}</td><td>{suggested}</td>"
         f'<td class="verdict">{_build_marker(issue)}{escape_html(issue.latest_verdict or "")}</td>'
         f'<td class="age" title="opened {opened}">{issue_age}</td><td>{accept}</td></tr>'
         f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
+    )
+
+
+def _route_preview(issue, preview_url: str, csrf: str, fields: dict[str, str], button: str) -> str:
+    """A row's form previewing a route (into the row's preview slot), with the labels the row shows as seen."""
+    hidden = "".join(
+        f'<input type="hidden" name="{name}" value="{escape_html(value)}">'
+        for name, value in {**fields, "labels_seen": json.dumps(issue.label_names()), "in_queue": "1"}.items()
+    )
+    return (
+        f'<form method="post" action="{preview_url}" hx-post="{preview_url}" '
+        f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}{hidden}{button}</form>'
+    )
+
+
+def _possible_duplicate(issue, preview_url: str, csrf: str, can_apply: bool) -> str:
+    """The row's possible-duplicate mark (triage/duplicates.py, select_related by for_queue): the original, its state
+    ("closed: fixed by #123"), the evidence, and for a triager the form `d` submits: the preview of the close (the
+    suggested labels going to an open original, as the group route gives them), never the close itself."""
+    original = issue.possible_duplicate
+    if original is None:
+        return ""
+    url = escape_html(original.get_absolute_url())
+    why = escape_html("; ".join(str(r) for r in issue.possible_duplicate_reasons[:3]))
+    preview = (
+        _route_preview(
+            issue,
+            preview_url,
+            csrf,
+            {"route": "duplicate", "duplicate_of": str(original.number), "accept": "duplicate"},
+            f'<button type="submit" class="link" data-mark-duplicate="{original.number}" '
+            f'title="Preview closing it as a duplicate of #{original.number} (d)">close as its duplicate…</button>',
+        )
+        if can_apply
+        else ""
+    )
+    return (
+        f'<div class="possible-duplicate" data-possible-duplicate="{original.number}">possible duplicate of '
+        f'<a href="{url}">#{original.number}</a> ({escape_html(original.state_as_original)})'
+        f'<div class="muted" data-duplicate-evidence>{why}</div>{preview}</div>'
     )
 
 

@@ -64,7 +64,7 @@ def latest_verdict() -> Subquery:
 def get_issue_for_user(request: HttpRequest, number: int, perm: str = "view_issue") -> Issue:
     """Return the issue with everything its page shows prefetched, or 403/404."""
     require(request, perm)
-    qs = Issue.objects.prefetch_related(
+    qs = Issue.objects.select_related("possible_duplicate").prefetch_related(
         "labels",
         Prefetch("comments", queryset=Comment.objects.order_by("created_at", "github_id")),
         Prefetch("suggestions", queryset=Suggestion.objects.order_by("kind", "-confidence", "label")),

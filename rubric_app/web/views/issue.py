@@ -14,6 +14,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
 from rubric_app.rubric.automation import AGENT_LABEL
+from rubric_app.rubric.duplicates import MARK_AT
 from rubric_app.rubric.rules_skill import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import decisions, evidence, similar
@@ -121,6 +122,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
+        "mark_at": MARK_AT,
         **_bot_context(issue, extra.pop("bot_form", None), descriptions),
         "agent_script": agent.script if agent else "",
         "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",
@@ -149,9 +151,11 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     # lands here, on the issue page, whose triage form is that form.
     in_queue = bool(request.htmx) and "in_queue" in request.POST
     form = _triage_form(issue, request.POST, in_queue=in_queue)
-    if "accept" in request.POST:  # "accept the suggestions" from the queue or the `a` key
-        form = _triage_form(issue, _form_data(form), in_queue=in_queue)
-    context = {"form": form, "plan": form.plan() if form.is_valid() else None, "in_queue": in_queue}
+    if "accept" in request.POST:  # "accept the suggestions" from the queue or `a` (`d`: and close it as a duplicate)
+        form = _triage_form(issue, _form_data(form, request.POST), in_queue=in_queue)
+    valid = form.is_valid()
+    context = {"form": form, "plan": form.plan() if valid else None, "in_queue": in_queue}
+    context["original_change"] = form.original_change(request.user) if valid else None
     if in_queue and request.htmx.target == f"apply-preview-{number}":  # a row's preview opens: its picker's labels
         context["catalog_oob"] = True
     if request.htmx:
@@ -160,9 +164,13 @@ def issue_preview(request: HttpRequest, number: int) -> HttpResponse:
     return render(request, "rubric_app/issue.html", _issue_context(issue, **context))
 
 
-def _form_data(form: TriageForm) -> dict:
-    """The suggested values as POST-like data, so "accept" goes through the same validation."""
-    return {**form.suggested, "review": "on" if form.suggested["review"] else ""}
+def _form_data(form: TriageForm, posted) -> dict:
+    """The suggested values as POST-like data, so "accept" goes through the same validation; accept=duplicate (`d` on
+    a possible duplicate) takes them with the close as a duplicate of the original posted: they go to the original."""
+    data = {**form.suggested, "review": "on" if form.suggested["review"] else ""}
+    if posted.get("accept") == decisions.DUPLICATE:
+        data.update(route=decisions.DUPLICATE, duplicate_of=posted.get("duplicate_of", ""))
+    return data
 
 
 @login_required
@@ -177,15 +185,12 @@ def issue_apply(request: HttpRequest, number: int) -> HttpResponse:
             context = {"issue": issue, "form": form, "in_queue": in_queue}
             return render(request, "rubric_app/issue.html#apply-preview", context)
         return render(request, "rubric_app/issue.html", _issue_context(issue, form=form), status=400)
-    # Re-plan on the server: the posted form says what the triager chose, never what to send.
-    decision = decisions.request_decision(
-        issue=issue,
-        user=request.user,
-        plan=form.plan(),
-        labels_seen=form.cleaned_data["labels_seen"],
-        redirect=form.redirect_to(),
+    # Re-plan on the server: the posted form says what the triager chose, never what to send. One decision per issue
+    # (a duplicate's original may take the labels chosen here), each validated, queued and audited on its own.
+    made = decisions.request_group(
+        plans=form.plans(), user=request.user, labels_seen=form.labels_seen_by_issue(), redirect=form.redirect_to()
     )
-    return _queued(request, issue, decision)
+    return _queued(request, issue, next(decision for other, decision in made if other.pk == issue.pk))
 
 
 def _queued(request: HttpRequest, issue: Issue, decision: TriageDecision) -> HttpResponse:

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0022_runners'),
+        ('rubric_app', '0023_possible_duplicates'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('rubric_app', '0023_hostile_github'),
+        ('rubric_app', '0024_hostile_github'),
     ]
 
     operations = [
