@@ -145,7 +145,7 @@ def main() -> None:
 
     from rubric_app.github import sync
     from rubric_app.models import Comment, Issue, Label
-    from rubric_app.triage import suggestions
+    from rubric_app.triage import followups, suggestions
     from tests.fakegithub import TOKEN
 
     settings.GITHUB_API_URL, settings.GITHUB_TOKEN, settings.GITHUB_REPO = url, TOKEN, "pytorch/pytorch"
@@ -190,7 +190,7 @@ def main() -> None:
 
     ids = list(Issue.objects.values_list("pk", flat=True))
     started = time.perf_counter()
-    sync.refresh(ids)
+    followups.issues_changed(ids, "sync")  # what the sync task has follow each page (triage/followups.py)
     refresh_s = time.perf_counter() - started
     print(
         f"rubric suggestions for the {len(ids)} changed issues (run by the sync after each page): "

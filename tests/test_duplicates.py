@@ -296,7 +296,7 @@ def test_it_labels_an_open_original_as_the_group_route_does(client, triager, fak
     each is applied and audited on its own."""
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("oncall: pt2", "module: inductor", "triaged", "triage review", "module: correctness (silent)"):
-        make_label(name, github=fake_github)  # in the repository too: a write never invents a label (G7, #45)
+        make_label(name, github=fake_github)  # a decision asks GitHub for each label it adds (issue 45)
     first, again = _thread(182012), _twin()
     for text in (first, again):
         fake_github.add_issue(text.number, title=text.title, body=text.body, labels=["oncall: pt2"])

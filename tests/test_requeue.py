@@ -35,8 +35,8 @@ def test_it_finds_only_old_unstarted_work(issue):
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_sends_a_lost_decision_and_delivery_again_through_the_worker(fake_github, triager, celery_worker_process):
-    make_label("module: dynamo")
-    make_label("triaged")
+    make_label("module: dynamo", github=fake_github)
+    make_label("triaged", github=fake_github)
     issue = make_issue(3101, labels=("oncall: pt2",))
     fake_github.add_issue(3101, labels=["oncall: pt2"])
     # As if the broker had been down when these were enqueued: rows exist, no message does.

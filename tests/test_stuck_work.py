@@ -309,8 +309,12 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     audit = list(GitHubWrite.objects.filter(decision=decision).order_by("at", "pk").values_list("action", "target"))
     assert audit == [
         ("read_labels", "#5101"),
-        ("add_label", "module: dynamo"),  # the first worker's
+        ("read_label", "module: dynamo"),  # the first worker's: GitHub has each label it adds (none is invented)
+        ("read_label", "module: inductor"),
+        ("read_label", "triaged"),
+        ("add_label", "module: dynamo"),
         ("read_labels", "#5101"),
+        ("read_label", "triaged"),  # the second's: only the label it still adds
         ("add_label", "triaged"),
         ("remove_label", "needs reproduction"),
     ]
@@ -417,7 +421,7 @@ def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(brok
 @pytest.mark.django_db(transaction=True)
 def test_it_writes_a_held_decision_when_a_github_worker_comes_back_not_at_the_sweep(broker, fake_github, triager):
     for name in ADD + SEEN:
-        make_label(name)
+        make_label(name, github=fake_github)
     fake_github.add_issue(5401, labels=SEEN)
     decision = _applying_decision(
         make_issue(5401, labels=SEEN), triager, not_before=timezone.now() + timedelta(seconds=3)

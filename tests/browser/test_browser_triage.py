@@ -103,7 +103,13 @@ def test_it_triages_an_issue_end_to_end_on_github(
     _wait_for_status(page, "applied")  # the fragment polled its way there
     assert fake_github.labels_of(5001) == ["module: dynamo", "oncall: pt2", "triaged"]
     decision = TriageDecision.objects.get()
-    assert [w.action for w in decision.writes.all()] == ["read_labels", "add_label", "add_label"]
+    assert [w.action for w in decision.writes.all()] == [
+        "read_labels",
+        "read_label",
+        "read_label",
+        "add_label",
+        "add_label",
+    ]
     screenshot(page, "issue-applied")
     page.goto("/audit")
     assert "add_label triaged: 200" in page.inner_text("#audit-table")
