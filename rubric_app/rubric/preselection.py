@@ -108,11 +108,12 @@ FUZZER_CRITERIA = ("R12.1", "R12.2", "R12.3")
 
 
 def calibrate_status(out: Assessment, learned: LabelModel | None) -> None:
-    """The fixed-weight labels (G3's oncall: pt2, G4's fallback, G6's triaged, R12.5, needs reproduction)
-    get their observed rates as confidence, where a model's calibration has them."""
+    """The fixed-weight labels (G3's oncall: pt2, G4's fallback, G6's triaged, R12.5, G9.2's needs reproduction)
+    get their observed rates as confidence, where a model's calibration has them. G9.1 is a gate (concludes), shown
+    at its rule's weight as G12's is: humans' history of `needs reproduction` predates the skill's G9."""
     if learned is None:
         return
-    keys = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G9.1": "flag", "G9.2": "flag"}
+    keys = {"G4": "fallback", "G6": "triaged", "R12.5": "flag", "G9.2": "flag"}
     out.add = [
         replace(s, confidence=learned.calibrated(keys[s.rule_id], s.confidence)) if s.rule_id in keys else s
         for s in out.add
