@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .rules_domain import FLAKY, REGRESSION
+from .rules_review import FLAKY, REGRESSION
 
 AGENDA_GROUPS = [
     ("crash", ("segfault", "sigsegv", "illegal memory access", "device-side assert", "crash", "core dumped", "abort")),

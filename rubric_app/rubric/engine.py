@@ -34,7 +34,7 @@ from rubric_app.vocabulary import (
     is_oncall,
 )
 
-from . import rules, rules_automation, rules_domain, rules_skill  # noqa: F401  (importing them registers their rules)
+from . import rules, rules_automation, rules_domain, rules_review, rules_skill  # noqa: F401  (importing them registers their rules)
 from .catalog import catalog_names, is_forbidden
 from .checklist import component_checks, crowded_checks, route_and_status, skill_checks, weak_checks
 from .components import RULE_LIMITS, STRONG, choose, in_company, without_weak_company

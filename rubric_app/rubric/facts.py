@@ -1,7 +1,7 @@
 """How rules read an issue: Finding (one conclusion of one rule), Facts (the issue as rules read it), the registry.
 
-Rules live in rules.py (G, R1-R5), rules_domain.py (R6-R12), rules_automation.py and rules_skill.py; each registers
-itself with @rule. The labels they name are rubric_app/vocabulary.py's.
+Rules live in rules.py (G, R1-R5), rules_domain.py (R6-R10), rules_review.py (R11, R12), rules_automation.py and
+rules_skill.py; each registers itself with @rule. The labels they name are rubric_app/vocabulary.py's.
 """
 
 from __future__ import annotations

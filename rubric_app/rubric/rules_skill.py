@@ -45,7 +45,8 @@ from rubric_app.vocabulary import (
 
 from .facts import Facts, Finding, I, rule
 from .rules import COMPILE_USE, thread_facts
-from .rules_domain import COMPILE_NOT_INVOLVED, FUZZER, HARD_CRASH, REGRESSION_SAID
+from .rules_domain import COMPILE_NOT_INVOLVED
+from .rules_review import FUZZER, HARD_CRASH, REGRESSION_SAID
 from .signature import signature_of
 from .thread import conclusion
 from .types import ChecklistItem

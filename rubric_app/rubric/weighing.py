@@ -33,7 +33,7 @@ from rubric_app.vocabulary import CORE_COMPONENTS, FUZZER_TOPIC, TRIAGE_REVIEW, 
 from .facts import Facts, Finding
 from .rules import CONCLUDED_BY_OTHERS, SILENT_WRONG, backend_reports
 from .rules_automation import BISECTED, automation_of
-from .rules_domain import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, HARD_CRASH, PERF_REGRESSION, REGRESSION
+from .rules_review import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, HARD_CRASH, PERF_REGRESSION, REGRESSION
 from .thread import ladder
 from .types import ChecklistItem
 
@@ -49,7 +49,7 @@ WEIGHED = 0.6
 # The findings' kind preselection.preselect reads: a label not to tick, with the reason the triager is told.
 HOLD = "hold"
 
-# R11's reasons that leave no judgement (rules_domain.r11_review's words), and what the evidence must name: a
+# R11's reasons that leave no judgement (rules_review.r11_review's words), and what the evidence must name: a
 # loose "crashes" in a title is often an exception, so only R11's own crashes bind.
 BINDING = (("a crash", HARD_CRASH), ("silently wrong results", None), ("a regression", None), ("a flaky test", None))
 
@@ -150,7 +150,7 @@ _MEASURED = re.compile(
 )
 
 
-# R11's reasons as rules_domain.r11_review words them, with what it reads each in and its weight there.
+# R11's reasons as rules_review.r11_review words them, with what it reads each in and its weight there.
 R11_READS = (
     (CRASH_TITLE, "a crash", "title", 0.8),
     (SILENT_WRONG, "silently wrong results", "title", 0.8),
