@@ -32,6 +32,16 @@ class QueueVersion(models.Model):
 
 
 class WorkerHeartbeatQuerySet(models.QuerySet):
+    def record(self, beat: WorkerHeartbeat) -> None:
+        """Store a worker's beat over its last one, in one INSERT ... ON CONFLICT statement: no transaction around a
+        read and a write (a periodic writer must never hold a lock while it asks for another)."""
+        self.bulk_create(
+            [beat],
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=["queues", "device", "builds", "hardware", "boot", "seen_at"],
+        )
+
     def live(self, now=None) -> WorkerHeartbeatQuerySet:
         """Workers heard from within WORKER_HEARTBEAT_STALE_S."""
         now = now or timezone.now()

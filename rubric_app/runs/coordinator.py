@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from rubric_app import dispatch
 from rubric_app.bisection import builds, verdict
+from rubric_app.bisection.harness import LOG_CAP
 from rubric_app.models import BisectionRun, WorkerHeartbeat, queue_state
 from rubric_app.runs import jobs
 from rubric_app.vocabulary import RUNNER_QUEUES
@@ -42,11 +43,6 @@ AUTO_WAIT = timedelta(days=1)
 # The harness caps every field a child sends; this bounds the row whatever it holds, so no page
 # that loads the results can be made slow by one run (or by a runner that sends more than it should).
 MAX_RESULTS_BYTES = 256 * 1024
-LOG_CAP = 200_000
-
-
-def limits() -> jobs.Limits:
-    return jobs.Limits(timeout_s=settings.BISECTION_TIMEOUT_S, memory_mb=settings.BISECTION_MEMORY_MB)
 
 
 def longest_run() -> timedelta:
@@ -274,12 +270,7 @@ def record_heartbeat(beat: object) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         log.warning("refused a runner heartbeat: %s: %s", exc.__class__.__name__, exc)
         return
-    WorkerHeartbeat.objects.bulk_create(
-        [row],
-        update_conflicts=True,
-        unique_fields=["name"],
-        update_fields=["queues", "device", "builds", "hardware", "boot", "seen_at"],
-    )
+    WorkerHeartbeat.objects.record(row)
     fail_runs_of_restarted(row.name, row.boot)
 
 

@@ -61,21 +61,12 @@ def payload(name: str, queues: list[str]) -> dict:
 
 
 def beat(name: str, queues: list[str]) -> None:
-    """Record that worker `name`, consuming `queues`, is alive now: its row, or (a runner) a message.
-
-    One INSERT ... ON CONFLICT statement, no transaction around a read and a write: a periodic
-    writer must never hold a lock while it asks for another (the test suite truncates tables).
-    """
+    """Record that worker `name`, consuming `queues`, is alive now: its row, or (a runner) a message."""
     beat_ = payload(name, queues)
     if not _holds_database:
         dispatch.heartbeat(beat_)
         return
-    WorkerHeartbeat.objects.bulk_create(
-        [WorkerHeartbeat(**beat_, seen_at=timezone.now())],
-        update_conflicts=True,
-        unique_fields=["name"],
-        update_fields=["queues", "device", "builds", "hardware", "boot", "seen_at"],
-    )
+    WorkerHeartbeat.objects.record(WorkerHeartbeat(**beat_, seen_at=timezone.now()))
 
 
 def _loop(name: str, queues: list[str]) -> None:
