@@ -36,7 +36,7 @@ MAX_NAMES = 3
 # A name counts when few PT2 issues use it (document frequency in the shipped vocabulary): the config flags every
 # fuzzer's template sets, or `torch.compile`'s own options, say nothing of which bug a report is.
 RARE_NAME = 3
-# Candidates this close to the best are all about as likely: the original is then the one a fix closed, else the
+# Candidates this close to the best are all about as likely: the original is then a closed one, else the
 # earliest report (the others may well duplicate it too), as the group route takes the oldest report.
 EARLIER_MARGIN = 0.1
 # "Possible duplicate of #N" at or above this score (one mark per issue, its best original): the threshold
@@ -81,7 +81,7 @@ suppress_errors verbose debug reset optimize sequential parameter relu softmax i
 class Report:
     """What the scoring reads of one issue: its number, term vector (similarity.terms_of), title, the specific
     names it uses, its signature key ("" none), state and, read from its thread, the original it names as a
-    duplicate and the fix it names."""
+    duplicate."""
 
     number: int
     vector: dict[str, float]
@@ -89,9 +89,7 @@ class Report:
     names: frozenset[str] = frozenset()
     signature: str = ""
     state: str = "open"
-    state_reason: str = ""
     named_original: int | None = None
-    fix: str = ""
 
 
 @dataclass
@@ -164,13 +162,21 @@ def cosine(a: dict[str, float], b: dict[str, float]) -> float:
     return sum(w * b[t] for t, w in a.items() if t in b)
 
 
-def match(report: Report, candidate: Report, vocabulary: Vocabulary | None = None) -> Match:
-    """How likely `candidate` is the original `report` duplicates, and why."""
+def match(
+    report: Report,
+    candidate: Report,
+    vocabulary: Vocabulary | None = None,
+    report_title: dict[str, float] | None = None,
+) -> Match:
+    """How likely `candidate` is the original `report` duplicates, and why. report_title: the report's title_vector,
+    when the caller matches it against many candidates."""
     reasons = []
-    text = cosine(report.vector, candidate.vector)
-    titles = title_vector(report.title, vocabulary), title_vector(candidate.title, vocabulary)
-    title = cosine(*titles)
     vocabulary = vocabulary or shipped_vocabulary()
+    text = cosine(report.vector, candidate.vector)
+    if report_title is None:
+        report_title = title_vector(report.title, vocabulary)
+    titles = report_title, title_vector(candidate.title, vocabulary)
+    title = cosine(*titles)
     names = sorted(n for n in report.names & candidate.names if vocabulary.df.get(_token(n), 0) <= RARE_NAME)[
         :MAX_NAMES
     ]
@@ -190,12 +196,21 @@ def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None
     """The candidates as originals of `report`, best first. A candidate that says it duplicates the report is left
     out (an issue's own duplicate is never its original); one that names another original passes its score to it
     (when that one is among the candidates, or as a match of its own)."""
+    vocabulary = vocabulary or shipped_vocabulary()
+    report_title = title_vector(report.title, vocabulary)
     by_number = {c.number: c for c in candidates}
+    direct: dict[int, Match] = {}  # each candidate matched once, whether as itself or as a named original
+
+    def matched(candidate: Report) -> Match:
+        if candidate.number not in direct:
+            direct[candidate.number] = match(report, candidate, vocabulary, report_title)
+        return direct[candidate.number]
+
     best: dict[int, Match] = {}
     for candidate in candidates:
         if candidate.number == report.number or candidate.named_original == report.number:
             continue
-        found = match(report, candidate, vocabulary)
+        found = matched(candidate)
         original = candidate.named_original
         if original is not None and original != candidate.number:
             if original == report.number:
@@ -206,10 +221,8 @@ def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None
                 [f"#{candidate.number}, closed as its duplicate, is similar:", *found.reasons],
                 via=candidate.number,
             )
-            if original in by_number:
-                direct = match(report, by_number[original], vocabulary)
-                if direct.score >= found.score:
-                    continue
+            if original in by_number and matched(by_number[original]).score >= found.score:
+                continue
         if found.number not in best or found.score > best[found.number].score:
             best[found.number] = found
     ranked = sorted(best.values(), key=lambda m: (-m.score, m.number))

@@ -122,8 +122,9 @@ def cut(records: list[dict[str, Any]], reference_until: int) -> Slices:
     size = max(MIN_HELD_OUT, min(MAX_HELD_OUT, round(len(rest) * HELD_OUT_SHARE)))
     recent = _spread(rest[-size * RECENT_WINDOW :], size, records, topic)
     judged = {records[j]["number"] for i in (*reference, *recent) for j in members[near[i]]}
+    held = set(recent)
     return Slices(
-        pool=[records[i] for i in rest if i not in set(recent)],
+        pool=[records[i] for i in rest if i not in held],
         recent=[records[i] for i in sorted(recent, key=_number(records))],
         reference=[records[i] for i in reference],
         judged=frozenset(int(n) for n in judged),

@@ -19,7 +19,7 @@ from rubric_app.rubric.types import IssueText
 from rubric_app.triage import similar
 
 MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_duplicate_reasons"]
-_ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original", "named_fix"]
+_ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original"]
 
 
 def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = None) -> int:
@@ -45,12 +45,16 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     unread = {row.pk for row in originals.values()} - vectors.keys()
     vectors.update(similar.stored_vectors(unread) if unread else {})
     closed_as_duplicates = _closed_as_duplicates(candidates.values())
+    # Each row read once as the scoring reads it: a candidate is near many of the batch's issues.
+    reports = {
+        row.pk: _report(row, vectors, closed_as_duplicates)
+        for row in (*issues, *candidates.values(), *originals.values())
+    }
     for issue in issues:
         nearest = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
         older = [row for row in nearest if row.number < issue.number]
         older += [originals[r.named_original] for r in older if r.named_original in originals]
-        reports = [_report(row, vectors, closed_as_duplicates) for row in {row.pk: row for row in older}.values()]
-        best = duplicates.best_original(_report(issue, vectors, closed_as_duplicates), reports)
+        best = duplicates.best_original(reports[issue.pk], [reports[pk] for pk in {row.pk: row for row in older}])
         target = None
         if best is not None:
             target = originals.get(best.number) or next((r for r in older if r.number == best.number), None)
@@ -98,7 +102,5 @@ def _report(row: Issue, vectors: dict[int, dict[str, float]], closed_as: dict[in
         names=duplicates.names_of(IssueText(number=row.number, title=row.title, body=row.body)),
         signature=row.signature,
         state=row.state,
-        state_reason=row.state_reason,
         named_original=row.named_original or closed_as.get(row.number),
-        fix=row.named_fix,
     )

@@ -23,9 +23,9 @@ from typing import Any
 
 from rubric_app.rubric import duplicates
 from rubric_app.rubric.offline.evaluation import issue_from_record
-from rubric_app.rubric.offline.similarity import tfidf_vectors
+from rubric_app.rubric.offline.similarity import plain_tfidf
 from rubric_app.rubric.signature import signature_of
-from rubric_app.rubric.similarity import MemoryIndex, terms_of, words_of
+from rubric_app.rubric.similarity import MemoryIndex, terms_of
 from rubric_app.rubric.types import IssueText
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "data" / "pt2_duplicate_pairs.json"
@@ -110,17 +110,16 @@ def load_pairs(path: Path = PAIRS_FILE) -> tuple[list[Pair], list[dict[str, Any]
     return pairs, list(extra.values())
 
 
-def _report(issue: IssueText, state: str = "open", vector: dict[str, float] | None = None) -> duplicates.Report:
+def _report(issue: IssueText, state: str = "open") -> duplicates.Report:
     signature = signature_of(issue)
     return duplicates.Report(
         number=issue.number,
-        vector=vector if vector is not None else terms_of(issue, signature),
+        vector=terms_of(issue, signature),
         title=issue.title,
         names=duplicates.names_of(issue),
         signature=signature.key if signature is not None and signature.specific else "",
         state=state,
         named_original=duplicates.named_original(issue),
-        fix=duplicates.named_fix(issue),
     )
 
 
@@ -134,21 +133,18 @@ def evaluate_duplicates(records: list[dict[str, Any]], path: Path = PAIRS_FILE) 
     pool = {n: issue_from_record(r, use_labels=False) for n, r in by_number.items()}
     states = {n: str(r.get("state", "open")) for n, r in by_number.items()}
     duplicates_asked = {p.duplicate.number for p in pairs}
-    # Every other issue of the pool, asked as it arrived: a mark on one is a wrong one. Not those whose thread
-    # names an original (they may duplicate something) nor the pairs' own.
-    negatives = [
-        arrival(by_number[n])
-        for n in sorted(pool)
-        if n not in duplicates_asked and duplicates.named_original(pool[n]) is None
-    ]
-    queries = [(p.duplicate, p.original) for p in pairs] + [(q, None) for q in negatives]
-
     ours, reports = MemoryIndex(), {}
     for n, issue in pool.items():
         reports[n] = _report(issue, states[n])
         ours.add(n, reports[n].vector)
+    # Every other issue of the pool, asked as it arrived: a mark on one is a wrong one. Not those whose thread
+    # names an original (they may duplicate something) nor the pairs' own.
+    negatives = [
+        arrival(by_number[n]) for n in sorted(pool) if n not in duplicates_asked and reports[n].named_original is None
+    ]
+    queries = [(p.duplicate, p.original) for p in pairs] + [(q, None) for q in negatives]
     docs = list(pool.values()) + [q for q, _ in queries]
-    plain = tfidf_vectors([words_of(i, title_counts=1, identifiers=False) for i in docs])
+    plain = plain_tfidf(docs)
     theirs = MemoryIndex()
     for issue, vector in zip(pool.values(), plain):
         theirs.add(issue.number, vector)
