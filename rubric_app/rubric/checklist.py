@@ -25,7 +25,7 @@ from rubric_app.vocabulary import (
 
 from .facts import WEAK, Facts, Finding
 from .preselection import Status, concludes
-from .rules_skill import Layer, release_gate
+from .rules_skill import Layer, g9_need, release_gate
 from .scoring import decisive
 from .types import Assessment, ChecklistItem
 from .weighing import r11_item
@@ -63,7 +63,7 @@ def skill_checks(out: Assessment, facts: Facts, flags: dict[str, Finding], layer
         items.append(
             ChecklistItem(
                 repro.rule_id,
-                f"No self-contained reproduction ({repro.reason.split(':')[0].removeprefix('reproducing needs ')}): "
+                f"No self-contained reproduction ({g9_need(repro)}): "
                 "ask for one with the standard reply, and do not mark it triaged (G9).",
                 "needs_human",
                 repro.evidence,

@@ -26,6 +26,7 @@ from .facts import Facts, Finding
 from .flow import ends_with_component
 from .model import LabelModel
 from .rules import DEFAULT_BACKEND_GUESS
+from .rules_skill import g9_need
 from .scoring import has_own_curve
 from .types import Assessment, ChecklistItem
 from .weighing import r11_question
@@ -79,12 +80,11 @@ def pending(
             )
         )
     elif repro is not None and not concludes(repro):
-        what = repro.reason.split(":")[0].removeprefix("reproducing needs ")
         items.append(
             ChecklistItem(
                 repro.rule_id,
-                f"Reproducing it may need {what}: ask for a self-contained reproduction (G9), or mark it triaged "
-                "if it runs as posted.",
+                f"Reproducing it may need {g9_need(repro)}: ask for a self-contained reproduction (G9), or mark it "
+                "triaged if it runs as posted.",
                 "needs_human",
                 repro.evidence,
             )

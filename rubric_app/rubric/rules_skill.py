@@ -97,6 +97,11 @@ RUNNABLE = re.compile(r"\bimport torch\b|\btorch\.\w{1,40}\(", I)
 G9_REASON = "reproducing needs {}: ask for a self-contained reproduction, not triaged yet"
 
 
+def g9_need(x: Finding) -> str:
+    """What a G9 finding says reproducing needs (G9_REASON's blank): "a file to download", ..."""
+    return x.reason.split(":")[0].removeprefix("reproducing needs ")
+
+
 def _runnable_script(f: Facts) -> bool:
     """The issue (body or comments) holds a code block that runs torch: a script, not a description."""
     return bool(f.code.parsed) and f.has(RUNNABLE, "text")

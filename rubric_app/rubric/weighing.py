@@ -30,8 +30,9 @@ from dataclasses import dataclass, replace
 
 from rubric_app.vocabulary import CORE_COMPONENTS, FUZZER_TOPIC, TRIAGE_REVIEW, Kind
 
+from . import scoring
 from .facts import Facts, Finding
-from .rules import CONCLUDED_BY_OTHERS, SILENT_WRONG, backend_reports
+from .rules import SILENT_WRONG, backend_reports
 from .rules_automation import BISECTED, automation_of
 from .rules_review import CRASH, CRASH_TITLE, ECOSYSTEM, FLAKY, FUZZER, HARD_CRASH, PERF_REGRESSION, REGRESSION
 from .thread import ladder
@@ -39,15 +40,9 @@ from .types import ChecklistItem
 
 I = re.I
 
-# A backend result the thread reports (R1.1's dynamic=False, R2's comparisons) is decisive from this weight up
-# (engine.OVERRIDES_AVOID, scoring.decisive).
-BACKEND_RESULT = 0.9
-BACKEND_RULES = ("R1.1", "R2")
-# A weighed verdict counts as a rule's finding that shows a component (engine.SHOWN): with a model, its label is
+# A weighed verdict counts as a rule's finding that shows a component (components.SHOWN): with a model, its label is
 # scored on the labeler's probability, as any finding that is no backend result.
 WEIGHED = 0.6
-# The findings' kind preselection.preselect reads: a label not to tick, with the reason the triager is told.
-HOLD = "hold"
 
 # R11's reasons that leave no judgement (rules_review.r11_review's words), and what the evidence must name: a
 # loose "crashes" in a title is often an exception, so only R11's own crashes bind.
@@ -304,13 +299,9 @@ def from_thread(x: Finding) -> bool:
 def settles(x: Finding) -> bool:
     """A component this issue's own evidence settles: a backend result in the thread (R1.1, R2), a diagnosis by
     someone other than the reporter (scoring.concluded), or a verdict (scoring.decisive)."""
-    if x.kind != Kind.ADD or x.label not in CORE_COMPONENTS or x.source.startswith("issue:"):
-        return False
-    if x.source.startswith("bisection"):
-        return True
-    backend = x.weight >= BACKEND_RESULT and x.rule_id.startswith(BACKEND_RULES)
-    diagnosis = x.rule_id == "R2" and x.weight >= CONCLUDED_BY_OTHERS
-    return x.origin == "rule" and (backend or diagnosis)
+    return (
+        x.kind == Kind.ADD and x.label in CORE_COMPONENTS and not x.source.startswith("issue:") and scoring.settles(x)
+    )
 
 
 def quoted_bisector(facts: Facts) -> tuple[str, str, Finding] | None:
@@ -450,7 +441,7 @@ def weigh_verdicts(facts: Facts, findings: list[Finding]) -> list[Finding]:
                 )
             )
             if against:
-                out.append(Finding(x.rule_id, HOLD, x.label, reason=f"held back: {why}"))
+                out.append(Finding(x.rule_id, Kind.HOLD, x.label, reason=f"held back: {why}"))
     return out
 
 
