@@ -29,7 +29,6 @@ from rubric_app.github.data import (
     GitHubError,
     GitHubUnavailable,
     IssueData,
-    IssueGone,
     LabelData,
     LabelEventData,
     MalformedResponse,
@@ -608,15 +607,3 @@ class PacedClient(Client):
             self._spent_until = 0  # this wait covers the reset too
             self._wait(wait, f"GitHub answered {answer.status}: {excerpt(answer.text, 120)}")
         raise RateLimited(f"GitHub kept answering {answer.status} (rate limit) to GET {url}")
-
-    def comments(self, number: int) -> list[CommentData]:
-        try:
-            return super().comments(number)
-        except PageGone as exc:
-            raise IssueGone(number, exc.status) from None
-
-    def label_events(self, number: int) -> list[LabelEventData]:
-        try:
-            return super().label_events(number)
-        except PageGone as exc:
-            raise IssueGone(number, exc.status) from None

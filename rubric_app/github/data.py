@@ -262,14 +262,6 @@ MAX_RATE_LIMIT_WAITS = 20
 SECONDARY_RATE_WAIT_S = 60
 
 
-class IssueGone(PageGone):
-    """An issue's comments or events answered 404/410 while we walked the listing: it was transferred or deleted."""
-
-    def __init__(self, number: int, status: int | None) -> None:
-        super().__init__(f"issue #{number} is gone (GitHub answered {status})", status)
-        self.number = number
-
-
 def rate_limit_wait(status: int, headers: dict[str, str], text: str, now: float) -> float | None:
     """Seconds GitHub asks us to wait before sending the request again, or None when the answer is no rate limit.
 

@@ -259,8 +259,7 @@ def _backfill(
             page = gh.issues_page(url)
             progress.page = int(parse_qs(urlsplit(url).query).get("page", ["1"])[0])
             progress.last = connect.last_page(gh.last_link) or progress.last or progress.page
-            report.skipped_issues += page.skipped
-            store_page(page.items, gh, report)
+            store_page(page, gh, report)
             url = page.next_url
             if url:
                 state.resume_url = url
@@ -298,8 +297,7 @@ def _incremental(gh: github.PacedClient, progress: Progress) -> None:
         page = gh.issues_page(gh.issues_url(label=label, state="all", since=mark, sort="updated"), etag=state.etag)
         first_etag = page.etag
         while not page.not_modified:
-            report.skipped_issues += page.skipped
-            store_page(page.items, gh, report)
+            store_page(page, gh, report)
             if page.items:  # sorted by updated_at, oldest first: everything up to this page's newest is stored
                 newest = max(i.updated_at for i in page.items)
                 state.high_water_mark = max(state.high_water_mark, newest) if state.high_water_mark else newest
@@ -313,7 +311,7 @@ def _incremental(gh: github.PacedClient, progress: Progress) -> None:
         state.save(update_fields=["etag", "last_finished_at"])
 
 
-def store_page(items: list[github.IssueData], gh: github.PacedClient, report: HistoryReport) -> list[int]:
+def store_page(page: github.Page, gh: github.PacedClient, report: HistoryReport) -> list[int]:
     """Store one listing page (sync.store_issues: GitHub read first, then one transaction); returns the ids of the
     issues that changed.
 
@@ -323,16 +321,16 @@ def store_page(items: list[github.IssueData], gh: github.PacedClient, report: Hi
     issue the database refuses is left out with the reason; the rest of the page is stored.
     """
     report.pages += 1
-    report.listed += len(items)
-    report.pull_requests += sum(1 for i in items if i.is_pull_request)
-    counts = sync.SyncReport(mode="history")
-    changed = sync.store_issues(items, gh=gh, report=counts, only_known_or_queued=False)
+    report.skipped_issues += page.skipped
+    report.listed += len(page.items)
+    report.pull_requests += sum(1 for i in page.items if i.is_pull_request)
+    counts = sync.SyncReport(mode="history", on_changed=report.on_changed)
+    changed = sync.store_issues(page.items, gh=gh, report=counts, only_known_or_queued=False)
     report.stored += counts.issues_changed
     report.comments_fetched += counts.comments_fetched
     report.transferred, report.gone = report.transferred + counts.transferred, report.gone + counts.gone
     report.skipped_issues += counts.skipped_issues
-    if report.on_changed is not None and changed:
-        report.on_changed(changed, "history")
+    counts.changed(changed, "history")
     return changed
 
 

@@ -205,9 +205,12 @@ def confirm_labels(gh: github.Client) -> list[int]:
     """Ask GitHub about each label that events it could not order left gone (Label.unconfirmed), one request each
     (none most of the time): back in the catalog if GitHub has it, else gone for sure and off every issue. Returns
     the ids of the issues that lost one."""
+    unconfirmed = list(Label.objects.filter(unconfirmed=True))
+    if not unconfirmed:
+        return []
     lost: list[int] = []
     allowed = skill_files.in_use().names()
-    for label in Label.objects.filter(unconfirmed=True):
+    for label in unconfirmed:
         found = gh.label(label.name)
         if found is not None and found.name == label.name:
             label.color, label.description, label.in_catalog = found.color, found.description, True
@@ -290,14 +293,14 @@ class Thread:
 
 
 def _read_threads(
-    changed: list[github.IssueData], rows: dict[int, dict], gh: github.Client | None, report: SyncReport
+    changed: list[github.IssueData], rows: dict[int, dict], gh: github.Client, report: SyncReport
 ) -> tuple[dict[int, Thread], list[github.IssueData]]:
     """GitHub's comments (where the count or updated_at changed) and label events (where the automation's labels
     need them) of the changed issues; returns them by number, and the issues whose comments or events answered
     404/410: deleted or transferred since they were listed."""
     threads: dict[int, Thread] = {}
     gone: list[github.IssueData] = []
-    for data in changed if gh is not None else ():
+    for data in changed:
         row = rows.get(data.number)
         stale = (
             row is None
@@ -342,9 +345,12 @@ def store_issues(
     items = sorted((i for i in items if not i.is_pull_request), key=lambda i: i.number)
     moved = [i for i in items if transferred(i)]
     items = [i for i in items if i not in moved]
-    rows, labels = _rows([i.number for i in items], authoritative=authoritative, lock=False)
-    changed, _ = _newer(items, rows, labels, known_only=only_known_or_queued, tie=authoritative)
-    threads, vanished = _read_threads(changed, rows, gh, report)
+    threads: dict[int, Thread] = {}
+    vanished: list[github.IssueData] = []
+    if gh is not None:  # what is newer, unlocked, only to choose whose threads to read: _write decides again
+        rows, labels = _rows([i.number for i in items], authoritative=authoritative, lock=False)
+        changed, _ = _newer(items, rows, labels, known_only=only_known_or_queued, tie=authoritative)
+        threads, vanished = _read_threads(changed, rows, gh, report)
     for data in moved:
         bury(data.number, data.updated_at, f"transferred to {moved_to(data)}")
     for data in vanished:
@@ -626,7 +632,6 @@ def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
             state.high_water_mark = high_water
             state.save(update_fields=["resume_url", "high_water_mark"])
     _mark_departures(gh, state.last_started_at, report)
-    SyncState.objects.update_or_create(key=DEPARTURES_KEY, defaults={"last_finished_at": timezone.now()})
     state.resume_url, state.last_full_sync_at = "", timezone.now()
     state.save(update_fields=["resume_url", "last_full_sync_at"])
     incremental, _ = SyncState.objects.get_or_create(key=INCREMENTAL_KEY)
@@ -636,7 +641,8 @@ def _full_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
 
 
 def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport) -> None:
-    """Re-read each queued issue the listing did not show since started_at, to learn why it left."""
+    """Re-read each queued issue the listing did not show since started_at, to learn why it left; the departures are
+    then checked until the next DEPARTURE_CHECK_MINUTES (_check_departures)."""
     missing = Issue.objects.filter(in_queue=True).exclude(last_synced_at__gte=started_at)
     for number in list(missing.values_list("number", flat=True)):
         try:
@@ -647,6 +653,7 @@ def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport
             continue
         changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False)
         report.changed(changed, "departure")
+    SyncState.objects.update_or_create(key=DEPARTURES_KEY, defaults={"last_finished_at": timezone.now()})
 
 
 def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
@@ -701,5 +708,3 @@ def _check_departures(gh: github.Client, report: SyncReport) -> None:
             _store_page(page, gh, report)
             url = page.next_url
     _mark_departures(gh, started, report)
-    state.last_finished_at = timezone.now()
-    state.save(update_fields=["last_finished_at"])
