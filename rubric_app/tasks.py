@@ -54,7 +54,7 @@ def train_label_model_task() -> None:
 @shared_task(name=dispatch.PROCESS_WEBHOOK, autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
 def process_webhook_task(delivery_id: int) -> None:
     """Apply one stored webhook delivery to the local mirror (a claim makes a redelivery a no-op)."""
-    followups.issues_changed(events.process_webhook(delivery_id), "webhook")
+    followups.issues_changed(*events.process_webhook(delivery_id))
 
 
 # acks_late + reject_on_worker_lost: a worker killed mid-write leaves its message to be delivered

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github.applying import apply_decision
+from rubric_app.github.events import process_webhook
 from rubric_app.github.sync import sync_queue
 from rubric_app.models import Issue, Label, TriageDecision, WebhookDelivery
 from rubric_app.triage.decisions import Plan, request_decision
@@ -147,6 +148,22 @@ def test_it_takes_a_deleted_label_off_every_issue_and_keeps_it_off(client, mirro
     late["issue"] = {**late["issue"], "updated_at": fake_github.issue_json(fake_github.issues[1001])["updated_at"]}
     _deliver(client, {**late, "repository": {"full_name": "pytorch/pytorch"}}, "late", event="issues")
     assert Issue.objects.get(number=1001).label_names() == ["oncall: pt2"]
+
+
+def test_it_follows_up_a_label_deleted_by_webhook_as_a_label_gone_not_as_an_arrival(client, mirrored, fake_github):
+    """Its issues lost a label, their text did not change: refreshed, never bisected on arrival (followups)."""
+    fake_github.set_labels(1001, ["oncall: pt2", NEW])
+    sync_queue()
+    fake_github.delete_label(NEW)
+    deliver_signed(client, "label", _label_event("deleted", NEW, "2026-11-01T11:00:00Z"), "gone", SECRET, process=False)
+    edited = {"action": "edited", "issue": fake_github.issue_json(fake_github.issues[1001])}
+    edited["repository"] = {"full_name": "pytorch/pytorch"}
+    fake_github.update_issue(1001, body="edited since")
+    edited["issue"]["updated_at"] = fake_github.issue_json(fake_github.issues[1001])["updated_at"]
+    deliver_signed(client, "issues", edited, "text", SECRET, process=False)
+
+    assert process_webhook(WebhookDelivery.objects.get(delivery_id="gone").pk) == ([mirrored.pk], "label gone")
+    assert process_webhook(WebhookDelivery.objects.get(delivery_id="text").pk) == ([mirrored.pk], "webhook")
 
 
 def test_it_takes_a_label_deleted_while_no_webhook_came_off_every_issue_at_the_full_sync(mirrored, fake_github):

@@ -33,9 +33,11 @@ def foreign_repository(payload: dict) -> str:
     return ""
 
 
-def process_webhook(delivery_id: int) -> list[int]:
+def process_webhook(delivery_id: int) -> tuple[list[int], str]:
     """Apply one stored WebhookDelivery to the local mirror, never overwriting newer data; returns the ids of the
-    issues it changed (what follows is the caller's: triage/followups.issues_changed).
+    issues it changed and why, for what follows (the caller's: triage/followups.issues_changed): "webhook" for an
+    issue's or a comment's event, "label gone" for a label's (its issues lost it: their text did not change, so
+    nothing of theirs is bisected on arrival, as after a sync that finds a label gone).
 
     issues / issue_comment: the payload's issue is upserted if newer (comments of
     issue_comment events are upserted or dropped too); label: the catalog row is
@@ -48,7 +50,7 @@ def process_webhook(delivery_id: int) -> list[int]:
     with transaction.atomic():
         delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id, processed_at__isnull=True).first()
         if delivery is None:
-            return []  # already processed (a redelivered task)
+            return [], "webhook"  # already processed (a redelivered task)
         changed: list[int] = []
         try:
             payload = delivery.payload
@@ -62,7 +64,7 @@ def process_webhook(delivery_id: int) -> list[int]:
             delivery.error = f"payload not understood: {exc.__class__.__name__}: {exc}"
         delivery.processed_at = timezone.now()
         delivery.save(update_fields=["processed_at", "error", "ignored"])
-    return changed
+    return changed, "label gone" if delivery.event == "label" else "webhook"
 
 
 def _apply_event(event: str, payload: dict, replaced: dict[str, str] | None = None) -> tuple[list[int], str, str]:
