@@ -236,11 +236,14 @@ def test_it_reports_a_github_failure_from_the_command_in_one_clear_line(fake_git
 
 def test_it_runs_a_full_sync_first_when_there_is_no_high_water_mark(fake_github):
     _queue(fake_github, 2)
+    fake_github.add_issue(3, labels=["oncall: pt2"])
+    fake_github.move_issue(3, "pytorch/vision")  # transferred: listed here, in the other repository
 
     report = sync_queue(on_changed=issues_changed)
 
     assert report.mode == "full (first)"
     assert Issue.objects.count() == 2
+    assert (report.issues_fetched, report.transferred) == (3, 1) and "1 deleted or transferred" in report.summary()
 
 
 @pytest.mark.worker

@@ -660,16 +660,11 @@ def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -
     if state.high_water_mark is None:
         # Nothing to be incremental from: a full sync sets the mark.
         full = _sync(full=True, gh=gh, report=SyncReport(mode="full", on_changed=report.on_changed))
-        report.mode, report.issues_fetched, report.issues_changed = (
-            "full (first)",
-            full.issues_fetched,
-            full.issues_changed,
-        )
-        report.comments_fetched, report.left_queue, report.labels_synced = (
-            full.comments_fetched,
-            full.left_queue,
-            full.labels_synced,
-        )
+        report.mode = "full (first)"
+        # Its counts, for the summary; what it left out is on the full sync's own state, and it followed up its own.
+        counted = ["issues_fetched", "issues_changed", "comments_fetched", "left_queue", "labels_synced"]
+        for name in [*counted, "transferred", "gone"]:
+            setattr(report, name, getattr(full, name))
         return
     state.last_started_at = timezone.now()
     state.save(update_fields=["last_started_at"])
