@@ -191,3 +191,17 @@ def test_it_follows_a_renamed_label_to_its_new_name(client, mirrored, fake_githu
     assert Label.objects.get(name="module: dispatcher").in_catalog and not Label.objects.get(name=NEW).in_catalog
     sync_queue(full=True)  # the full sync agrees
     assert Issue.objects.get(number=1001).label_names() == ["module: dispatcher", "oncall: pt2"]
+
+
+def test_it_takes_an_old_name_out_of_the_catalog_off_its_issues_when_github_renames_it(client, mirrored, fake_github):
+    """A write that found the label missing left it out of the catalog, still on its issues (applying); the rename
+    then follows only catalog rows, and the issues lose the old name, reported for their follow-up."""
+    fake_github.set_labels(1001, ["oncall: pt2", NEW])
+    sync_queue()
+    Label.objects.filter(name=NEW).update(in_catalog=False)
+    fake_github.rename_label(NEW, "module: dispatcher")
+    payload = _label_event("edited", "module: dispatcher", changes={"name": {"from": NEW}})
+    deliver_signed(client, "label", payload, "renamed", SECRET, process=False)
+
+    assert process_webhook(WebhookDelivery.objects.get(delivery_id="renamed").pk) == ([mirrored.pk], "label gone")
+    assert Issue.objects.get(number=1001).label_names() == ["oncall: pt2"]

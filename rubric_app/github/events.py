@@ -193,12 +193,15 @@ def _apply_label_event(payload: dict) -> tuple[list[int], str]:
     label.allowed_for_triage = allowed_for_triage(data.name, skill_files.in_use().names())
     label.event_stamp = stamp or label.event_stamp
     label.save()
+    lost = []
     if old_name and old_name != data.name:
-        gone_label(old_name, stamp)  # the old name is gone: late events and payloads naming it find it so
+        # The old name is gone: late events and payloads naming it find it so. Issues still carrying it (a row out
+        # of the catalog, whose issues the rename did not follow) lose it.
+        lost = gone_label(old_name, stamp)
     if doubt:
         when = f"{stamp:%Y-%m-%d %H:%M:%S}" if stamp else "no stamp"
-        return [], (
+        return lost, (
             f"a {action} event ({when}) that cannot be ordered against the label's deletion: applied, but kept out "
             "of the catalog until GitHub says it has the label (the next sync asks)"
         )
-    return [], ""
+    return lost, ""
