@@ -231,7 +231,8 @@ class TriageForm(forms.Form):
             self.add_error("review", decisions.HANDOFF_REVIEW_MESSAGE)
         if data.get("route") == Route.DUPLICATE and "duplicate_of" in data:
             number = data["duplicate_of"]
-            original = Issue.objects.filter(number=number).first() if number else None
+            # Its labels are read for the conflict check, its plan and its refusal: once.
+            original = Issue.objects.prefetch_related("labels").filter(number=number).first() if number else None
             why = decisions.duplicate_refusal(self.issue, number, original)
             if why:
                 self.add_error("duplicate_of", why)
@@ -293,13 +294,16 @@ class TriageForm(forms.Form):
     def plans(self) -> list[tuple[Issue, decisions.Plan]]:
         """What Apply sends, one decision per issue in number order: this issue's plan and, closing it as a duplicate
         of an open queue issue with labels ticked (or the review flag), the original's."""
-        # The original's `triaged` follows its own G6, as its own page's `a` would (accepting.undecided).
-        hold = bool(self.original and accepting.undecided(self.original))
-        original = decisions.plan_for_original(
-            self.original, chosen=self.chosen(), review=self.cleaned_data["review"], hold=hold
-        )
+        original = self._original_plan()
         both = [(self.issue, self.plan()), *([(self.original, original)] if original else [])]
         return sorted(both, key=lambda pair: pair[0].number)
+
+    def _original_plan(self) -> decisions.Plan | None:
+        # The original's `triaged` follows its own G6, as its own page's `a` would (accepting.undecided).
+        hold = bool(self.original and accepting.undecided(self.original))
+        return decisions.plan_for_original(
+            self.original, chosen=self.chosen(), review=self.cleaned_data["review"], hold=hold
+        )
 
     def labels_seen_by_issue(self) -> dict[int, list[str]]:
         seen = {self.issue.number: self.cleaned_data["labels_seen"]}
@@ -307,10 +311,8 @@ class TriageForm(forms.Form):
 
     def original_change(self, user) -> tuple[Issue, decisions.Plan, str] | None:
         """The original's own decision in the preview: (the original, its plan, why it would be refused or "")."""
-        for issue, plan in self.plans():
-            if issue.pk != self.issue.pk:
-                return issue, plan, decisions.refusal(issue=issue, user=user, plan=plan)
-        return None
+        plan = self._original_plan()
+        return (self.original, plan, decisions.refusal(issue=self.original, user=user, plan=plan)) if plan else None
 
     def chosen(self) -> list[str]:
         """The checked labels and the ones picked from the catalog, each once."""
