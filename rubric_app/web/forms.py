@@ -35,7 +35,6 @@ from rubric_app.web.labels import (
     handoff_oncalls,
     known_module_labels,
     module_label_names,
-    pickable_labels,
 )
 
 ROUTES = [
@@ -185,12 +184,10 @@ class TriageForm(forms.Form):
     ):
         super().__init__(*args, **kwargs)
         self.issue = issue
-        self.pickable = pickable_labels(allowed)
-        self.fields["add_labels"].allowed = frozenset(self.pickable)
-        self.fields["add_labels"].refused = {
-            **OWN_CONTROLS,
-            **{n: f"{n!r} is a route: pick it under Route (G5)." for n in allowed if is_oncall(n)},
-        }
+        self.pickable = self.fields["add_labels"].offer(
+            allowed,
+            {**OWN_CONTROLS, **{n: f"{n!r} is a route: pick it under Route (G5)." for n in allowed if is_oncall(n)}},
+        )
         # What each label is for, in the triage skill's words (skill_files.in_use): shown beside each checkbox.
         self.descriptions = descriptions or {}
         checkable = [
@@ -470,9 +467,7 @@ class MeetingDecisionForm(forms.Form):
                 if n not in OWN_CONTROLS
             },
         }
-        self.pickable = [n for n in pickable_labels(allowed) if n not in refused]  # what the cards' pickers offer
-        self.fields["add_labels"].allowed = frozenset(self.pickable)
-        self.fields["add_labels"].refused = refused
+        self.pickable = self.fields["add_labels"].offer(allowed, refused)  # what the cards' pickers offer
 
     def plan(self, issue: Issue) -> decisions.Plan:
         """The Plan of the chosen outcome (accepting.meeting_plan) with the labels picked on the card; a picked
@@ -584,9 +579,7 @@ class GroupDecisionForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["labels"].widget.descriptions = descriptions or {}
         self.members, self.allowed = {issue.number: issue for issue in members}, allowed
-        self.pickable = pickable_labels(allowed)
-        self.fields["add_labels"].allowed = frozenset(self.pickable)
-        self.fields["add_labels"].refused = OWN_CONTROLS
+        self.pickable = self.fields["add_labels"].offer(allowed, OWN_CONTROLS)
         self.fields["issues"].choices = [(issue.number, f"#{issue.number}") for issue in members]
         # The module labels suggested for or carried by the most of them first, then the other core components.
         suggested = [s for issue in members for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD]

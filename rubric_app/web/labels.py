@@ -140,6 +140,13 @@ class CatalogLabelsField(forms.Field):
         self.allowed = allowed
         self.refused = refused or {}
 
+    def offer(self, allowed: frozenset[str], refused: dict[str, str]) -> list[str]:
+        """Take the labels a triager may pick by hand from the catalog `allowed` (pickable_labels), less `refused`
+        (each with why it is not picked here); returns them, in the order the picker lists them."""
+        pickable = [name for name in pickable_labels(allowed) if name not in refused]
+        self.allowed, self.refused = frozenset(pickable), refused
+        return pickable
+
     def to_python(self, value) -> list[str]:
         by_lower = {name.lower(): name for name in self.allowed}
         out = []
