@@ -406,7 +406,6 @@ class RuleHealth:
     skipped: int = 0
     applied_issues: list[int] = field(default_factory=list)  # newest first, at most ISSUE_LINKS
     unticked_issues: list[int] = field(default_factory=list)
-    skipped_issues: list[int] = field(default_factory=list)
     # Of its suggestions ticked for `a` (pre-selected) and not already on the issue: how many the triager kept.
     ticked: int = 0
     ticked_kept: int = 0
@@ -454,7 +453,6 @@ def rubric_health(outcomes) -> tuple[list[RuleHealth], list[AddedLabel]]:
             _link(row.unticked_issues, o.issue_number)
         elif o.skipped:
             row.skipped += 1
-            _link(row.skipped_issues, o.issue_number)
     return (
         sorted(rules.values(), key=lambda r: (-r.shown, r.rule_id)),
         sorted(added.values(), key=lambda a: (-a.count, a.label)),
