@@ -78,11 +78,16 @@
   // The row whose preview `a` asked for: once it is there, the keys reach its boxes (Space unticks, Tab moves on).
   var focusPreview = null;
 
+  // The form `a` submits: in a row, the form of its Accept button (the row holds other forms too, e.g. "take it");
+  // on the issue page, the triage form.
+  function acceptForm(row) {
+    var button = row && row.querySelector("[data-accept]");
+    return row ? button && button.form : document.getElementById("triage-form");
+  }
+
   function accept() {
     var row = selectedRow();
-    // In a row, the form of its Accept button: the row holds other forms too (e.g. "take it").
-    var button = row && row.querySelector("[data-accept]");
-    var form = row ? button && button.form : document.getElementById("triage-form");
+    var form = acceptForm(row);
     if (!form) return false;
     pending = null;  // a new preview is coming: an earlier Enter must not apply the one it replaces
     focusPreview = row ? "apply-preview-" + row.getAttribute("data-issue-row") : null;
@@ -136,9 +141,7 @@
   function apply() {
     // The Apply button of the current preview; in the queue, the selected row's.
     var row = selectedRow();
-    // In a row, the form of its Accept button: the row holds other forms too (e.g. "take it").
-    var button = row && row.querySelector("[data-accept]");
-    var form = row ? button && button.form : document.getElementById("triage-form");
+    var form = acceptForm(row);
     var page = document.querySelector("[data-issue]");
     var number = row ? row.getAttribute("data-issue-row") : page && page.getAttribute("data-issue");
     var slot = "#apply-preview-" + CSS.escape(number || "");
