@@ -188,8 +188,12 @@ def test_it_asks_for_a_self_contained_reproduction_when_reproducing_needs_a_down
 )
 def test_it_asks_for_a_self_contained_reproduction_without_a_script_g9_2(case):
     found = g9_2_no_script(facts_of(case))
+    a = evaluate(case)
 
-    assert found and found[0].rule_id == "G9.2" and "triaged" not in evaluate(case).labels()
+    assert found and found[0].rule_id == "G9.2" and "triaged" not in a.labels()
+    # A judgement: the G9.2 item and G6's say the same two answers, neither forbids what the other offers.
+    assert item(a, "G9.2").text.startswith("Reproducing it may need") and ": if it does, ask" in item(a, "G9.2").text
+    assert "or mark it triaged if it runs as posted" in item(a, "G6").text
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,11 @@ def skill_checks(out: Assessment, facts: Facts, flags: dict[str, Finding], layer
             ChecklistItem(
                 repro.rule_id,
                 f"No self-contained reproduction ({g9_need(repro)}): "
-                "ask for one with the standard reply, and do not mark it triaged (G9).",
+                "ask for one with the standard reply, and do not mark it triaged (G9)."
+                if concludes(repro)
+                # G9.2 is a judgement: G6's item offers both answers, and this one must not contradict it.
+                else f"Reproducing it may need {g9_need(repro)}: if it does, ask for a self-contained reproduction "
+                "with the standard reply and do not mark it triaged yet (G9).",
                 "needs_human",
                 repro.evidence,
             )
