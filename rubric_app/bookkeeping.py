@@ -1,14 +1,18 @@
 """The dashboard's own bookkeeping, beside the triage data of models.py (which imports and re-exports these):
-where a sync stands, the webhook deliveries received, the workers' heartbeats, the queue table's version, people's
-encrypted GitHub tokens, the triage skill's files as last read, and the labeler's trained models."""
+where a sync stands, the webhook deliveries received, the registered bisection runners and the workers' heartbeats,
+the queue table's version, people's encrypted GitHub tokens, the triage skill's files as last read, and the labeler's
+trained models."""
 
 from __future__ import annotations
 
+import re
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from rubric_app.bisection.builds import newer as newer_version
 from rubric_app.vocabulary import (
@@ -31,6 +35,85 @@ class QueueVersion(models.Model):
         return self.token
 
 
+# A runner's name is part of its broker queues and its broker user (runs/broker.py): no glob or separator characters.
+RUNNER_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
+class RunnerQuerySet(models.QuerySet):
+    def active(self) -> RunnerQuerySet:
+        """Registered and not revoked: the runners whose signed reports and heartbeats count."""
+        return self.filter(revoked_at__isnull=True)
+
+
+class Runner(models.Model):
+    """A bisection runner an operator registered (runs/registration.py): the identity every report and heartbeat is
+    authenticated with, and the runner a run is bound to when the coordinator gives it the job (runs/assignment.py).
+
+    Its secret is never stored: it is derived from SECRET_KEY and this row's salt (secret()), shown once when it is
+    made, and a new salt (rotate) or a revocation makes the old one worthless. A runner's heartbeat (its
+    WorkerHeartbeat row) counts for its registered device only: a runner cannot make itself a GPU runner."""
+
+    class Device(models.TextChoices):
+        CPU = "cpu", "CPU"
+        CUDA = "cuda", "GPU (cuda)"
+
+    name = models.CharField(max_length=40, unique=True)
+    device = models.CharField(max_length=10, choices=Device.choices)
+    salt = models.CharField(max_length=64, default="", blank=True)
+    registered_at = models.DateTimeField(default=timezone.now)
+    registered_by = models.CharField(max_length=150, help_text="who registered it: a login, or the command")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
+    # The last report or heartbeat the dashboard refused from it, and why (the runners page shows it).
+    refused_at = models.DateTimeField(null=True, blank=True)
+    refused = models.CharField(max_length=300, blank=True)
+
+    objects = RunnerQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("manage_runners", "Can register and revoke bisection runners")]
+
+    def __str__(self) -> str:
+        return f"runner {self.name} ({self.device})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def new_salt(self) -> None:
+        """A new salt: a new secret, the old one worthless from now on."""
+        self.salt = secrets.token_hex(16)
+
+    def secret(self) -> str:
+        """The secret this runner signs with (and, where the coordinator manages the broker's users, its broker
+        password): derived, never stored. Rotating SECRET_KEY re-keys every runner."""
+        return salted_hmac(
+            "rubric_app.Runner.secret", f"{self.pk}:{self.name}:{self.salt}", algorithm="sha256"
+        ).hexdigest()
+
+
+class RunnerEvent(models.Model):
+    """The audit of the runners: each registration, new secret and revocation, with who did it."""
+
+    class Action(models.TextChoices):
+        REGISTERED = "registered"
+        ROTATED = "rotated", "new secret"
+        REVOKED = "revoked"
+
+    runner = models.ForeignKey(Runner, on_delete=models.CASCADE, related_name="events")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    by = models.CharField(max_length=150)
+    at = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.runner.name} {self.action} by {self.by}"
+
+
 class WorkerHeartbeatQuerySet(models.QuerySet):
     def record(self, beat: WorkerHeartbeat) -> None:
         """Store a worker's beat over its last one, in one INSERT ... ON CONFLICT statement: no transaction around a
@@ -39,7 +122,19 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
             [beat],
             update_conflicts=True,
             unique_fields=["name"],
-            update_fields=["queues", "device", "builds", "hardware", "boot", "seen_at"],
+            update_fields=[
+                "queues",
+                "device",
+                "builds",
+                "hardware",
+                "boot",
+                "seen_at",
+                "runner",
+                "sent_at",
+                "active",
+                "waiting",
+                "slots",
+            ],
         )
 
     def live(self, now=None) -> WorkerHeartbeatQuerySet:
@@ -101,6 +196,14 @@ class WorkerHeartbeat(models.Model):
     # This worker process's start (runs/workers.py): a runner beating with another boot was restarted.
     boot = models.CharField(max_length=64, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)
+    # A registered runner's beat (its row is named after it): when the runner sent it (a beat older than the one
+    # recorded is a replay, refused), the runs it holds (taken or prefetched), how many jobs wait in its queue on the
+    # broker, and how many it runs at once. A job the coordinator sent that is neither held nor waiting was lost.
+    runner = models.OneToOneField(Runner, on_delete=models.CASCADE, null=True, blank=True, related_name="heartbeat")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    active = models.JSONField(default=list, blank=True)
+    waiting = models.PositiveIntegerField(default=0)
+    slots = models.PositiveSmallIntegerField(default=1)
 
     objects = WorkerHeartbeatQuerySet.as_manager()
 

@@ -24,8 +24,12 @@ from rubric_app import rubric, search, search_index
 
 # The bookkeeping models live beside these (bookkeeping.py); the app's models are read from here.
 from rubric_app.bookkeeping import (
+    RUNNER_NAME_PATTERN,
     GitHubCredential,
     QueueVersion,
+    Runner,
+    RunnerEvent,
+    RunnerQuerySet,
     SkillFile,
     SkillFileQuerySet,
     SyncState,
@@ -514,15 +518,22 @@ class BisectionRun(models.Model):
     torch_version = models.CharField(max_length=100, blank=True)
     # Who ran it, as the page shows it: the runner's Celery node name and device.
     worker = models.CharField(max_length=200, blank=True)
-    # The job's secret (runs/coordinator.py): a runner's report without it is forged. Made when the job is first sent,
-    # kept when the sweep sends it again, new when an automatic run made way and went back to its queue.
+    # The assignment's token (runs/assignment.py): made each time the coordinator gives the job to a runner, so a report
+    # of an earlier assignment (the job given back, or lost and given again) is stale. It is no secret on its own:
+    # a report counts only signed by the runner the run is assigned to.
     job_token = models.CharField(max_length=100, blank=True)
     # What claimed the run: the Celery message that carried the job, and the attempt (one execution of it). A copy of
     # the job (another message) is refused; the same message run again (another attempt) means its runner died.
     message_id = models.CharField(max_length=64, blank=True)
     attempt = models.CharField(max_length=64, blank=True)
-    # The runner holding it (its node name) and that process's boot: a runner beating with another boot, or none for
-    # WORKER_HEARTBEAT_STALE_S, died with the run.
+    # The registered runner the coordinator gave the job to (runs/assignment.py), and when: only that runner's
+    # signed reports count for this run, whatever a message says. A new assignment makes a new job_token.
+    assigned_to = models.ForeignKey(
+        Runner, on_delete=models.SET_NULL, null=True, blank=True, related_name="assigned_runs"
+    )
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    # The runner holding it (its registered name, copied when it started) and that process's boot: a runner beating
+    # with another boot, or none for WORKER_HEARTBEAT_STALE_S, died with the run.
     runner = models.CharField(max_length=200, blank=True)
     runner_boot = models.CharField(max_length=64, blank=True)
     # One entry per mode, in order: {"mode", "status", "phase", "exception", "message", "wall_s", ...}.
@@ -576,10 +587,14 @@ class BisectionRun(models.Model):
 
     @property
     def queue_name(self) -> str:
-        """The Celery queue its workers consume (QUEUES): cuda and "both" need a GPU worker."""
-        if self.recheck_of_id:
-            return self.RECHECK_QUEUES[self.device]
-        return (self.AUTO_QUEUES if self.automatic else self.QUEUES)[self.device]
+        """The lane its runners take it from (a person's, automatic or re-check; cuda and "both" need a GPU runner)."""
+        return self.lane(self.device, automatic=self.automatic, recheck=bool(self.recheck_of_id))
+
+    @classmethod
+    def lane(cls, device: str, *, automatic: bool, recheck: bool) -> str:
+        if recheck:
+            return cls.RECHECK_QUEUES[device]
+        return (cls.AUTO_QUEUES if automatic else cls.QUEUES)[device]
 
     @property
     def duration_s(self) -> float | None:
@@ -659,6 +674,13 @@ class TriageDecisionQuerySet(models.QuerySet):
         """Work to send again: pending since before `before` (its message may never have reached a
         worker), or applying with no sign of life since `before` (its worker died mid-write)."""
         return self.unclaimed(before) | self.abandoned(before)
+
+    def due(self, before) -> TriageDecisionQuerySet:
+        """Pending and due (past its undo window) since before `before`: its message vanished, or waits behind
+        others (the sweep sends it again; the claim makes a copy a no-op)."""
+        return self.filter(status=TriageDecision.Status.PENDING).filter(
+            Q(not_before__lt=before) | Q(not_before__isnull=True, created_at__lt=before)
+        )
 
     def unclaimed(self, before) -> TriageDecisionQuerySet:
         """Pending since before `before`: no worker has taken it."""
@@ -865,6 +887,10 @@ __all__ = [
     "GitHubWrite",
     "GitHubCredential",
     "QueueVersion",
+    "RUNNER_NAME_PATTERN",
+    "Runner",
+    "RunnerEvent",
+    "RunnerQuerySet",
     "SkillFile",
     "SkillFileQuerySet",
     "SyncState",

@@ -6,20 +6,17 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from rubric_app import dispatch
 from rubric_app.github import applying, events, history, signin, sync
-from rubric_app.runs import auto_bisect, build_checks, coordinator, runner, workers
+from rubric_app.runs import assignment, auto_bisect, build_checks, coordinator, registration
 from rubric_app.triage import followups, model_store
 
-from .models import TriageDecision, WebhookDelivery, WorkerHeartbeat
+from .models import Runner, TriageDecision, WebhookDelivery, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
-
-# Longer than a message normally waits in a queue; older pending work is sent again.
-STUCK_AFTER = timedelta(minutes=15)
 
 
 @shared_task
@@ -74,58 +71,78 @@ def apply_decision_task(self, decision_id: int) -> None:
     followups.decision_applied(decision)
 
 
-# A runner's task: it holds no database (runs/runner.py). acks_late + reject_on_worker_lost: a runner killed mid-run
-# leaves the message to be delivered again, and the coordinator, seeing the attempt that claimed the run replaced,
-# ends the run saying its runner died. No retries: the triager decides whether to run untrusted code again.
-@shared_task(name=dispatch.RUN_JOB, bind=True, acks_late=True, reject_on_worker_lost=True)
-def run_job_task(self, job: dict) -> None:
-    """Run one bisection job on this runner's device, reporting to the coordinator as it goes."""
-    consumed = frozenset(self.app.amqp.queues.consume_from)  # this worker's -Q: whether an automatic run makes way
-    runner.run_job(
-        job, message_id=self.request.id or "", runner=self.request.hostname or "", boot=workers.boot, consumed=consumed
-    )
+@shared_task(name=dispatch.ASSIGN_RUNS, autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
+def assign_runs_task() -> None:
+    """Give the queued runs to idle runners (runs/assignment.py), each job sent on commit."""
+    assignment.assign()
 
 
-# Safe to retry: each report is applied by a conditional UPDATE on the run's status, token and claim.
+# Safe to retry: each report is applied by a conditional UPDATE on the run's assignment, status and claim. The gateway
+# sends only what the runner named by runner_id signed (runs/gateway.py).
 @shared_task(name=dispatch.RECORD_REPORT, autoretry_for=(DatabaseError,), retry_backoff=True, max_retries=5)
-def record_report_task(message: dict) -> None:
-    """Record what a runner says about its job (the coordinator's; runs/coordinator.py), and what follows a result."""
-    followups.runner_reported(message)
+def record_report_task(runner_id: int, report: dict) -> None:
+    """Record what a registered runner says about its job (runs/coordinator.py), what follows a result, and give the
+    queued runs to a runner this one freed."""
+    runner = Runner.objects.active().filter(pk=runner_id).first()
+    if runner is None:
+        log.warning("refused a report of runner %s: no such registered runner (revoked since?)", runner_id)
+        return
+    with transaction.atomic():
+        run = coordinator.record(runner, report)
+        if run is not None:
+            followups.run_finished(run)
+    assignment.assign()
 
 
 @shared_task(name=dispatch.RECORD_HEARTBEAT)
-def record_heartbeat_task(beat: dict) -> None:
-    """Record a runner's heartbeat (it holds no database to write it to)."""
-    coordinator.record_heartbeat(beat)
+def record_heartbeat_task(runner_id: int, heartbeat: dict) -> None:
+    """Record a registered runner's heartbeat (it holds no database to write it to), and give it work."""
+    runner = Runner.objects.active().filter(pk=runner_id).first()
+    if runner is not None and isinstance(heartbeat, dict) and isinstance(heartbeat.get("sent_at"), float):
+        coordinator.record_heartbeat(runner, heartbeat.get("beat"), sent_at=heartbeat["sent_at"])
+
+
+@shared_task(name=dispatch.PROVISION_RUNNER)
+def provision_runner_task(runner_id: int) -> None:
+    """Make a registered runner's broker user, with its current secret (RUNNER_BROKER_ACL=manage; runs/broker.py)."""
+    runner = Runner.objects.filter(pk=runner_id).first()
+    if runner is not None:
+        registration.provision(runner)
 
 
 @shared_task
 def requeue_stuck_task() -> None:
-    """End or send again work that is stuck (periodic, beat).
+    """End or send again work that is stuck (periodic, beat, every SWEEP_MINUTES).
 
-    Sent again: decisions, bisections and webhook deliveries whose message never reached a
-    worker, and decisions left `applying` by a worker that died (resumed from GitHub's state).
-    Ended with the reason: bisections running longer than any run can last (their runner died),
-    and bisections or decisions that no worker of their queue took within QUEUE_WAIT_TIMEOUT_MINUTES.
-    Re-checked: repros an older torch build reproduced, once a runner hosts a newer one (build_checks.py).
-    Sent: automatic runs of authors' first reports that waited for the hourly budget (auto_bisect.py).
-    Each claim is a conditional UPDATE, so a message that was only slow makes the second run a no-op.
+    Sent again: decisions and webhook deliveries still waiting RESEND_AFTER_S after they were due (their message
+    vanished, or waits behind others: a copy is a no-op, each claim being a conditional UPDATE), and decisions left
+    `applying` by a worker that died (resumed from GitHub's state). Given again: runs whose runner went silent before
+    starting them; every queued run a runner can take. Ended with the reason: bisections running longer than any run
+    can last (their runner died), and bisections or decisions that no worker of their queue took within
+    QUEUE_WAIT_TIMEOUT_MINUTES. Re-checked: repros an older torch build reproduced, once a runner hosts a newer one
+    (build_checks.py). Sent: automatic runs of authors' first reports that waited for the hourly budget
+    (auto_bisect.py). The runners' broker users put back where the broker lost them.
     """
     now = timezone.now()
     live = WorkerHeartbeat.objects.queues(now)
     coordinator.fail_stale_runs(now)
     coordinator.fail_unclaimed_runs(live, now)
     applying.fail_unclaimed(live, now)
-    before = now - STUCK_AFTER
-    for pk in TriageDecision.objects.stuck(before).values_list("pk", flat=True):
+    before = now - timedelta(seconds=settings.RESEND_AFTER_S)
+    # A decision being written beats as it goes: one applying and silent longer than a GitHub call can take lost its
+    # worker.
+    abandoned = TriageDecision.objects.abandoned(now - applying.HEARTBEAT_STALE_AFTER)
+    for pk in (TriageDecision.objects.due(before) | abandoned).values_list("pk", flat=True):
         dispatch.start_decision(pk)
-    coordinator.resend_stuck(before)
     for pk in WebhookDelivery.objects.stuck(before).values_list("pk", flat=True):
         dispatch.start_delivery(pk)
+    coordinator.fail_lost_runs(now)
     # A runner reporting a newer torch build: re-run what an older one reproduced (budgeted, lowest priority).
     build_checks.queue_rechecks(now)
     # Authors' first reports that waited for the hourly budget: sent as it frees.
     auto_bisect.release_waiting(now)
+    assignment.assign(now)
+    registration.provision_missing()
 
 
 @shared_task

@@ -1,8 +1,9 @@
 import logging
 import os
+import sys
 
 from celery import Celery
-from celery.signals import worker_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "triage_site.settings")
 
@@ -12,21 +13,33 @@ app.autodiscover_tasks()
 
 
 @worker_init.connect
-def _runner_holds_no_database(sender, **kwargs) -> None:
-    """Before the pool forks: a worker that reads only the bisection queues is a runner, and its database is sealed
-    (rubric_app.runs.runner): it may run on a host that holds nothing but the broker's URL."""
+def _refuse_runner_lanes(sender, **kwargs) -> None:
+    """Before the pool forks: a worker of the dashboard's app holds the database, so it never takes a runner's lane
+    (a bisection runner is the runner app's worker: triage_site/runner.py)."""
+    if sender.app is not app:
+        return
     from rubric_app.runs import workers
 
-    if workers.begin(list(sender.app.amqp.queues.consume_from)):
-        logging.getLogger(__name__).info("a bisection runner: no database, reports go to the coordinator")
+    try:
+        workers.begin(list(sender.app.amqp.queues.consume_from))
+    except workers.NotForThisWorker as exc:
+        sys.exit(f"refused to start: {exc}")  # an exception here would only be logged, and the worker would go on
 
 
 @worker_ready.connect
 def _start_heartbeat(sender, **kwargs) -> None:
-    """Record this worker's queues and liveness for the dashboard (rubric_app.runs.workers)."""
-    from rubric_app.runs import workers
+    """Record this worker's queues and liveness for the dashboard (rubric_app.runs.workers); the coordinator (the
+    `default` queue) also starts the gateway, which reads what the runners send (rubric_app.runs.gateway)."""
+    if sender.app is not app:
+        return
+    from rubric_app.runs import gateway, workers
+    from rubric_app.vocabulary import COORDINATOR_QUEUE
 
-    workers.start(sender.hostname, [queue.name for queue in sender.task_consumer.queues])
+    queues = [queue.name for queue in sender.task_consumer.queues]
+    workers.start(sender.hostname, queues)
+    if COORDINATOR_QUEUE in queues:
+        gateway.start()
+        logging.getLogger(__name__).info("the runner gateway reads the registered runners' reports")
 
 
 @worker_ready.connect
@@ -46,8 +59,12 @@ def _stop_within_seconds_on_sigterm(sender, **kwargs) -> None:
         install_worker_term_hard_handler(sender.controller, sig="SIGTERM")
 
 
+@worker_shutting_down.connect
 @worker_shutdown.connect
-def _stop_heartbeat(**kwargs) -> None:
-    from rubric_app.runs import workers
+def _stop_heartbeat(sender, **kwargs) -> None:
+    """As any worker of this process starts stopping (a cold shutdown too, which sends no worker_shutdown) and once it
+    has: its heartbeat says it stopped (rubric_app.runs.workers), the gateway stops reading."""
+    from rubric_app.runs import gateway, workers
 
+    gateway.stop()
     workers.stop()

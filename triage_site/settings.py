@@ -333,36 +333,69 @@ if not TOKEN_ENCRYPTION_KEYS and not DEBUG and GITHUB_OAUTH_CLIENT_ID:
 # Celery. The embedded default uses kombu's filesystem transport: a real broker
 # and a real worker process, no service to install.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = VAR_DIR / "broker"
-    for _sub in ("out", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "out"),
-        "data_folder_out": str(_broker_dir / "out"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "control_folder": str(_broker_dir / "control"),
+# A bisection can run for minutes; redeliver only after the longest one could have finished
+# (coordinator.longest_run: ten mode timeouts plus 300 s), so that a redelivered message always
+# means that the worker which took it died.
+_VISIBILITY_TIMEOUT_S = max(3600, int(2 * (10 * env_float("BISECTION_TIMEOUT_S", 120) + 300)))
+
+
+def filesystem_broker(folder: Path) -> dict:
+    """kombu's filesystem transport options for a broker kept in `folder` (made here)."""
+    for sub in ("out", "processed", "control"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folder / "out"),
+        "data_folder_out": str(folder / "out"),
+        "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
         "store_processed": False,
     }
+
+
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker(VAR_DIR / "broker")
 else:
-    # A bisection can run for minutes; redeliver only after the longest one could have finished
-    # (bisect_runs.longest_run: ten mode timeouts plus 300 s), so that a redelivered message always
-    # means that the worker which took it died.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": max(3600, int(2 * (10 * env_float("BISECTION_TIMEOUT_S", 120) + 300)))
-    }
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT_S}
+# Bisection runners talk to the coordinator through a broker of their own (docs/deploy.md#runners): each registered
+# runner's job queue and report queue (runner.<name>.*, rubric_app/runs/broker.py), which a runner's broker user is
+# confined to by the broker's ACL, apart from every queue, result and remote-control channel of the privileged
+# processes above. RUNNER_BROKER_URL is how a process reaches it: on the coordinator, a user that may read every
+# runner's reports and write its jobs (by default the CELERY_BROKER_URL's; a Redis database of its own is tidier); on a
+# runner, that runner's own broker user. The embedded default keeps it in a folder of its own.
+RUNNER_BROKER_URL = os.environ.get("RUNNER_BROKER_URL", "") or (
+    "filesystem://" if CELERY_BROKER_URL.startswith("filesystem://") else CELERY_BROKER_URL
+)
+if RUNNER_BROKER_URL.startswith("filesystem://"):
+    RUNNER_BROKER_TRANSPORT_OPTIONS = filesystem_broker(VAR_DIR / "runner-broker")
+else:
+    RUNNER_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": _VISIBILITY_TIMEOUT_S}
+# manage: the coordinator creates each registered runner's broker user (Redis ACL SETUSER, its password the runner's
+# secret) and deletes it when the runner is revoked, cutting its connections; its broker user needs the ACL commands.
+# off: the operator adds the ACL line the runners page shows (deploy/redis-runners.acl).
+RUNNER_BROKER_ACL = os.environ.get("RUNNER_BROKER_ACL", "off").strip().lower()
+if RUNNER_BROKER_ACL not in ("off", "manage"):
+    raise ImproperlyConfigured(f"RUNNER_BROKER_ACL={RUNNER_BROKER_ACL!r}: choose off or manage")
+# A runner's own identity (a runner holds these and the RUNNER_BROKER_URL, nothing else): the name and secret an
+# operator registered it with (the runners page, or manage.py register_runner).
+RUNNER_NAME = os.environ.get("RUNNER_NAME", "")
+RUNNER_SECRET = os.environ.get("RUNNER_SECRET", "")
+# The lanes a runner takes (a person's runs, the automatic ones, re-checks on a newer build: vocabulary.py); unset,
+# every lane of its device.
+RUNNER_LANES = env_list("RUNNER_LANES")
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Each task's queue is named where it is sent (rubric_app/dispatch.py): decisions to `github` (one worker with
-# concurrency 1: what paces writes), a run's job to its device's queue, the rest to `default` (the coordinator).
-# A worker reading `-Q cpu,cpu_auto` takes from the first queue with a message, in that order: a run a
-# person asked for never waits behind automatic ones (auto_bisect.py). With prefetch 1, at most the one
-# automatic run already started is ahead of it.
-CELERY_BROKER_TRANSPORT_OPTIONS["queue_order_strategy"] = "priority"
+# concurrency 1: what paces writes), the rest to `default` (the coordinator). A run's job goes to the runner the
+# coordinator gave it to, on the runners' broker (rubric_app/runs/assignment.py: a person's runs first).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The sweep (rubric_app/tasks.requeue_stuck_task): how often it runs. Work whose message vanished from the broker (a
+# decision, a webhook delivery) is sent again at the first sweep after it has waited RESEND_AFTER_S; a run's job is
+# given again as soon as its runner's heartbeat shows it neither holds nor waits for it (runs/assignment.py).
+SWEEP_MINUTES = env_float("SWEEP_MINUTES", 5)
+RESEND_AFTER_S = env_float("RESEND_AFTER_S", 60)
 CELERY_BEAT_SCHEDULE = {
-    "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=5)},
+    "requeue-stuck-work": {"task": "rubric_app.tasks.requeue_stuck_task", "schedule": timedelta(minutes=SWEEP_MINUTES)},
     # Someone who left a team loses its role within a day (and at once at their next sign-in).
     "refresh-github-roles": {"task": "rubric_app.tasks.refresh_github_roles_task", "schedule": timedelta(days=1)},
     # A labeler trained on the week's history, promoted only through the gate (rubric_app/triage/model_store.py).

@@ -1,19 +1,21 @@
 """The coordinator: the database's side of a bisection run, on the `default` queue. Runners hold no database.
 
-start_run sends a run's job (runs/jobs.py) to a runner of its queue: the job carries everything a runner needs,
-and a token only this run's job knows. record applies what a runner reports about it to the run's row, each change
-a conditional UPDATE on the run's status, token and the message that claimed it:
-- a report without the job's token is forged, one for a finished run is stale: refused, nothing recorded;
-- the first message to start a run claims it; a copy of the job (the sweep sent it again) is refused and stopped
-  (dispatch.cancel_job), and the claiming message run again (another attempt) means its runner died: the run ends
-  failed, saying so (untrusted code runs again only when a person asks);
+assignment.py gives a queued run to one registered runner and sends it the job. record applies what a runner
+reports about it to the run's row; the gateway (gateway.py) has already checked that the runner whose queue the
+report came from signed it, and names that runner. Each change is a conditional UPDATE on the run's status, its
+assignment (the runner it was given to, and the token of that assignment) and the message that claimed it:
+- a report from any runner but the one the run is given to, or with an earlier assignment's token, is refused:
+  nothing recorded, whatever name or token it carries;
+- the first message to start a run claims it; a copy of the job is refused, and the claiming message run again
+  (another attempt) means its runner died: the run ends failed, saying so (untrusted code runs again only when a
+  person asks);
 - only the first result counts; the verdict is decided here from the results (bisection/verdict.py), not taken
-  from the runner;
-- an automatic run that made way for a person's run goes back to its queue with a new job; one whose runner is
-  stopping (cold shutdown) waits for its message to come back.
-A runner restarted under the same name (another boot) or silent longer than WORKER_HEARTBEAT_STALE_S died with the
-runs it held: they end failed with that reason (record_heartbeat, fail_lost_runs). fail_stale_runs and
-fail_unclaimed_runs are the sweep's.
+  from the runner; a result that is not the harness's shape is refused whole;
+- an automatic run that made way for a person's run, or whose runner is stopping (cold shutdown), goes back to the
+  queue.
+A runner restarted (its beat has another boot) or silent longer than WORKER_HEARTBEAT_STALE_S died with the runs it
+held: they end failed with that reason (record_heartbeat, fail_lost_runs). fail_stale_runs and fail_unclaimed_runs
+are the sweep's.
 """
 
 from __future__ import annotations
@@ -21,9 +23,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import secrets
-import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -31,9 +31,9 @@ from django.utils import timezone
 from rubric_app import dispatch
 from rubric_app.bisection import builds, verdict
 from rubric_app.bisection.harness import LOG_CAP
-from rubric_app.models import BisectionRun, WorkerHeartbeat, queue_state
-from rubric_app.runs import jobs
-from rubric_app.vocabulary import RUNNER_QUEUES
+from rubric_app.models import BisectionRun, Runner, WorkerHeartbeat, queue_state
+from rubric_app.runs import assignment, jobs
+from rubric_app.vocabulary import BISECTION_QUEUES, RUN_QUEUES
 
 log = logging.getLogger(__name__)
 
@@ -45,71 +45,48 @@ AUTO_WAIT = timedelta(days=1)
 MAX_RESULTS_BYTES = 256 * 1024
 
 
-def longest_run() -> timedelta:
-    """An upper bound on one bisection: six modes plus four re-runs, each at most the timeout, plus slack."""
-    return timedelta(seconds=10 * settings.BISECTION_TIMEOUT_S + 300)
-
-
-def job_for(run: BisectionRun) -> jobs.Job:
-    """The self-contained job of a run: the repro, its modes' device, the build, the limits, whether it makes way."""
-    # Untrusted code nobody asked for: its compile modes share one budget (auto_bisect.py, issue 35). A re-check on a
-    # newer build re-runs a repro that already reproduced, with the limits its first run had.
-    budget = settings.AUTO_BISECT_BUDGET_S if run.automatic and not run.recheck_of_id else None
-    return jobs.Job(
-        run_id=run.pk,
-        token=run.job_token,
-        repro=run.repro_code,
-        style=run.repro_style if run.repro_style in ("script", "module") else "script",
-        device=run.device,
-        build=run.build,
-        limits=jobs.Limits(
-            timeout_s=settings.BISECTION_TIMEOUT_S, memory_mb=settings.BISECTION_MEMORY_MB, budget_s=budget
-        ),
-        may_make_way=run.automatic,
-    )
+longest_run = assignment.longest_run
 
 
 def start_run(run: BisectionRun) -> None:
-    """Send the run's job to a runner of its queue once this transaction commits (the one way a run starts).
-
-    The run's token is made on its first send and kept when the job is sent again (the sweep); each message gets an
-    id of its own, so that the coordinator knows which one claimed the run."""
-    if not run.job_token:
-        run.job_token = secrets.token_urlsafe(24)
-        BisectionRun.objects.filter(pk=run.pk).update(job_token=run.job_token)
-    dispatch.start_job(job_for(run).as_message(), queue=run.queue_name, message_id=str(uuid.uuid4()))
+    """Queue the run for a runner (the one way a run starts): the coordinator gives it to one once this transaction
+    commits (assignment.assign)."""
+    dispatch.start_assignment()
 
 
-def record(message: object) -> BisectionRun | None:
-    """Apply one runner report to its run (see the module); returns the run when this report finished it with a
-    verdict (its follow-ups are the caller's: triage/followups.py), else None."""
+def record(runner: Runner, message: object) -> BisectionRun | None:
+    """Apply one report of `runner` (authenticated by the gateway) to its run (see the module); returns the run when
+    this report finished it with a verdict (its follow-ups are the caller's: triage/followups.py), else None."""
     try:
         report = jobs.Report.from_message(message)
     except jobs.Malformed as exc:
-        log.warning("refused a runner report: %s", exc)
-        return None
-    run = BisectionRun.objects.filter(pk=report.run_id).only("pk", "job_token", "status", "message_id").first()
-    if run is None or not run.job_token or not hmac.compare_digest(run.job_token, report.token):
-        log.warning(
-            "refused a %s report for run %s: not its job's token (forged, or a run since removed)",
-            report.kind,
-            report.run_id,
-        )
-        return None
+        return _refused(runner, f"a malformed report: {exc}")
+    run = BisectionRun.objects.filter(pk=report.run_id).only("pk", "job_token", "status", "assigned_to").first()
+    if run is None or run.assigned_to_id != runner.pk:
+        return _refused(runner, f"a {report.kind} report for run {report.run_id}, which is not given to it")
+    if not run.job_token or not hmac.compare_digest(run.job_token, report.token):
+        return _refused(runner, f"a {report.kind} report for run {report.run_id} of an earlier assignment")
     if report.kind == jobs.STARTED or run.status == BisectionRun.Status.QUEUED:
-        if not _claim(report):
+        if not _claim(runner, report):
             return None
     try:
-        return RECORDERS[report.kind](report)
+        return RECORDERS[report.kind](runner, report)
     except jobs.Malformed as exc:
-        log.warning("refused a %s report for run %s: %s", report.kind, report.run_id, exc)
-        return None
+        return _refused(runner, f"a {report.kind} report for run {report.run_id}: {exc}")
 
 
-def _held(report: jobs.Report):
+def _refused(runner: Runner, why: str) -> None:
+    """Log why a report of `runner` was refused and keep the last reason on its row (the runners page shows it)."""
+    log.warning("refused from runner %s: %s", runner.name, why)
+    Runner.objects.filter(pk=runner.pk).update(refused_at=timezone.now(), refused=why[:300])
+    return None
+
+
+def _held(runner: Runner, report: jobs.Report):
     """The run, while the attempt that claimed it is the one reporting: the only rows a report may change."""
     return BisectionRun.objects.filter(
         pk=report.run_id,
+        assigned_to=runner,
         job_token=report.token,
         status=BisectionRun.Status.RUNNING,
         message_id=report.message_id,
@@ -117,24 +94,24 @@ def _held(report: jobs.Report):
     )
 
 
-def _claim(report: jobs.Report) -> bool:
+def _claim(runner: Runner, report: jobs.Report) -> bool:
     """The first message to report on a queued run claims it; returns whether this report's message holds it now."""
     now = timezone.now()
-    device = report.body.get("device") if report.body.get("device") in ("cpu", "cuda") else "?"
     claimed = BisectionRun.objects.filter(
-        pk=report.run_id, job_token=report.token, status=BisectionRun.Status.QUEUED
+        pk=report.run_id, assigned_to=runner, job_token=report.token, status=BisectionRun.Status.QUEUED
     ).update(
         status=BisectionRun.Status.RUNNING,
         started_at=now,
-        worker=f"{report.runner} ({device})"[:200],
-        runner=report.runner,
+        # Who ran it is the registered runner, never a name a message chose.
+        worker=f"{runner.name} ({runner.device})",
+        runner=runner.name,
         runner_boot=report.boot,
         message_id=report.message_id,
         attempt=report.attempt,
         current_mode="",
         results=[],
     )
-    if claimed or _held(report).exists():
+    if claimed or _held(runner, report).exists():
         return True
     run = BisectionRun.objects.get(pk=report.run_id)
     if run.status == BisectionRun.Status.RUNNING and run.message_id == report.message_id:
@@ -145,29 +122,30 @@ def _claim(report: jobs.Report) -> bool:
             "start it again.",
             now,
         )
-    log.info("refused a %s report for run %s: the run is %s", report.kind, run.pk, run.status)
-    dispatch.cancel_job(report.message_id)  # a copy or a redelivery: nothing it runs would be recorded
+    log.info(
+        "refused a %s report for run %s from runner %s: the run is %s", report.kind, run.pk, runner.name, run.status
+    )
     return False
 
 
-def _progress(report: jobs.Report) -> None:
+def _progress(runner: Runner, report: jobs.Report) -> None:
     results = capped_results(report.results())
-    held = _held(report)
+    held = _held(runner, report)
     stored = held.values_list("results", flat=True).first()
     # Reports may arrive out of order: an older one (fewer results) never overwrites a newer one.
     if stored is not None and len(results) >= len(stored):
         held.update(current_mode=report.text("mode", 60), results=results)
 
 
-def _result(report: jobs.Report) -> BisectionRun | None:
-    run = _held(report).first()
+def _result(runner: Runner, report: jobs.Report) -> BisectionRun | None:
+    run = _held(runner, report).first()
     if run is None:
         return None
     results = capped_results(report.results())
     device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
     decided = verdict.decide(results, device)
     now = timezone.now()
-    done = _held(report).update(
+    done = _held(runner, report).update(
         status=BisectionRun.Status.DONE,
         finished_at=now,
         current_mode="",
@@ -186,47 +164,38 @@ def _result(report: jobs.Report) -> BisectionRun | None:
     return BisectionRun.objects.select_related("issue").get(pk=run.pk) if done else None
 
 
-def _failed(report: jobs.Report) -> None:
+def _failed(runner: Runner, report: jobs.Report) -> None:
     fields = {"sandbox_report": report.mapping("sandbox")} if report.mapping("sandbox") else {}
     _end(
-        _held(report),
+        _held(runner, report),
         report.text("error", 5000) or "The runner could not run this bisection.",
         build=report.text("build", 40),
         **fields,
     )
 
 
-def _made_way(report: jobs.Report) -> None:
-    """Back to its queue with a new job (the old message is done): a person's run waited on the runner's queue."""
-    if _held(report).update(**_requeued(job_token=secrets.token_urlsafe(24))):
-        run = BisectionRun.objects.get(pk=report.run_id)
-        start_run(run)
-        log.info("automatic run %s made way for a person's run on %s", run.pk, QUEUES[run.device])
+def _made_way(runner: Runner, report: jobs.Report) -> None:
+    """Back to the queue with no runner (the old message is done): a person's run was given to its runner."""
+    if _held(runner, report).update(**assignment.unassigned()):
+        log.info("automatic run %s made way for a person's run on runner %s", report.run_id, runner.name)
 
 
-def _put_back(report: jobs.Report) -> None:
-    """Its runner is stopping (cold shutdown) and gives the message back to the broker: the run waits for it, and the
-    message delivered again claims it afresh instead of reading as a runner that died mid-run."""
-    _held(report).update(**_requeued())
-
-
-def _requeued(**fields) -> dict:
-    return dict(
+def _put_back(runner: Runner, report: jobs.Report) -> None:
+    """Its runner is stopping (cold shutdown) and gives the message back to the broker: the run waits for it, still
+    given to that runner, and the message delivered again claims it afresh instead of reading as a runner that died
+    mid-run (if the runner does not come back, assignment.release_silent gives it to another)."""
+    _held(runner, report).update(
         status=BisectionRun.Status.QUEUED,
         started_at=None,
-        worker="",
-        runner="",
-        runner_boot="",
         message_id="",
         attempt="",
         current_mode="",
         results=[],
-        **fields,
     )
 
 
 RECORDERS = {
-    jobs.STARTED: lambda report: None,
+    jobs.STARTED: lambda runner, report: None,
     jobs.PROGRESS: _progress,
     jobs.RESULT: _result,
     jobs.FAILED: _failed,
@@ -256,47 +225,68 @@ def capped_results(results: list[dict]) -> list[dict]:
 # --- runners' heartbeats and deaths -------------------------------------------------------------------------------
 
 
-def record_heartbeat(beat: object) -> None:
-    """Record a runner's heartbeat (runs/workers.runner_beat) and end what an earlier process of the same runner held.
+def record_heartbeat(runner: Runner, beat: object, *, sent_at: float) -> None:
+    """Record a heartbeat of `runner` (authenticated by the gateway; sent_at: when it signed it), end what an earlier
+    process of that runner held, take back jobs it lost, and give it work.
 
-    A runner may only say it serves the bisection queues: the github or default queue's liveness is never a
-    runner's word. Its last beat, on a clean shutdown, says it stopped: its row goes (this process's, not a newer
-    one's under the same name)."""
+    A beat speaks for its own runner only (the row is that runner's, whatever the beat says), for the device the
+    runner was registered with (a cpu runner claiming a GPU is refused), and is never older than the one recorded (a
+    replay is refused). Its last beat, on a clean shutdown, says it stopped: its row goes (that process's, not a newer
+    one's)."""
+    signed = datetime.fromtimestamp(sent_at, tz=UTC)
+    row = WorkerHeartbeat.objects.filter(runner=runner).only("sent_at", "boot").first()
+    if row is not None and row.sent_at is not None and signed <= row.sent_at:
+        _refused(runner, f"a heartbeat signed at {signed:%H:%M:%S}, not after the last one recorded (a replay)")
+        return
     if isinstance(beat, dict) and beat.get("stopped") is True:
-        WorkerHeartbeat.objects.filter(name=str(beat.get("name", "")), boot=str(beat.get("boot", ""))).delete()
+        WorkerHeartbeat.objects.filter(runner=runner, boot=str(beat.get("boot", ""))).delete()
         return
     try:
-        row = _heartbeat_row(beat)
+        recorded = _heartbeat_row(runner, beat, signed)
     except (KeyError, TypeError, ValueError) as exc:
-        log.warning("refused a runner heartbeat: %s: %s", exc.__class__.__name__, exc)
+        _refused(runner, f"a heartbeat: {exc.__class__.__name__}: {exc}")
         return
-    WorkerHeartbeat.objects.record(row)
-    fail_runs_of_restarted(row.name, row.boot)
+    WorkerHeartbeat.objects.record(recorded)
+    fail_runs_of_restarted(runner.name, recorded.boot)
+    assignment.reconcile(runner, recorded)
+    assignment.assign()
 
 
-def _heartbeat_row(beat: object) -> WorkerHeartbeat:
+def _heartbeat_row(runner: Runner, beat: object, signed: datetime) -> WorkerHeartbeat:
     if not isinstance(beat, dict):
         raise TypeError("a heartbeat is a JSON object")
-    queues = beat["queues"]
-    if not isinstance(queues, list) or not queues or not set(queues) <= RUNNER_QUEUES:
-        raise ValueError(f"a runner serves bisection queues only, not {queues!r}")
+    if beat["device"] != runner.device:
+        raise ValueError(f"it says it serves {beat['device']!r}, and was registered for {runner.device}")
+    lanes, serves = beat["lanes"], BISECTION_QUEUES[RUN_QUEUES[runner.device]]
+    if not isinstance(lanes, list) or not lanes or not set(lanes) <= serves:
+        raise ValueError(f"a {runner.device} runner serves the lanes {', '.join(sorted(serves))}, not {lanes!r}")
     builds_ = beat.get("builds") or {}
     hardware = beat.get("hardware") or {}
     if not (isinstance(builds_, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in builds_.items())):
         raise TypeError("builds is not {name: version}")
     if not isinstance(hardware, dict) or len(json.dumps(hardware)) > 10_000:
         raise TypeError("hardware is not a small object")
-    name, boot, device = beat["name"], beat["boot"], beat["device"]
-    if not (isinstance(name, str) and isinstance(boot, str) and device in ("cpu", "cuda")):
-        raise TypeError("name, boot or device")
+    active, waiting, slots = beat.get("active", []), beat.get("waiting", 0), beat.get("slots", 1)
+    if not (isinstance(active, list) and len(active) <= 64 and all(type(pk) is int for pk in active)):
+        raise TypeError("active is not a short list of run ids")
+    if type(waiting) is not int or type(slots) is not int or waiting < 0 or not 1 <= slots <= 64:
+        raise ValueError("waiting or slots")
+    boot = beat["boot"]
+    if not isinstance(boot, str) or not boot:
+        raise TypeError("boot")
     return WorkerHeartbeat(
-        name=name[:200],
-        queues=sorted(queues),
-        device=device,
+        name=runner.name,
+        runner=runner,
+        queues=sorted(lanes),
+        device=runner.device,
         builds={k[:40]: v[:100] for k, v in list(builds_.items())[:20]},
         hardware=hardware,
         boot=boot[:64],
         seen_at=timezone.now(),
+        sent_at=signed,
+        active=active,
+        waiting=waiting,
+        slots=slots,
     )
 
 
@@ -307,9 +297,10 @@ def fail_runs_of_restarted(runner: str, boot: str) -> int:
 
 
 def fail_lost_runs(now=None) -> int:
-    """End the runs whose runner died, saying so; returns how many. Every worker holding the database calls it on
-    each beat: a runner beating again with another boot was restarted (killed, or lost); one silent for
-    WORKER_HEARTBEAT_STALE_S was killed, lost, or cut off from the broker."""
+    """End the runs whose runner died, saying so, and take back the jobs of silent runners not yet started; returns
+    how many runs ended. Every worker holding the database calls it on each beat: a runner beating again with another
+    boot was restarted (killed, or lost); one silent for WORKER_HEARTBEAT_STALE_S was killed, lost, or cut off from
+    the broker."""
     now = now or timezone.now()
     live = dict(WorkerHeartbeat.objects.live(now).values_list("name", "boot"))
     # A run just claimed may come before its runner's first beat is recorded: it gets one staleness to show up.
@@ -322,6 +313,8 @@ def fail_lost_runs(now=None) -> int:
             ended += _end_lost(run, _restarted, now)
         elif boot is None and run.started_at and run.started_at < grace:
             ended += _end_lost(run, _silent, now)
+    if assignment.release_silent(now):
+        assignment.assign(now)
     return ended
 
 
@@ -337,24 +330,23 @@ def _silent(run: BisectionRun) -> str:
 
 
 def _end_lost(run: BisectionRun, why, now=None) -> int:
-    # Conditional on the claim it had: a report recorded meanwhile wins.
+    # Conditional on the claim it had: a report recorded meanwhile wins. Its message, if the broker gives it back to
+    # its runner, claims nothing: the run is over.
     held = BisectionRun.objects.filter(pk=run.pk, status=BisectionRun.Status.RUNNING, message_id=run.message_id)
-    if not _end(held, why(run), now):
-        return 0
-    dispatch.cancel_job(run.message_id)  # its message comes back to a runner later: it must not run again
-    return 1
+    return _end(held, why(run), now)
+
+
+def end_runs_of_revoked(runner: Runner) -> int:
+    """A revoked runner's runs: those it runs end failed, those waiting for it go back to the queue."""
+    ended = _end(
+        BisectionRun.objects.filter(status=BisectionRun.Status.RUNNING, assigned_to=runner),
+        f"The runner {runner.name} was revoked while running this bisection; start it again.",
+    )
+    assignment.take_back(BisectionRun.objects.filter(assigned_to=runner), f"runner {runner.name} was revoked")
+    return ended
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------------
-
-
-def resend_stuck(before) -> int:
-    """Send again the job of each person's run still queued since before `before` (its message may never have reached
-    a runner); returns how many. The same token, a new message: whichever arrives first claims the run."""
-    runs = list(BisectionRun.objects.stuck(before))
-    for run in runs:
-        start_run(run)
-    return len(runs)
 
 
 def fail_stale_runs(now=None) -> int:

@@ -1,16 +1,25 @@
-"""The contract between the coordinator and a bisection runner: a self-contained job out, reports back (pure Python).
+"""The contract between the coordinator and a bisection runner: a self-contained job out, signed reports back (pure
+Python).
 
-A runner holds no database and no secret (docs/bisection.md#runners): everything it needs to run a repro is in the
-job, and everything the dashboard learns of the run comes back in reports, which the coordinator checks against the
-run's row before it records anything. A report names its run, the job's token (a secret of that job: a report
-without it is forged), the message that carried the job (a second message of the same job is a copy, not the
-claim) and the attempt (one execution of that message: the same message run again means the first attempt's runner
-died). Both sides parse what they receive here: the runner a job, the coordinator a report; anything malformed is
-refused with the reason, never half-applied.
+A runner holds no database and no secret but its own (docs/bisection.md#runners): everything it needs to run a repro
+is in the job, and everything the dashboard learns of the run comes back in reports, which the coordinator checks
+before it records anything. Each message a runner sends (a report on a job, or its heartbeat) travels in an Envelope
+signed with the secret its operator registered it with (HMAC-SHA256 over the canonical JSON): the gateway
+(runs/gateway.py) forwards only envelopes that the runner whose queue they came from signed, recently. Inside, a
+report names its run, the assignment's token (a report of an earlier assignment is stale), the message that carried
+the job (a second message of the same job is a copy, not the claim) and the attempt (one execution of that message:
+the same message run again means the first attempt's runner died). Both sides parse what they receive here: the
+runner a job, the coordinator an envelope and a report; anything malformed is refused with the reason, never
+half-applied.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import math
+import time
 from dataclasses import asdict, dataclass, field
 
 # What a runner says, in the order a job lives.
@@ -25,10 +34,22 @@ KINDS = (STARTED, PROGRESS, RESULT, FAILED, MADE_WAY, PUT_BACK)
 # Bounds on what a report may carry (the coordinator caps the results further before storing them).
 MAX_TEXT = 200_000
 MAX_RESULTS = 64
+# What a runner may send at all: an envelope larger than this is refused before it is read.
+MAX_MESSAGE_BYTES = 1_000_000
+# An envelope signed longer ago than this (or this far in the future: clocks apart) is refused: a replay, or a
+# runner whose clock is wrong (it says so on the runners page).
+MAX_AGE_S = 600
+# What an envelope carries.
+REPORT = "report"
+HEARTBEAT = "heartbeat"
 
 
 class Malformed(ValueError):
     """A job or a report that does not follow this contract: refused whole."""
+
+
+class Forged(Malformed):
+    """An envelope its runner did not sign (or signed too long ago): refused whole."""
 
 
 @dataclass(frozen=True)
@@ -119,11 +140,18 @@ class Report:
             raise Malformed(f"not a report: {exc.__class__.__name__}: {exc}") from None
 
     def results(self) -> list[dict]:
-        """The body's mode results, each a JSON object, at most MAX_RESULTS of them."""
+        """The body's mode results, at most MAX_RESULTS of them: each a JSON object naming its mode and status, as the
+        harness writes them (the verdict reads both)."""
         results = self.body.get("results", [])
-        if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
-            raise Malformed("results is not a list of objects")
-        return results[:MAX_RESULTS]
+        if not isinstance(results, list) or len(results) > MAX_RESULTS:
+            raise Malformed(f"results is not a list of at most {MAX_RESULTS} objects")
+        for index, result in enumerate(results):
+            if not isinstance(result, dict):
+                raise Malformed(f"result {index} is not an object")
+            for key in ("mode", "status"):
+                if not isinstance(result.get(key), str) or not result[key]:
+                    raise Malformed(f"result {index} has no {key}")
+        return results
 
     def text(self, key: str, cap: int = MAX_TEXT) -> str:
         value = self.body.get(key, "")
@@ -151,4 +179,62 @@ def _text(value: object, cap: int) -> str:
 def _choice(value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One message from a runner: who sent it (its registered name), what it carries (a report or a heartbeat), when
+    it was signed (its clock, in seconds), and the body."""
+
+    runner: str
+    kind: str
+    sent_at: float
+    body: dict
+
+    def signed(self, secret: str) -> dict:
+        """The message to send: the envelope and its signature."""
+        message = asdict(self)
+        return {**message, "signature": _signature(message, secret)}
+
+    @classmethod
+    def opened(cls, message: object, *, runner: str, secret: str, now: float | None = None) -> Envelope:
+        """The envelope of `message`, sent by runner `runner` (the queue it came from) and signed with `secret` within
+        MAX_AGE_S of `now`; Malformed (or Forged) says why it is refused."""
+        if not isinstance(message, dict):
+            raise Malformed("a runner's message is a JSON object")
+        try:
+            envelope = cls(
+                runner=_text(message["runner"], 40),
+                kind=_choice(message["kind"], (REPORT, HEARTBEAT)),
+                sent_at=_number(message["sent_at"]),
+                body=_mapping(message["body"]),
+            )
+            signature = _text(message["signature"], 64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Malformed(f"not a runner's message: {exc.__class__.__name__}: {exc}") from None
+        if envelope.runner != runner:
+            raise Forged(f"names runner {envelope.runner!r} but came from runner {runner!r}'s queue")
+        if not hmac.compare_digest(signature, _signature(asdict(envelope), secret)):
+            raise Forged(f"not signed with runner {runner!r}'s secret")
+        age = (time.time() if now is None else now) - envelope.sent_at
+        if abs(age) > MAX_AGE_S:
+            raise Forged(f"signed {age:.0f} s ago (a replay, or the runner's clock is off by that much)")
+        return envelope
+
+
+def _signature(message: dict, secret: str) -> str:
+    canonical = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(secret.encode(), canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _mapping(value: object) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError("body is not an object")
     return value

@@ -1,12 +1,15 @@
-"""The runner: a worker that runs bisection jobs and holds nothing else (docs/bisection.md#runners).
+"""The runner: a worker of the runner app (triage_site/runner.py) that runs bisection jobs and holds nothing else
+(docs/bisection.md#runners).
 
-A worker that consumes only the bisection queues (cpu, cpu_auto, cpu_recheck, and the gpu ones) is a runner; nothing
-else tells it so. It needs the broker's URL and its own settings (BISECTION_DEVICE, TORCH_BUILDS) and nothing more:
-its database is sealed when it starts (seal_database: any query fails, no SQLite file is made), so a repro that
-escaped the sandbox finds no database, no GitHub credential and no key on the host. run_job takes a job
-(runs/jobs.py), runs it in the sandbox (bisection/) and tells the coordinator how it goes through dispatch.report:
-started, each mode's progress, the result or why it failed; an automatic run makes way at a mode boundary for a
-person's run waiting on the broker; a runner stopping (cold shutdown) puts its run back.
+It knows the runners' broker as its own broker user (RUNNER_BROKER_URL), its registered name and secret (RUNNER_NAME,
+RUNNER_SECRET) and its own settings (BISECTION_DEVICE, TORCH_BUILDS, RUNNER_LANES), nothing more: it refuses to
+start holding anything else (refuse_secrets), and its database is sealed when it starts (seal_database: any query
+fails, no SQLite file is made), so a repro that escaped the sandbox finds no database, no GitHub credential and no
+key on the host. run_job takes a job the coordinator gave this runner (runs/jobs.py), runs it in the sandbox
+(bisection/) and tells the coordinator how it goes through dispatch.report, each message signed with its secret:
+started, each mode's progress, the result or why it failed. An automatic run makes way at a mode boundary when the
+coordinator has given this runner a person's job meanwhile (it waits in this runner's queue); a runner stopping (cold
+shutdown) puts its run back.
 
 This module never touches the database (tests/test_runner.py reads its imports).
 """
@@ -16,28 +19,65 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.conf import settings
 
 from rubric_app import bisection, dispatch
 from rubric_app.bisection import builds
-from rubric_app.runs import hardware, jobs
-from rubric_app.vocabulary import RUN_QUEUES, RUNNER_QUEUES
+from rubric_app.runs import broker, hardware, jobs
+from rubric_app.vocabulary import BISECTION_QUEUES, RUN_QUEUES
 
 log = logging.getLogger(__name__)
 
 # What a runner declaring BISECTION_DEVICE can run: a GPU box has a CPU too.
 SERVES = {"cpu": {"cpu"}, "cuda": {"cuda", "both"}}
-# A person's job waiting this long on the broker with no runner taking it means every runner of its queue is busy
-# (an idle one takes it at once).
-MAKE_WAY_AFTER_S = 2.0
+# What a runner must not hold (docs/deploy.md, "Who holds what"): it refuses to start with any of them set.
+PRIVILEGED = (
+    "DATABASE_URL",
+    "SECRET_KEY",
+    "CELERY_BROKER_URL",
+    "GITHUB_TOKEN",
+    "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_APP_PRIVATE_KEY_FILE",
+    "GITHUB_OAUTH_CLIENT_SECRET",
+    "GITHUB_WEBHOOK_SECRETS",
+    "TOKEN_ENCRYPTION_KEY",
+    "SENTRY_DSN",
+)
 
 
-def is_runner(queues) -> bool:
-    """Whether a worker consuming `queues` is a runner: it reads the bisection queues and nothing else."""
-    queues = set(queues)
-    return bool(queues) and queues <= RUNNER_QUEUES
+class HoldsSecrets(RuntimeError):
+    """A runner started with something it must not hold: it does not start."""
+
+
+def refuse_secrets(environment: Mapping[str, str]) -> None:
+    """Raise HoldsSecrets when `environment` holds anything a runner must not, or lacks its own identity."""
+    held = sorted(name for name in PRIVILEGED if environment.get(name))
+    if held:
+        raise HoldsSecrets(
+            f"a runner must not hold {', '.join(held)} (it runs untrusted code): start it with RUNNER_BROKER_URL, "
+            "RUNNER_NAME, RUNNER_SECRET and its own settings only (docs/deploy.md#runners)"
+        )
+    if not (settings.RUNNER_NAME and settings.RUNNER_SECRET):
+        raise HoldsSecrets("RUNNER_NAME and RUNNER_SECRET are not set: register the runner on the runners page first")
+
+
+def name() -> str:
+    return settings.RUNNER_NAME
+
+
+def lanes() -> list[str]:
+    """The lanes this runner takes runs from (RUNNER_LANES, by default every lane of its device)."""
+    own = BISECTION_QUEUES[RUN_QUEUES[settings.BISECTION_DEVICE]]
+    return sorted(settings.RUNNER_LANES or own)
+
+
+def sealed() -> bool:
+    """Whether this process's database is sealed (seal_database): the one state in which it runs a job."""
+    from django.db import connections
+
+    return connections.settings["default"]["ENGINE"] == "django.db.backends.dummy"
 
 
 def seal_database() -> None:
@@ -59,29 +99,35 @@ class MakeWay(Exception):
     """An automatic run stops at a mode's boundary for a run a person asked for."""
 
 
-def person_waiting(queue: str) -> bool:
-    """Whether a person's job has waited MAKE_WAY_AFTER_S on `queue` (cpu, gpu) with no runner taking it."""
-    if not dispatch.waiting(queue):
-        return False
-    time.sleep(MAKE_WAY_AFTER_S)
-    return bool(dispatch.waiting(queue))
+def person_waiting() -> bool:
+    """Whether the coordinator has given this runner another job while it runs an automatic one: it gives a runner
+    a second job only for a person's run that no idle runner could take (runs/assignment.py)."""
+    return bool(dispatch.waiting(broker.jobs_queue(name())))
+
+
+def sender(secret: str | None = None) -> Callable[[str, dict], None]:
+    """What sends this runner's messages: each an Envelope of `kind` signed with its secret, to its reports queue."""
+
+    def send(kind: str, body: dict) -> None:
+        envelope = jobs.Envelope(runner=name(), kind=kind, sent_at=time.time(), body=body)
+        dispatch.report(envelope.signed(secret or settings.RUNNER_SECRET), queue=broker.reports_queue(name()))
+
+    return send
 
 
 def run_job(
     message: object,
     *,
     message_id: str,
-    runner: str,
     boot: str,
-    consumed: frozenset[str] = frozenset(),
-    send: Callable[[dict], None] = dispatch.report,
+    send: Callable[[str, dict], None] | None = None,
 ) -> str:
     """Run one job (a Job's message) in the sandbox, reporting as it goes; returns the kind of its last report.
 
-    message_id: the Celery message that carried it; runner, boot: this worker's node name and process start (the
-    coordinator ends what a dead runner held); consumed: the queues this worker reads (an automatic run makes way only
-    on a runner that also reads the person's queue of its device). A malformed job is logged and dropped.
+    message_id: the Celery message that carried it; boot: this worker process's start (the coordinator ends what a
+    dead runner held); send: what sends a signed message (sender()). A malformed job is logged and dropped.
     """
+    send = send or sender()
     try:
         job = jobs.Job.from_message(message)
     except jobs.Malformed as exc:
@@ -90,8 +136,8 @@ def run_job(
     attempt = uuid.uuid4().hex
 
     def say(kind: str, **body) -> str:
-        report = jobs.Report(kind, job.run_id, job.token, message_id, attempt, runner, boot, body)
-        send(report.as_message())
+        report = jobs.Report(kind, job.run_id, job.token, message_id, attempt, name(), boot, body)
+        send(jobs.REPORT, report.as_message())
         return kind
 
     device = settings.BISECTION_DEVICE
@@ -106,11 +152,9 @@ def run_job(
             error=f"this runner hosts the torch builds {', '.join(hosted)} (TORCH_BUILDS); the run asked for "
             f"{build!r}. Every runner of a queue should host the same builds.",
         )
-    person_queue = RUN_QUEUES[job.device]
-    makes_way = job.may_make_way and person_queue in consumed
 
     def progress(mode: str, results: list[dict]) -> None:
-        if makes_way and person_waiting(person_queue):
+        if job.may_make_way and person_waiting():
             raise MakeWay
         say(jobs.PROGRESS, mode=mode, results=results)
 
@@ -160,4 +204,23 @@ def server_for(python: str) -> bisection.ForkServer:
 
 def hosted_versions() -> dict[str, str]:
     """{build name: installed torch version} for this runner's TORCH_BUILDS, for its heartbeat."""
-    return {name: builds.installed_version(python) for name, python in settings.TORCH_BUILDS.items()}
+    return {build: builds.installed_version(python) for build, python in settings.TORCH_BUILDS.items()}
+
+
+def heartbeat(*, boot: str, slots: int, active: list[int], stopped: bool = False) -> dict:
+    """What this runner's heartbeat says: its process (boot), what it serves (device, lanes, torch builds, the
+    machine), how many jobs it runs at once, the runs it holds (taken or prefetched) and how many jobs wait in its
+    queue. The coordinator reads it for its registered runner only, and a device it was not registered for counts for
+    nothing. A runner's last beat says it stopped."""
+    if stopped:
+        return {"boot": boot, "stopped": True}
+    return {
+        "boot": boot,
+        "device": settings.BISECTION_DEVICE,
+        "lanes": lanes(),
+        "builds": hosted_versions(),
+        "hardware": hardware.this_machine(),
+        "slots": slots,
+        "active": active,
+        "waiting": dispatch.waiting(broker.jobs_queue(name())),
+    }

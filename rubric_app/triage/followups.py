@@ -15,10 +15,8 @@ and runs/ only records what a runner said.
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from rubric_app.models import BisectionRun, Issue, TriageDecision
-from rubric_app.runs import auto_bisect, build_checks, coordinator
+from rubric_app.runs import auto_bisect, build_checks
 from rubric_app.triage import duplicates, similar, suggestions
 
 # Where an issue's text came from, and whether a repro in it is bisected on arrival.
@@ -74,15 +72,10 @@ def decision_applied(decision: TriageDecision) -> None:
         duplicates.mark([issue.pk, *duplicates.marked_as_duplicates_of(issue)], {issue.pk: similar.vector_of(issue)})
 
 
-def runner_reported(message: object) -> BisectionRun | None:
-    """Record a runner's report (runs/coordinator.py); when it finished a run, compare the issue's runs across torch
-    builds and refresh its suggestions (and its mark: the run's output is in its text) in the same transaction:
-    whoever sees the run done (the issue page's poll) also sees the suggestions it produced. Returns the finished run,
-    or None."""
-    with transaction.atomic():
-        run = coordinator.record(message)
-        if run is not None:
-            build_checks.compare_issue(run.issue)
-            suggestions.refresh_issue(run.issue)
-            duplicates.mark([run.issue.pk], {run.issue.pk: similar.vector_of(run.issue)})  # the one just indexed
-    return run
+def run_finished(run: BisectionRun) -> None:
+    """A run finished with a verdict: the issue's runs compared across torch builds, its suggestions refreshed and its
+    mark recomputed (the run's output is in its text). The caller records the run in the same transaction, so whoever
+    sees the run done (the issue page's poll) also sees the suggestions it produced."""
+    build_checks.compare_issue(run.issue)
+    suggestions.refresh_issue(run.issue)
+    duplicates.mark([run.issue.pk], {run.issue.pk: similar.vector_of(run.issue)})  # the one just indexed

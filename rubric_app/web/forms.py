@@ -407,8 +407,8 @@ class BisectForm(forms.Form):
         device = self.cleaned_data["device"]
         if self.live is not None and BisectionRun.QUEUES[device] == "gpu" and not self.live.get("gpu"):
             raise forms.ValidationError(
-                "No GPU worker is online (none has sent a heartbeat lately), so a cuda or both run would wait for "
-                "nothing. Pick cpu, or start a GPU worker: BISECTION_DEVICE=cuda celery -A triage_site worker -Q gpu."
+                "No registered GPU runner is online (none has sent a signed heartbeat lately), so a cuda or both run "
+                "would wait for nothing. Pick cpu, or start a GPU runner (the Runners page registers one)."
             )
         return device
 
