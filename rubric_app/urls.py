@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from rubric_app.github import webhooks
-from rubric_app.web.views import groups, history, issue, lists, meeting, models, queue
+from rubric_app.web.views import groups, history, issue, lists, meeting, models, queue, runners
 
 app_name = "rubric_app"
 
@@ -27,6 +27,10 @@ urlpatterns = [
     path("meeting/decisions/<int:pk>/card", meeting.meeting_card, name="meeting_card"),
     path("meeting/recorded", meeting.meeting_recorded, name="meeting_recorded"),
     path("audit", lists.audit, name="audit"),
+    path("runners", runners.runners_page, name="runners"),
+    path("runners/register", runners.runner_register, name="runner_register"),
+    path("runners/<int:pk>/rotate", runners.runner_rotate, name="runner_rotate"),
+    path("runners/<int:pk>/revoke", runners.runner_revoke, name="runner_revoke"),
     path("metrics", lists.metrics_page, name="metrics"),
     path("rubric", lists.rubric_health, name="rubric_health"),
     path("rubric/models", models.models_page, name="models"),

@@ -1,4 +1,5 @@
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
 
 from rubric_app.demo.loading import DEMO_FILE, load_catalog_labels, load_demo_issues
@@ -31,4 +32,11 @@ class Command(BaseCommand):
                     user.set_password(username)
                     user.save(update_fields=["password"])
                 user.groups.add(groups[role])
-            self.stdout.write("Demo accounts: triager/triager, chair/chair, viewer/viewer.")
+            # Who registers the runners is no triage role: an operator holds that one permission (the runners page).
+            operator, created = User.objects.get_or_create(username="operator")
+            if created:
+                operator.set_password("operator")
+                operator.save(update_fields=["password"])
+            operator.groups.add(groups["viewer"])
+            operator.user_permissions.add(Permission.objects.get(codename="manage_runners"))
+            self.stdout.write("Demo accounts: triager/triager, chair/chair, viewer/viewer, operator/operator.")
