@@ -12,9 +12,16 @@ import pytest
 from django.db import connection
 
 from rubric_app.models import Issue
-from rubric_app.vocabulary import BISECTION_QUEUES
 from tests.factories import make_issue, make_label, make_user
-from tests.helpers import ROOT, RunnerProcess, child_database_url, runner_env, running_worker
+from tests.helpers import (
+    ROOT,
+    RegisteredRunner,
+    RunnerProcess,
+    child_database_url,
+    runner_env,
+    runner_name,
+    running_worker,
+)
 from tests.torch_builds import make_patched_build
 
 # The fake GitHub server and its fixtures (fake_github_server, fake_github), for the whole suite.
@@ -24,6 +31,7 @@ pytest_plugins = ["tests.fakegithub"]
 # Fixtures that start a real worker, a browser or torch in the sandbox: a test that uses one carries the marker
 # (pytest.ini), so `make test-fast` (-m "not (worker or browser or torch)") leaves it out whatever its file says.
 NEEDS = {
+    "_workers": "worker",
     "celery_worker_process": "worker",
     "signed_in_worker": "worker",
     "browser": "browser",
@@ -124,19 +132,22 @@ def patched_build(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server, patched_build, tmp_path_factory):
-    """Real Celery workers on the test broker, as production splits them; yields the runner (a RunnerProcess).
+def _workers(django_db_setup, django_db_blocker, fake_github_server, patched_build, tmp_path_factory):
+    """Real Celery workers, as production splits them; yields the runner (a RunnerProcess).
 
-    The coordinator (`default,github`) holds the test database: it records what runners report and writes to the
-    session's fake GitHub, pacing writes at the real 1 s (GITHUB_WRITE_INTERVAL). The runner (the cpu queues) holds
-    nothing but the broker's URL and its own settings (tests.helpers.runner_env): no database, no GitHub token. It
-    hosts two torch builds (TORCH_BUILDS): "default", this interpreter, first; and "nightly", the patched build.
-    Tests that use them need `transactional_db`, so that the rows they create are committed and visible.
+    The coordinator (`default,github`, on the dashboard's broker) holds the test database: it gives runs to runners,
+    reads what they send through its gateway and writes to the session's fake GitHub, pacing writes at the real 1 s
+    (GITHUB_WRITE_INTERVAL). The runner is a registered runner (tests.helpers.RegisteredRunner) with a broker user of
+    its own (RUNNER_BROKER_ACL=manage) on the runners' broker, holding nothing but that user's URL, its name and secret
+    and its own settings (tests.helpers.runner_env): no database, no GitHub token, no dashboard broker. It hosts two
+    torch builds (TORCH_BUILDS): "default", this interpreter, first; and "nightly", the patched build.
     """
     from tests.fakegithub import TOKEN
 
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
+        registered = RegisteredRunner(runner_name("cpu"))
+        registered.ensure()
     env = {
         **os.environ,
         "DATABASE_URL": child_database_url(db_name),
@@ -145,22 +156,38 @@ def celery_worker_process(django_db_setup, django_db_blocker, fake_github_server
         "GITHUB_TOKEN": TOKEN,
         "GITHUB_REPO": fake_github_server.repo,
         "GITHUB_WRITE_INTERVAL": "1.0",
+        "RUNNER_BROKER_ACL": "manage",
     }
     runner = runner_env(
-        tmp_path_factory.mktemp("runner-var"), TORCH_BUILDS=f"default={sys.executable},nightly={patched_build}"
+        tmp_path_factory.mktemp("runner-var"),
+        name=registered.name,
+        secret=registered.secret(),
+        TORCH_BUILDS=f"default={sys.executable},nightly={patched_build}",
+        WORKER_HEARTBEAT_S="2",
     )
     suffix = f"{os.getpid()}@{socket.gethostname()}"
-    cpu_queues = ",".join(sorted(BISECTION_QUEUES["cpu"]))
     with (
         _worker_log("coordinator") as coordinator_log,
         _worker_log("runner") as runner_log,
         running_worker(f"test-{suffix}", "default,github", env=env, log=coordinator_log),
     ):
-        process = RunnerProcess(f"runner-{suffix}", cpu_queues, env=runner, log=runner_log).start()
+        with django_db_blocker.unblock():
+            process = RunnerProcess(registered, env=runner, log=runner_log).start()
+        process.coordinator = f"test-{suffix}"
         try:
             yield process
         finally:
             process.stop()
+            registered.forget()
+
+
+@pytest.fixture
+def celery_worker_process(_workers, django_db_blocker):
+    """The session's workers (see _workers), its runner registered again after a flush of the test database; yields
+    the runner. Tests that use them need `transactional_db`, so that the rows they create are committed and visible."""
+    with django_db_blocker.unblock():
+        _workers.registered.ensure()
+    return _workers
 
 
 @contextmanager

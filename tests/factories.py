@@ -124,6 +124,25 @@ def make_inputs():
 """
 
 
+EAGER_SLEEPS = """import time
+import torch
+
+def fn(x):
+    if not torch.compiler.is_compiling():
+        time.sleep({seconds})
+    return x + 1
+
+def make_inputs():
+    return (torch.ones(2),)
+"""
+
+
+def eager_sleeping_repro(seconds: float) -> str:
+    """A module-style repro that sleeps `seconds` in plain eager only: a long first mode, and a run that ends soon
+    after (its compiled modes do not sleep)."""
+    return EAGER_SLEEPS.format(seconds=seconds)
+
+
 def sleeping_repro(seconds: float, n: int = 1) -> str:
     """A module-style repro whose every mode sleeps `seconds` (n makes each repro a different one): a runner is
     surely mid-run while it sleeps."""

@@ -11,39 +11,49 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 from rubric_app.models import WorkerHeartbeat
+from rubric_app.runs import broker, registration
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bisect_here(run, *, consumed: frozenset[str] = frozenset(), runner: str = "runner@here"):
-    """Run a queued run's job in this process: the runner's code (runs/runner.py) in the sandbox, each report recorded
-    as the coordinator records a runner's message (triage/followups.runner_reported), only the broker left out (the
-    worker tests take that path). Returns the run, refreshed."""
+def bisect_here(run, *, name: str = "here"):
+    """Run a queued run's job in this process: the runner's code (runs/runner.py) in the sandbox, the run given to a
+    registered runner and each report recorded as the coordinator records that runner's authenticated message
+    (record_report_task), only the broker and the gateway left out (the worker tests take that path). Returns the
+    run, refreshed."""
     import secrets
 
-    from rubric_app.runs import coordinator, workers
+    from django.db import transaction
+    from django.utils import timezone
+
+    from rubric_app.models import BisectionRun, Runner
+    from rubric_app.runs import assignment, coordinator, jobs, workers
     from rubric_app.runs import runner as runners
     from rubric_app.triage import followups
 
-    if not run.job_token:
-        run.job_token = secrets.token_urlsafe(24)
-        run.save(update_fields=["job_token"])
-    job = coordinator.job_for(run).as_message()
-    message_id = f"here-{run.pk}-{secrets.token_hex(4)}"
-    runners.run_job(
-        job,
-        message_id=message_id,
-        runner=runner,
-        boot=workers.boot,
-        consumed=consumed,
-        send=followups.runner_reported,
-    )
+    runner, _ = Runner.objects.get_or_create(name=name, defaults={"device": "cpu", "registered_by": "tests"})
+    token = secrets.token_urlsafe(24)
+    BisectionRun.objects.filter(pk=run.pk).update(assigned_to=runner, assigned_at=timezone.now(), job_token=token)
+    run.refresh_from_db()
+
+    def send(kind: str, body: dict) -> None:
+        assert kind == jobs.REPORT
+        with transaction.atomic():
+            finished = coordinator.record(runner, body)
+            if finished is not None:
+                followups.run_finished(finished)
+
+    job = assignment.job_for(run).as_message()
+    runners.run_job(job, message_id=f"here-{run.pk}-{secrets.token_hex(4)}", boot=workers.boot, send=send)
     run.refresh_from_db()
     return run
 
@@ -126,17 +136,80 @@ def only_this_tests_workers() -> None:
     WorkerHeartbeat.objects.all().delete()
 
 
-def runner_env(var_dir, **settings) -> dict[str, str]:
-    """The whole environment of a bisection runner: the broker's URL and its own settings, nothing else (no
-    DATABASE_URL, SECRET_KEY, GitHub credential or TOKEN_ENCRYPTION_KEY). var_dir: its TRIAGE_VAR_DIR, where it must
-    create no database."""
+def runner_broker_url(name: str, secret: str) -> str:
+    """The runners' broker URL of registered runner `name`: its own broker user (runs/broker.py) on the test broker."""
+    parts = urlsplit(os.environ["CELERY_BROKER_URL"])
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{broker.broker_user(name)}:{secret}@{host}"))
+
+
+def runner_env(var_dir, *, name: str, secret: str, **settings) -> dict[str, str]:
+    """The whole environment of registered bisection runner `name`: its broker user's URL, its name and secret and its
+    own settings, nothing else (no DATABASE_URL, SECRET_KEY, GitHub credential, TOKEN_ENCRYPTION_KEY, nor the
+    dashboard's broker). var_dir: its TRIAGE_VAR_DIR, where it must create no database."""
     return {
-        "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"],
+        "RUNNER_BROKER_URL": runner_broker_url(name, secret),
+        "RUNNER_NAME": name,
+        "RUNNER_SECRET": secret,
         "TRIAGE_VAR_DIR": str(var_dir),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONUNBUFFERED": "1",
         **settings,
     }
+
+
+@dataclass
+class RegisteredRunner:
+    """A runner the tests registered, kept registered across the test database's flushes (a transactional test
+    truncates every table): the same row, salt and so secret each time, its broker user made once."""
+
+    name: str
+    device: str = "cpu"
+    pk: int | None = None
+    salt: str = ""
+
+    def ensure(self):
+        """The Runner row, made or put back as it was; returns it."""
+        from rubric_app.models import Runner
+
+        if self.pk is None:
+            runner = registration.register(name=self.name, device=self.device, by="tests").runner
+            self.pk, self.salt = runner.pk, runner.salt
+            with override_settings(RUNNER_BROKER_ACL="manage"):
+                registration.provision(runner)
+            return runner
+        runner, _ = Runner.objects.update_or_create(
+            pk=self.pk,
+            defaults={"name": self.name, "device": self.device, "salt": self.salt, "registered_by": "tests"},
+        )
+        Runner.objects.filter(pk=self.pk).update(revoked_at=None, revoked_by="")
+        return runner
+
+    def secret(self) -> str:
+        from rubric_app.models import Runner
+
+        return Runner(pk=self.pk, name=self.name, salt=self.salt).secret()
+
+    def forget(self) -> None:
+        """Delete its broker user (the session ends)."""
+        with override_settings(RUNNER_BROKER_ACL="manage"):
+            broker.remove(self.name)
+
+
+def runner_name(role: str) -> str:
+    """A runner name unique to this test process: broker users are the Redis server's, shared by every suite on it."""
+    return f"t{os.getpid()}-{role}"
+
+
+def wait_for_runner(name: str, since: float, timeout: float = 60) -> None:
+    """Wait until runner `name`'s signed heartbeat, sent after `since` (time.time()), reached the database through the
+    gateway: the whole path from the runner to the coordinator works."""
+    from datetime import UTC, datetime
+
+    after = datetime.fromtimestamp(since, tz=UTC)
+    wait_until(
+        lambda: WorkerHeartbeat.objects.filter(runner__name=name, sent_at__gte=after).exists(), timeout, interval=0.2
+    )
 
 
 def wait_for_worker(name: str, timeout: float = 60) -> None:
@@ -162,25 +235,42 @@ def worker_command(
     )
 
 
-class RunnerProcess:
-    """A real bisection runner (`celery worker` on the bisection queues, prefork as deployed) in a session of its own,
-    so that kill() ends its pool and fork servers with it, and start() brings it back under the same name: a test can
-    kill the session's runner mid-run and restart it, as an operator would."""
+def runner_command(name: str, *, loglevel: str = "INFO") -> list[str]:
+    """The command line of a real bisection runner: a worker of the runner app, one job at a time."""
+    return [sys.executable, "-m", "celery", "-A", "triage_site.runner", "worker"] + [
+        "--concurrency",
+        "1",
+        "--pool",
+        "prefork",
+        "--loglevel",
+        loglevel,
+        "-n",
+        f"{name}@%h",
+    ]
 
-    def __init__(self, name: str, queues: str, *, env: dict, log) -> None:
-        self.name, self.queues, self.env, self.log = name, queues, env, log
+
+class RunnerProcess:
+    """A real bisection runner (`celery -A triage_site.runner worker`, prefork as deployed) of a registered runner, in a
+    session of its own, so that kill() ends its pool and fork servers with it, and start() brings it back under the
+    same name: a test can kill the session's runner mid-run and restart it, as an operator would."""
+
+    def __init__(self, registered: RegisteredRunner, *, env: dict, log) -> None:
+        self.registered, self.env, self.log = registered, env, log
+        self.name = registered.name
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> RunnerProcess:
+    def start(self, timeout: float = 90) -> RunnerProcess:
+        """Start it; returns once its first signed heartbeat reached the database through the coordinator's gateway."""
+        since = time.time()
         self.proc = subprocess.Popen(
-            worker_command(self.name, self.queues, pool="prefork"),
+            runner_command(self.name),
             cwd=ROOT,
             env=self.env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for_worker(self.name)
+        wait_for_runner(self.name, since, timeout)
         return self
 
     @property

@@ -14,11 +14,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from rubric_app.models import BisectionRun, Comment, WebhookDelivery, WorkerHeartbeat
-from rubric_app.runs import auto_bisect, bisect_runs, coordinator, runner
+from rubric_app.runs import auto_bisect, bisect_runs, coordinator
 from rubric_app.tasks import process_webhook_task
 from tests.factories import make_issue, opened_issue_payload, sleeping_repro
 from tests.helpers import wait_until
-from triage_site.celery import app
 
 REPRO = """```python
 import torch
@@ -265,8 +264,9 @@ def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_t
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_process, triager, settings):
-    # 50 automatic runs queued, then one a triager asks for: the worker reads its queues in order
-    # (cpu before cpu_auto), so at most the automatic run it already started goes before the person's.
+    # 50 automatic runs queued, then one a triager asks for: the coordinator gives a person's run first (it is given to
+    # the runner busy with an automatic one, which makes way), so at most the automatic run already started goes
+    # before the person's.
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 100, 100
     issues = [make_issue(5800 + i, body=f"```python\n{sleeping_repro(0.3, i)}```\n", author=f"u{i}") for i in range(50)]
     outcomes = queue(*issues)
@@ -280,18 +280,17 @@ def test_it_starts_a_persons_run_before_the_automatic_backlog(celery_worker_proc
         assert ahead.filter(started_at__lt=asked.started_at).count() <= 1
         assert BisectionRun.objects.filter(automatic=True, status="queued").count() >= 40
     finally:
-        # The backlog's messages find their rows ended and do nothing: the worker is free for the next test.
+        # The backlog waits in the database, given to no runner: ended, nothing of it runs.
         BisectionRun.objects.filter(automatic=True, status="queued").update(status="failed", error="test over")
-        with app.connection_for_write() as conn:
-            conn.default_channel.queue_purge("cpu_auto")
 
 
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(celery_worker_process, triager, settings):
-    """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both (`-Q cpu,cpu_auto`).
-    Now the automatic run makes way at its next mode, and goes back to its own queue."""
+    """Issue 35: a triager's run waited 78 s behind an automatic run on the worker that serves both lanes. Now the
+    coordinator gives the triager's run to that runner, whose automatic run makes way at its next mode and goes back to
+    the queue."""
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR = "cpu", 100
     issue = make_issue(5900, body=f"```python\n{sleeping_repro(5, 1)}```\n", author="reporter")
     [outcome] = queue(issue)
@@ -303,9 +302,9 @@ def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(cel
         wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).started_at is not None, timeout=120)
         asked.refresh_from_db()
         waited = (asked.started_at - asked.created_at).total_seconds()
-        # At most the rest of the mode it was in (a 5 s sleep), the 2 s a free worker gets to take the run first,
-        # and the hand-over; the whole automatic run would have been ~40 s more.
-        assert waited < 5 + runner.MAKE_WAY_AFTER_S + 6, waited
+        # At most the rest of the mode it was in (a 5 s sleep) and the hand-over; the whole automatic run would have
+        # been ~40 s more.
+        assert waited < 5 + 6, waited
         automatic.refresh_from_db()
         # Back in its queue behind the triager's run (or started again once that one was taken).
         assert automatic.status == "queued" or automatic.started_at > asked.started_at
@@ -313,5 +312,3 @@ def test_it_starts_a_triagers_run_within_one_mode_of_a_running_automatic_one(cel
         BisectionRun.objects.filter(pk__in=[automatic.pk]).update(status="failed", error="test over")
         if asked is not None:
             wait_until(lambda: BisectionRun.objects.get(pk=asked.pk).is_finished, timeout=240)
-        with app.connection_for_write() as conn:
-            conn.default_channel.queue_purge("cpu_auto")

@@ -15,12 +15,12 @@ from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from rubric_app import dispatch
 from rubric_app.bisection.sandbox import UID_BASE
-from rubric_app.models import BisectionRun
-from rubric_app.runs import bisect_runs, coordinator, runner
+from rubric_app.models import BisectionRun, Runner, WorkerHeartbeat
+from rubric_app.runs import assignment, bisect_runs, broker, coordinator, runner
 from tests.factories import make_issue, make_label
 from tests.helpers import bisect_here, wait_until
-from triage_site.celery import app
 
 REPROS = Path(__file__).parent / "repros"
 GRAPH_BREAK = (REPROS / "dynamo_graph_break.py").read_text()
@@ -48,29 +48,37 @@ def test_it_rejects_an_unknown_device_or_empty_code(issue, triager):
     assert not BisectionRun.objects.exists()
 
 
-def test_it_queues_the_exact_code_on_the_gpu_queue_after_commit(issue, triager, django_capture_on_commit_callbacks):
+def test_it_queues_the_exact_code_and_gives_it_to_a_gpu_runner_after_commit(
+    issue, triager, django_capture_on_commit_callbacks
+):
     code = "import torch\n\ndef fn(x):\n    return x\n\ndef make_inputs():\n    return (torch.ones(1),)\n"
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         run = bisect_runs.start_bisection(issue=issue, user=triager, code=code, device="cuda")
-    assert len(callbacks) == 1  # held until the row commits: a worker never looks for an uncommitted run
+    assert len(callbacks) == 1  # the coordinator is asked to give it to a runner once the row commits
     run.refresh_from_db()
     assert (run.status, run.repro_code, run.repro_style, run.requested_by) == ("queued", code, "module", triager)
-    with app.connection_for_read() as conn:
-        queue = conn.SimpleQueue("gpu")
+    gpu = Runner.objects.create(name="gpu-1", device="cuda", registered_by="tests")
+    WorkerHeartbeat.objects.create(name="gpu-1", runner=gpu, queues=["gpu", "gpu_auto"], device="cuda", boot="b")
+    with django_capture_on_commit_callbacks(execute=False) as sent:
+        assert assignment.assign() == 1
+    run.refresh_from_db()
+    with dispatch._runners_broker().connection_for_read() as conn:
+        queue = conn.SimpleQueue(broker.jobs_queue("gpu-1"))
         while True:  # drop leftovers of an interrupted earlier session
             try:
                 queue.get(block=False).ack()
             except queue.Empty:
                 break
-        callbacks[0]()
+        sent[0]()
         message = queue.get(timeout=10)
         message.ack()
         queue.close()
-    assert message.headers["task"] == "rubric_app.tasks.run_job_task"
+    assert message.headers["task"] == dispatch.RUN_JOB and message.headers["expires"]
     # The job is self-contained: a runner looks nothing up (it holds no database).
     [job] = message.decode()[0]
     assert (job["run_id"], job["repro"], job["device"], job["style"]) == (run.pk, code, "cuda", "module")
     assert job["token"] == run.job_token and len(run.job_token) >= 32 and job["may_make_way"] is False
+    assert run.assigned_to == gpu
 
 
 @pytest.mark.torch
@@ -85,15 +93,16 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     # comments, the finding: 3) and the suggestions refresh (the engine's 9, similar issues' 7, the latest release G12
     # compares with, the labels of the issues sharing its failure signature, the promoted model: 19); the
     # possible-duplicate mark (issue 44: the issue's row and the lookup of its candidates with the vector just
-    # indexed: 2, none found here); the run read back (1).
-    with django_assert_max_num_queries(67):
+    # indexed: 2, none found here); the run read back (1); and before any of it, the run given to a registered runner
+    # (issue 49: the runner got or created, the run bound to it and read back: 5).
+    with django_assert_max_num_queries(72):
         bisect_here(run)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""
     assert [r["status"] for r in run.results] == ["passed", "raised"] + ["skipped"] * 4
     assert run.verdict_labels[0]["label"] == "module: dynamo" and run.verdict_labels[0]["rule_id"] == "R2.3"
     assert "Unsupported" in run.verdict_labels[0]["evidence"]
-    assert run.torch_version.startswith("2.") and run.worker == "runner@here (cpu)"
+    assert run.torch_version.startswith("2.") and run.worker == "here (cpu)"
     assert run.sandbox_report["netns"] is True and run.sandbox_report["uid"] >= UID_BASE
     assert "===== dynamo_eager: raised" in run.log
     suggestion = issue.suggestions.get(label="module: dynamo", kind="add")

@@ -366,7 +366,7 @@ def test_it_rechecks_on_the_newer_build_the_worker_reports_and_finds_it_may_be_f
     issue = make_issue(6110, body=f"```python\n{COS_REPRO}```")
     # What an earlier run saw on the release build; the cos repro passes on both builds here.
     old = make_finished_run(issue, build="default", results=INDUCTOR_RAISED, code=COS_REPRO)
-    worker = celery_worker_process.args[-1]
+    worker = celery_worker_process.name
     wait_until(lambda: WorkerHeartbeat.objects.filter(name=worker, builds__nightly=NEWER_VERSION).exists())
     assert WorkerHeartbeat.objects.get(name=worker).builds == {"default": RELEASE, "nightly": NEWER_VERSION}
 
@@ -380,11 +380,11 @@ def test_it_rechecks_on_the_newer_build_the_worker_reports_and_finds_it_may_be_f
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_fails_a_run_asking_for_a_build_the_worker_does_not_host(celery_worker_process, triager, issue):
+def test_it_fails_a_run_asking_for_a_build_no_runner_hosts(celery_worker_process, triager, issue):
     run = bisect_runs.start_bisection(issue=issue, user=triager, code=SIN_REPRO, device="cpu", builds=["weekly"])
     run = wait_until_finished(run)
-    assert run.status == "failed"
-    assert run.error.startswith("this runner hosts the torch builds default, nightly (TORCH_BUILDS); the run asked")
+    assert run.status == "failed" and run.assigned_to is None  # no runner was given a job it could only refuse
+    assert run.error.startswith("No live runner of the cpu lane hosts the torch build 'weekly' (they host default, ")
 
 
 @pytest.mark.torch
@@ -505,7 +505,7 @@ def test_it_lists_as_may_be_fixed_only_what_real_runs_show_on_the_reports_device
     celery_worker_process, settings
 ):
     settings.AUTO_BISECT, settings.AUTO_BISECT_PER_HOUR, settings.AUTO_BISECT_PER_AUTHOR = "cpu", 50, 50
-    machine = _wait_for_hardware(celery_worker_process.args[-1])  # the heartbeat says what the worker has
+    machine = _wait_for_hardware(celery_worker_process.name)  # the heartbeat says what the worker has
     lacking = next(
         n for f, n in (("amx_tile", "AMX"), ("avx512_fp16", "AVX512-FP16"), ("sve2", "SVE2")) if f not in machine["isa"]
     )
@@ -560,7 +560,7 @@ def test_it_never_calls_may_be_fixed_on_a_strangers_passing_repro_beside_the_rep
     from rubric_app.triage.followups import issues_changed
 
     settings.AUTO_BISECT = "cpu"
-    _wait_for_hardware(celery_worker_process.args[-1])
+    _wait_for_hardware(celery_worker_process.name)
     reporter_code = SIN_REPRO.replace("torch.randn(16)", "torch.eye(4)")  # fails in inductor on the nightly
     stranger_code = _script("cos")  # passes; scores higher (it makes its inputs with torch.randn): it used to win
     fake_github.add_issue(

@@ -1,5 +1,6 @@
-"""Work is started one way (issue 42): dispatch.py is the only module that sends a Celery message, each task is
-named there once, and what it sends waits for the caller's transaction to commit."""
+"""Work is started one way (issue 42): dispatch.py is the only module that sends a message to a worker (a Celery task,
+or a runner's signed report), each task is named there once, and what it sends waits for the caller's transaction to
+commit. The dashboard's workers know no runner's task, and a runner's worker knows nothing else (issue 49)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from rubric_app import dispatch
 from tests.test_architecture import ROOT, project_modules
 from triage_site.celery import app
 
-SENDING = {"delay", "apply_async", "send_task", "delay_on_commit", "apply_async_on_commit", "signature"}
+SENDING = {"delay", "apply_async", "send_task", "delay_on_commit", "apply_async_on_commit", "signature", "publish"}
 
 
 def _sends(path) -> list[str]:
@@ -46,7 +47,8 @@ def test_it_names_each_task_it_starts_as_the_workers_register_it():
     started = {
         dispatch.APPLY_DECISION,
         dispatch.PROCESS_WEBHOOK,
-        dispatch.RUN_JOB,
+        dispatch.ASSIGN_RUNS,
+        dispatch.PROVISION_RUNNER,
         dispatch.RECORD_REPORT,
         dispatch.RECORD_HEARTBEAT,
     }
@@ -54,6 +56,16 @@ def test_it_names_each_task_it_starts_as_the_workers_register_it():
     # Spelled once: tasks.py takes each of these names from dispatch.py, never as a string of its own.
     tasks_source = (ROOT / "rubric_app" / "tasks.py").read_text()
     assert not [name for name in started if f'"{name}"' in tasks_source]
+
+
+def test_it_runs_jobs_on_the_runner_app_alone():
+    from triage_site import runner
+
+    app.loader.import_default_modules()
+    assert dispatch.RUN_JOB not in app.tasks  # a process holding the database never knows how to run one
+    assert runner.run_job_task.name == dispatch.RUN_JOB and dispatch.RUN_JOB in runner.app.tasks
+    assert not set(runner.app.tasks) & {dispatch.RECORD_REPORT, dispatch.ASSIGN_RUNS, dispatch.APPLY_DECISION}
+    assert runner.app.conf.worker_enable_remote_control is False
 
 
 def test_it_sends_a_decision_only_once_the_transaction_commits(issue, django_capture_on_commit_callbacks):

@@ -105,11 +105,15 @@ def test_it_serves_the_demo_queue_with_workers_and_no_external_service(tmp_path)
             "default",
             "github",
         ]
-        # The runners were started with the broker and their own settings only: not even the demo's OAuth secret.
+        # The runners were started with their identity and their own settings only: not even the demo's OAuth secret,
+        # nor the dashboard's broker (their own is a folder under TRIAGE_VAR_DIR). Each is registered (issue 49).
+        own = {"PATH", "TRIAGE_VAR_DIR", "PYTHONUNBUFFERED", "LOG_LEVEL", "TORCH_BUILDS", "RUNNER_LANES"}
         for pid in _runners(proc.pid):
             environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             names = {entry.split(b"=", 1)[0].decode() for entry in environment if b"=" in entry}
-            assert names <= {"PATH", "TRIAGE_VAR_DIR", "PYTHONUNBUFFERED", "LOG_LEVEL", "TORCH_BUILDS"}, names
+            assert {"RUNNER_NAME", "RUNNER_SECRET"} <= names <= own | {"RUNNER_NAME", "RUNNER_SECRET"}, names
+        registered = dict(db.execute("select name, device from rubric_app_runner where revoked_at is null").fetchall())
+        assert registered == {"cpu": "cpu", "auto": "cpu"}
         # The demo bisects its repros on arrival (AUTO_BISECT=cpu), each run marked automatic.
         automatic = db.execute("select count(*) from rubric_app_bisectionrun where automatic").fetchone()[0]
         assert automatic > 0

@@ -20,7 +20,16 @@ from django.db import connection
 from django.urls import reverse
 
 from rubric_app.models import SyncState, WorkerHeartbeat
-from tests.helpers import ROOT, child_database_url, only_this_tests_workers, runner_env, wait_until, worker_command
+from tests.helpers import (
+    ROOT,
+    RegisteredRunner,
+    child_database_url,
+    only_this_tests_workers,
+    runner_command,
+    runner_env,
+    runner_name,
+    wait_until,
+)
 from triage_site.sentry import scrub_event
 
 PRODUCTION = {
@@ -126,14 +135,17 @@ def test_it_judges_the_sync_only_with_a_token(client, settings, health_token):
 def test_it_answers_503_naming_the_queue_once_its_worker_stops(
     celery_worker_process, client, settings, health_token, tmp_path
 ):
-    # A real runner on the gpu queue (its heartbeat says cuda, what a GPU box's says), stopped as an operator would:
-    # it holds no database, so its clean shutdown says so to the coordinator (the session's), which removes its
+    # A real registered GPU runner (its heartbeat says cuda, what a GPU box's says), stopped as an operator would: it
+    # holds no database, so its clean shutdown says so to the coordinator (the session's), which removes its
     # heartbeat, and the check names the queue.
     settings.HEALTH_QUEUES = ["gpu"]
-    name = f"health-{secrets.token_hex(4)}@{socket.gethostname()}"
-    env = runner_env(tmp_path, BISECTION_DEVICE="cuda", WORKER_HEARTBEAT_S="1")
+    registered = RegisteredRunner(runner_name(f"health-{secrets.token_hex(3)}"), device="cuda")
+    registered.ensure()
+    env = runner_env(
+        tmp_path, name=registered.name, secret=registered.secret(), BISECTION_DEVICE="cuda", WORKER_HEARTBEAT_S="1"
+    )
     worker = subprocess.Popen(
-        worker_command(name, "gpu"),
+        runner_command(registered.name),
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -153,6 +165,7 @@ def test_it_answers_503_naming_the_queue_once_its_worker_stops(
     finally:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
+        registered.forget()
 
 
 # --- production settings under gunicorn --------------------------------------------------------------------

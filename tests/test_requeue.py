@@ -1,20 +1,22 @@
-"""Work whose task message never reached a worker is sent again by the periodic sweep."""
+"""Work whose task message never reached a worker is sent again by the periodic sweep, at the first sweep once it
+has waited RESEND_AFTER_S (issue 49: not after a fixed 15 minutes)."""
 
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from rubric_app.models import BisectionRun, Issue, TriageDecision, WebhookDelivery
-from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
+from rubric_app.tasks import requeue_stuck_task
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
 
 
 def long_ago():
-    """Older than STUCK_AFTER, younger than QUEUE_WAIT_TIMEOUT_MINUTES: read when the test runs (a time taken when the
-    module was imported is half an hour old by the end of a slow suite, and the sweep would end the work instead)."""
-    return timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+    """Older than RESEND_AFTER_S (a minute by default), younger than QUEUE_WAIT_TIMEOUT_MINUTES: read when the test
+    runs (a time taken when the module was imported is half an hour old by the end of a slow suite)."""
+    return timezone.now() - timedelta(seconds=settings.RESEND_AFTER_S + 30)
 
 
 def test_it_finds_only_old_unstarted_work(issue):
@@ -26,8 +28,8 @@ def test_it_finds_only_old_unstarted_work(issue):
     delivery = WebhookDelivery.objects.create(delivery_id="a", event="issues", received_at=long_ago())
     WebhookDelivery.objects.create(delivery_id="b", event="issues", received_at=long_ago(), processed_at=timezone.now())
 
-    before = timezone.now() - STUCK_AFTER
-    assert list(TriageDecision.objects.stuck(before)) == [old]
+    before = timezone.now() - timedelta(seconds=settings.RESEND_AFTER_S)
+    assert list(TriageDecision.objects.due(before)) == [old]
     assert list(BisectionRun.objects.stuck(before)) == [run]
     assert list(WebhookDelivery.objects.stuck(before)) == [delivery]
 

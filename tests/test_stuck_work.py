@@ -26,13 +26,17 @@ from rubric_app import dispatch, processes
 from rubric_app.github.applying import HEARTBEAT_STALE_AFTER, apply_decision
 from rubric_app.models import BisectionRun, GitHubWrite, TriageDecision, WorkerHeartbeat
 from rubric_app.runs import coordinator, recovery
-from rubric_app.tasks import STUCK_AFTER, requeue_stuck_task
+from rubric_app.tasks import requeue_stuck_task
 from tests.factories import make_issue, make_label, sleeping_repro
 from tests.fakegithub import TOKEN, FakeGitHub
 from tests.helpers import (
     ROOT,
+    RegisteredRunner,
+    RunnerProcess,
     child_database_url,
     only_this_tests_workers,
+    runner_env,
+    runner_name,
     wait_until,
     wait_until_finished,
     worker_command,
@@ -120,10 +124,10 @@ def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_mean
 
 @pytest.mark.django_db
 def test_it_sweeps_up_only_decisions_whose_worker_went_silent(synced, triager):
-    long_ago = timezone.now() - STUCK_AFTER - timedelta(minutes=1)
+    long_ago = timezone.now() - HEARTBEAT_STALE_AFTER - timedelta(minutes=1)
     silent = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=long_ago)
     _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=timezone.now(), created_at=long_ago)
-    assert list(TriageDecision.objects.stuck(timezone.now() - STUCK_AFTER)) == [silent]
+    assert list(TriageDecision.objects.stuck(timezone.now() - HEARTBEAT_STALE_AFTER)) == [silent]
 
 
 # --- work no worker takes ---------------------------------------------------------------------
@@ -187,12 +191,25 @@ class Broker:
         with Connection(self.url, transport_options=self.transport_options) as conn:
             app.send_task(task, args, queue=queue, connection=conn, **options)
 
-    def send_run(self, run: BisectionRun, *, queue: str) -> None:
-        """Send a run's job as coordinator.start_run does, to `queue` on this broker."""
-        run.job_token = "the-jobs-secret"
-        run.save(update_fields=["job_token"])
-        message = str(uuid.uuid4())
-        self.send(dispatch.RUN_JOB, (coordinator.job_for(run).as_message(),), queue=queue, task_id=message)
+    def start_run(self, run: BisectionRun) -> None:
+        """Queue a run as the page does: the coordinator (a worker of `default` on this broker) gives it to a runner."""
+        self.send(dispatch.ASSIGN_RUNS, (), queue="default")
+
+    def start_runner(self, registered: RegisteredRunner, *, var_dir: Path) -> subprocess.Popen:
+        """Start a registered runner on this broker's runners' broker; returns its process once its beat arrived."""
+        if self.kind == "redis":
+            env = runner_env(var_dir, name=registered.name, secret=registered.secret())
+        else:  # the embedded default's: a folder under TRIAGE_VAR_DIR, which the coordinator shares
+            env = runner_env(
+                var_dir, name=registered.name, secret=registered.secret(), RUNNER_BROKER_URL="filesystem://"
+            )
+            env["TRIAGE_VAR_DIR"] = self.env["TRIAGE_VAR_DIR"]
+        env["WORKER_HEARTBEAT_S"] = "1"
+        log_dir = ROOT / "var"
+        log = open(log_dir / f"test-{registered.name}.log", "w") if log_dir.is_dir() else subprocess.DEVNULL
+        proc = RunnerProcess(registered, env=env, log=log).start().proc
+        self.workers.append(proc)
+        return proc
 
     def start_worker(
         self, queues: list[str], *, pool: str = "solo", name: str = "", **env
@@ -320,39 +337,49 @@ def test_it_finishes_a_decision_whose_worker_was_killed_mid_write_as_soon_as_a_w
     ]
 
 
+@pytest.fixture
+def registered(broker):
+    """A registered runner of this test (its broker user made on Redis), forgotten afterwards."""
+    found = RegisteredRunner(runner_name(f"stuck-{uuid.uuid4().hex[:6]}"))
+    found.ensure()
+    yield found
+    found.forget()
+
+
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_ends_a_bisection_whose_runner_was_killed_as_soon_as_the_runner_restarts(broker, triager):
+def test_it_ends_a_bisection_whose_runner_was_killed_as_soon_as_the_runner_restarts(
+    broker, registered, triager, tmp_path
+):
     issue = make_issue(5201)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
-    queue = _private_queue()
-    broker.start_worker(["default"])  # the coordinator: records what the runner reports
-    first, name = broker.start_worker([queue])
+    broker.start_worker(["default"])  # the coordinator: gives the run, records what the runner reports
+    first = broker.start_runner(registered, var_dir=tmp_path / "r1")
 
-    broker.send_run(run, queue=queue)
+    broker.start_run(run)
     wait_until(
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
     broker.kill(first)
-    broker.start_worker([queue], name=name)
+    broker.start_runner(registered, var_dir=tmp_path / "r2")
 
     wait_until_finished(run, timeout=60)  # not the sweep, nor the run's time limit: the restart's first beat
-    assert run.status == "failed" and f"The runner {name} was restarted while running this bisection" in run.error
+    assert run.status == "failed"
+    assert f"The runner {registered.name} was restarted while running this bisection" in run.error
 
 
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_ends_a_bisection_whose_runner_went_silent(broker, triager, settings):
+def test_it_ends_a_bisection_whose_runner_went_silent(broker, registered, triager, settings, tmp_path):
     settings.WORKER_HEARTBEAT_STALE_S = 5
     issue = make_issue(5202)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
-    queue = _private_queue()
     broker.start_worker(["default"], WORKER_HEARTBEAT_STALE_S="5")  # on each beat it looks for lost runs
-    first, name = broker.start_worker([queue])
+    first = broker.start_runner(registered, var_dir=tmp_path)
 
-    broker.send_run(run, queue=queue)
+    broker.start_run(run)
     wait_until(
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
@@ -382,6 +409,10 @@ def test_it_tells_a_dead_holder_from_a_live_one(triager, synced):
     assert alive.worker == f"{here}:{os.getpid()}"
 
 
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -397,19 +428,20 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.torch
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(broker, triager):
+def test_it_fails_a_run_whose_pool_process_died_when_its_message_comes_back(broker, registered, triager, tmp_path):
     issue = make_issue(5301)
     run = BisectionRun.objects.create(issue=issue, requested_by=triager, repro_code=SLOW_REPRO, repro_style="module")
-    queue = _private_queue()
     broker.start_worker(["default"])
-    worker, _ = broker.start_worker([queue], pool="prefork")
+    runner = broker.start_runner(registered, var_dir=tmp_path)
 
-    broker.send_run(run, queue=queue)
+    broker.start_run(run)
     wait_until(
         lambda: BisectionRun.objects.filter(pk=run.pk, status="running").exclude(current_mode="").exists(), timeout=240
     )
-    (child,) = _children(worker.pid)  # concurrency 1: one pool process, running the task
-    os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the queue
+    # Concurrency 1: one pool process, running the task (a fork of the runner: its command line; the heartbeat's
+    # short probe of a build's torch version is a child too, with another).
+    (child,) = [pid for pid in _children(runner.pid) if _cmdline(pid) == _cmdline(runner.pid)]
+    os.kill(child, signal.SIGKILL)  # reject_on_worker_lost: the message goes back to the runner's queue
 
     # The same message run again by the runner's next pool process is another attempt of the claiming message: its
     # first attempt died. Whatever the broker's redelivered flag says (the filesystem broker sets none).

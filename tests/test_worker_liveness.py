@@ -71,10 +71,10 @@ def test_it_refuses_a_gpu_bisection_while_no_gpu_worker_is_online(client, triage
 
     assert "no gpu worker online" in page and "data-no-gpu" in page  # the choice says so before it is made
     html = response.content.decode()
-    assert response["HX-Retarget"] == "#bisect-form" and "No GPU worker is online" in html
+    assert response["HX-Retarget"] == "#bisect-form" and "No registered GPU runner is online" in html
     assert not BisectionRun.objects.exists()  # refused, not queued to wait for nothing
     plain = client.post(reverse("rubric_app:bisect", args=[2101]), {"code": CODE, "device": device})
-    assert plain.status_code == 400 and "No GPU worker is online" in plain.content.decode()  # works without JS
+    assert plain.status_code == 400 and "No registered GPU runner is online" in plain.content.decode()  # without JS
 
 
 def test_it_queues_a_gpu_bisection_when_a_gpu_worker_is_online(client, triager, issue):
@@ -113,12 +113,11 @@ def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, view
     assert "Queued for the github worker." in html and "No github worker" not in html
 
 
-def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue, settings):
+def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue):
     from rubric_app.runs import workers
 
-    settings.BISECTION_DEVICE = "cuda"
-    workers.beat("gpu@box", ["gpu"])
+    workers.beat("github@box", ["github"])
     first = WorkerHeartbeat.objects.get().seen_at
-    workers.beat("gpu@box", ["gpu", "cpu"])
+    workers.beat("github@box", ["github", "default"])
     row = WorkerHeartbeat.objects.get()
-    assert (row.queues, row.device) == (["cpu", "gpu"], "cuda") and row.seen_at >= first
+    assert (row.queues, row.runner) == (["default", "github"], None) and row.seen_at >= first
