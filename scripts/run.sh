@@ -57,7 +57,7 @@ else
 fi
 
 # github: GitHub writes, one at a time (concurrency 1 is what paces them).
-step "Workers: github (label writes), default (the coordinator: runners' reports, webhooks, rubric refreshes) + beat (periodic sync, stuck-work sweep), and two bisection runners holding no secret: cpu (people's runs) and auto (automatic runs, re-checks)"
+step "Workers: github (label writes), default (the coordinator: it gives runs to runners and reads their signed reports; webhooks, rubric refreshes) + beat (periodic sync, stuck-work sweep), and two registered bisection runners holding no secret but their own: cpu (people's runs) and auto (automatic runs, re-checks)"
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
   >"$LOGS/worker-github.log" 2>&1 &
 pids+=($!)
@@ -67,15 +67,20 @@ pids+=($!)
   -B -s "$VAR/celerybeat-schedule" >"$LOGS/worker-default.log" 2>&1 &
 pids+=($!)
 
-# The runners know the broker (kombu's filesystem broker under $VAR/broker) and their own settings, nothing else: no
-# database, no GitHub token, no SECRET_KEY (docs/bisection.md#runners). auto takes the automatic runs and the
-# re-checks on a newer torch build, one at a time, apart from cpu: the filesystem broker has no queue priority, so
-# sharing one runner would make a person's run wait behind them.
-runner() {  # runner NAME QUEUES: a bisection runner with a scrubbed environment
-  env -i PATH="$PATH" TRIAGE_VAR_DIR="$VAR" PYTHONUNBUFFERED=1 \
-    ${CELERY_BROKER_URL:+CELERY_BROKER_URL="$CELERY_BROKER_URL"} ${TORCH_BUILDS:+TORCH_BUILDS="$TORCH_BUILDS"} \
+# The runners know the runners' broker (kombu's filesystem broker under $VAR/runner-broker), their registered name
+# and secret, and their own settings, nothing else: no database, no GitHub token, no SECRET_KEY, not the dashboard's
+# broker (docs/bisection.md#runners). Each start gives them new secrets (the old ones stop counting). auto takes the
+# automatic runs and the re-checks on a newer torch build, one at a time, apart from cpu: a person's run never waits
+# behind them.
+# A broker of your own (CELERY_BROKER_URL) serves the runners too unless RUNNER_BROKER_URL names theirs.
+runner_broker=${RUNNER_BROKER_URL:-${CELERY_BROKER_URL:-}}
+runner() {  # runner NAME LANES: a registered bisection runner with a scrubbed environment
+  local secret
+  secret=$("$PY" manage.py register_runner "$1" --device "${BISECTION_DEVICE:-cpu}" --rotate --secret-only)
+  env -i PATH="$PATH" TRIAGE_VAR_DIR="$VAR" PYTHONUNBUFFERED=1 RUNNER_NAME="$1" RUNNER_SECRET="$secret" RUNNER_LANES="$2" \
+    ${runner_broker:+RUNNER_BROKER_URL="$runner_broker"} ${TORCH_BUILDS:+TORCH_BUILDS="$TORCH_BUILDS"} \
     ${BISECTION_DEVICE:+BISECTION_DEVICE="$BISECTION_DEVICE"} ${LOG_LEVEL:+LOG_LEVEL="$LOG_LEVEL"} \
-    "$PY" -m celery -A triage_site worker -n "$1@%h" -Q "$2" --concurrency 1 --loglevel INFO \
+    "$PY" -m celery -A triage_site.runner worker -n "$1@%h" --concurrency 1 --loglevel INFO \
     >"$LOGS/worker-$1.log" 2>&1 &
   pids+=($!)
 }
@@ -88,7 +93,7 @@ wait_for 60 "the web server on 127.0.0.1:$PORT" "$PY" -c "import socket; socket.
 
 echo
 echo "  Dashboard:   http://127.0.0.1:$PORT/"
-echo "  Sign in as:  triager/triager, chair/chair (meeting decisions), viewer/viewer (read-only)"
+echo "  Sign in as:  triager/triager, chair/chair (meeting decisions), viewer/viewer (read-only), operator/operator (runners)"
 if [ -n "$demo_github" ]; then
   echo "  Demo GitHub: $demo_github (no GITHUB_TOKEN: Apply writes there; nothing leaves this machine)"
   echo "  Or:          Sign in with GitHub, then pick demo-triager, demo-chair, demo-member (viewer) or"
