@@ -1,10 +1,10 @@
 """Benchmark: how fast a backlog of automatic bisections drains through a real worker, against the warm fork server
 alone and against cold bisections, measured in the same run (issue #29).
 
-1. drain: N issues, each with its own small repro, are queued by auto_bisect (AUTO_BISECT=cpu) into `cpu_auto`; one
-   real runner (`celery worker -Q cpu,cpu_auto,cpu_recheck --concurrency 1`, no database) takes them and a coordinator
-   (`-Q default`, a scratch database) records them, on the filesystem broker; timed from the first queued run to the
-   last one done.
+1. drain: N issues, each with its own small repro, are queued by auto_bisect (AUTO_BISECT=cpu) in `cpu_auto`; one
+   real registered runner (`celery -A triage_site.runner worker --concurrency 1`, no database) takes them as a
+   coordinator (`-Q default`, a scratch database) gives them and records what it reports, on the filesystem brokers;
+   timed from the first queued run to the last one done.
 2. warm: the same N bisections through one warm fork server in this process (what the worker's harness does, with
    no queue, no database): the rate the warm fork server allows.
 3. cold: --cold of them each on a fresh fork server (a worker that kept nothing warm), the start-up counted.
@@ -59,23 +59,30 @@ def drain(runs: int, tmp: Path) -> float:
     from django.core.management import call_command
 
     from rubric_app.models import BisectionRun, Issue
-    from rubric_app.runs import auto_bisect
+    from rubric_app.runs import auto_bisect, registration
 
     call_command("migrate", verbosity=0)
-    # A runner (no database: only the broker, in TRIAGE_VAR_DIR) and the coordinator that records what it reports.
-    runner_env = {"CELERY_BROKER_URL": "filesystem://", "TRIAGE_VAR_DIR": str(tmp), "PATH": os.environ["PATH"]}
+    # A registered runner (no database: only the runners' broker, in TRIAGE_VAR_DIR, its name and secret) and the
+    # coordinator that gives it the runs and records what it reports.
+    issued = registration.register(name="bench", device="cpu", by="bench")
+    runner_env = {
+        "RUNNER_NAME": "bench",
+        "RUNNER_SECRET": issued.secret,
+        "TRIAGE_VAR_DIR": str(tmp),
+        "PATH": os.environ["PATH"],
+    }
     workers = [
         subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues]
+            [sys.executable, "-m", "celery", "-A", app, "worker", *queues]
             + ["--concurrency", "1", "--pool", "prefork", "--loglevel", "WARNING", "-n", f"bench-{name}@%h"],
             cwd=ROOT,
             env=env,
             stdout=open(tmp / f"{name}.log", "w"),
             stderr=subprocess.STDOUT,
         )
-        for name, queues, env in (
-            ("runner", "cpu,cpu_auto,cpu_recheck", runner_env),
-            ("coordinator", "default", dict(os.environ)),
+        for name, app, queues, env in (
+            ("runner", "triage_site.runner", [], runner_env),
+            ("coordinator", "triage_site", ["-Q", "default"], dict(os.environ)),
         )
     ]
     try:

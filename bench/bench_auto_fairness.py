@@ -4,11 +4,12 @@ the new way measured in the same run.
 1. cost: a repro built to run every mode to just under the per-mode timeout (it sleeps), bisected the way a person's
    run is (every mode gets the whole timeout) and the way an automatic run is now (everything after the eager
    reference shares one timeout, AUTO_BISECT_BUDGET_S); in per-mode timeouts.
-2. wait: an automatic run of a slow repro is running on a worker that also serves people's runs (`-Q cpu,cpu_auto`,
-   the real setup's cpu worker); a triager asks for a run while it is in its second mode. Timed from the triager's
-   click until the worker is free to take it: the old way (the automatic run finishes first) and now (it makes way
-   at its next mode). runner.run_job is called as the runner's task calls it, its reports recorded as the
-   coordinator records them, on a scratch SQLite database and kombu's in-memory broker (where the person's job waits).
+2. wait: an automatic run of a slow repro is running on a runner that also serves people's runs (the real setup's
+   cpu runner); a triager asks for a run while it is in its second mode. Timed from the triager's click until the
+   runner is free to take it: the old way (the automatic run finishes first) and now (the coordinator gives the
+   person's run to that runner, and the automatic run makes way at its next mode). runner.run_job is called as the
+   runner's task calls it, its reports recorded as the coordinator records a registered runner's, on a scratch SQLite
+   database and kombu's in-memory broker (where the person's job waits, in the runner's queue).
 
     .venv/bin/python bench/bench_auto_fairness.py [--timeout 8] [--sleep 3]
 
@@ -82,6 +83,7 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
         DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",
         TRIAGE_VAR_DIR=str(tmp),
         CELERY_BROKER_URL="memory://",
+        RUNNER_BROKER_URL="memory://",
         DJANGO_SETTINGS_MODULE="triage_site.settings",
         LOG_LEVEL="WARNING",
     )
@@ -91,40 +93,45 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
     from celery import current_app
     from django.conf import settings
     from django.core.management import call_command
-    from django.db import connection
+    from django.db import connection, transaction
+    from django.utils import timezone
 
-    from rubric_app.models import BisectionRun, Issue
-    from rubric_app.runs import coordinator, runner
+    from rubric_app.models import BisectionRun, Issue, Runner, WorkerHeartbeat
+    from rubric_app.runs import assignment, coordinator, jobs, runner
     from rubric_app.triage import followups
 
     call_command("migrate", verbosity=0)
+    settings.RUNNER_NAME = "bench"
+    registered = Runner.objects.create(name="bench", device="cpu", registered_by="bench")
     issue = Issue.objects.create(number=1, title="slow", body="", author="a")
     out = {}
     budget = settings.AUTO_BISECT_BUDGET_S
-    for name, consumed in (("the automatic run finishes (before)", frozenset()), ("it makes way (now)", None)):
+
+    def record(kind: str, body: dict) -> None:
+        if kind == jobs.REPORT:
+            with transaction.atomic():
+                finished = coordinator.record(registered, body)
+                if finished is not None:
+                    followups.run_finished(finished)
+
+    for name, makes_way in (("the automatic run finishes (before)", False), ("it makes way (now)", True)):
         # Before: no budget and no making way (the old code); now: both.
-        settings.AUTO_BISECT_BUDGET_S = budget if consumed is None else 1e9
-        consumed = frozenset({"cpu", "cpu_auto"}) if consumed is None else consumed
+        settings.AUTO_BISECT_BUDGET_S = budget if makes_way else 1e9
         automatic = BisectionRun.objects.create(
             issue=issue,
             automatic=True,
             repro_code=SLEEPER.format(seconds=seconds),
             repro_style="module",
             job_token="bench",
+            assigned_to=registered,
+            assigned_at=timezone.now(),
         )
         done = threading.Event()
 
-        def worker(pk=automatic.pk, consumed=consumed, done=done):
+        def work(pk=automatic.pk, done=done):
             try:
-                job = coordinator.job_for(BisectionRun.objects.get(pk=pk)).as_message()
-                runner.run_job(
-                    job,
-                    message_id=f"bench-{pk}",
-                    runner="bench@here",
-                    boot="bench",
-                    consumed=consumed,
-                    send=followups.runner_reported,
-                )
+                job = assignment.job_for(BisectionRun.objects.get(pk=pk)).as_message()
+                runner.run_job(job, message_id=f"bench-{pk}", boot="bench", send=record)
             except BaseException:
                 traceback.print_exc()  # the bench would wait for ever on a run that will not come
                 os._exit(1)
@@ -132,21 +139,25 @@ def wait(tmp: Path, seconds: float) -> dict[str, float]:
                 connection.close()
                 done.set()
 
-        threading.Thread(target=worker, daemon=True).start()
+        threading.Thread(target=work, daemon=True).start()
         while not BisectionRun.objects.filter(pk=automatic.pk, current_mode="dynamo_eager").exists():
             if done.is_set():
                 sys.exit("the automatic run ended before its second mode: see its row")
             time.sleep(0.05)
         clicked = time.perf_counter()
         person = BisectionRun.objects.create(issue=issue, repro_code=SLEEPER.format(seconds=0), repro_style="module")
-        coordinator.start_run(person)  # its job waits on the broker's `cpu` queue: what the automatic run checks
+        if makes_way:  # the coordinator gives it to the busy runner: its job waits in that runner's queue
+            WorkerHeartbeat.objects.update_or_create(
+                name="bench", defaults={"runner": registered, "queues": ["cpu", "cpu_auto"], "device": "cpu"}
+            )
+            assignment.assign()
         done.wait()
         out[name] = time.perf_counter() - clicked
         automatic.refresh_from_db()
         print(f"    {name}: the automatic run ended {automatic.status} ({len(automatic.results)} modes recorded)")
         BisectionRun.objects.filter(pk=person.pk).update(status="done")
-        with current_app.connection_for_write() as conn:  # no runner takes the person's job here: it must not wait on
-            conn.default_channel.queue_purge("cpu")  # the broker to make the next automatic run give way at once
+        with current_app.connection_for_write() as conn:  # no runner takes the person's job here: it must not wait in
+            conn.default_channel.queue_purge("runner.bench.jobs")  # the queue to make the next automatic run give way
     return out
 
 

@@ -1,10 +1,12 @@
-"""Benchmark: bisection runners scale out (issue 42). The same jobs on 1, 2 and 4 runner processes, and a person's
+"""Benchmark: bisection runners scale out (issues 42, 49). The same jobs on 1, 2 and 4 runner processes, and a person's
 run behind an automatic backlog, measured in one run.
 
-Each runner is a real `celery worker -Q cpu,cpu_auto,cpu_recheck --concurrency 1` started with `env -i` and only
-the broker's URL (Redis), its TRIAGE_VAR_DIR and PATH: no database. One coordinator (`-Q default`) holds a scratch
-SQLite database and records what they report. The job: a repro that waits 5 s and then fails in eager (one sandboxed
-mode: the wait is what a runner spends), sent as coordinator.start_run sends a person's run.
+Each runner is a registered runner (issue 49): a real `celery -A triage_site.runner worker --concurrency 1` started
+with `env -i` and only its broker user's URL (a Redis user confined to its own queues, made by the coordinator:
+RUNNER_BROKER_ACL=manage), its name and secret, its TRIAGE_VAR_DIR and PATH: no database. One coordinator
+(`-Q default`) holds a scratch SQLite database, gives each run to one runner and records what they sign. The job: a
+repro that waits 5 s and then fails in eager (one sandboxed mode: the wait is what a runner spends), queued as
+coordinator.start_run queues a person's run.
 
 1. scaling: for N in 1, 2, 4 runners (each fork server warmed by a first job), the wall time of --jobs jobs from
    the first sent to the last recorded, against N = 1 in the same run (ideal: 1/N).
@@ -19,6 +21,7 @@ Needs root (the sandbox) and Redis on 127.0.0.1:6379 (the database --redis-db is
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -29,14 +32,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+_STEP = itertools.count()
 WAITS = "import time\ntime.sleep({wait})\nraise RuntimeError('waited {wait} s: job {n}')\n"
 QUICK = "raise RuntimeError('warm-up {n}')\n"
 
 
 def _worker(name: str, queues: str, env: dict, log: Path) -> subprocess.Popen:
+    """The coordinator: a worker of the dashboard's app."""
+    return _process(["-A", "triage_site", "worker", "-Q", queues, "-n", name, "--pool", "solo"], env, log)
+
+
+def _runner(name: str, env: dict, log: Path) -> subprocess.Popen:
+    """A registered runner: a worker of the runner app."""
+    return _process(["-A", "triage_site.runner", "worker", "-n", f"{name}@bench", "--pool", "prefork"], env, log)
+
+
+def _process(arguments: list[str], env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "triage_site", "worker", "-Q", queues, "-n", name]
-        + ["--concurrency", "1", "--pool", "prefork" if queues != "default" else "solo", "--loglevel", "INFO"],
+        [sys.executable, "-m", "celery", *arguments, "--concurrency", "1", "--loglevel", "INFO"],
         cwd=ROOT,
         env=env,
         stdout=open(log, "w"),
@@ -82,13 +95,25 @@ def _wait_done(runs, timeout: float) -> None:
 
 def _start_runners(count: int, tmp: Path, broker: str) -> list[subprocess.Popen]:
     from rubric_app.models import BisectionRun, Issue
+    from rubric_app.runs import broker as runners_broker
+    from rubric_app.runs import registration
 
     procs = []
     for i in range(count):
         var = tmp / f"runner{i}"
         var.mkdir(exist_ok=True)
-        env = {"CELERY_BROKER_URL": broker, "TRIAGE_VAR_DIR": str(var), "PATH": os.environ["PATH"]}
-        procs.append(_worker(f"runner{i}-of-{count}@bench", "cpu,cpu_auto,cpu_recheck", env, tmp / f"runner{i}.log"))
+        # A name of its own each time (a registered name stays taken): the runners of each step are new ones.
+        issued = registration.register(name=f"bench{i}-of-{count}-{next(_STEP)}", device="cpu", by="bench")
+        registration.provision(issued.runner)
+        user = runners_broker.broker_user(issued.runner.name)
+        env = {
+            "RUNNER_BROKER_URL": broker.replace("redis://", f"redis://{user}:{issued.secret}@"),
+            "RUNNER_NAME": issued.runner.name,
+            "RUNNER_SECRET": issued.secret,
+            "TRIAGE_VAR_DIR": str(var),
+            "PATH": os.environ["PATH"],
+        }
+        procs.append(_runner(issued.runner.name, env, tmp / f"runner{i}.log"))
     # Warm each runner's fork server (its start-up is once per runner process): quick jobs until every one ran one.
     issue = Issue.objects.get(number=1)
     warmed: set[str] = set()
@@ -159,6 +184,7 @@ def main() -> None:
             DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",
             TRIAGE_VAR_DIR=str(tmp),
             CELERY_BROKER_URL=broker,
+            RUNNER_BROKER_ACL="manage",
             DJANGO_SETTINGS_MODULE="triage_site.settings",
             LOG_LEVEL="WARNING",
         )
@@ -192,6 +218,11 @@ def main() -> None:
             )
         finally:
             _stop([coordinator])
+            from rubric_app.models import Runner
+            from rubric_app.runs import broker as runners_broker
+
+            for name in Runner.objects.values_list("name", flat=True):
+                runners_broker.remove(name)  # the broker users are the Redis server's, not the scratch folder's
 
 
 if __name__ == "__main__":
