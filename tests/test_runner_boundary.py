@@ -262,9 +262,10 @@ def test_it_accepts_no_gpu_run_on_a_gpu_claim_it_did_not_register(celery_worker_
     assert not BisectionRun.objects.filter(issue=issue).exists()
 
 
-def test_it_refuses_a_revoked_runner_at_the_broker_and_at_the_dashboard(celery_worker_process, stranger):
+def test_it_refuses_a_revoked_runner_at_the_broker_and_at_the_dashboard(celery_worker_process, stranger, settings):
     from rubric_app.runs import registration
 
+    settings.RUNNER_BROKER_ACL = "manage"  # the dashboard keeps the runners' broker users (the coordinator's setting)
     registration.revoke(Runner.objects.get(pk=stranger.pk), by="an operator")
     answer = attack(stranger, "read", commands=[["PING"]])
     assert "invalid username-password pair or user is disabled" in answer["error"], answer  # its broker user is gone

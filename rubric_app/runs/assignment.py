@@ -109,17 +109,16 @@ def assign(now=None) -> int:
     job is sent once this transaction commits."""
     now = now or timezone.now()
     given = 0
+    waiting = BisectionRun.objects.filter(status=QUEUED, assigned_to__isnull=True)
+    if not waiting.exists():
+        return 0  # most beats: one query, and no transaction holding locks on several tables
     with transaction.atomic():
         _serialize()
         slots = live_runners(now)
         if not slots:
             return 0
-        waiting = (
-            BisectionRun.objects.filter(status=QUEUED, assigned_to__isnull=True)
-            .order_by("automatic", F("recheck_of").asc(nulls_first=True), "created_at")
-            .defer("log")
-        )
-        for run in waiting[:500]:
+        in_order = waiting.order_by("automatic", F("recheck_of").asc(nulls_first=True), "created_at").defer("log")
+        for run in in_order[:500]:
             slot = _free(slots, run) or (None if run.automatic else _making_way(slots, run))
             if slot is not None and give(run, slot.runner, now):
                 slot.held += 1
