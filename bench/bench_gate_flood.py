@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rubric_app.rubric import promotion  # noqa: E402
-from rubric_app.rubric.model import LabelModel  # noqa: E402
+from rubric_app.rubric.engine.model import LabelModel  # noqa: E402
+from rubric_app.rubric.offline import promotion  # noqa: E402
 from rubric_app.rubric.offline.evaluation import is_held_out, read_jsonl  # noqa: E402
 from rubric_app.rubric.offline.fitting import fit_model  # noqa: E402
 

@@ -57,9 +57,9 @@ def part_files(orders: int, curve_only: bool) -> None:
     from rubric_app.demo import github_http, github_seeds
     from rubric_app.github import history
     from rubric_app.models import Comment, Issue
-    from rubric_app.rubric import promotion
-    from rubric_app.rubric.engine import shipped_model
-    from rubric_app.rubric.model import LabelModel
+    from rubric_app.rubric.engine.assess import shipped_model
+    from rubric_app.rubric.engine.model import LabelModel
+    from rubric_app.rubric.offline import promotion
     from rubric_app.rubric.offline.evaluation import is_held_out
     from rubric_app.rubric.offline.fitting import fit_model, learning_curve
     from rubric_app.triage import followups, model_store

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rubric_app.rubric import evaluate  # noqa: E402  (pure Python: no Django setup needed)
+from rubric_app.rubric.engine.assess import evaluate  # noqa: E402
 from rubric_app.rubric.offline.evaluation import issue_from_record, keyword_baseline, read_jsonl  # noqa: E402
 
 TARGET_S = 10.0

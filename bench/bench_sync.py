@@ -45,7 +45,7 @@ SKILL_REQUESTS = 3
 def serve(conn, issues: int) -> None:
     """Child process: populate a fake GitHub, send its URL, then answer stats requests."""
     from rubric_app.demo.github_seeds import seed_skill
-    from rubric_app.rubric.catalog import load_catalog
+    from rubric_app.rubric.reading.catalog import load_catalog
     from tests.fakegithub import start_server
 
     fake, server = start_server()

@@ -356,7 +356,7 @@ class TrainedModelQuerySet(models.QuerySet):
 class TrainedModel(models.Model):
     """A learned labeler trained from the history (triage/model_store.py): its weights, what it learned from, its
     figures and the model in use's on the same held-out issues, and what the promotion gate decided
-    (rubric/promotion.py).
+    (rubric/offline/promotion.py).
 
     The model in use is the promoted row with the latest promoted_at, in every web and worker process; with none,
     the file shipped in rubric_app/data/. Rows are kept: a refused candidate says why, an earlier model what it did.

@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
 
-from rubric_app import rubric, search, search_index
+from rubric_app import search, search_index
 
 # The bookkeeping models live beside these (bookkeeping.py); the app's models are read from here.
 from rubric_app.bookkeeping import (
@@ -42,9 +42,10 @@ from rubric_app.bookkeeping import (
     queue_state,
 )
 from rubric_app.lanes import LANE_BY_CODE, LANES
-from rubric_app.rubric.automation import Automation, read_automation
-from rubric_app.rubric.catalog import known_label
-from rubric_app.rubric.text import sources_of
+from rubric_app.rubric.reading.automation import Automation, read_automation
+from rubric_app.rubric.reading.catalog import known_label
+from rubric_app.rubric.reading.text import sources_of
+from rubric_app.rubric.reading.types import BisectionEvidence, CommentText, IssueText, Neighbour
 from rubric_app.vocabulary import (
     AUTO_RUN_QUEUES,
     FEEDBACK_LABELS,
@@ -224,7 +225,7 @@ class Issue(models.Model):
     suggested_route = models.CharField(max_length=40, blank=True)
     checklist = models.JSONField(default=list, blank=True)
     suggestions_updated_at = models.DateTimeField(null=True, blank=True)
-    # The failure signature (rubric/signature.py), recomputed with the suggestions: its key, only when
+    # The failure signature (rubric/likeness/signature.py), recomputed with the suggestions: its key, only when
     # specific enough to group issues by ("" otherwise), and its parts for people.
     signature = models.CharField(max_length=16, blank=True, db_index=True)
     signature_text = models.CharField(max_length=400, blank=True, help_text="exception: message in innermost frame")
@@ -235,8 +236,8 @@ class Issue(models.Model):
     build_comparison = models.JSONField(default=dict, blank=True)
     # GitHub's state_reason once closed (completed, not_planned, duplicate): "closed as completed on ..." (similar.py).
     state_reason = models.CharField(max_length=20, blank=True)
-    # Read from its thread where the index is refreshed (rubric/duplicates.py): the issue someone named as the one this
-    # duplicates ("Duplicate of #N"), and the fix someone named ("fixed by #123").
+    # Read from its thread where the index is refreshed (rubric/likeness/duplicates.py): the issue someone named as the
+    # one this duplicates ("Duplicate of #N"), and the fix someone named ("fixed by #123").
     named_original = models.PositiveIntegerField(null=True, blank=True)
     named_fix = models.CharField(max_length=40, blank=True)
     # The possible-duplicate mark (rubric_app/triage/duplicates.py): its best original when that clears the
@@ -299,28 +300,26 @@ class Issue(models.Model):
 
     def automation(self, comments: list[Comment]) -> Automation:
         """What PyTorch's automation said on this issue (the Repro Agent, other agents, the triage bot), read
-        from its mirrored comments (the page's list, no query of its own) and labels (rubric/automation.py)."""
+        from its mirrored comments (the page's list, no query of its own) and labels (rubric/reading/automation.py)."""
         text = self.thread_text(comments)
         return read_automation(sources_of(text), self.label_names(), accounts=text.automation_accounts)
 
-    def thread_text(self, comments: Iterable[Comment]) -> rubric.IssueText:
+    def thread_text(self, comments: Iterable[Comment]) -> IssueText:
         """The issue's own words as the rubric reads them: title, body and `comments` (Comment rows), each with
         who wrote it, and who may speak for the automation. No labels, runs or neighbours: as_issue_text adds them."""
-        return rubric.IssueText(
+        return IssueText(
             number=self.number,
             title=self.title,
             body=self.body,
             comments=tuple(
-                rubric.CommentText(
-                    body=c.body, author=c.author, github_id=c.github_id, association=c.author_association
-                )
+                CommentText(body=c.body, author=c.author, github_id=c.github_id, association=c.author_association)
                 for c in comments
             ),
             author=self.author,
             automation_accounts=settings.AUTOMATION_ACCOUNTS,
         )
 
-    def as_issue_text(self, neighbours: tuple[rubric.Neighbour, ...] = ()) -> rubric.IssueText:
+    def as_issue_text(self, neighbours: tuple[Neighbour, ...] = ()) -> IssueText:
         """This issue as the rubric engine's input, with the verdicts of finished bisections and, when
         given, its most similar issues (rubric_app/triage/similar.py)."""
         runs = getattr(self, "finished_runs", None)  # prefetched by suggestions.refresh
@@ -329,7 +328,7 @@ class Issue(models.Model):
         runs = runs[:3]
         bisection = (
             tuple(
-                rubric.BisectionEvidence(
+                BisectionEvidence(
                     label=item["label"], rule_id=item["rule_id"], evidence=item.get("evidence", ""), run_id=run.pk
                 )
                 for run in runs
@@ -344,7 +343,7 @@ class Issue(models.Model):
             neighbours=neighbours,
         )
 
-    def regression_evidence(self) -> tuple[rubric.BisectionEvidence, ...]:
+    def regression_evidence(self) -> tuple[BisectionEvidence, ...]:
         """A repro that passes on an older build and fails on a newer one is a regression: R11 flags it for the
         meeting, with `module: regression` where the catalog has it."""
         if self.build_finding != REGRESSION:
@@ -352,7 +351,7 @@ class Issue(models.Model):
         summary, run_id = self.build_comparison.get("summary", ""), self.build_comparison.get("newer")
         evidence = f"a regression: {summary}"
         labels = [TRIAGE_REVIEW] + ([MODULE_REGRESSION] if known_label(MODULE_REGRESSION) else [])
-        return tuple(rubric.BisectionEvidence(label=x, rule_id="R11", evidence=evidence, run_id=run_id) for x in labels)
+        return tuple(BisectionEvidence(label=x, rule_id="R11", evidence=evidence, run_id=run_id) for x in labels)
 
     def queue_lanes(self) -> list[str]:
         """The codes of the queue lanes (LANES) that list this issue; [] when it left the queue."""
@@ -381,7 +380,7 @@ class Issue(models.Model):
 
 
 class IssueTerm(models.Model):
-    """One term of an issue's similarity vector (rubric/similarity.py): the index behind Similar issues.
+    """One term of an issue's similarity vector (rubric/likeness/neighbours.py): the index behind Similar issues.
 
     A term is a word or one of the failure signature's terms ("sig:<key>", "frame:<file:function>");
     weight is its share of the unit-length vector, so the dot product of two issues is their cosine.
@@ -391,7 +390,7 @@ class IssueTerm(models.Model):
     issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="+", db_index=False)
     term = models.CharField(max_length=100)
     weight = models.FloatField()
-    # The issue carries a module: label: its neighbours may count its vote (rubric/similarity.py).
+    # The issue carries a module: label: its neighbours may count its vote (rubric/likeness/neighbours.py).
     labelled = models.BooleanField(default=False)
 
     class Meta:

@@ -40,7 +40,7 @@ urlpatterns = [
     path("roster/share", meeting.share_out, name="share_out"),
     path("issues/<int:number>/assign", meeting.issue_assign, name="issue_assign"),
     path("rubric.csv", lists.rubric_health_csv, name="rubric_health_csv"),
-    # A failure signature's key: 16 hex digits (rubric/signature.py).
+    # A failure signature's key: 16 hex digits (rubric/likeness/signature.py).
     re_path(r"^signatures/(?P<key>[0-9a-f]{16})$", groups.signature_group, name="signature_group"),
     re_path(r"^signatures/(?P<key>[0-9a-f]{16})/preview$", groups.group_preview, name="group_preview"),
     re_path(r"^signatures/(?P<key>[0-9a-f]{16})/apply$", groups.group_apply, name="group_apply"),

@@ -3,7 +3,8 @@ every layer asks ("is this a component label?", "is this login a bot?").
 
 Pure Python, at the bottom of the house beside rubric/ and bisection/: the engine, the bisection verdicts, the
 models, the sync and the pages all import their names from here instead of re-spelling them. The label catalog
-itself (every name with its description) is data: rubric/catalog.py reads it.
+itself (every name with its description) is data: rubric/reading/catalog.py reads it and says which labels the
+dashboard may suggest or apply (allowed_for_triage).
 
 Who may speak for PyTorch's automation: anyone can open a comment with "🤖 PT2 Repro Agent" or write "My agent
 was unable to reproduce this on <sha>": what the text says is a claim until GitHub's own data says who posted it.
@@ -89,9 +90,9 @@ FUNCTION_REQUEST = "function request"
 # R12: a fuzzer's report (its repro's tolerances, not a silently wrong result for R11).
 FUZZER_TOPIC = "topic: fuzzer"
 
-# PyTorch's automation (rubric/automation.py reads it): the LLM triage bot marks what it labelled with BOT_TRIAGED;
-# triagers audit it with BOT_MISLABELED; the PT2 Repro Agent's labels start with REPRO_AGENT_PREFIX and ask for
-# AGENT_INCORRECT when its verdict is wrong. The two feedback labels are not in the shipped catalog (nothing
+# PyTorch's automation (rubric/reading/automation.py reads it): the LLM triage bot marks what it labelled with
+# BOT_TRIAGED; triagers audit it with BOT_MISLABELED; the PT2 Repro Agent's labels start with REPRO_AGENT_PREFIX and
+# ask for AGENT_INCORRECT when its verdict is wrong. The two feedback labels are not in the shipped catalog (nothing
 # suggests them): a person may add exactly these, where the repository has them.
 BOT_TRIAGED = "bot-triaged"
 BOT_MISLABELED = "bot-mislabeled"
@@ -102,15 +103,16 @@ BOT_TRIAGE_BLOCKED = "bot-triage-blocked"
 FEEDBACK_LABELS = frozenset({BOT_MISLABELED, AGENT_INCORRECT})
 
 # What runs of one repro on several torch builds can say (Issue.build_finding, bisection/builds.py), and the reply
-# of our own that asks a reporter to confirm a fix (rubric/catalog.py OWN_REPLIES).
+# of our own that asks a reporter to confirm a fix (rubric/reading/catalog.py OWN_REPLIES).
 REGRESSION = "regression"
 MAY_BE_FIXED = "may_be_fixed"
 CONFIRM_FIXED_REPLY = "confirm_fixed"
 
 
 class Kind:
-    """What one finding of a rule says (rubric/facts.py Finding.kind); the engine stores its ADD and AVOID answers
-    as Suggestion rows of the same kind. The values are the learned labeler's feature names too: never re-spell them.
+    """What one finding of a rule says (rubric/reading/facts.py Finding.kind); the engine stores its ADD and AVOID
+    answers as Suggestion rows of the same kind. The values are the learned labeler's feature names too: never re-spell
+    them.
     """
 
     ADD = "add"  # a component, domain or visibility label to add, weighed by the engine
@@ -264,15 +266,6 @@ def repro_counts(*, author: str, association: str, reporter: str, accounts: Auto
 def is_automation_label(name: str) -> bool:
     """A label PyTorch's automation adds (the bot's mark or a Repro Agent verdict): its events say who added it."""
     return name == BOT_TRIAGED or name.startswith(REPRO_AGENT_PREFIX)
-
-
-def allowed_for_triage(name: str, catalog: frozenset[str] | None = None) -> bool:
-    """Whether the dashboard may suggest or apply `name`: in the triage catalog (`catalog`: the triage skill's in use,
-    github/skill_files.py; the shipped one when None) and not forbidden by G7."""
-    # Imported here: the rubric package's own modules import this one (its __init__ loads the engine).
-    from rubric_app.rubric.catalog import catalog_names, is_forbidden
-
-    return name in (catalog_names() if catalog is None else catalog) and not is_forbidden(name)
 
 
 # The Celery queues of a bisection by device ("cpu", "cuda", "both": BisectionRun.Device): a GPU box has a CPU too,

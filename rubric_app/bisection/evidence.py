@@ -23,7 +23,7 @@ import ast
 import re
 from dataclasses import dataclass, field, replace
 
-from rubric_app.rubric.text import split_environment
+from rubric_app.rubric.reading.text import split_environment
 
 from ..vocabulary import MAY_BE_FIXED, REGRESSION
 from . import builds

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..rubric.signature import pt2_frame
+from rubric_app.rubric.likeness.signature import pt2_frame
+
 from ..vocabulary import CPU_INDUCTOR_ONCALL as CPU_INDUCTOR
 from ..vocabulary import DECOMPOSITIONS, DYNAMIC_SHAPES, DYNAMO, FUNCTORCH, INDUCTOR, TRIAGE_REVIEW
 from ..vocabulary import PT2_DISPATCHER as DISPATCHER

@@ -36,7 +36,7 @@ def colour_for(name: str) -> str:
 def seed_demo(fake: FakeGitHub, path: Path = DEMO_FILE) -> int:
     """Fill the server with the shipped label catalog and the demo issues (same numbers,
     comment ids and times as `manage.py load_demo`); returns the number of issues."""
-    from rubric_app.rubric.catalog import load_catalog
+    from rubric_app.rubric.reading.catalog import load_catalog
 
     seed_skill(fake)
     for item in load_catalog() + json.loads(fake.files[SKILL_LABELS])["labels"]:
@@ -96,7 +96,7 @@ def seed_skill(fake: FakeGitHub, release: str = DEMO_RELEASE) -> None:
     fake.publish_release(release)
 
 
-# A harvested thread's marks ("login · comment · 2024-05-01"), as rubric/text.py reads them.
+# A harvested thread's marks ("login · comment · 2024-05-01"), as rubric/reading/text.py reads them.
 THREAD_MARK = re.compile(r"^([^\s·]{1,60}) · (description|comment) · (\d{4}-\d{2}-\d{2})[^\n]{0,40}$", re.M)
 
 
@@ -106,7 +106,7 @@ def seed_history(fake: FakeGitHub, records: list[dict]) -> int:
     comments (authors and dates from the thread's marks), a record without a queue label gets `oncall: pt2` (every
     harvested issue was a PT2 one; its label was handed off or cut by the harvest), dates follow the numbers where
     the thread has none, closed issues are closed as completed a day after their last post. Returns how many."""
-    from rubric_app.rubric.text import split_thread_authored  # pure Python, like this module
+    from rubric_app.rubric.reading.text import split_thread_authored  # pure Python, like this module
 
     ordered = sorted(records, key=lambda r: int(r["number"]))
     first = datetime(2022, 1, 1, tzinfo=UTC)

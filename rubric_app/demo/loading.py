@@ -16,9 +16,9 @@ from django.utils import timezone
 # One source for the demo's file and label colours: the demo GitHub serves the same ones.
 from rubric_app.demo.github_seeds import DEMO_FILE, colour_for
 from rubric_app.models import Comment, Issue, Label
-from rubric_app.rubric.catalog import load_catalog
+from rubric_app.rubric.reading.catalog import allowed_for_triage, load_catalog
 from rubric_app.triage import followups
-from rubric_app.vocabulary import TRIAGE_REVIEW, allowed_for_triage
+from rubric_app.vocabulary import TRIAGE_REVIEW
 
 
 def load_catalog_labels() -> int:

@@ -14,7 +14,7 @@ from rubric_app.github import client as github
 from rubric_app.github import skill_files
 from rubric_app.github.sync import SyncReport, bury, gone_label, store_issues
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
-from rubric_app.vocabulary import allowed_for_triage
+from rubric_app.rubric.reading.catalog import allowed_for_triage
 
 
 def foreign_repository(payload: dict) -> str:

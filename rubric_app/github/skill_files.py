@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.models import Label, SkillFile
-from rubric_app.rubric import skill
-from rubric_app.rubric.skill import Changes, Skill, SkillFileError
+from rubric_app.rubric.engine import skill
+from rubric_app.rubric.engine.skill import Changes, Skill, SkillFileError
 
 RELEASE_PATH = "releases/latest"  # what the release's row says it was read from
 FILES = (

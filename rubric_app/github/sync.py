@@ -39,7 +39,8 @@ from django.utils import timezone
 from rubric_app.github import client as github
 from rubric_app.github import connect, skill_files
 from rubric_app.models import Comment, Issue, Label, LabelEvent, SyncState
-from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, allowed_for_triage, is_automation_label
+from rubric_app.rubric.reading.catalog import allowed_for_triage
+from rubric_app.vocabulary import HIGH_PRIORITY, TRIAGE_REVIEW, is_automation_label
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from rubric_app.rubric import CommentText, IssueText
-from rubric_app.rubric.signature import signature_of
-from rubric_app.rubric.similarity import terms_of
+from rubric_app.rubric.reading.types import CommentText, IssueText
+from rubric_app.rubric.likeness.signature import signature_of
+from rubric_app.rubric.likeness.neighbours import terms_of
 from rubric_app.triage.similar import SIGNATURE_FIELDS, signature_fields
 from rubric_app.vocabulary import is_module
 

@@ -11,7 +11,7 @@ started, each mode's progress, the result or why it failed. An automatic run mak
 coordinator has given this runner a person's job meanwhile (it waits in this runner's queue); a runner stopping (cold
 shutdown) puts its run back.
 
-This module never touches the database (tests/test_runner.py reads its imports).
+This module never touches the database (tests/runs/test_runner.py reads its imports).
 """
 
 from __future__ import annotations

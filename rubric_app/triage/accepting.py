@@ -12,7 +12,7 @@ concludes (a transfer, a hand-off, the CPU lane, a request for a reproduction) i
 from __future__ import annotations
 
 from rubric_app.models import Issue, Suggestion
-from rubric_app.rubric.catalog import transfer_repo
+from rubric_app.rubric.reading.catalog import transfer_repo
 from rubric_app.triage import decisions
 from rubric_app.vocabulary import (
     CPU_INDUCTOR_ONCALL,

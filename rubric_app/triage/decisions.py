@@ -23,9 +23,9 @@ from django.utils import timezone
 from rubric_app import dispatch
 from rubric_app.github import connect, credentials, identity, skill_files
 from rubric_app.models import Issue, Label, Suggestion, TriageDecision
-from rubric_app.rubric.catalog import TRANSFER_REPOS, is_forbidden
-from rubric_app.rubric.flow import change_breaks_g4
-from rubric_app.rubric.rules_skill import reproduction_reply
+from rubric_app.rubric.reading.catalog import TRANSFER_REPOS, is_forbidden
+from rubric_app.rubric.reading.flow import change_breaks_g4
+from rubric_app.rubric.rules.skill_additions import reproduction_reply
 from rubric_app.vocabulary import AGENT_INCORRECT as REPRO_AGENT_INCORRECT
 from rubric_app.vocabulary import (
     BOT_MISLABELED,

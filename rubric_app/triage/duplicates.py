@@ -1,5 +1,5 @@
 """The possible-duplicate mark on the mirror: for issues that arrived or changed, their best original when it clears
-the calibrated threshold (rubric/duplicates.py), stored on the issue for the queue row and the issue page.
+the calibrated threshold (rubric/likeness/duplicates.py), stored on the issue for the queue row and the issue page.
 
 mark() takes issue ids, as every follow-up of a change of issues does (triage/followups.py: after a sync's page, a
 webhook, the history, an applied decision, a finished run): the open queue issues among them are looked
@@ -14,8 +14,8 @@ none per issue.
 from __future__ import annotations
 
 from rubric_app.models import Issue, TriageDecision
-from rubric_app.rubric import duplicates
-from rubric_app.rubric.types import IssueText
+from rubric_app.rubric.likeness import duplicates
+from rubric_app.rubric.reading.types import IssueText
 from rubric_app.triage import similar
 
 MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_duplicate_reasons"]

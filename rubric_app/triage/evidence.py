@@ -1,4 +1,4 @@
-"""Evidence across issues and runs, for the refresh and the pages (rubric/settled.py reads it, this loads it).
+"""Evidence across issues and runs, for the refresh and the pages (rubric/engine/settled.py reads it, this loads it).
 
 - shared_evidence(): issues sharing a failure signature take their components from the same evidence: what
   settles a component on one open queue issue (a backend result or a diagnosis in its thread, a verdict) goes
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from django.db.models import Prefetch
 
-from rubric_app import rubric
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
-from rubric_app.rubric.settled import run_notes as notes_of
-from rubric_app.rubric.settled import settled, shared_among
-from rubric_app.rubric.types import SharedEvidence
+from rubric_app.rubric.engine.settled import run_notes as notes_of
+from rubric_app.rubric.engine.settled import settled, shared_among
+from rubric_app.rubric.reading.types import IssueText, SharedEvidence
 from rubric_app.vocabulary import CORE_COMPONENTS
 
 
@@ -28,7 +27,7 @@ def _open(issue: Issue) -> bool:
 
 
 def shared_evidence(
-    issues: list[Issue], texts: list[rubric.IssueText]
+    issues: list[Issue], texts: list[IssueText]
 ) -> tuple[dict[int, tuple[SharedEvidence, ...]], list[Issue]]:
     """({issue id: what the other open queue issues sharing its failure signature settle}, those other issues
     outside `issues`, their text's relations prefetched, to refresh in turn). Signatures as similar.index left
@@ -44,7 +43,7 @@ def shared_evidence(
         .order_by("pk")
         .prefetch_related("labels", "comments", Prefetch("bisection_runs", queryset=finished, to_attr="finished_runs"))
     )
-    members: dict[str, list[tuple[Issue, rubric.IssueText | None]]] = defaultdict(list)
+    members: dict[str, list[tuple[Issue, IssueText | None]]] = defaultdict(list)
     for issue, text in [*zip(issues, texts), *((other, None) for other in others)]:
         if issue.signature in keys and _open(issue):
             members[issue.signature].append((issue, text))

@@ -8,8 +8,9 @@ keeps its file (rubric_app/data/: a locally trained label_model.json, else the s
 
 train_from_history() is train_label_model --from-db and the weekly task: it learns from the triaged history
 (whole label lists) and the triagers' decisions, near-duplicates counted once, holds out a recent slice spread over
-authors and kinds of report and a fixed reference slice (its bound on the first row that set one), and lets
-rubric/promotion.py judge the candidate against the model in use on both; --force promotes whatever the gate said.
+authors and kinds of report and a fixed reference slice (its bound on the first row that set one), and
+lets rubric/offline/promotion.py judge the candidate against the model in use on both; --force promotes whatever
+the gate said.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rubric_app.models import Issue, Label, TrainedModel, TriageDecision
-from rubric_app.rubric import promotion
-from rubric_app.rubric.engine import shipped_model
-from rubric_app.rubric.model import MODEL_FILE, MODEL_LABELS, LabelModel
+from rubric_app.rubric.engine.assess import shipped_model
+from rubric_app.rubric.engine.model import MODEL_FILE, MODEL_LABELS, LabelModel
+from rubric_app.rubric.offline import promotion
 from rubric_app.rubric.offline.evaluation import ALIASES, COMPONENTS, training_examples
 from rubric_app.rubric.offline.fitting import fit_model
 from rubric_app.vocabulary import PT2_ONCALL, TRIAGED

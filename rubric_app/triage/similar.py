@@ -3,7 +3,7 @@
 index() recomputes both for a batch of issues where their suggestions are refreshed (sync, webhook,
 decision, bisection): a few queries per batch, none per issue. neighbours() ranks an issue's most
 similar issues, open and closed, in the queue or not: same failure signature first, then the cosine
-of the term vectors (rubric/similarity.py). The vectors live in IssueTerm, an inverted index on both
+of the term vectors (rubric/likeness/neighbours.py). The vectors live in IssueTerm, an inverted index on both
 databases: a lookup reads, for each of the issue's terms, the CHAMPIONS issues where that term
 weighs most (one index range each), keeps the CANDIDATES best by that partial sum, then scores
 those exactly. signature_groups() is the queue's "N open issues share this failure".
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 from django.db.models import Count, Max, Prefetch, QuerySet
 
-from rubric_app import rubric
 from rubric_app.models import BisectionRun, Issue, IssueTerm, TriageDecision
-from rubric_app.rubric.duplicates import named_fix, named_original
-from rubric_app.rubric.signature import Signature, signature_of
-from rubric_app.rubric.similarity import shared_words, terms_of
+from rubric_app.rubric.likeness.duplicates import named_fix, named_original
+from rubric_app.rubric.likeness.neighbours import shared_words, terms_of
+from rubric_app.rubric.likeness.signature import Signature, signature_of
+from rubric_app.rubric.reading.types import IssueText, Neighbour
 from rubric_app.vocabulary import is_module
 
 CHAMPIONS = 200  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
@@ -59,7 +59,7 @@ def signature_fields(signature: Signature | None) -> dict:
     }
 
 
-def index(issues: list[Issue], texts: list[rubric.IssueText]) -> None:
+def index(issues: list[Issue], texts: list[IssueText]) -> None:
     """Recompute and store the signatures, term vectors and named originals and fixes of these issues (texts: their
     IssueText).
 
@@ -291,7 +291,7 @@ def own_duplicates(issue: Issue, rows: list[Issue]) -> set[int]:
     )
 
 
-def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbour, ...]]:
+def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[Neighbour, ...]]:
     """{issue id: its most similar triaged issues (carrying a module: label) as the engine's evidence} for
     the open queue issues among `issues` (the vote helps triage them; others get none).
 
@@ -318,7 +318,7 @@ def neighbours_for_votes(issues: list[Issue]) -> dict[int, tuple[rubric.Neighbou
     signature = {issue.pk: f"sig:{issue.signature}" if issue.signature else "" for issue in issues}
     return {
         pk: tuple(
-            rubric.Neighbour(numbers[other], tuple(sorted(labels[other])), score, signature[pk] in terms)
+            Neighbour(numbers[other], tuple(sorted(labels[other])), score, signature[pk] in terms)
             for other, score, _, terms in near
             if other in numbers
         )

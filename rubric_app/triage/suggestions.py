@@ -13,9 +13,10 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from rubric_app import rubric
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, IssueQuerySet, Label, LabelEvent, Suggestion
+from rubric_app.rubric.engine.assess import evaluate
+from rubric_app.rubric.reading.types import Assessment
 from rubric_app.triage import evidence, model_store, similar
 from rubric_app.vocabulary import HIGH_PRIORITY
 
@@ -42,7 +43,7 @@ def refresh(issues: IssueQuerySet, catalog: frozenset[str] | None = None, batch:
     return len(ids)
 
 
-def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> rubric.Assessment:
+def refresh_issue(issue: Issue, catalog: frozenset[str] | None = None) -> Assessment:
     """Recompute and store one issue's suggestions; return the Assessment (a finished bisection, a decision)."""
     if catalog is None:
         catalog = Label.objects.triage_catalog()
@@ -55,7 +56,7 @@ def _store(
     model=None,
     siblings: bool = True,
     later: frozenset[int] = frozenset(),
-) -> list[rubric.Assessment]:
+) -> list[Assessment]:
     """Run the engine (with `model`, the promoted one, or None: its file) on each issue and replace their stored
     suggestions, route and checklist.
 
@@ -72,7 +73,7 @@ def _store(
     # G12: the latest release as last read from the repository (never guessed), and who added `high priority`.
     release, adders = skill_files.current_release(), _high_priority_adders(issues)
     assessments = [
-        rubric.evaluate(
+        evaluate(
             replace(
                 text,
                 neighbours=votes.get(issue.pk, ()),

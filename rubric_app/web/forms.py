@@ -14,8 +14,8 @@ from django.utils import timezone
 from rubric_app.bisection import names_cuda
 from rubric_app.lanes import LANES
 from rubric_app.models import AgendaItem, BisectionRun, Issue, Meeting, Suggestion
-from rubric_app.rubric.catalog import TRANSFER_REPOS
-from rubric_app.rubric.flow import change_breaks_g4
+from rubric_app.rubric.reading.catalog import TRANSFER_REPOS
+from rubric_app.rubric.reading.flow import change_breaks_g4
 from rubric_app.search import issue_number
 from rubric_app.triage import accepting, decisions
 from rubric_app.triage.metrics import DEFAULT_WEEKS, MAX_WEEKS

@@ -8,8 +8,8 @@ from django import forms
 from django.utils.html import format_html, format_html_join
 
 from rubric_app.models import Label
-from rubric_app.rubric.catalog import is_forbidden, load_catalog
-from rubric_app.rubric.rules_skill import never_applied
+from rubric_app.rubric.reading.catalog import is_forbidden, load_catalog
+from rubric_app.rubric.rules.skill_additions import never_applied
 from rubric_app.vocabulary import (
     TRIAGE_REVIEW,
     TRIAGED,

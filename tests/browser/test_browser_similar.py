@@ -11,7 +11,7 @@ from rubric_app.triage import followups
 from tests.browser.conftest import screenshot
 from tests.factories import make_issue, make_label
 from tests.helpers import wait_until
-from tests.test_signature import _lowering
+from tests.rubric.test_signature import _lowering
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 LABELS = ("oncall: pt2", "module: dynamic shapes", "module: inductor", "triaged", "triage review")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.offline.duplicates import PAIRS_FILE, evaluate_duplicates
+from rubric_app.rubric.likeness.neighbours import VOCABULARY_FILE, Vocabulary
+from rubric_app.rubric.offline.duplicate_recall import PAIRS_FILE, evaluate_duplicates
 from rubric_app.rubric.offline.evaluation import InputError, issue_from_record, read_jsonl
-from rubric_app.rubric.offline.similarity import evaluate_similarity
-from rubric_app.rubric.similarity import VOCABULARY_FILE, Vocabulary
+from rubric_app.rubric.offline.neighbour_precision import evaluate_similarity
 
 
 class Command(BaseCommand):

@@ -7,9 +7,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from rubric_app.bisection import verdict
-from rubric_app.rubric import automation
-from rubric_app.rubric.engine import evaluate, shipped_model
-from rubric_app.rubric.model import train
+from rubric_app.rubric.engine.assess import evaluate, shipped_model
+from rubric_app.rubric.engine.model import train
 from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
     REVIEW_TRUTH,
@@ -36,7 +35,8 @@ from rubric_app.rubric.offline.fitting import (
     learning_curve,
     trust,
 )
-from rubric_app.rubric.text import sources_of
+from rubric_app.rubric.reading import automation
+from rubric_app.rubric.reading.text import sources_of
 
 TARGETS = (
     "targets (issue #29, on issues the engine never saw): component micro-F1 >= 0.80 at precision >= 0.80 on issues "

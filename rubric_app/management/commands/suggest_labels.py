@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric import evaluate
+from rubric_app.rubric.engine.assess import evaluate
 from rubric_app.rubric.offline.evaluation import InputError, issue_from_record, output_line, read_jsonl
 
 

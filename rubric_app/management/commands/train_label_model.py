@@ -1,5 +1,5 @@
-"""Train the learned labeler (rubric/model.py) from issues humans triaged: JSON-lines files, or the history in the
-database behind the promotion gate (triage/model_store.py)."""
+"""Train the learned labeler (rubric/engine/model.py) from issues humans triaged: JSON-lines files, or the history in
+the database behind the promotion gate (triage/model_store.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rubric_app.rubric.model import MODEL_FILE, SHIPPED_MODEL_FILE
+from rubric_app.rubric.engine.model import MODEL_FILE, SHIPPED_MODEL_FILE
 from rubric_app.rubric.offline.evaluation import InputError, read_jsonl, split_held_out
 from rubric_app.rubric.offline.fitting import fit_model
 from rubric_app.triage import model_store

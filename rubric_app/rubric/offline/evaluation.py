@@ -14,10 +14,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubric_app.rubric.engine import Reading, evaluate, read
-from rubric_app.rubric.model import MODEL_LABELS, LabelModel
-from rubric_app.rubric.text import split_thread_authored
-from rubric_app.rubric.types import Assessment, BisectionEvidence, CommentText, IssueText
+from rubric_app.rubric.engine.assess import Reading, evaluate, read
+from rubric_app.rubric.engine.model import MODEL_LABELS, LabelModel
+from rubric_app.rubric.reading.text import split_thread_authored
+from rubric_app.rubric.reading.types import Assessment, BisectionEvidence, CommentText, IssueText
 from rubric_app.vocabulary import (
     COMPILE_UX,
     CPU_INDUCTOR_ONCALL,

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rubric_app.rubric.engine import Reading, decide, evaluate, read
-from rubric_app.rubric.model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
+from rubric_app.rubric.engine.assess import Reading, decide, evaluate, read
+from rubric_app.rubric.engine.model import COMPONENT_LABELS, MODEL_LABELS, LabelModel, isotonic, train
+from rubric_app.rubric.engine.scoring import OWN_CURVES, calibration_key, model_key, strongest
 from rubric_app.rubric.offline.evaluation import (
     COMPONENTS,
     Counts,
@@ -24,8 +25,7 @@ from rubric_app.rubric.offline.evaluation import (
     training_examples,
     truth,
 )
-from rubric_app.rubric.scoring import OWN_CURVES, calibration_key, model_key, strongest
-from rubric_app.rubric.types import Assessment
+from rubric_app.rubric.reading.types import Assessment
 from rubric_app.vocabulary import PT2_ONCALL, TRIAGE_REVIEW, Kind, is_oncall
 
 # Pre-selection: precision 0.90 (the target) by the one-sided 95% lower bound of the out-of-fold precision

@@ -15,7 +15,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.html import conditional_escape, escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from rubric_app.rubric.flow import G4_VIOLATION, breaks_g4
+from rubric_app.rubric.reading.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
 from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW, Route
 from rubric_app.web.labels import LABEL_DATALIST_ID, LabelPicker, catalog_descriptions, module_label_names
@@ -370,7 +370,7 @@ def percent(value: float) -> str:
 @register.filter
 def source_label(source: str) -> str:
     """'comment:2' -> 'comment 3' (people count from one), 'bisection:7' -> 'bisection run 7', 'run:7' -> a run
-    weighed against the thread (rubric/weighing.py), 'issue:170014' -> the issue sharing the failure."""
+    weighed against the thread (rubric/engine/weighing.py), 'issue:170014' -> the issue sharing the failure."""
     kind, _, rest = (source or "").partition(":")
     if kind == "comment" and rest.isdigit():
         return f"comment {int(rest) + 1}"

@@ -13,9 +13,9 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
-from rubric_app.rubric.automation import AGENT_LABEL
-from rubric_app.rubric.duplicates import MARK_AT
-from rubric_app.rubric.rules_skill import bot_breaches
+from rubric_app.rubric.likeness.duplicates import MARK_AT
+from rubric_app.rubric.reading.automation import AGENT_LABEL
+from rubric_app.rubric.rules.skill_additions import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import accepting, decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, Route, is_bot

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
 from rubric_app.models import AgendaItem, Duty, Issue, Label, Meeting, TriageDecision
-from rubric_app.rubric.agenda import AGENDA_ORDER, agenda_group
+from rubric_app.rubric.engine.agenda import AGENDA_ORDER, agenda_group
 from rubric_app.triage import decisions, metrics, sharing
 from rubric_app.vocabulary import TRIAGE_REVIEW
 from rubric_app.web.forms import MEETING_DECISIONS, AgendaItemForm, DutyForm, MeetingDecisionForm

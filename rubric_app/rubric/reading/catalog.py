@@ -1,0 +1,95 @@
+"""The label catalog and RUBRIC G7's forbidden labels."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+CATALOG_FILE = Path(__file__).resolve().parents[2] / "data" / "pytorch_labels.json"
+
+# G7: never suggested nor applied from the dashboard without a human override.
+FORBIDDEN_PREFIXES = ("ciflow/", "test-config/", "release notes:", "ci-", "ci:", "sev")
+FORBIDDEN_NAMES = frozenset({"merge blocking"})
+
+
+def is_forbidden(name: str) -> bool:
+    """True when G7 forbids the label: a CI/release prefix, `deprecated` in it, or `merge blocking`."""
+    lowered = name.strip().lower()
+    return lowered.startswith(FORBIDDEN_PREFIXES) or "deprecated" in lowered or lowered in FORBIDDEN_NAMES
+
+
+def load_catalog(path: Path = CATALOG_FILE) -> list[dict]:
+    """Return the shipped triage catalog: [{"name", "description"}], from PyTorch's label list."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)["labels"]
+
+
+@cache
+def catalog_names(path: Path = CATALOG_FILE) -> frozenset[str]:
+    """Names of the shipped catalog that G7 allows (read once per process: it ships with the code)."""
+    return frozenset(item["name"] for item in load_catalog(path) if not is_forbidden(item["name"]))
+
+
+@cache
+def known_label(name: str) -> bool:
+    """Whether the shipped catalog has the label (and G7 allows it)."""
+    return name in catalog_names()
+
+
+def allowed_for_triage(name: str, catalog: frozenset[str] | None = None) -> bool:
+    """Whether the dashboard may suggest or apply `name`: in the triage catalog (`catalog`: the triage skill's in use,
+    github/skill_files.py; the shipped one when None) and not forbidden by G7."""
+    return name in (catalog_names() if catalog is None else catalog) and not is_forbidden(name)
+
+
+REPLIES_FILE = Path(__file__).resolve().parents[2] / "data" / "pytorch_triage_templates.json"
+
+
+def load_replies(path: Path = REPLIES_FILE) -> dict[str, dict]:
+    """PyTorch's standard triage replies by name: {"action", "use_when", "comment"} (redirect_to_forum, ...), and
+    the dashboard's own (OWN_REPLIES)."""
+    with open(path, encoding="utf-8") as fh:
+        return {**json.load(fh)["templates"], **OWN_REPLIES}
+
+
+# Replies of our own, where PyTorch's set has none. {version} and {summary} are filled from the issue's runs.
+OWN_REPLIES = {
+    "confirm_fixed": {
+        "action": "Add comment and stop",
+        "use_when": "The issue's repro reproduced on an older torch build (or the reporter's) and passes on a newer "
+        "one: ask the reporter to confirm before anything is closed",
+        "comment": "Thanks for the report! We ran the repro from this issue in a sandbox, and it no longer fails "
+        "on torch {version} ({summary}).\n\n"
+        "Could you check whether it is fixed for you on torch {version} or newer (for a nightly: "
+        "`pip install --pre torch --index-url https://download.pytorch.org/whl/nightly`)? If it still fails, please "
+        "reply with the error and the output of `python -m torch.utils.collect_env`, and we will look again. If it "
+        "is fixed, feel free to close the issue.",
+    },
+}
+
+
+# G2's destinations: the repositories of the PyTorch organisation an issue may be transferred to,
+# and the names a thread calls them by. Nothing else is a transfer target (a typo must not move an issue).
+TRANSFER_REPOS = {
+    "pytorch/vision": ("torchvision", "vision"),
+    "pytorch/audio": ("torchaudio", "audio"),
+    "pytorch/text": ("torchtext", "text"),
+    "pytorch/executorch": ("executorch",),
+    "pytorch/ao": ("torchao", "ao"),
+    "pytorch/torchrec": ("torchrec",),
+    "pytorch/torchtune": ("torchtune",),
+    "pytorch/xla": ("torch_xla", "torch-xla", "torchxla", "xla"),
+    "pytorch/TensorRT": ("torch_tensorrt", "torch-tensorrt", "torchtensorrt", "tensorrt"),
+    "pytorch/tutorials": ("tutorials",),
+}  # not Helion: its issues belong to oncall: pt2 (R8)
+
+
+def transfer_repo(name: str) -> str:
+    """The repository a thread's name for it means ("torchvision", "the vision repo", "pytorch/vision"),
+    or "" when it names none of TRANSFER_REPOS."""
+    words = name.strip().lower().removeprefix("the ").removesuffix(" repository").removesuffix(" repo").strip()
+    for repo, aliases in TRANSFER_REPOS.items():
+        if words == repo.lower() or words in aliases:
+            return repo
+    return ""
