@@ -1,11 +1,13 @@
-"""The house's boundaries, read from the code's imports (every import, function-level ones included):
-no import circle among the project's modules, the rubric engine and the bisection harness free of Django,
-and PyGithub behind rubric_app/github/client.py alone."""
+"""The house's boundaries, read from the code's imports (every import, function-level ones included, and the edges
+of the packages' __init__ files): no import circle among the project's modules, the layers imported downward only,
+the rubric's wings (reading < likeness < rules < engine < offline) too, the rubric engine and the bisection harness
+free of Django, and PyGithub behind rubric_app/github/client.py alone."""
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,20 +54,27 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str,
 
 
 def import_graph() -> dict[str, dict[str, int]]:
+    """module -> {imported module: line}, package `__init__` edges counted: a package's `__init__` importing its own
+    submodules, and each import reaching the packages above its target (importing `rubric_app.rubric.reading.text`
+    runs `rubric_app.rubric`'s and `rubric_app.rubric.reading`'s `__init__` first). Only the packages a module sits in
+    itself are left out: Python runs them before the module whoever imports it."""
     modules = project_modules()
     graph: dict[str, dict[str, int]] = {}
     for name, path in modules.items():
         edges = graph.setdefault(name, {})
         for target, line in imported(name, path, modules):
-            # A package's __init__ importing its own submodules (or a submodule its package) is how
-            # packages are built, not a circle between workflows.
-            if target in modules and target != name and not _same_package_init(name, target):
-                edges.setdefault(target, line)
+            if target not in modules:
+                continue
+            for reached in (*packages_above(target, modules), target):
+                if reached != name and not name.startswith(reached + "."):
+                    edges.setdefault(reached, line)
     return graph
 
 
-def _same_package_init(a: str, b: str) -> bool:
-    return b.startswith(a + ".") or a.startswith(b + ".")
+def packages_above(name: str, modules: dict[str, Path]) -> list[str]:
+    """The project's packages that hold `name`, outermost first: their `__init__` runs when `name` is imported."""
+    parts = name.split(".")
+    return [p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in modules]
 
 
 def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -113,6 +122,29 @@ def test_it_has_no_import_circle_among_the_projects_modules():
 def test_it_finds_a_circle_when_there_is_one():
     assert circles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
     assert circles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_it_counts_the_edges_of_a_packages_init(tmp_path, monkeypatch):
+    # The positive control: the circle issue 50 found, which only a function-level import kept from breaking:
+    # vocabulary.py importing rubric/catalog.py runs rubric/__init__.py, which loaded the engine, which imports
+    # vocabulary.py. Seen only when the __init__'s own edges and the edge to the package above the target count.
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    for path, text in {
+        "rubric_app/__init__.py": "",
+        "rubric_app/vocabulary.py": "def allowed():\n    from rubric_app.rubric.catalog import names\n",
+        "rubric_app/rubric/__init__.py": "from .engine import evaluate\n",
+        "rubric_app/rubric/catalog.py": "",
+        "rubric_app/rubric/engine.py": "from rubric_app.vocabulary import Kind\n",
+        "triage_site/__init__.py": "",
+    }.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    graph = import_graph()
+    assert graph["rubric_app.vocabulary"] == {"rubric_app.rubric": 2, "rubric_app.rubric.catalog": 2}
+    assert graph["rubric_app.rubric"] == {"rubric_app.rubric.engine": 1}
+    assert circles(graph) == [["rubric_app.rubric", "rubric_app.rubric.engine", "rubric_app.vocabulary"]]
+    # The package a module sits in is no edge of its own: Python runs it first whoever imports the module.
+    assert "rubric_app.rubric" not in graph["rubric_app.rubric.engine"]
 
 
 PURE = ("rubric_app.rubric", "rubric_app.bisection", "rubric_app.vocabulary")
@@ -212,6 +244,88 @@ def test_it_finds_an_upward_import_between_the_workflows_when_there_is_one():
         "rubric_app.runs.coordinator:24 (runs) imports rubric_app.triage.suggestions (triage)",
         "rubric_app.triage.decisions:27 (triage) imports rubric_app.tasks (tasks)",
     ]
+
+
+# The rubric's wings, bottom to top; a module of the rubric imports its own wing and the ones below, never one above.
+# The package's __init__ imports nothing (counted: test_it_keeps_the_rubric_packages_init_empty).
+RUBRIC = "rubric_app.rubric"
+WINGS = ("reading", "likeness", "rules", "engine", "offline")
+
+
+def wing_of(module: str) -> int | None:
+    parts = module.split(".")
+    if module.startswith(RUBRIC + ".") and parts[2] in WINGS:
+        return WINGS.index(parts[2])
+    return None
+
+
+def upward_wing_imports(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import inside the rubric that points up its wings."""
+    return [
+        f"{name}:{line} ({WINGS[wing_of(name)]}) imports {target} ({WINGS[wing_of(target)]})"
+        for name, edges in graph.items()
+        if wing_of(name) is not None
+        for target, line in edges.items()
+        if wing_of(target) is not None and wing_of(target) > wing_of(name)
+    ]
+
+
+def test_it_places_every_module_of_the_rubric_in_a_wing():
+    unplaced = [name for name in project_modules() if name.startswith(RUBRIC + ".") and wing_of(name) is None]
+    assert not unplaced, f"rubric modules in no wing (add them to WINGS and docs/architecture.md): {unplaced}"
+
+
+def test_it_never_imports_upward_across_the_rubrics_wings():
+    upward = upward_wing_imports(import_graph())
+    assert not upward, "imports that point up the rubric's wings:\n" + "\n".join(upward)
+
+
+def test_it_finds_an_upward_import_between_the_rubrics_wings_when_there_is_one():
+    # The positive control: the reader asking the engine, a rule asking the labeler; not a rule reading the facts,
+    # nor offline code running the engine, nor a module of the rubric importing one outside it.
+    graph = {
+        "rubric_app.rubric.reading.text": {"rubric_app.rubric.engine.assess": 12, "rubric_app.vocabulary": 3},
+        "rubric_app.rubric.rules.general": {
+            "rubric_app.rubric.engine.model": 40,
+            "rubric_app.rubric.reading.facts": 31,
+        },
+        "rubric_app.rubric.offline.evaluation": {"rubric_app.rubric.engine.assess": 20},
+        "rubric_app.rubric.likeness.neighbours": {"rubric_app.rubric.reading.types": 9},
+    }
+    assert upward_wing_imports(graph) == [
+        "rubric_app.rubric.reading.text:12 (reading) imports rubric_app.rubric.engine.assess (engine)",
+        "rubric_app.rubric.rules.general:40 (rules) imports rubric_app.rubric.engine.model (engine)",
+    ]
+
+
+def test_it_keeps_the_rubric_packages_init_empty():
+    # Importing one wing's module runs rubric/__init__.py first: anything it imported would be imported by every
+    # module of every wing, the lowest included (the circle of issue 50). Its wings' __init__ files import nothing
+    # either.
+    graph = import_graph()
+    inits = [RUBRIC, *(f"{RUBRIC}.{wing}" for wing in WINGS)]
+    assert {init: graph[init] for init in inits if graph[init]} == {}
+
+
+def test_it_finds_what_a_packages_init_imports(tmp_path, monkeypatch):
+    # The positive control of the test above: an __init__ that loads the engine is seen, with the edge every importer
+    # of a wing's module gets to it.
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    for path, text in {
+        "rubric_app/__init__.py": "",
+        "rubric_app/rubric/__init__.py": "from .engine.assess import evaluate\n",
+        "rubric_app/rubric/engine/__init__.py": "",
+        "rubric_app/rubric/engine/assess.py": "",
+        "rubric_app/rubric/reading/__init__.py": "",
+        "rubric_app/rubric/reading/types.py": "",
+        "rubric_app/models.py": "from rubric_app.rubric.reading.types import IssueText\n",
+        "triage_site/__init__.py": "",
+    }.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    graph = import_graph()
+    assert graph[RUBRIC] == {f"{RUBRIC}.engine": 1, f"{RUBRIC}.engine.assess": 1}
+    assert set(graph["rubric_app.models"]) == {RUBRIC, f"{RUBRIC}.reading", f"{RUBRIC}.reading.types"}
 
 
 def test_it_lets_only_the_github_client_import_pygithub():
