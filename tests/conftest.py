@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
+from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import Issue
 from tests.factories import make_issue, make_label, make_user
 from tests.helpers import (
@@ -122,6 +123,40 @@ def sync_issue(fake_github, settings):
 def synced(sync_issue) -> Issue:
     """#1001 on the fake GitHub and locally, oncall: pt2 and nothing else."""
     return sync_issue()
+
+
+# The labels the triage bot left on #1001 (bot_issue).
+BOT_LABELS = ("oncall: pt2", "module: inductor", "triaged", "bot-triaged")
+
+
+@pytest.fixture
+def bot_issue(fake_github, settings):
+    """#1001, labelled by the bot, on the fake GitHub and locally; the repo has both feedback labels."""
+    settings.GITHUB_WRITE_INTERVAL = 0.01
+    for name in ("module: dynamo", "module: inductor", "triaged"):
+        make_label(name, github=fake_github)
+    for name in ("bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"):
+        make_label(name, allowed=False, github=fake_github)  # on GitHub, not in the shipped catalog
+    fake_github.add_issue(1001, labels=list(BOT_LABELS))
+    return make_issue(1001, labels=BOT_LABELS)
+
+
+@pytest.fixture
+def catalog(db) -> int:
+    """The shipped catalog as Label rows: the engine suggests and `a` applies only what it allows (G7)."""
+    return load_catalog_labels()
+
+
+# The health endpoint's probe token (not a secret), and the headers of a probe that holds it.
+HEALTH_TOKEN = "health-token-not-a-secret-7c1e"
+PROBE = {"Authorization": f"Bearer {HEALTH_TOKEN}"}
+
+
+@pytest.fixture
+def health_token(settings) -> dict:
+    """The health endpoint's token set; the probe's headers."""
+    settings.HEALTH_TOKEN = HEALTH_TOKEN
+    return PROBE
 
 
 @pytest.fixture(scope="session")

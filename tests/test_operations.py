@@ -57,15 +57,7 @@ def _env(**extra) -> dict:
 # --- /health ------------------------------------------------------------------------------------------------
 
 
-HEALTH_TOKEN = "health-token-not-a-secret-7c1e"
 SERVER_UNDER_TEST = "runserver-under-test"
-PROBE = {"Authorization": f"Bearer {HEALTH_TOKEN}"}
-
-
-@pytest.fixture
-def health_token(settings):
-    settings.HEALTH_TOKEN = HEALTH_TOKEN
-    return PROBE
 
 
 @pytest.mark.django_db

@@ -8,45 +8,16 @@ takes these messages; its log is checked for the tokens.
 
 from __future__ import annotations
 
-import os
-import socket
 from datetime import timedelta
 
-import pytest
-from django.db import connection
 from django.utils import timezone
 
 from rubric_app.github import credentials
 from rubric_app.models import TriageDecision
 from rubric_app.tasks import apply_decision_task
 from tests.factories import make_issue, make_label
-from tests.fakegithub import TOKEN
-from tests.helpers import child_database_url, running_worker, wait_until_finished
-
-QUEUE = "github-as-user-test"
-
-
-@pytest.fixture(scope="module")
-def signed_in_worker(django_db_setup, django_db_blocker, fake_github_server, tmp_path_factory):
-    """A real worker with sign-in configured, on QUEUE; yields the path of its log."""
-    with django_db_blocker.unblock():
-        db_name = connection.settings_dict["NAME"]
-    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": child_database_url(db_name),
-        "PYTHONUNBUFFERED": "1",
-        "GITHUB_API_URL": fake_github_server.url,
-        "GITHUB_URL": fake_github_server.url,
-        "GITHUB_TOKEN": TOKEN,
-        "GITHUB_REPO": fake_github_server.repo,
-        "GITHUB_OAUTH_CLIENT_ID": "test-client-id",
-        "GITHUB_OAUTH_CLIENT_SECRET": "test-client-secret",
-        "GITHUB_WRITE_INTERVAL": "0.05",
-    }
-    name = f"as-user-{os.getpid()}@{socket.gethostname()}"
-    with open(log_path, "w") as log, running_worker(name, QUEUE, env=env, log=log, loglevel="DEBUG"):
-        yield log_path
+from tests.github.conftest import QUEUE
+from tests.helpers import wait_until_finished
 
 
 def test_it_writes_as_the_triager_through_the_worker(transactional_db, signed_in_worker, triager, fake_github):

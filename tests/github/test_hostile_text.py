@@ -153,12 +153,6 @@ def test_it_leaves_out_an_issue_the_database_refuses_with_the_reason_and_stores_
     assert SyncState.objects.get(key=FULL_KEY).skipped[0]["number"] == 15
 
 
-@pytest.fixture
-def health_token(settings):
-    settings.HEALTH_TOKEN = "probe-token-for-tests"
-    return {"Authorization": "Bearer probe-token-for-tests"}
-
-
 @pytest.mark.django_db(transaction=True)
 def test_it_never_waits_for_a_rate_limit_inside_a_transaction(fake_github):
     """The escape: a secondary rate-limit wait slept inside the backfill's page transaction, holding the page's

@@ -58,7 +58,7 @@ def _apply(client, issue, labels=("module: inductor",)):
 
 
 @pytest.fixture
-def synced(github_signin):
+def suggested_issue(github_signin):
     """An issue in the queue, on the fake GitHub and in the mirror, and the label a triager applies."""
     github_signin.add_issue(3501, labels=["oncall: pt2"])
     for name in ("module: inductor", "triaged"):
@@ -105,9 +105,11 @@ def test_it_removes_the_role_at_the_daily_check_once_github_answers_302(client, 
 # --- mid-session, on the web -------------------------------------------------------------------------------------
 
 
-def test_it_demotes_a_triager_removed_from_the_team_at_the_next_page_after_ten_minutes(client, github_signin, synced):
+def test_it_demotes_a_triager_removed_from_the_team_at_the_next_page_after_ten_minutes(
+    client, github_signin, suggested_issue
+):
     sign_in_with_github(client, github_signin, "demo-triager")
-    assert client.get(f"/issues/{synced.number}").status_code == 200
+    assert client.get(f"/issues/{suggested_issue.number}").status_code == 200
     github_signin.remove_from_team("demo-triager", DEMO_ORG, "pt2-triagers")
 
     # Within ten minutes of the last check the page does not ask GitHub again.
@@ -119,22 +121,22 @@ def test_it_demotes_a_triager_removed_from_the_team_at_the_next_page_after_ten_m
     assert client.get("/").status_code == 200  # still signed in: a member of the org, in no team
     assert roles_of("demo-triager") == {"viewer"}
     assert github_signin.requests_to(r"^/orgs/")
-    assert _apply(client, synced).status_code == 403
+    assert _apply(client, suggested_issue).status_code == 403
     assert not TriageDecision.objects.exists() and not github_signin.label_events
 
 
-def test_it_rechecks_before_a_write_whatever_the_page_check_says(client, github_signin, synced):
+def test_it_rechecks_before_a_write_whatever_the_page_check_says(client, github_signin, suggested_issue):
     sign_in_with_github(client, github_signin, "demo-triager")
     github_signin.remove_from_team("demo-triager", DEMO_ORG, "pt2-triagers")
     # The page check is fresh; GitHub's last answer is 61 s old: too old for a write.
     _time_passes(client, "demo-triager", session=False, answer=identity.WRITE_TRUST + timedelta(seconds=1))
 
-    _apply(client, synced)
+    _apply(client, suggested_issue)
 
     decision = TriageDecision.objects.get()
     assert decision.status == TriageDecision.Status.REFUSED
     assert "now give you the viewer role" in decision.result_message
-    page = client.get(f"/issues/{synced.number}").content.decode()
+    page = client.get(f"/issues/{suggested_issue.number}").content.decode()
     assert "now give you the viewer role" in page  # the page says why
     assert roles_of("demo-triager") == {"viewer"}
 
@@ -151,7 +153,7 @@ def test_it_signs_out_someone_removed_from_the_org_mid_session(client, github_si
     assert client.get("/").status_code == 302  # to the sign-in page
 
 
-def test_it_refuses_writes_and_says_why_when_github_cannot_answer(client, github_signin, synced):
+def test_it_refuses_writes_and_says_why_when_github_cannot_answer(client, github_signin, suggested_issue):
     sign_in_with_github(client, github_signin, "demo-triager")
     github_signin.inject("error", path=r"^/orgs/", status=502, times=200)
     _time_passes(client, "demo-triager")
@@ -159,7 +161,7 @@ def test_it_refuses_writes_and_says_why_when_github_cannot_answer(client, github
     page = client.get("/")  # reads go on, on the role GitHub last confirmed, with a word on the page
     assert page.status_code == 200 and b"GitHub could not confirm your role" in page.content
     assert roles_of("demo-triager") == {"triager"}
-    _apply(client, synced)
+    _apply(client, suggested_issue)
 
     decision = TriageDecision.objects.get()
     assert decision.status == TriageDecision.Status.REFUSED
@@ -167,11 +169,11 @@ def test_it_refuses_writes_and_says_why_when_github_cannot_answer(client, github
     assert not github_signin.label_events
 
 
-def test_it_leaves_local_accounts_alone(client, triager, github_signin, synced, settings):
+def test_it_leaves_local_accounts_alone(client, triager, github_signin, suggested_issue, settings):
     settings.GITHUB_WRITE_AS = "app"  # a local account has no GitHub token to write as
     client.force_login(triager)
     client.get("/")
-    _apply(client, synced)
+    _apply(client, suggested_issue)
     assert not github_signin.requests_to(r"^/orgs/")
     assert set(triager.groups.values_list("name", flat=True)) == {"triager"}
     assert TriageDecision.objects.get().status == TriageDecision.Status.PENDING
@@ -214,7 +216,7 @@ def identity_worker(request, django_db_setup, django_db_blocker, fake_github_ser
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("removed_from", ["team", "org"])
 def test_it_writes_nothing_for_a_triager_removed_mid_session_on_the_worker(
-    client, github_signin, synced, identity_worker, removed_from
+    client, github_signin, suggested_issue, identity_worker, removed_from
 ):
     """The attack: removed from the team, then from the org, a triager's decisions kept being written (as the site
     with GITHUB_WRITE_AS=app). Now the worker asks GitHub again when its last answer is over a minute old."""
@@ -224,7 +226,7 @@ def test_it_writes_nothing_for_a_triager_removed_mid_session_on_the_worker(
 
     def decide(label: str) -> TriageDecision:
         decision = TriageDecision.objects.create(
-            issue=synced, user=user, labels_seen=sorted(github_signin.labels_of(3501)), labels_added=[label]
+            issue=suggested_issue, user=user, labels_seen=sorted(github_signin.labels_of(3501)), labels_added=[label]
         )
         apply_decision_task.apply_async((decision.pk,), queue=queue)
         return wait_until_finished(decision, timeout=60)

@@ -16,7 +16,7 @@ from rubric_app.models import GitHubCredential, TriageDecision
 from rubric_app.tasks import apply_decision_task
 from tests.factories import make_issue, make_label
 from tests.fakegithub import CLIENT_SECRET
-from tests.github.test_credentials_worker import QUEUE, signed_in_worker  # noqa: F401 - the worker that writes as users
+from tests.github.conftest import QUEUE
 from tests.helpers import wait_until, wait_until_finished
 
 pytestmark = pytest.mark.django_db

@@ -40,11 +40,6 @@ def _assess(use_model: bool, title: str, body: str, *comments: tuple[str, str], 
     return evaluate(issue, use_model=use_model)
 
 
-@pytest.fixture(params=[False, True], ids=["rules", "shipped model"])
-def use_model(request) -> bool:
-    return request.param
-
-
 @pytest.fixture
 def assess(use_model):
     """evaluate() on (title, body, *(author, comment)), by the rules alone or with the shipped model."""

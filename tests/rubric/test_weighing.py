@@ -63,11 +63,6 @@ def pool(number: int) -> IssueText:
     return issue_from_record(_pool()[number], use_labels=False)
 
 
-@pytest.fixture(params=[False, True], ids=["rules", "shipped model"])
-def use_model(request) -> bool:
-    return request.param
-
-
 def review(a):
     return next(s for s in a.add if s.label == "triage review")
 

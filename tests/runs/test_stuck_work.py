@@ -57,7 +57,7 @@ def _applying_decision(issue, user, **fields) -> TriageDecision:
 
 
 @pytest.fixture
-def synced(sync_issue):
+def awaiting_repro(sync_issue):
     """#5101, waiting for reproduction, on the fake GitHub and locally."""
     return sync_issue(5101, SEEN)
 
@@ -74,11 +74,11 @@ def _writes(fake) -> list[tuple[str, str]]:
 
 
 @pytest.mark.django_db
-def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synced, triager, fake_github):
+def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(awaiting_repro, triager, fake_github):
     # The dead worker added `module: dynamo` (audited) and `module: inductor` (landed, never audited).
     fake_github.set_labels(5101, SEEN + ["module: dynamo", "module: inductor"])
     stale = timezone.now() - HEARTBEAT_STALE_AFTER - timedelta(seconds=5)
-    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=stale)
+    decision = _applying_decision(awaiting_repro, triager, status=Status.APPLYING, heartbeat_at=stale)
 
     decision = apply_decision(decision.pk)
 
@@ -95,22 +95,28 @@ def test_it_resumes_a_dead_workers_decision_writing_only_what_github_lacks(synce
         ("add_label", "triaged", True),
         ("remove_label", "needs reproduction", True),
     ]
-    assert synced.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
+    assert awaiting_repro.label_names() == ["module: dynamo", "module: inductor", "oncall: pt2", "triaged"]
 
 
 @pytest.mark.django_db
-def test_it_leaves_a_decision_alone_while_its_worker_beats(synced, triager, fake_github):
-    decision = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=timezone.now())
+def test_it_leaves_a_decision_alone_while_its_worker_beats(awaiting_repro, triager, fake_github):
+    decision = _applying_decision(awaiting_repro, triager, status=Status.APPLYING, heartbeat_at=timezone.now())
 
     assert apply_decision(decision.pk).status == Status.APPLYING
     assert fake_github.requests == []  # a live worker owns it: not even a read
 
 
 @pytest.mark.django_db
-def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_meanwhile(synced, triager, fake_github):
+def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_meanwhile(
+    awaiting_repro, triager, fake_github
+):
     fake_github.set_labels(5101, SEEN + ["module: dynamo", "high priority"])
     decision = _applying_decision(
-        synced, triager, status=Status.APPLYING, heartbeat_at=None, created_at=timezone.now() - timedelta(hours=1)
+        awaiting_repro,
+        triager,
+        status=Status.APPLYING,
+        heartbeat_at=None,
+        created_at=timezone.now() - timedelta(hours=1),
     )
 
     decision = apply_decision(decision.pk)
@@ -123,10 +129,12 @@ def test_it_reports_exactly_what_landed_when_someone_else_changed_the_issue_mean
 
 
 @pytest.mark.django_db
-def test_it_sweeps_up_only_decisions_whose_worker_went_silent(synced, triager):
+def test_it_sweeps_up_only_decisions_whose_worker_went_silent(awaiting_repro, triager):
     long_ago = timezone.now() - HEARTBEAT_STALE_AFTER - timedelta(minutes=1)
-    silent = _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=long_ago)
-    _applying_decision(synced, triager, status=Status.APPLYING, heartbeat_at=timezone.now(), created_at=long_ago)
+    silent = _applying_decision(awaiting_repro, triager, status=Status.APPLYING, heartbeat_at=long_ago)
+    _applying_decision(
+        awaiting_repro, triager, status=Status.APPLYING, heartbeat_at=timezone.now(), created_at=long_ago
+    )
     assert list(TriageDecision.objects.stuck(timezone.now() - HEARTBEAT_STALE_AFTER)) == [silent]
 
 
@@ -134,15 +142,15 @@ def test_it_sweeps_up_only_decisions_whose_worker_went_silent(synced, triager):
 
 
 @pytest.mark.django_db
-def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, settings):
+def test_it_ends_work_no_worker_took_in_time_and_says_why(awaiting_repro, triager, settings):
     settings.QUEUE_WAIT_TIMEOUT_MINUTES = 30
     waited = timezone.now() - timedelta(minutes=31)
     only_this_tests_workers()
     WorkerHeartbeat.objects.create(name="cpu@box", queues=["cpu", "default"], device="cpu")
-    gpu_run = BisectionRun.objects.create(issue=synced, device="both", repro_code="x", created_at=waited)
-    cpu_run = BisectionRun.objects.create(issue=synced, device="cpu", repro_code="x", created_at=waited)
-    fresh = BisectionRun.objects.create(issue=synced, device="cuda", repro_code="x")
-    decision = _applying_decision(synced, triager, created_at=waited)  # pending: no github worker took it
+    gpu_run = BisectionRun.objects.create(issue=awaiting_repro, device="both", repro_code="x", created_at=waited)
+    cpu_run = BisectionRun.objects.create(issue=awaiting_repro, device="cpu", repro_code="x", created_at=waited)
+    fresh = BisectionRun.objects.create(issue=awaiting_repro, device="cuda", repro_code="x")
+    decision = _applying_decision(awaiting_repro, triager, created_at=waited)  # pending: no github worker took it
 
     requeue_stuck_task()
 
@@ -160,10 +168,12 @@ def test_it_ends_work_no_worker_took_in_time_and_says_why(synced, triager, setti
 
 
 @pytest.mark.django_db
-def test_it_ends_runs_left_running_past_their_limit_from_the_sweep(synced):
+def test_it_ends_runs_left_running_past_their_limit_from_the_sweep(awaiting_repro):
     overdue = timezone.now() - coordinator.longest_run() - timedelta(minutes=1)
-    dead = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=overdue)
-    alive = BisectionRun.objects.create(issue=synced, repro_code="x", status="running", started_at=timezone.now())
+    dead = BisectionRun.objects.create(issue=awaiting_repro, repro_code="x", status="running", started_at=overdue)
+    alive = BisectionRun.objects.create(
+        issue=awaiting_repro, repro_code="x", status="running", started_at=timezone.now()
+    )
 
     requeue_stuck_task()  # no other run starts: the sweep alone must end it
 
@@ -390,7 +400,7 @@ def test_it_ends_a_bisection_whose_runner_went_silent(broker, registered, triage
 
 
 @pytest.mark.django_db
-def test_it_tells_a_dead_holder_from_a_live_one(triager, synced):
+def test_it_tells_a_dead_holder_from_a_live_one(triager, awaiting_repro):
     here = socket.gethostname()
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process now
@@ -400,8 +410,8 @@ def test_it_tells_a_dead_holder_from_a_live_one(triager, synced):
     assert processes.is_dead(f"{here}:{gone.pid}", set(), here)
     assert not processes.is_dead("other-host:1", {"other-host"}, here)  # its host still beats
     assert processes.is_dead("other-host:1", set(), here)  # its host went silent
-    alive = _applying_decision(synced, triager, status="applying", worker=f"{here}:{os.getpid()}")
-    dead = _applying_decision(synced, triager, status="applying", worker=f"{here}:{gone.pid}")
+    alive = _applying_decision(awaiting_repro, triager, status="applying", worker=f"{here}:{os.getpid()}")
+    dead = _applying_decision(awaiting_repro, triager, status="applying", worker=f"{here}:{gone.pid}")
     resumed, ended = recovery.recover_orphans()
     assert resumed == [dead.pk] and ended == 0
     assert recovery.recover_orphans() == ([], 0)  # taken over once

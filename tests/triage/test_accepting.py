@@ -13,7 +13,6 @@ import re
 import pytest
 from django.urls import reverse
 
-from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.github import skill_files
 from rubric_app.models import Issue, Label, TriageDecision
 from rubric_app.rubric.offline.evaluation import issue_from_record
@@ -24,13 +23,9 @@ from rubric_app.web.labels import handoff_oncalls
 from tests.factories import make_issue
 from tests.rubric.test_binding import _demo, _pool
 
-pytestmark = pytest.mark.django_db
+# The shipped catalog as Label rows for every test (tests/conftest.py catalog).
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("catalog")]
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def catalog(db):
-    load_catalog_labels()
 
 
 def demo_issue(number: int, labels=("oncall: pt2",)) -> Issue:

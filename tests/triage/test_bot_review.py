@@ -12,23 +12,11 @@ from rubric_app.github.applying import apply_decision
 from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.triage.decisions import confirm_bot, correct_bot
 from rubric_app.triage.followups import issues_changed
+from tests.conftest import BOT_LABELS
 from tests.factories import make_issue, make_label
 
 pytestmark = pytest.mark.django_db
 Status = TriageDecision.Status
-BOT_LABELS = ("oncall: pt2", "module: inductor", "triaged", "bot-triaged")
-
-
-@pytest.fixture
-def bot_issue(fake_github, settings):
-    """#1001, labelled by the bot, on the fake GitHub and locally; the repo has both feedback labels."""
-    settings.GITHUB_WRITE_INTERVAL = 0.01
-    for name in ("module: dynamo", "module: inductor", "triaged"):
-        make_label(name, github=fake_github)
-    for name in ("bot-triaged", "bot-mislabeled", "repro:agent:h100:incorrect"):
-        make_label(name, allowed=False, github=fake_github)  # on GitHub, not in the shipped catalog
-    fake_github.add_issue(1001, labels=list(BOT_LABELS))
-    return make_issue(1001, labels=BOT_LABELS)
 
 
 def _writes(fake) -> list[tuple[str, str]]:

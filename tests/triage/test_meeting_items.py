@@ -23,7 +23,7 @@ FLAGGED = ("oncall: pt2", "module: inductor", "triage review")
 
 
 @pytest.fixture
-def agenda(fake_github, settings, chair):
+def running_meeting(fake_github, settings, chair):
     """A meeting in progress, and two flagged issues on the fake GitHub and in the mirror; decisions held 30 s."""
     settings.GITHUB_WRITE_INTERVAL = 0.01
     settings.MEETING_UNDO_SECONDS = 30
@@ -47,7 +47,7 @@ def _undo(client, decision: TriageDecision, headers=None):
     return client.post(reverse("rubric_app:decision_undo", args=[decision.pk]), headers=headers or {})
 
 
-def test_it_keeps_the_issue_on_a_decided_card_and_holds_the_decision(client, chair, agenda):
+def test_it_keeps_the_issue_on_a_decided_card_and_holds_the_decision(client, chair, running_meeting):
     client.force_login(chair)
     html = _decide(client, 1, "low priority", headers=HTMX).content.decode()
 
@@ -61,7 +61,7 @@ def test_it_keeps_the_issue_on_a_decided_card_and_holds_the_decision(client, cha
     assert apply_decision(decision.pk).status == Status.PENDING and not GitHubWrite.objects.exists()
 
 
-def test_it_undoes_a_held_decision_and_writes_nothing(client, chair, agenda, fake_github):
+def test_it_undoes_a_held_decision_and_writes_nothing(client, chair, running_meeting, fake_github):
     client.force_login(chair)
     _decide(client, 1, "low priority", headers=HTMX)
     decision = TriageDecision.objects.get()
@@ -82,7 +82,7 @@ def test_it_undoes_a_held_decision_and_writes_nothing(client, chair, agenda, fak
     assert "undone" in client.get(reverse("rubric_app:audit")).content.decode()
 
 
-def test_it_undoes_without_js_and_says_so(client, chair, agenda):
+def test_it_undoes_without_js_and_says_so(client, chair, running_meeting):
     client.force_login(chair)
     _decide(client, 2, "triaged")
     page = client.get(reverse("rubric_app:meeting")).content.decode()
@@ -95,7 +95,9 @@ def test_it_undoes_without_js_and_says_so(client, chair, agenda):
     assert "#2: undone, nothing was sent to GitHub." in client.get(response.url).content.decode()
 
 
-def test_it_writes_the_decision_once_its_window_is_over_and_then_refuses_to_undo(client, chair, agenda, fake_github):
+def test_it_writes_the_decision_once_its_window_is_over_and_then_refuses_to_undo(
+    client, chair, running_meeting, fake_github
+):
     client.force_login(chair)
     _decide(client, 1, "low priority")
     decision = TriageDecision.objects.get()
@@ -109,7 +111,7 @@ def test_it_writes_the_decision_once_its_window_is_over_and_then_refuses_to_undo
     assert decision.status == Status.APPLIED
 
 
-def test_it_lets_only_who_decided_or_the_chair_undo(client, chair, triager, viewer, agenda):
+def test_it_lets_only_who_decided_or_the_chair_undo(client, chair, triager, viewer, running_meeting):
     client.force_login(triager)
     _decide(client, 1, "low priority")
     mine = TriageDecision.objects.get()
@@ -127,35 +129,35 @@ def test_it_lets_only_who_decided_or_the_chair_undo(client, chair, triager, view
     assert mine.status == Status.UNDONE
 
 
-def test_it_records_an_owner_and_a_note_for_the_minutes(client, chair, triager, agenda):
+def test_it_records_an_owner_and_a_note_for_the_minutes(client, chair, triager, running_meeting):
     client.force_login(chair)
     url = reverse("rubric_app:meeting_item", args=[1])
     html = client.post(url, {"owner": "@tina-triager", "note": "bisect on H100 | report back"}, headers=HTMX)
     assert "data-item-saved" in html.content.decode() and "<html" not in html.content.decode()
     client.post(reverse("rubric_app:meeting_item", args=[2]), {"owner": "", "note": "needs the reporter's logs"})
     item = AgendaItem.objects.get(issue__number=1)
-    assert (item.meeting, item.owner, item.updated_by) == (agenda, triager, chair)
+    assert (item.meeting, item.owner, item.updated_by) == (running_meeting, triager, chair)
 
     page = client.get(reverse("rubric_app:meeting")).content.decode()
     assert 'value="tina-triager"' in page and "bisect on H100 | report back</textarea>" in page
     _decide(client, 1, "low priority")
     client.post(reverse("rubric_app:meeting_end"))
 
-    text = client.get(reverse("rubric_app:meeting_minutes", args=[agenda.pk])).content.decode()
+    text = client.get(reverse("rubric_app:meeting_minutes", args=[running_meeting.pk])).content.decode()
     row = "| #1 | `Segfault in a generated kernel` | low priority | `carl-chair` | `tina-triager` | bisect on H100"
     assert row + " \\| report back | pending |" in text
     assert "Discussed, not decided" in text
     assert "| #2 | `Wrong results \\| on inductor` |  | needs the reporter's logs |" in text
 
 
-def test_it_refuses_an_unknown_owner_or_no_meeting_and_keeps_nothing(client, chair, agenda):
+def test_it_refuses_an_unknown_owner_or_no_meeting_and_keeps_nothing(client, chair, running_meeting):
     client.force_login(chair)
     url = reverse("rubric_app:meeting_item", args=[1])
     html = client.post(url, {"owner": "nobody-here", "note": "x"}, headers=HTMX).content.decode()
     assert "No dashboard user is named &#x27;nobody-here&#x27;" in html
     assert 'value="nobody-here"' in html  # what was typed stays in the field
-    agenda.ended_at = timezone.now()
-    agenda.save()
+    running_meeting.ended_at = timezone.now()
+    running_meeting.save()
     response = client.post(url, {"owner": "carl-chair", "note": "x"})
     assert response.status_code == 302
     assert "No meeting is in progress" in client.get(reverse("rubric_app:meeting")).content.decode()
@@ -165,12 +167,12 @@ def test_it_refuses_an_unknown_owner_or_no_meeting_and_keeps_nothing(client, cha
 
 
 def test_it_reads_the_owners_and_notes_with_the_agenda_in_the_same_queries(
-    client, chair, agenda, django_assert_num_queries
+    client, chair, running_meeting, django_assert_num_queries
 ):
     client.force_login(chair)
     for number in range(10, 30):
         issue = make_issue(number, title=f"another crash {number}", labels=FLAGGED)
-        AgendaItem.objects.create(meeting=agenda, issue=issue, owner=chair, note=f"note {number}")
+        AgendaItem.objects.create(meeting=running_meeting, issue=issue, owner=chair, note=f"note {number}")
     # session, user, permissions (2), current meeting, agenda (owner and note as two columns of it), labels,
     # suggestions, decisions held for their undo window, last held meeting: test_views_meeting's ten, none added by
     # the items
@@ -185,7 +187,7 @@ def _decide_with(client, number: int, decision: str, **fields):
 
 
 def test_it_keeps_an_owner_and_a_note_typed_but_not_saved_when_a_decision_is_clicked(
-    client, chair, triager, agenda, django_assert_num_queries
+    client, chair, triager, running_meeting, django_assert_num_queries
 ):
     client.force_login(chair)
     # session, user, permissions (2), the issue (labels, comments, suggestions, runs), the meeting, the catalog, the
@@ -201,7 +203,7 @@ def test_it_keeps_an_owner_and_a_note_typed_but_not_saved_when_a_decision_is_cli
     assert not AgendaItem.objects.filter(issue__number=2).exists()
 
 
-def test_it_adds_a_catalog_label_picked_on_a_card_with_the_decision(client, chair, agenda):
+def test_it_adds_a_catalog_label_picked_on_a_card_with_the_decision(client, chair, running_meeting):
     for name in ("module: crash", "module: cuda graphs"):
         make_label(name)
     client.force_login(chair)
@@ -217,7 +219,7 @@ def test_it_adds_a_catalog_label_picked_on_a_card_with_the_decision(client, chai
     assert decision.labels_removed == ["triage review"]
 
 
-def test_it_refuses_a_label_outside_the_catalog_on_a_card_and_keeps_what_was_typed(client, chair, agenda):
+def test_it_refuses_a_label_outside_the_catalog_on_a_card_and_keeps_what_was_typed(client, chair, running_meeting):
     client.force_login(chair)
     html = _decide_with(client, 1, "low priority", add_labels="module: nonsense", owner="carl-chair", note="keep me")
     assert 'id="agenda-item-1"' in html and "data-decided" not in html
@@ -236,7 +238,7 @@ def test_it_refuses_a_label_outside_the_catalog_on_a_card_and_keeps_what_was_typ
 
 
 def test_it_keeps_a_decided_card_until_its_undo_window_closes_then_it_leaves(
-    client, chair, agenda, django_assert_num_queries
+    client, chair, running_meeting, django_assert_num_queries
 ):
     client.force_login(chair)
     html = _decide_with(client, 1, "low priority")
@@ -257,7 +259,7 @@ def test_it_keeps_a_decided_card_until_its_undo_window_closes_then_it_leaves(
     assert client.get(card).status_code == 302  # without JS: the page
 
 
-def test_it_brings_an_undone_card_back_undecided_when_its_window_closes(client, chair, agenda):
+def test_it_brings_an_undone_card_back_undecided_when_its_window_closes(client, chair, running_meeting):
     client.force_login(chair)
     _decide_with(client, 2, "triaged")
     decision = TriageDecision.objects.get()
@@ -268,7 +270,7 @@ def test_it_brings_an_undone_card_back_undecided_when_its_window_closes(client, 
 
 
 def test_it_polls_the_decided_table_until_github_answered_every_decision(
-    client, chair, agenda, django_assert_num_queries
+    client, chair, running_meeting, django_assert_num_queries
 ):
     client.force_login(chair)
     _decide_with(client, 1, "low priority")
@@ -291,7 +293,7 @@ HOSTILE_TITLES = {
 }
 
 
-def test_it_quotes_hostile_titles_inert_in_the_minutes_and_keeps_the_chairs_markdown(client, chair, agenda):
+def test_it_quotes_hostile_titles_inert_in_the_minutes_and_keeps_the_chairs_markdown(client, chair, running_meeting):
     """The escape: an outsider's issue title reached the meeting's Markdown minutes live: a team @mention (which
     pings the team when the minutes are posted), a remote image, raw HTML, a `javascript:` link."""
     from markdown_it import MarkdownIt
@@ -303,7 +305,7 @@ def test_it_quotes_hostile_titles_inert_in_the_minutes_and_keeps_the_chairs_mark
         _decide(client, number, "low priority")
     client.post(reverse("rubric_app:meeting_item", args=[1]), {"owner": "", "note": "**bisect** it first"})
 
-    text = client.get(reverse("rubric_app:meeting_minutes", args=[agenda.pk])).content.decode()
+    text = client.get(reverse("rubric_app:meeting_minutes", args=[running_meeting.pk])).content.decode()
     # As GitHub renders Markdown (CommonMark tables, raw HTML allowed): every title is one code span, nothing else.
     html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
     titles = dict(re.findall(r"<tr>\n<td>#(\d+)</td>\n<td>(.*?)</td>\n", html))

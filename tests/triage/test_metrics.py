@@ -113,7 +113,7 @@ def test_it_counts_decisions_per_triager_in_the_window(triager, chair):
 
 
 @pytest.fixture
-def on_github(db, fake_github, settings):
+def suggested_on_github(db, fake_github, settings):
     settings.GITHUB_WRITE_INTERVAL = 0.01
     for name in ("module: dynamo", "triaged", "triage review"):
         make_label(name, github=fake_github)
@@ -124,22 +124,24 @@ def on_github(db, fake_github, settings):
     return issue
 
 
-def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(on_github, triager):
+def test_it_stamps_the_first_applied_decision_and_what_it_was_shown(suggested_on_github, triager):
     refused = request_decision(
-        issue=on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"]
+        issue=suggested_on_github, user=triager, plan=Plan(["not in the catalog"]), labels_seen=["oncall: pt2"]
     )
-    first = request_decision(issue=on_github, user=triager, plan=Plan(["module: dynamo"]), labels_seen=["oncall: pt2"])
+    first = request_decision(
+        issue=suggested_on_github, user=triager, plan=Plan(["module: dynamo"]), labels_seen=["oncall: pt2"]
+    )
     assert refused.status == "refused"
     assert first.suggestions_shown == [{"label": "module: dynamo", "rule_id": "R1.2", "preselected": True}]
     assert apply_decision(first.pk).status == "applied"
-    on_github.refresh_from_db()
-    assert on_github.first_decided_at == first.created_at
+    suggested_on_github.refresh_from_db()
+    assert suggested_on_github.first_decided_at == first.created_at
     second = request_decision(
-        issue=on_github, user=triager, plan=Plan(["triaged"]), labels_seen=["module: dynamo", "oncall: pt2"]
+        issue=suggested_on_github, user=triager, plan=Plan(["triaged"]), labels_seen=["module: dynamo", "oncall: pt2"]
     )
     assert apply_decision(second.pk).status == "applied"
-    on_github.refresh_from_db()
-    assert on_github.first_decided_at == first.created_at  # the first one stays
+    suggested_on_github.refresh_from_db()
+    assert suggested_on_github.first_decided_at == first.created_at  # the first one stays
 
 
 def test_it_takes_the_nearest_rank_percentile():

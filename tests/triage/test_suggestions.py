@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import BisectionRun, Comment, Issue, Suggestion
 from rubric_app.triage import suggestions
 from tests.factories import make_issue
-
-
-@pytest.fixture
-def catalog(db) -> int:
-    """The shipped catalog as Label rows: refresh_suggestions suggests only what the catalog allows (G7)."""
-    return load_catalog_labels()
-
 
 TRACE = "```\ntorch._dynamo.exc.Unsupported: call_function BuiltinVariable(zip) [ListVariable()] {}\n```"
 

@@ -18,7 +18,6 @@ from rubric_app.models import Comment, Issue, TriageDecision
 from rubric_app.web.forms import BotCorrectionForm
 from rubric_app.web.markdown import render_markdown
 from tests.factories import make_issue, make_suggestion
-from tests.triage.test_bot_review import bot_issue  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HX-Request": "true"}

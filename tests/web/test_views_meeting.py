@@ -26,7 +26,7 @@ def _flagged(
 
 
 @pytest.fixture
-def agenda(db):
+def flagged_issues(db):
     for name in ("triaged", "high priority", "needs reproduction", "low priority"):
         make_label(name)
     return [
@@ -47,7 +47,7 @@ def _decide(client, number: int, decision: str, headers=None):
     )
 
 
-def test_it_groups_the_agenda_by_why_it_needs_the_meeting(client, viewer, agenda):
+def test_it_groups_the_agenda_by_why_it_needs_the_meeting(client, viewer, flagged_issues):
     make_issue(9, title="not flagged")
     client.force_login(viewer)
     html = client.get(URL).content.decode()
@@ -59,15 +59,15 @@ def test_it_groups_the_agenda_by_why_it_needs_the_meeting(client, viewer, agenda
     assert "decision-btn" not in html  # viewers see the agenda but cannot decide
 
 
-def test_it_carries_every_undecided_item_to_the_next_meeting(client, chair, agenda):
+def test_it_carries_every_undecided_item_to_the_next_meeting(client, chair, flagged_issues):
     """Flagged before the last meeting and never decided: still on the agenda, however long ago."""
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     _decide(client, 2, "triaged")  # decided (pending): off the agenda
     client.post(reverse("rubric_app:meeting_end"))
     Meeting.objects.update(started_at=timezone.now() - timedelta(days=7), ended_at=timezone.now() - timedelta(days=7))
-    agenda[0].review_flagged_at = timezone.now() - timedelta(days=8)
-    agenda[0].save(update_fields=["review_flagged_at"])
+    flagged_issues[0].review_flagged_at = timezone.now() - timedelta(days=8)
+    flagged_issues[0].save(update_fields=["review_flagged_at"])
     client.post(reverse("rubric_app:meeting_start"))
     html = client.get(URL).content.decode()
     for number in (1, 3, 4, 5):
@@ -76,7 +76,7 @@ def test_it_carries_every_undecided_item_to_the_next_meeting(client, chair, agen
 
 
 @pytest.mark.parametrize("status", ["failed", "conflict", "refused"])
-def test_it_keeps_an_item_whose_decision_did_not_reach_github_marked(client, chair, agenda, status):
+def test_it_keeps_an_item_whose_decision_did_not_reach_github_marked(client, chair, flagged_issues, status):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     _decide(client, 1, "high priority")
@@ -89,7 +89,7 @@ def test_it_keeps_an_item_whose_decision_did_not_reach_github_marked(client, cha
     assert "data-agenda-unsettled" not in html[html.index('id="agenda-item-2"') :]
 
 
-def test_it_takes_the_suggested_component_when_a_meeting_triages_an_issue_without_one(client, chair, agenda):
+def test_it_takes_the_suggested_component_when_a_meeting_triages_an_issue_without_one(client, chair, flagged_issues):
     """G4: `triaged` (and high / low priority) on an oncall: pt2 issue with no module: label."""
     issue = make_issue(20, title="Segfault with no component yet", labels=("oncall: pt2", "triage review"))
     make_suggestion(issue, "module: inductor", "R2.2", confidence=0.9, evidence="cpp codegen")
@@ -115,7 +115,7 @@ def test_it_takes_the_suggested_component_when_a_meeting_triages_an_issue_withou
 
 
 @pytest.mark.parametrize("decision", ["triaged", "high priority", "low priority"])
-def test_it_refuses_to_leave_a_pt2_issue_triaged_without_a_component(client, chair, agenda, decision):
+def test_it_refuses_to_leave_a_pt2_issue_triaged_without_a_component(client, chair, flagged_issues, decision):
     issue = make_issue(21, title="Crash, nothing suggested", labels=("oncall: pt2", "triage review"))
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
@@ -140,16 +140,16 @@ def test_it_refuses_to_leave_a_pt2_issue_triaged_without_a_component(client, cha
     assert TriageDecision.objects.filter(issue=issue).latest("pk").status == "pending"
 
 
-def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, agenda):
+def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, flagged_issues):
     old = BisectionRun.objects.create(
-        issue=agenda[0],
+        issue=flagged_issues[0],
         repro_code="x",
         status="done",
         verdict_summary="an old verdict",
         created_at=timezone.now() - timedelta(days=1),
     )
     BisectionRun.objects.create(
-        issue=agenda[0],
+        issue=flagged_issues[0],
         repro_code="x",
         status="done",
         verdict_summary="First failure: inductor (crashed). Component: module: inductor.",
@@ -158,7 +158,9 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
             {"label": "triage review", "rule_id": "R11", "evidence": "crash on inductor"},
         ],
     )
-    BisectionRun.objects.create(issue=agenda[0], repro_code="x", status="running")  # not finished: not a verdict
+    BisectionRun.objects.create(
+        issue=flagged_issues[0], repro_code="x", status="running"
+    )  # not finished: not a verdict
     assert old.pk
     client.force_login(viewer)
     html = client.get(URL).content.decode()
@@ -168,7 +170,7 @@ def test_it_shows_the_latest_bisection_verdict_and_its_labels(client, viewer, ag
     assert "Bisection: not run yet." in html[html.index('id="agenda-item-2"') :]
 
 
-def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agenda):
+def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, flagged_issues):
     client.force_login(chair)
     assert "decision-btn" not in client.get(URL).content.decode()  # decided once the meeting is in progress
     client.post(reverse("rubric_app:meeting_start"))
@@ -178,7 +180,7 @@ def test_it_offers_high_priority_only_to_the_chair(client, triager, chair, agend
     assert "decision-btn" in page and 'value="high priority"' not in page
 
 
-def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda(client, chair, agenda):
+def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda(client, chair, flagged_issues):
     client.force_login(chair)
     assert client.post(reverse("rubric_app:meeting_start")).status_code == 302
     meeting = Meeting.objects.get(ended_at__isnull=True)
@@ -199,7 +201,7 @@ def test_it_records_a_decision_in_the_meeting_and_takes_the_issue_off_the_agenda
     assert 'data-recorded="1"' in page
 
 
-def test_it_refuses_high_priority_from_a_triager(client, triager, chair, agenda):
+def test_it_refuses_high_priority_from_a_triager(client, triager, chair, flagged_issues):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     client.force_login(triager)
@@ -208,7 +210,7 @@ def test_it_refuses_high_priority_from_a_triager(client, triager, chair, agenda)
     assert decision.status == "refused" and "R11" in decision.result_message
 
 
-def test_it_closes_through_the_same_path(client, chair, agenda):
+def test_it_closes_through_the_same_path(client, chair, flagged_issues):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     assert _decide(client, 5, "close").status_code == 302
@@ -216,7 +218,7 @@ def test_it_closes_through_the_same_path(client, chair, agenda):
     assert decision.close_issue and decision.labels_removed == ["triage review"] and decision.labels_added == []
 
 
-def test_it_rejects_an_unknown_decision(client, chair, agenda):
+def test_it_rejects_an_unknown_decision(client, chair, flagged_issues):
     client.force_login(chair)
     assert _decide(client, 5, "delete the repo").status_code == 400
     assert not TriageDecision.objects.exists()
@@ -234,7 +236,7 @@ def test_it_lets_only_the_chair_start_and_end_meetings(client, triager, chair):
     assert client.get(reverse("rubric_app:meeting_start")).status_code == 405
 
 
-def test_it_exports_the_minutes_as_markdown(client, chair, agenda):
+def test_it_exports_the_minutes_as_markdown(client, chair, flagged_issues):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
     _decide(client, 2, "triaged")
@@ -251,7 +253,7 @@ def test_it_exports_the_minutes_as_markdown(client, chair, agenda):
 
 
 def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
-    client, chair, agenda, django_assert_num_queries
+    client, chair, flagged_issues, django_assert_num_queries
 ):
     client.force_login(chair)
     client.post(reverse("rubric_app:meeting_start"))
@@ -283,7 +285,7 @@ def test_it_makes_the_same_number_of_queries_for_a_short_and_a_long_agenda(
     assert "verdict 39" in html and "ev 39" in html and "write 39 failed" in html
 
 
-def test_it_decides_only_the_agendas_items_while_a_meeting_is_in_progress(client, chair, agenda):
+def test_it_decides_only_the_agendas_items_while_a_meeting_is_in_progress(client, chair, flagged_issues):
     """The escape: /meeting/issues/N/decide took any open queue issue, on the agenda or not, with or without a
     meeting in progress."""
     make_issue(9, title="not flagged for the meeting", labels=("oncall: pt2", "module: inductor"))

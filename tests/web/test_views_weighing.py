@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from rubric_app.demo.loading import load_catalog_labels
 from rubric_app.models import Comment, Issue, Suggestion
 from rubric_app.triage import suggestions
 from tests.factories import PASSED, make_finished_run, make_issue
@@ -24,11 +23,6 @@ DEMO = {
         (Path(__file__).resolve().parents[2] / "rubric_app" / "demo" / "demo_issues.json").read_text()
     )["issues"]
 }
-
-
-@pytest.fixture
-def catalog(db) -> int:
-    return load_catalog_labels()
 
 
 def demo_issue(number: int, refresh: bool = True) -> Issue:

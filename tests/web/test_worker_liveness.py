@@ -21,7 +21,7 @@ CODE = "import torch\n\ndef fn(x):\n    return x.sin()\n\ndef make_inputs():\n  
 
 
 @pytest.fixture
-def issue(db):
+def issue_with_own_workers(db):
     only_this_tests_workers()
     return make_issue(2101)
 
@@ -41,7 +41,7 @@ def _worker_line(html: str) -> str:
     return html.split('id="worker-status"')[1].split("</p>")[0]
 
 
-def test_it_shows_which_queues_have_a_live_worker(client, viewer, issue, settings):
+def test_it_shows_which_queues_have_a_live_worker(client, viewer, issue_with_own_workers, settings):
     settings.WORKER_HEARTBEAT_STALE_S = 45
     _beat("cpu@box", ["cpu", "default"])
     _beat("github@box", ["github"])
@@ -55,14 +55,14 @@ def test_it_shows_which_queues_have_a_live_worker(client, viewer, issue, setting
     assert 'data-queue="gpu" data-live="0"' in line and "gpu: none online" in line
 
 
-def test_it_does_not_count_a_gpu_queue_worker_that_serves_cpu(issue):
+def test_it_does_not_count_a_gpu_queue_worker_that_serves_cpu(issue_with_own_workers):
     _beat("gpu@misconfigured", ["gpu"], device="cpu")  # would fail every GPU run it took
     _beat("gpu@real", ["gpu"], device="cuda")
     assert WorkerHeartbeat.objects.queues() == {"cpu": [], "gpu": ["gpu@real"], "github": []}
 
 
 @pytest.mark.parametrize("device", ["cuda", "both"])
-def test_it_refuses_a_gpu_bisection_while_no_gpu_worker_is_online(client, triager, issue, device):
+def test_it_refuses_a_gpu_bisection_while_no_gpu_worker_is_online(client, triager, issue_with_own_workers, device):
     _beat("cpu@box", ["cpu"])
     client.force_login(triager)
 
@@ -77,7 +77,7 @@ def test_it_refuses_a_gpu_bisection_while_no_gpu_worker_is_online(client, triage
     assert plain.status_code == 400 and "No registered GPU runner is online" in plain.content.decode()  # without JS
 
 
-def test_it_queues_a_gpu_bisection_when_a_gpu_worker_is_online(client, triager, issue):
+def test_it_queues_a_gpu_bisection_when_a_gpu_worker_is_online(client, triager, issue_with_own_workers):
     _beat("gpu@box", ["gpu"], device="cuda")
     client.force_login(triager)
 
@@ -88,9 +88,11 @@ def test_it_queues_a_gpu_bisection_when_a_gpu_worker_is_online(client, triager, 
     assert 'data-waiting-for="gpu"' in html and "Waiting for a gpu worker (1 online" in html
 
 
-def test_it_says_a_queued_run_has_no_worker_to_take_it(client, viewer, issue, settings, django_assert_num_queries):
+def test_it_says_a_queued_run_has_no_worker_to_take_it(
+    client, viewer, issue_with_own_workers, settings, django_assert_num_queries
+):
     settings.QUEUE_WAIT_TIMEOUT_MINUTES = 30
-    run = BisectionRun.objects.create(issue=issue, repro_code=CODE)
+    run = BisectionRun.objects.create(issue=issue_with_own_workers, repro_code=CODE)
     client.force_login(viewer)
     # session, user, permissions (2), the run with its issue and requester, the workers' heartbeats
     with django_assert_num_queries(6):
@@ -99,9 +101,9 @@ def test_it_says_a_queued_run_has_no_worker_to_take_it(client, viewer, issue, se
     assert "<strong>No cpu worker is online</strong>: this run waits for one, and ends failed after 30 min" in html
 
 
-def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, viewer, issue, settings):
+def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, viewer, issue_with_own_workers, settings):
     settings.QUEUE_WAIT_TIMEOUT_MINUTES = 30
-    decision = TriageDecision.objects.create(issue=issue, labels_added=["triaged"])
+    decision = TriageDecision.objects.create(issue=issue_with_own_workers, labels_added=["triaged"])
     client.force_login(viewer)
 
     html = _text(client.get(reverse("rubric_app:decision", args=[decision.pk]), headers=HTMX))
@@ -113,7 +115,7 @@ def test_it_says_a_pending_decision_has_no_github_worker_to_take_it(client, view
     assert "Queued for the github worker." in html and "No github worker" not in html
 
 
-def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue):
+def test_it_keeps_one_row_per_worker_refreshed_by_each_beat(issue_with_own_workers):
     from rubric_app.runs import workers
 
     workers.beat("github@box", ["github"])
