@@ -49,6 +49,9 @@ from rubric_app.rubric.reading.types import BisectionEvidence, CommentText, Issu
 from rubric_app.vocabulary import (
     AUTO_RUN_QUEUES,
     FEEDBACK_LABELS,
+    LANE_ALL,
+    LANE_BOT,
+    LANE_PT2,
     MODULE_REGRESSION,
     RECHECK_RUN_QUEUES,
     REGRESSION,
@@ -110,9 +113,9 @@ class IssueQuerySet(models.QuerySet):
     def in_queue(self) -> IssueQuerySet:
         return self.filter(in_queue=True, state=Issue.State.OPEN)
 
-    def for_queue(self, lane: str = "pt2") -> IssueQuerySet:
+    def for_queue(self, lane: str = LANE_PT2) -> IssueQuerySet:
         """The rows of the queue page for one lane (LANES), with what each row shows prefetched."""
-        qs = LANE_BY_CODE.get(lane, LANE_BY_CODE["all"]).filter(self.in_queue())
+        qs = LANE_BY_CODE.get(lane, LANE_BY_CODE[LANE_ALL]).filter(self.in_queue())
         return (
             qs.select_related("possible_duplicate")
             .prefetch_related(
@@ -140,7 +143,7 @@ class IssueQuerySet(models.QuerySet):
     def bot_unreviewed(self, since=None) -> IssueQuerySet:
         """The "bot-triaged, not reviewed" lane (LANES), with for_queue's prefetches; `since`: the window's start,
         on updated_at."""
-        qs = self.for_queue("bot")
+        qs = self.for_queue(LANE_BOT)
         return qs.filter(updated_at__gte=since) if since is not None else qs
 
     def search(self, text: str) -> IssueQuerySet:

@@ -72,6 +72,18 @@ FUNCTIONALIZATION = "module: functionalization"
 FAKE_TENSOR = "module: fakeTensor"
 CUSTOM_OPERATORS = "module: custom-operators"
 DISPATCHER_LAYERS = (AOTDISPATCH, FUNCTIONALIZATION, FAKE_TENSOR, CUSTOM_OPERATORS)
+# R7: the domain and feature labels a PT2 issue carries for visibility beside its component.
+FLEX_ATTENTION = "module: flex attention"
+DTENSOR = "module: dtensor"
+FSDP = "module: fsdp"
+DDP = "module: ddp"
+DETERMINISM = "module: determinism"
+COMPILE_TIME = "module: compile-time"
+MEMORY_USAGE = "module: memory usage"
+# Labels PyTorch's history carries that the harvested issues are scored against (rubric/offline/evaluation.py).
+CORRECTNESS_SILENT = "module: correctness (silent)"
+PT2_ACCURACY = "module: pt2 accuracy"
+MODULE_CPU_INDUCTOR = "module: cpu inductor"
 # G10: edge cases and numerical accuracy.
 EDGE_CASES = "module: edge cases"
 NUMERICAL_STABILITY = "module: numerical-stability"

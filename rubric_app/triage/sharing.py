@@ -12,11 +12,12 @@ from django.utils import timezone
 
 from rubric_app.lanes import LANE_BY_CODE
 from rubric_app.models import Assignment, Duty, Issue, Suggestion, week_start
+from rubric_app.vocabulary import LANE_PT2
 
 
 def untriaged():
     """The queue's `oncall: pt2` lane: open, in the queue, not yet `triaged`."""
-    return LANE_BY_CODE["pt2"].filter(Issue.objects.in_queue())
+    return LANE_BY_CODE[LANE_PT2].filter(Issue.objects.in_queue())
 
 
 def unassigned():

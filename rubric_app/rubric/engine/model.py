@@ -45,18 +45,6 @@ SHIPPED_MODEL_FILE = DATA / "label_model_pt2.json"
 # issue) and the review flag (R11).
 COMPONENT_LABELS = (DYNAMO, INDUCTOR, DYNAMIC_SHAPES, PT2_DISPATCHER, DECOMPOSITIONS)
 MODEL_LABELS = (*COMPONENT_LABELS, CPU_INDUCTOR_ONCALL, EXPORT_ONCALL, DISTRIBUTED_ONCALL, TRIAGE_REVIEW)
-# Which rubric rule governs each learned label: the rule id a model suggestion cites.
-GOVERNING_RULE = {
-    DYNAMO: "R1.2",
-    INDUCTOR: "R2.2",
-    DYNAMIC_SHAPES: "R1.3",
-    PT2_DISPATCHER: "R5",
-    DECOMPOSITIONS: "R4.1",
-    CPU_INDUCTOR_ONCALL: "R10",
-    EXPORT_ONCALL: "R6.3",
-    DISTRIBUTED_ONCALL: "R6.4",
-    TRIAGE_REVIEW: "R11",
-}
 # Learned labels that are visibility extras, never a handoff (R6.4).
 VISIBILITY_LABELS = frozenset({DISTRIBUTED_ONCALL})
 # The engine's thresholds on calibrated probabilities when no fitted ones are shipped: a component is

@@ -11,20 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rubric_app.rubric.engine.model import GOVERNING_RULE, VISIBILITY_LABELS, LabelModel, feature_name
+from rubric_app.rubric.engine.model import VISIBILITY_LABELS, LabelModel, feature_name
+from rubric_app.rubric.reading.catalog import GOVERNING_RULE
 from rubric_app.rubric.reading.facts import Finding
 from rubric_app.rubric.rules.general import CONCLUDED_BY_OTHERS
-from rubric_app.vocabulary import COMPILE_UX, CORE_COMPONENTS, TRIAGE_REVIEW, Kind, is_oncall
+from rubric_app.vocabulary import (
+    COMPILE_TIME,
+    COMPILE_UX,
+    CORE_COMPONENTS,
+    DETERMINISM,
+    MEMORY_USAGE,
+    NUMERICAL_STABILITY,
+    PERFORMANCE,
+    TRIAGE_REVIEW,
+    Kind,
+    is_oncall,
+)
 
 # Holistic labels name a symptom: they yield to a core component (a UX complaint only to one shown
 # with at least HOLISTIC_YIELDS_TO).
-HOLISTIC = ("module: performance", "module: memory usage", "module: compile-time", COMPILE_UX)
+HOLISTIC = (PERFORMANCE, MEMORY_USAGE, COMPILE_TIME, COMPILE_UX)
 
 
 # What the report suffers from rather than what it touches (R7.2, R7.3's holistic labels): triagers apply
 # these far less often than the words appear, so they are calibrated apart from the visibility labels
 # (R7.1, R7.3's named features), which a DTensor or flex-attention report gets almost every time.
-SYMPTOMS = frozenset({*HOLISTIC, "module: determinism", "module: numerical-stability", "compile-cache"})
+SYMPTOMS = frozenset({*HOLISTIC, DETERMINISM, NUMERICAL_STABILITY, "compile-cache"})
 
 
 # An AVOID beats an ADD unless the ADD rests on a backend comparison or a bisection (decisive()).

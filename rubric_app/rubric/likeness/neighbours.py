@@ -27,18 +27,29 @@ from functools import lru_cache
 from pathlib import Path
 
 from rubric_app.rubric.likeness.signature import Signature
+from rubric_app.rubric.reading.catalog import GOVERNING_RULE
 from rubric_app.rubric.reading.facts import Finding
 from rubric_app.rubric.reading.text import sources_of
 from rubric_app.rubric.reading.types import IssueText, Neighbour
 from rubric_app.vocabulary import (
+    COMPILE_TIME,
     COMPILE_UX,
+    CUDA_GRAPHS,
+    DDP,
     DECOMPOSITIONS,
+    DETERMINISM,
+    DTENSOR,
     DYNAMIC_SHAPES,
     DYNAMO,
+    FLEX_ATTENTION,
+    FSDP,
     FUNCTORCH,
     FX,
     HELION,
     INDUCTOR,
+    MEMORY_USAGE,
+    NUMERICAL_STABILITY,
+    PERFORMANCE,
     PT2_DISPATCHER,
     Kind,
 )
@@ -248,29 +259,29 @@ class MemoryIndex:
 
 # --- neighbours as a suggestion source ----------------------------------------------------------
 
-# The rule that governs each component label a neighbour vote may suggest (RUBRIC.md); a label the
+# The labels a neighbour vote may suggest, each citing the rule that governs it (catalog.GOVERNING_RULE); a label the
 # rubric does not govern is never suggested from neighbours.
-GOVERNING = {
-    DYNAMO: "R1.2",
-    INDUCTOR: "R2.2",
-    DYNAMIC_SHAPES: "R1.3",
-    PT2_DISPATCHER: "R5",
-    DECOMPOSITIONS: "R4.1",
-    FX: "R4.3",
-    FUNCTORCH: "R9.1",
-    HELION: "R8.1",
-    "module: flex attention": "R7.1",
-    "module: dtensor": "R7.1",
-    "module: fsdp": "R7.1",
-    "module: ddp": "R7.1",
-    "module: cuda graphs": "R7.3",
-    "module: determinism": "R7.2",
-    "module: compile-time": "R7.2",
-    "module: numerical-stability": "R7.2",
-    COMPILE_UX: "R7.2",
-    "module: performance": "R7.3",
-    "module: memory usage": "R7.3",
-}
+VOTED_LABELS = (
+    DYNAMO,
+    INDUCTOR,
+    DYNAMIC_SHAPES,
+    PT2_DISPATCHER,
+    DECOMPOSITIONS,
+    FX,
+    FUNCTORCH,
+    HELION,
+    FLEX_ATTENTION,
+    DTENSOR,
+    FSDP,
+    DDP,
+    CUDA_GRAPHS,
+    DETERMINISM,
+    COMPILE_TIME,
+    NUMERICAL_STABILITY,
+    COMPILE_UX,
+    PERFORMANCE,
+    MEMORY_USAGE,
+)
 VOTERS = 5  # the most similar triaged issues that vote
 MIN_SIMILARITY = 0.12  # a neighbour less similar than this is not evidence of anything
 MIN_VOTES = 3  # of VOTERS
@@ -286,10 +297,13 @@ def similar_findings(issue: IssueText) -> list[Finding]:
     A component at least MIN_VOTES of the VOTERS most similar triaged neighbours carry, or one a
     triaged neighbour with the same failure signature carries. Evidence: the neighbours' numbers.
     """
-    voters = [n for n in issue.neighbours if n.similarity >= MIN_SIMILARITY and any(l in GOVERNING for l in n.labels)]
+    voters = [
+        n for n in issue.neighbours if n.similarity >= MIN_SIMILARITY and any(l in VOTED_LABELS for l in n.labels)
+    ]
     voters = sorted(voters, key=lambda n: (not n.same_signature, -n.similarity))[:VOTERS]
     found: list[Finding] = []
-    for label, rule_id in GOVERNING.items():
+    for label in VOTED_LABELS:
+        rule_id = GOVERNING_RULE[label]
         carrying = [n for n in voters if label in n.labels]
         twins = [n for n in carrying if n.same_signature]
         numbers = " ".join(f"#{n.number}" for n in carrying)

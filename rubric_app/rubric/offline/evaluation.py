@@ -19,14 +19,37 @@ from rubric_app.rubric.engine.model import MODEL_LABELS, LabelModel
 from rubric_app.rubric.reading.text import split_thread_authored
 from rubric_app.rubric.reading.types import Assessment, BisectionEvidence, CommentText, IssueText
 from rubric_app.vocabulary import (
+    AOTDISPATCH,
+    COMPILE_TIME,
     COMPILE_UX,
+    CORRECTNESS_SILENT,
     CPU_INDUCTOR_ONCALL,
+    CUDA_GRAPHS,
+    DDP,
+    DECOMPOSITIONS,
+    DETERMINISM,
+    DISTRIBUTED_ONCALL,
+    DTENSOR,
+    DYNAMIC_SHAPES,
+    DYNAMO,
     EDGE_CASES,
+    EXPORT_ONCALL,
+    FLEX_ATTENTION,
+    FSDP,
+    FUNCTORCH,
     FUZZER_TOPIC,
+    FX,
+    HELION,
     HIGH_PRIORITY,
+    INDUCTOR,
+    MEMORY_USAGE,
+    MODULE_CPU_INDUCTOR,
     MODULE_CRASH,
     MODULE_REGRESSION,
     NEEDS_REPRODUCTION,
+    NUMERICAL_STABILITY,
+    PERFORMANCE,
+    PT2_ACCURACY,
     PT2_DISPATCHER,
     PT2_ONCALL,
     TRIAGE_REVIEW,
@@ -40,39 +63,39 @@ from rubric_app.vocabulary import (
 # Other `module:` labels triagers use (e.g. `module: correctness (silent)`, `module: higher order
 # operators`) are outside the rubric, so the engine neither predicts nor is scored on them.
 COMPONENTS = (
-    "module: dynamo",
-    "module: inductor",
-    "module: dynamic shapes",
-    "module: pt2-dispatcher",
-    "module: decompositions",
-    "module: fx",
-    "module: functorch",
-    "module: helion",
-    "module: cuda graphs",
-    "module: flex attention",
-    "module: dtensor",
-    "module: fsdp",
-    "module: ddp",
-    "module: determinism",
-    "module: compile-time",
-    "module: numerical-stability",
-    "module: memory usage",
-    "module: performance",
-    "module: compile ux",
+    DYNAMO,
+    INDUCTOR,
+    DYNAMIC_SHAPES,
+    PT2_DISPATCHER,
+    DECOMPOSITIONS,
+    FX,
+    FUNCTORCH,
+    HELION,
+    CUDA_GRAPHS,
+    FLEX_ATTENTION,
+    DTENSOR,
+    FSDP,
+    DDP,
+    DETERMINISM,
+    COMPILE_TIME,
+    NUMERICAL_STABILITY,
+    MEMORY_USAGE,
+    PERFORMANCE,
+    COMPILE_UX,
 )
 # Older names triagers applied for the same thing: `module: aotdispatch` is the AOTAutograd label the
 # catalog folds into pt2-dispatcher; `module: cpu inductor` was the CPU Inductor lane before the oncall.
-ALIASES = {"module: aotdispatch": PT2_DISPATCHER, "module: cpu inductor": CPU_INDUCTOR_ONCALL}
+ALIASES = {AOTDISPATCH: PT2_DISPATCHER, MODULE_CPU_INDUCTOR: CPU_INDUCTOR_ONCALL}
 # Review flag: R11 sends what used to get `high priority` straight away through `triage review`.
 REVIEW_TRUTH = (TRIAGE_REVIEW, HIGH_PRIORITY)
 
 
 # Reference points scored on the same data: what a keyword labeler does, one regex per label.
 KEYWORD_BASELINE = {
-    "module: dynamo": re.compile(r"dynamo|graph break", re.I),
-    "module: inductor": re.compile(r"inductor|triton", re.I),
-    "module: dynamic shapes": re.compile(r"dynamic|symint", re.I),
-    "module: pt2-dispatcher": re.compile(r"aot_?autograd|functionaliz|fake ?tensor", re.I),
+    DYNAMO: re.compile(r"dynamo|graph break", re.I),
+    INDUCTOR: re.compile(r"inductor|triton", re.I),
+    DYNAMIC_SHAPES: re.compile(r"dynamic|symint", re.I),
+    PT2_DISPATCHER: re.compile(r"aot_?autograd|functionaliz|fake ?tensor", re.I),
 }
 
 
@@ -251,8 +274,7 @@ def route_labels(records: list[dict[str, Any]]) -> list[str]:
     engine emits."""
     seen = {ALIASES.get(l, l) for r in records for l in r.get("labels", [])}
     return sorted(
-        {l for l in seen if is_oncall(l) and l != PT2_ONCALL}
-        | {CPU_INDUCTOR_ONCALL, "oncall: export", "oncall: distributed"}
+        {l for l in seen if is_oncall(l) and l != PT2_ONCALL} | {CPU_INDUCTOR_ONCALL, EXPORT_ONCALL, DISTRIBUTED_ONCALL}
     )
 
 
@@ -396,7 +418,7 @@ def training_examples(
 
 # What humans' labels say an issue is, for R11's recall by kind: a silently wrong result, a regression, a crash.
 R11_KINDS = {
-    "silent wrong result": ("module: correctness (silent)", "module: pt2 accuracy", "pt2: numerics-discrepancy"),
+    "silent wrong result": (CORRECTNESS_SILENT, PT2_ACCURACY, "pt2: numerics-discrepancy"),
     "regression": (MODULE_REGRESSION,),
     "crash": (MODULE_CRASH,),
 }

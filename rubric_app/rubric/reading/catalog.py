@@ -6,6 +6,32 @@ import json
 from functools import cache
 from pathlib import Path
 
+from rubric_app.vocabulary import (
+    COMPILE_TIME,
+    COMPILE_UX,
+    CPU_INDUCTOR_ONCALL,
+    CUDA_GRAPHS,
+    DDP,
+    DECOMPOSITIONS,
+    DETERMINISM,
+    DISTRIBUTED_ONCALL,
+    DTENSOR,
+    DYNAMIC_SHAPES,
+    DYNAMO,
+    EXPORT_ONCALL,
+    FLEX_ATTENTION,
+    FSDP,
+    FUNCTORCH,
+    FX,
+    HELION,
+    INDUCTOR,
+    MEMORY_USAGE,
+    NUMERICAL_STABILITY,
+    PERFORMANCE,
+    PT2_DISPATCHER,
+    TRIAGE_REVIEW,
+)
+
 CATALOG_FILE = Path(__file__).resolve().parents[2] / "data" / "pytorch_labels.json"
 
 # G7: never suggested nor applied from the dashboard without a human override.
@@ -41,6 +67,35 @@ def allowed_for_triage(name: str, catalog: frozenset[str] | None = None) -> bool
     """Whether the dashboard may suggest or apply `name`: in the triage catalog (`catalog`: the triage skill's in use,
     github/skill_files.py; the shipped one when None) and not forbidden by G7."""
     return name in (catalog_names() if catalog is None else catalog) and not is_forbidden(name)
+
+
+# The rule that governs each label a suggestion without a rule of its own cites: a learned labeler's (engine/model.py)
+# and a neighbour vote's (likeness/neighbours.py). The one table: RUBRIC.md names the rule, the label is vocabulary's.
+GOVERNING_RULE = {
+    DYNAMO: "R1.2",
+    INDUCTOR: "R2.2",
+    DYNAMIC_SHAPES: "R1.3",
+    PT2_DISPATCHER: "R5",
+    DECOMPOSITIONS: "R4.1",
+    FX: "R4.3",
+    FUNCTORCH: "R9.1",
+    HELION: "R8.1",
+    FLEX_ATTENTION: "R7.1",
+    DTENSOR: "R7.1",
+    FSDP: "R7.1",
+    DDP: "R7.1",
+    CUDA_GRAPHS: "R7.3",
+    DETERMINISM: "R7.2",
+    COMPILE_TIME: "R7.2",
+    NUMERICAL_STABILITY: "R7.2",
+    COMPILE_UX: "R7.2",
+    PERFORMANCE: "R7.3",
+    MEMORY_USAGE: "R7.3",
+    CPU_INDUCTOR_ONCALL: "R10",
+    EXPORT_ONCALL: "R6.3",
+    DISTRIBUTED_ONCALL: "R6.4",
+    TRIAGE_REVIEW: "R11",
+}
 
 
 REPLIES_FILE = Path(__file__).resolve().parents[2] / "data" / "pytorch_triage_templates.json"

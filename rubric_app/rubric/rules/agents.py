@@ -7,6 +7,7 @@ all and flagged one more issue wrongly among the 7 that carry them, and changed 
 
 from __future__ import annotations
 
+from rubric_app.bisection.verdict import COMPONENT
 from rubric_app.rubric.reading import automation
 from rubric_app.rubric.reading.facts import Facts, Finding, rule
 from rubric_app.vocabulary import TRIAGE_REVIEW, Kind
@@ -48,13 +49,10 @@ def r11_agent_reproduced(f: Facts) -> list[Finding]:
     ]
 
 
-# What each backend's failure names when the bisector stops there (R2.1-R2.5; the crossref variant is R5's).
+# What each backend's failure names when the bisector stops there (R2.1-R2.5; the crossref variant is R5's): our own
+# bisection's table (bisection/verdict.py COMPONENT), where CompilerBisector calls the Dynamo-only mode "eager".
 BISECTED = {
-    "eager": ("R2.3", "module: dynamo"),
-    "aot_eager": ("R2.1", "module: pt2-dispatcher"),
-    "aot_eager_decomp_partition": ("R2.5", "module: decompositions"),
-    "aot_eager_decomp_partition_crossref": ("R5", "module: pt2-dispatcher"),
-    "inductor": ("R2.2", "module: inductor"),
+    ("eager" if mode == "dynamo_eager" else mode): (rule_id, label) for mode, (label, rule_id, _) in COMPONENT.items()
 }
 
 

@@ -18,14 +18,23 @@ from rubric_app.rubric.rules.general import (
     INDUCTOR_TITLE,
 )
 from rubric_app.vocabulary import (
+    COMPILE_TIME,
     COMPILE_UX,
     CPU_INDUCTOR_ONCALL,
     CUDA_GRAPHS,
+    DDP,
+    DETERMINISM,
     DISTRIBUTED_ONCALL,
+    DTENSOR,
     EXPORT_ONCALL,
+    FLEX_ATTENTION,
+    FSDP,
     FUNCTORCH,
     HELION,
     INDUCTOR,
+    MEMORY_USAGE,
+    NUMERICAL_STABILITY,
+    PERFORMANCE,
     PT2_DISPATCHER,
     Kind,
 )
@@ -161,11 +170,11 @@ def r6_5_visibility_only(f: Facts) -> list[Finding]:
 # --- R7. Domain and feature labels ----------------------------------------------------------------
 
 VISIBILITY = (
-    ("module: dtensor", re.compile(r"\bDTensor\b|tensor parallel\w{0,3}|\bparallelize_module\b", I)),
-    ("module: fsdp", re.compile(r"\bFSDP\d?\b|\bfully_shard\b|FullyShardedDataParallel", I)),
-    ("module: ddp", re.compile(r"\bDDP\b|DistributedDataParallel", I)),
+    (DTENSOR, re.compile(r"\bDTensor\b|tensor parallel\w{0,3}|\bparallelize_module\b", I)),
+    (FSDP, re.compile(r"\bFSDP\d?\b|\bfully_shard\b|FullyShardedDataParallel", I)),
+    (DDP, re.compile(r"\bDDP\b|DistributedDataParallel", I)),
     (
-        "module: flex attention",
+        FLEX_ATTENTION,
         re.compile(r"flex[_ ]?attention|\bBlockMask\b|\bblock_mask\b|create_block_mask|mask_mod|score_mod", I),
     ),
 )
@@ -193,13 +202,13 @@ FEATURES = (
         0.7,
     ),
     (
-        "module: determinism",
+        DETERMINISM,
         re.compile(r"use_deterministic_algorithms|\bnon-?deterministic\w{0,3}|\bdeterminism\b", I),
         0.9,
         0.7,
     ),
     (
-        "module: compile-time",
+        COMPILE_TIME,
         re.compile(
             r"\bcompile-time\b|\bcompile time\b|\bcompilation time\b|\bslow to compile|\blong to compile"
             r"|\bslow compil\w{1,6}|\blong compil\w{1,6}|\bcompilation is (?:very |extremely |too )?slow"
@@ -210,15 +219,15 @@ FEATURES = (
         0.85,
         0.6,
     ),
-    ("module: numerical-stability", re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
+    (NUMERICAL_STABILITY, re.compile(r"numerical(?:ly)? (?:stab\w{1,6}|unstable|instability)", I), 0.85, 0.6),
     (
-        "module: memory usage",
+        MEMORY_USAGE,
         re.compile(r"\bOOM\b|out of memory|peak memory|memory (?:usage|leak|footprint|consumption)|more memory", I),
         0.85,
         0.6,
     ),
     (
-        "module: performance",
+        PERFORMANCE,
         re.compile(
             r"slower than eager|\d{1,3}(?:\.\d{1,2})?\s?x slower|perf(?:ormance)? regression|\bperformance bug\b"
             r"|slows? down|\bslowdown\b"

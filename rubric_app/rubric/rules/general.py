@@ -18,6 +18,7 @@ import re
 from rubric_app.rubric.reading.facts import Facts, Finding, I, _add, rule
 from rubric_app.rubric.reading.thread import BackendResult, ThreadFact, backend_results, conclusion, ladder, read_thread
 from rubric_app.vocabulary import (
+    AUTOGRAD,
     CPU_INDUCTOR_ONCALL,
     DECOMPOSITIONS,
     DYNAMIC_SHAPES,
@@ -601,7 +602,7 @@ def r3_3_not_autograd(f: Facts) -> list[Finding]:
             Finding(
                 "R3.3",
                 Kind.AVOID,
-                "module: autograd",
+                AUTOGRAD,
                 evidence=hit[0],
                 source=hit[1],
                 reason="eager works, so the autograd engine is fine; the op never reached the graph",

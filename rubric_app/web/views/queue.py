@@ -12,6 +12,7 @@ from rubric_app.models import (
     Issue,
 )
 from rubric_app.triage import similar
+from rubric_app.vocabulary import LANE_MINE
 from rubric_app.web import queue_cache
 from rubric_app.web.forms import QueueFilterForm
 from rubric_app.web.labels import module_label_names
@@ -37,7 +38,7 @@ def _queue_table(request: HttpRequest, form: QueueFilterForm, markers: dict) -> 
     lane = form.lane_value()
     rows = form.filter(Issue.objects.for_queue(lane)).defer("body").annotate(latest_verdict=latest_verdict())
     rows = rows.with_decision_in_flight()  # the rows `j` passes over (queue_row's data-waiting)
-    rows = _with_assignee(rows, request.user, mine=lane == "mine")
+    rows = _with_assignee(rows, request.user, mine=lane == LANE_MINE)
     page, page_note = page_or_last(rows, request.GET.get("page"))
     context = {
         "page": page,
