@@ -13,7 +13,7 @@ from rubric_app.rubric.reading.facts import RULES, Finding
 from rubric_app.rubric.reading.types import BisectionEvidence, CommentText, IssueText
 from rubric_app.vocabulary import is_module, is_oncall
 
-# A rule id may have several functions (rules.py's text rule and rules_automation.py's): all of them.
+# A rule id may have several functions (rules/general.py's text rule and rules/agents.py's): all of them.
 RULE_FNS = {rule_id: [fn for rid, fn in RULES if rid == rule_id] for rule_id, _ in RULES}
 
 TRACE_DYNAMO = """```

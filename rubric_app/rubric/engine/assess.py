@@ -1,4 +1,4 @@
-"""The rubric engine: run every rule (rules.py, rules_domain.py), weigh the findings, enforce the invariants.
+"""The rubric engine: run every rule (rules/general.py, rules/domain.py), weigh the findings, enforce the invariants.
 
 Invariants that always hold on the returned Assessment (tests/rubric/test_invariants.py):
 - a PT2 issue that is not handed off or skipped ends with at least one `module:` label (G4);
@@ -416,9 +416,9 @@ def _checklist(
 
 
 def _dispatcher_layer(out: Assessment, facts: Facts, findings: list[Finding]) -> Layer | None:
-    """R5.1: next to a suggested `module: pt2-dispatcher`, the label of the layer the evidence names (rules_skill.
-    dispatcher_layer), at the umbrella's confidence; and the umbrella next to a layer label the issue already
-    carries. Returns the layer found (None: none named, or no umbrella to go with)."""
+    """R5.1: next to a suggested `module: pt2-dispatcher`, the label of the layer the evidence names
+    (rules/skill_additions.py dispatcher_layer), at the umbrella's confidence; and the umbrella next to a layer label
+    the issue already carries. Returns the layer found (None: none named, or no umbrella to go with)."""
     umbrella = next((s for s in out.add if s.label == PT2_DISPATCHER), None)
     carried = [l for l in DISPATCHER_LAYERS if l in facts.labels]
     if umbrella is None:

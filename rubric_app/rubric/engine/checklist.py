@@ -22,6 +22,7 @@ from rubric_app.vocabulary import (
     INDUCTOR,
     NEEDS_REPRODUCTION,
     PT2_DISPATCHER,
+    PT2_ONCALL,
     RELEASE_TRIAGE,
     TRIAGE_REVIEW,
     Route,
@@ -52,8 +53,8 @@ def skill_checks(out: Assessment, facts: Facts, flags: dict[str, Finding], layer
             items.append(
                 ChecklistItem(
                     "R5.1",
-                    "Which layer? Add module: aotdispatch, module: functionalization, module: fakeTensor or "
-                    "module: custom-operators next to module: pt2-dispatcher: both go on the issue.",
+                    f"Which layer? Add {', '.join(DISPATCHER_LAYERS[:-1])} or {DISPATCHER_LAYERS[-1]} next to "
+                    f"{PT2_DISPATCHER}: both go on the issue.",
                     "needs_human",
                 )
             )
@@ -118,7 +119,7 @@ def route_and_status(
                 )
             )
     else:
-        items.append(ChecklistItem("G3", "oncall: pt2 is not a redirect: continue labelling.", "satisfied"))
+        items.append(ChecklistItem("G3", f"{PT2_ONCALL} is not a redirect: continue labelling.", "satisfied"))
         fallback = any(s.rule_id == "G4" for s in out.add)
         # What `a` applies must carry the component: a suggestion left unticked does not satisfy G4.
         ticked = [s.label for s in out.add if is_module(s.label) and s.preselected]

@@ -52,7 +52,7 @@ I = re.I
 # scored on the labeler's probability, as any finding that is no backend result.
 WEIGHED = 0.6
 
-# R11's reasons that leave no judgement (rules_review.r11_review's words), and what the evidence must name: a
+# R11's reasons that leave no judgement (review.r11_review's words), and what the evidence must name: a
 # loose "crashes" in a title is often an exception, so only R11's own crashes bind.
 BINDING = (("a crash", HARD_CRASH), ("silently wrong results", None), ("a regression", None), ("a flaky test", None))
 
@@ -153,7 +153,7 @@ _MEASURED = re.compile(
 )
 
 
-# R11's reasons as rules_review.r11_review words them, with what it reads each in and its weight there.
+# R11's reasons as review.r11_review words them, with what it reads each in and its weight there.
 R11_READS = (
     (CRASH_TITLE, "a crash", "title", 0.8),
     (SILENT_WRONG, "silently wrong results", "title", 0.8),
@@ -314,7 +314,7 @@ def settles(x: Finding) -> bool:
 
 def quoted_bisector(facts: Facts) -> tuple[str, str, Finding] | None:
     """(label, rule id, where) of the CompilerBisector result the thread quotes last, or None: the agent's or
-    another's, as rules_automation.r2_bisector reads it."""
+    another's, as agents.r2_bisector reads it."""
     auto = automation_of(facts)
     results = [r.bisector for r in auto.agent if r.bisector is not None] + list(auto.bisections)
     if not results:

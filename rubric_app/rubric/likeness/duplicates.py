@@ -1,6 +1,6 @@
 """Possible duplicates: which similar issue a report may duplicate, how sure that is, and why.
 
-A report's most similar issues (similarity.py: the cosine of their term vectors) are scored again as originals:
+A report's most similar issues (neighbours.py: the cosine of their term vectors) are scored again as originals:
 the titles compared as titles (a title is a summary, not more words of the body), the failure signature, and the
 names both reports use (the op or API, the config flag, the exception, the quoted identifier). An issue whose
 thread says it duplicates another (`named_original`: "Duplicate of #N", "dupe of", "same as #N", "tracked at #N")
@@ -40,9 +40,9 @@ RARE_NAME = 3
 # earliest report (the others may well duplicate it too), as the group route takes the oldest report.
 EARLIER_MARGIN = 0.1
 # "Possible duplicate of #N" at or above this score (one mark per issue, its best original): the threshold
-# offline/duplicates.calibrate chose on the development pairs, rounded up (at most one in a hundred of the pool's other
-# PT2 issues marked: 7 of 727, near-copies of an earlier report; none of the real pairs clears it, docs/similar.md);
-# evaluate_similar --duplicates prints it beside the figures.
+# offline/duplicate_recall.calibrate chose on the development pairs, rounded up (at most one in a hundred of the pool's
+# other PT2 issues marked: 7 of 727, near-copies of an earlier report; none of the real pairs clears it,
+# docs/similar.md); evaluate_similar --duplicates prints it beside the figures.
 MARK_AT = 1.35
 
 _REF = r"(?:#|https?://github\.com/pytorch/pytorch/issues/)(\d{1,9})\b"

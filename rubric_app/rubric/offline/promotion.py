@@ -9,7 +9,7 @@ Both are scored on issues neither learned from, on two slices, and the candidate
   the number) up to a bound fixed at the first training from the history (reference_until): no issue filed later can
   ever be in it, so no new history, a flood above all, can fill it or tilt it. Nothing trains on it.
 
-Near-duplicate issues (near_duplicates.py: the same words, give or take a fifth) count once everywhere: a cluster is
+Near-duplicate issues (near_copies.py: the same words, give or take a fifth) count once everywhere: a cluster is
 one record, trained on or judged by, never both (a copy in training would teach a held-out issue's answer). 500
 copies of one text, filed among the newest issues, are one issue of the recent slice and one example to learn from.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from rubric_app.rubric.engine.assess import evaluate
 from rubric_app.rubric.engine.model import LabelModel
-from rubric_app.rubric.offline import near_copies as near_duplicates
+from rubric_app.rubric.offline import near_copies
 from rubric_app.rubric.offline.evaluation import has_component, is_held_out, issue_from_record, score
 from rubric_app.rubric.offline.fitting import trust
 from rubric_app.rubric.reading.types import Assessment
@@ -107,9 +107,9 @@ def in_reference(record: dict[str, Any], reference_until: int) -> bool:
 def cut(records: list[dict[str, Any]], reference_until: int) -> Slices:
     """The history cut into the pool, the recent slice and the reference slice (see the module's docstring), each
     near-duplicate cluster one record: the one in the reference slice if any, else the oldest."""
-    sets = [near_duplicates.word_set(r) for r in records]
-    near = near_duplicates.clusters(sets, near_duplicates.NEAR_DUPLICATE)
-    topic = near_duplicates.clusters(sets, near_duplicates.TOPIC)
+    sets = [near_copies.word_set(r) for r in records]
+    near = near_copies.clusters(sets, near_copies.NEAR_DUPLICATE)
+    topic = near_copies.clusters(sets, near_copies.TOPIC)
     members: dict[int, list[int]] = {}
     for i in sorted(range(len(records)), key=lambda i: int(records[i]["number"])):
         members.setdefault(near[i], []).append(i)

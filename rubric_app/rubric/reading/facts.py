@@ -1,7 +1,7 @@
 """How rules read an issue: Finding (one conclusion of one rule), Facts (the issue as rules read it), the registry.
 
-Rules live in rules.py (G, R1-R5), rules_domain.py (R6-R10), rules_review.py (R11, R12), rules_automation.py and
-rules_skill.py; each registers itself with @rule. The labels they name are rubric_app/vocabulary.py's.
+Rules live in rules/general.py (G, R1-R5), rules/domain.py (R6-R10), rules/review.py (R11, R12), rules/agents.py and
+rules/skill_additions.py; each registers itself with @rule. The labels they name are rubric_app/vocabulary.py's.
 """
 
 from __future__ import annotations
@@ -134,12 +134,12 @@ class Facts:
     _lowered: list[str] = field(default_factory=list, repr=False)
     _found: dict[tuple[int, str], tuple[str, str] | None] = field(default_factory=dict, repr=False)
     _lowered_whole: tuple[str, str, str] = ("", "", "")
-    # The thread reader's facts (thread.py), read once per issue by thread_facts() in rules.py.
+    # The thread reader's facts (thread.py), read once per issue by thread_facts() in rules/general.py.
     thread: list | None = field(default=None, repr=False)
     # The backend results the thread reports (thread.backend_results), read once per issue by
-    # backend_reports() in rules.py.
+    # backend_reports() in rules/general.py.
     backends: list | None = field(default=None, repr=False)
-    automation: object = field(default=None, repr=False)  # automation.Automation, read once (rules_automation)
+    automation: object = field(default=None, repr=False)  # automation.Automation, read once (rules/agents.py)
     # The environment reports cut out of the body and comments (text.split_environment): only rules that ask
     # about the reporter's setup read them (find_environment).
     environment: list[Source] = field(default_factory=list, repr=False)

@@ -1,7 +1,7 @@
 """What the rules read: the issue's text, capped, split into sources, plus facts read off its repro code.
 
 Issue text is untrusted: every field is capped before any regular expression
-sees it, and the patterns in rules.py use bounded repetitions only, so a huge
+sees it, and the patterns in rules/general.py use bounded repetitions only, so a huge
 or hostile body costs linear time.
 """
 

@@ -13,7 +13,7 @@ Keywords say where a failure surfaced; the thread says why (G8). A rule that mat
 - backend results: what each backend of the bisection ladder did ("`aot_eager` produces correct results",
   "eager and aot_eager backends do not have this issue"), clause by clause (backend_results, ladder).
 
-Pure Python; each fact keeps the exact text that produced it. rules.py turns the facts into
+Pure Python; each fact keeps the exact text that produced it. rules/general.py turns the facts into
 findings (G1, G2, R2, R2.1-R2.5, R5, G8).
 """
 

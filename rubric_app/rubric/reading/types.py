@@ -86,7 +86,7 @@ class Suggested:
     evidence_source: str = ""
     source: str = "rule"  # rule | model | bisection
     reason: str = ""
-    # confidence is a calibrated probability (engine.py); `a` accepts only the pre-selected labels.
+    # confidence is a calibrated probability (engine/assess.py); `a` accepts only the pre-selected labels.
     preselected: bool = False
     # A core component suggested next to another component: the curve that scores it there (components.company).
     company: str = ""

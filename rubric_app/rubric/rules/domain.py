@@ -1,7 +1,7 @@
 """RUBRIC.md as code, part 2: routing and ownership (R6), domain labels (R7), Helion (R8),
-functorch (R9), CPU Inductor (R10); the review flag (R11) and fuzzer reports (R12) are rules_review.py.
+functorch (R9), CPU Inductor (R10); the review flag (R11) and fuzzer reports (R12) are rules/review.py.
 
-Same shape as rules.py: one function per rule id, registered with @rule, returning Findings.
+Same shape as rules/general.py: one function per rule id, registered with @rule, returning Findings.
 """
 
 from __future__ import annotations

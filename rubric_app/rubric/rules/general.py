@@ -1,9 +1,9 @@
 """RUBRIC.md as code, part 1: the general flow (G) and the components (R1-R5), one function per rule id.
 
 Each rule reads Facts and returns Findings: a label to ADD with a weight, a label to AVOID, a ROUTE,
-a FLAG or a checklist item. The engine (engine.py) weighs the findings, applies the invariants
+a FLAG or a checklist item. The engine (engine/assess.py) weighs the findings, applies the invariants
 (G4-G7) and builds the Assessment. Part 2 (R6-R12: routing, domains, Helion, functorch, review,
-fuzzer) is rules_domain.py.
+fuzzer) is rules/domain.py.
 
 Weights say how directly the evidence shows the root cause (G8): a bisection verdict or a backend
 comparison in the comments beats an exception class, which beats a tag in the title, which beats a
@@ -71,7 +71,7 @@ def g0_other_oncall(f: Facts) -> list[Finding]:
     return []
 
 
-# G9 (a repro that needs a download, a GPU, a cluster...) is rules_skill.py's.
+# G9 (a repro that needs a download, a GPU, a cluster...) is rules/skill_additions.py's.
 
 
 QUESTION_TITLE = re.compile(
@@ -133,7 +133,7 @@ def g2_other_repo(f: Facts) -> list[Finding]:
     return []
 
 
-# G3-G7 are invariants of the whole assessment; the engine applies them (engine.py).
+# G3-G7 are invariants of the whole assessment; the engine applies them (engine/assess.py).
 # G8 (root cause over keywords) is the weighting scheme of this module.
 
 

@@ -1,6 +1,6 @@
 """RUBRIC.md as code, part 3: what goes to the weekly meeting (R11's `triage review` flag) and a fuzzer's
-checklist before it is triaged normally (R12). Each rule registers itself with @rule, after R6-R10 (engine.py imports
-the rules' modules in the rubric's order).
+checklist before it is triaged normally (R12). Each rule registers itself with @rule, after R6-R10
+(engine/assess.py runs the rules' modules in the rubric's order).
 """
 
 from __future__ import annotations

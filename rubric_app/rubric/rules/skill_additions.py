@@ -1,6 +1,6 @@
 """RUBRIC.md as code, part 3: what PyTorch's triage skill added in its late-2026 version (R5.1, G9-G13).
 
-Same shape as rules.py: one function per rule id, registered with @rule, returning Findings. R5.1 and G12
+Same shape as rules/general.py: one function per rule id, registered with @rule, returning Findings. R5.1 and G12
 also need the engine's decisions (the chosen dispatcher suggestion, the route), so the engine calls
 dispatcher_layer() and the G12 gate itself; bot_breaches() serves the bot review (G13).
 
