@@ -1,4 +1,4 @@
-"""Sync the oncall: pt2 queue from GitHub into the local mirror, and apply webhook deliveries.
+"""Sync the oncall: pt2 queue from GitHub into the local mirror (a webhook delivery is events.py's).
 
 Full sync: the label catalog, then every open issue of each queue label
 (settings.GITHUB_QUEUE_LABELS), 100 a page, oldest first, following Link
