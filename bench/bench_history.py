@@ -229,6 +229,7 @@ def part_scale(history_count: int, repeat: int) -> None:
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
+    from django.urls import reverse
 
     from bench.bench_queue import label_changed, timed
     from rubric_app.github import history
@@ -244,10 +245,11 @@ def part_scale(history_count: int, repeat: int) -> None:
     client.force_login(user)
     sample = rng.sample([i.pk for i in queue], 200)
     issue_number = Issue.objects.filter(pk__in=sample, signature__gt="").values_list("number", flat=True).first()
+    issue_url = reverse("rubric_app:issue", args=[issue_number])
     pages = [
         ("queue (/, table rendered)", "/", label_changed),
         ("queue search (/?q=inductor)", "/?q=inductor&lane=all", label_changed),
-        (f"issue page (/issues/{issue_number})", f"/issues/{issue_number}", None),
+        (f"issue page ({issue_url})", issue_url, None),
         ("history (/history)", "/history", None),
         ("history search (/history?q=inductor)", "/history?q=inductor", None),
         ("metrics (/metrics, 12 weeks)", "/metrics", None),

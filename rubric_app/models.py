@@ -89,7 +89,7 @@ class Label(models.Model):
     # (signed) payload, see events.label_event_stamp. An event older than this is never applied.
     event_stamp = models.DateTimeField(null=True, blank=True)
     # Label events of equal or missing stamps cannot be ordered: they leave a label gone, and this set, until GitHub
-    # says whether it has the label (the next sync asks it: sync.confirm_labels).
+    # says whether it has the label (the next sync asks it: mirror.confirm_labels).
     unconfirmed = models.BooleanField(default=False)
 
     objects = LabelQuerySet.as_manager()
@@ -253,7 +253,7 @@ class Issue(models.Model):
     # GitHub's text that could not be stored as sent (data.storable): {"title": "1 lone surrogate"}; its page shows it.
     replaced = models.JSONField(default=dict, blank=True)
     # A tombstone: deleted on GitHub or transferred away, as of GitHub's stamp (gone_at). Data no newer than it (a late
-    # event sent before the deletion) never brings the issue back (sync.store_issues).
+    # event sent before the deletion) never brings the issue back (mirror.store_issues).
     gone_at = models.DateTimeField(null=True, blank=True)
     gone = models.CharField(max_length=200, blank=True, help_text='Why it left GitHub: "deleted", "transferred to ..."')
 
@@ -279,7 +279,12 @@ class Issue(models.Model):
     def github_web_url(self) -> str:
         """The issue's page on the GitHub this dashboard uses (settings.GITHUB_URL): github.com, or the demo
         GitHub's own page of it in the demo, never github.com's page of an issue only the demo has."""
-        return f"{settings.GITHUB_URL}/{self.repo}/issues/{self.number}"
+        return self.github_page(self.number, self.repo)
+
+    @staticmethod
+    def github_page(number: int, repo: str) -> str:
+        """Issue `number` of `repo`'s page on the GitHub this dashboard uses, whether the mirror holds it or not."""
+        return f"{settings.GITHUB_URL}/{repo}/issues/{number}"
 
     def label_names(self) -> list[str]:
         """Current label names, sorted; uses the prefetch cache when there is one."""

@@ -35,8 +35,6 @@ from rubric_app.github.data import (
     Page,
     PageGone,
     RateLimited,
-    ReleaseData,
-    RepoFile,
     TokenRefused,
     WriteResult,
     excerpt,
@@ -45,7 +43,6 @@ from rubric_app.github.data import (
     parse_issue,
     parse_label,
     parse_label_event,
-    parse_time,
     rate_limit_wait,
 )
 
@@ -396,7 +393,7 @@ class Client:
         return WriteResult(result.action, result.target, result.status, True, f"now {moved.get('url', '')}")
 
 
-# --- who someone is on GitHub (sign-in and the daily role check) ------------------------------
+# --- a Client from the settings ----------------------------------------------------------------
 
 
 def configured(token: str) -> dict:
@@ -415,43 +412,6 @@ def configured(token: str) -> dict:
 def user_client(token: str) -> Client:
     """A Client that acts with `token` (a signed-in user's, or the site's) at settings.GITHUB_API_URL."""
     return Client(**configured(token))
-
-
-def is_org_member(*, token: str, org: str, login: str) -> bool:
-    """True when `login` is a member of `org` (GET /orgs/{org}/members/{username}: 204 yes, 404 no).
-
-    GitHub answers 302 when the token's own user is not a member of the org (someone removed from it
-    asking with their own token): the redirect names the public list, GET /orgs/{org}/public_members/
-    {username}, asked here directly (PyGithub does not follow a 302, and a Location is not trusted to
-    stay on GitHub): 204 is a public member, 404 is not a member. A 302 is an answer, never "unavailable".
-    Raises GitHubError for a token GitHub refuses (401) or a GitHub that fails.
-    """
-    cli = user_client(token)
-    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/members/{quote(login)}")
-    if answer.status in (301, 302, 307):
-        answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/public_members/{quote(login)}")
-    if answer.status == 204:
-        return True
-    if answer.status == 404:
-        return False
-    raise GitHubError(f"GitHub answered {answer.status} for {org}'s membership of {login}", answer.status)
-
-
-def is_team_member(*, token: str, org: str, team_slug: str, login: str) -> bool:
-    """True when `login` is an active member of the team (GET /orgs/{org}/teams/{team_slug}/memberships/{username};
-    a pending invitation does not count). 404: not a member, or a team the token cannot see."""
-    cli = user_client(token)
-    answer = cli._call(cli._reader, "GET", f"/orgs/{quote(org)}/teams/{quote(team_slug)}/memberships/{quote(login)}")
-    if answer.status == 404:
-        return False
-    if answer.status != 200:
-        raise GitHubError(
-            f"GitHub answered {answer.status} for team {team_slug}'s membership of {login}", answer.status
-        )
-    try:
-        return json.loads(answer.text).get("state") == "active"
-    except (ValueError, AttributeError):
-        raise MalformedResponse(f"GitHub's answer for team {team_slug}'s membership is not JSON", 200) from None
 
 
 # The App's installation token, per process, until INSTALLATION_TOKEN_MARGIN before it expires
@@ -496,46 +456,6 @@ def installation_token() -> str:
         expires_at = grant.expires_at.timestamp() if grant.expires_at else time.time() + 3600
         _installation[key] = {"token": grant.token, "expires_at": expires_at, "installation_id": installation_id}
         return grant.token
-
-
-# --- the triage skill's files and the latest release (rubric_app/github/skill_files.py) -----------------------
-
-
-def repo_file(gh: Client, path: str, *, ref: str = "", etag: str = "") -> RepoFile:
-    """One file of the repository (GET /repos/{repo}/contents/{path}), decoded as UTF-8; with `etag`, an unchanged
-    file is answered 304 and not read again. PageGone when there is no such file; MalformedResponse when the answer
-    is no file (a directory, a symlink) or its content does not decode."""
-    import base64  # only this read needs it
-
-    answer, data = gh._read_json(
-        f"/repos/{gh.repo}/contents/{quote(path)}", params={"ref": ref} if ref else None, etag=etag
-    )
-    if answer.status == 304:
-        return RepoFile(path, etag=etag, not_modified=True)
-    if not isinstance(data, dict) or data.get("type") != "file":
-        raise MalformedResponse(f"{path} is not a file in {gh.repo}", answer.status)
-    try:
-        raw = data.get("content") or ""
-        text = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()
-        return RepoFile(path, text.decode("utf-8"), str(data.get("sha") or ""), answer.headers.get("etag", ""))
-    except (ValueError, TypeError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
-        why = f"{path}: its content does not decode ({exc.__class__.__name__})"
-        raise MalformedResponse(why, answer.status) from None
-
-
-def latest_release(gh: Client, *, etag: str = "") -> ReleaseData:
-    """The repository's latest release (GET /repos/{repo}/releases/latest: neither a draft nor a prerelease); with
-    `etag`, an unchanged one is answered 304. PageGone when the repository has none."""
-    answer, data = gh._read_json(f"/repos/{gh.repo}/releases/latest", etag=etag)
-    if answer.status == 304:
-        return ReleaseData(etag=etag, not_modified=True)
-    if not isinstance(data, dict) or not isinstance(data.get("tag_name"), str):
-        raise MalformedResponse(f"the latest release of {gh.repo} has no tag", answer.status)
-    try:
-        published = parse_time(data.get("published_at"))
-    except (TypeError, ValueError):
-        published = None
-    return ReleaseData(data["tag_name"], str(data.get("name") or ""), published, answer.headers.get("etag", ""))
 
 
 # --- long read-only walks over the repository (the history backfill, rubric_app/github/history.py)--------------

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from rubric_app.github import client as github
 from rubric_app.github import skill_files
-from rubric_app.github.sync import SyncReport, bury, gone_label, store_issues
+from rubric_app.github.data import parse_time
+from rubric_app.github.mirror import SyncReport, bury, gone_label, store_issues
 from rubric_app.models import Comment, Issue, Label, WebhookDelivery
 from rubric_app.rubric.reading.catalog import allowed_for_triage
 
@@ -143,7 +144,7 @@ def label_event_stamp(payload: dict) -> datetime | None:
         if isinstance(value, int):  # push events give pushed_at as a Unix time
             stamps.append(datetime.fromtimestamp(value, tz=UTC))
         elif isinstance(value, str) and value:
-            stamps.append(github.parse_time(value))
+            stamps.append(parse_time(value))
     return max(stamps) if stamps else None
 
 
@@ -155,7 +156,7 @@ def _apply_label_event(payload: dict) -> tuple[list[int], str]:
     old name is kept gone with the event's stamp (a late event, or an issue's late payload, naming it finds it gone).
     Events whose order cannot be told (equal or missing stamps) resolve towards "gone": a deletion applies, and a
     creation or rename onto a label left gone that way is applied out of the catalog, unconfirmed until GitHub says
-    whether it has it (the next sync asks: sync.confirm_labels, which takes a label it lacks off every issue). Never
+    whether it has it (the next sync asks: mirror.confirm_labels, which takes a label it lacks off every issue). Never
     the other way round: a label the catalog has only by a guess could be offered to a triager, and GitHub creates a
     label it is asked to add.
     """

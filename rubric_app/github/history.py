@@ -9,11 +9,11 @@ with in_queue=False, and the backfill only adds the ones the mirror never saw. S
 (IssueQuerySet.in_queue, for_queue, the lanes: in_queue and open, on the issue_queue_idx index), the search, the
 similar issues' index (IssueTerm) and the metrics (every issue by created_at and closed_at) read them with no
 new code and no new query, and an issue that returns to the queue is the same row. in_queue stays what
-sync.in_queue() says (open and carrying a queue label): a closed history issue is in no lane.
+mirror.in_queue() says (open and carrying a queue label): a closed history issue is in no lane.
 
 Backfill (manage.py sync_history, and the beat task in slices): for each queue label (GITHUB_QUEUE_LABELS), the
 issues listing with state=all, 100 a page, oldest first by creation, a stable order while new issues arrive. Each
-page is stored by sync.store_issues (GitHub read first, then one transaction: upserts, never older data over newer,
+page is stored by mirror.store_issues (GitHub read first, then one transaction: upserts, never older data over newer,
 comments only for an issue whose comment count or updated_at changed and that has comments, label events only where the
 automation's labels need them: an unchanged issue costs no request beyond its share of the page), then the next
 page's URL is saved (the cursor): a killed backfill resumes at the first page it had not stored, and nothing is
@@ -45,7 +45,8 @@ from django.utils import timezone
 
 from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import connect, sync
+from rubric_app.github import connect, mirror
+from rubric_app.github.data import parse_time
 from rubric_app.models import Issue, SyncState
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class HistoryReport:
             f"{self.listed} issues listed, {self.stored} stored, {self.pull_requests} pull requests and "
             f"{self.transferred + self.gone} transferred or deleted skipped, {self.comments_fetched} comments, "
             f"{self.requests} requests ({self.not_modified} answered 304), "
-            f"{self.waited_s:.0f} s waited for the rate limit{sync.skipped_issues(self.skipped_issues)}"
+            f"{self.waited_s:.0f} s waited for the rate limit{mirror.skipped_issues(self.skipped_issues)}"
         )
 
 
@@ -206,7 +207,7 @@ def sync_history(
 def _skipped(state: SyncState, report: HistoryReport) -> list[dict]:
     """The issues left out, as SyncState.skipped keeps them: a resumed backfill's add to its earlier slices'."""
     earlier = state.skipped if report.resumed else []
-    return (earlier + sync.skipped_rows(report.skipped_issues))[:100]
+    return (earlier + mirror.skipped_rows(report.skipped_issues))[:100]
 
 
 def _claim() -> bool:
@@ -235,7 +236,7 @@ def _label_of(url: str) -> str:
 
 def _since_of(url: str) -> datetime | None:
     value = parse_qs(urlsplit(url).query).get("since", [""])[0]
-    return github.parse_time(value) if value else None
+    return parse_time(value) if value else None
 
 
 def _backfill(
@@ -312,7 +313,7 @@ def _incremental(gh: github.PacedClient, progress: Progress) -> None:
 
 
 def store_page(page: github.Page, gh: github.PacedClient, report: HistoryReport) -> list[int]:
-    """Store one listing page (sync.store_issues: GitHub read first, then one transaction); returns the ids of the
+    """Store one listing page (mirror.store_issues: GitHub read first, then one transaction); returns the ids of the
     issues that changed.
 
     What follows is report.on_changed's (triage/followups.py: the queue issues' suggestions refreshed, the history
@@ -324,8 +325,8 @@ def store_page(page: github.Page, gh: github.PacedClient, report: HistoryReport)
     report.skipped_issues += page.skipped
     report.listed += len(page.items)
     report.pull_requests += sum(1 for i in page.items if i.is_pull_request)
-    counts = sync.SyncReport(mode="history", on_changed=report.on_changed)
-    changed = sync.store_issues(page.items, gh=gh, report=counts, only_known_or_queued=False)
+    counts = mirror.SyncReport(mode="history", on_changed=report.on_changed)
+    changed = mirror.store_issues(page.items, gh=gh, report=counts, only_known_or_queued=False)
     report.stored += counts.issues_changed
     report.comments_fetched += counts.comments_fetched
     report.transferred, report.gone = report.transferred + counts.transferred, report.gone + counts.gone

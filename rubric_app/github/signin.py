@@ -28,7 +28,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from rubric_app.github import client as github
-from rubric_app.github import connect, credentials
+from rubric_app.github import connect, credentials, memberships
 from rubric_app.models import GitHubCredential
 from rubric_app.roles import ROLES, ensure_roles
 
@@ -49,12 +49,12 @@ def github_role(*, token: str, login: str) -> str | None:
     Raises github.GitHubError when GitHub cannot tell (a refused token, an outage): never a guess.
     """
     org = settings.TRIAGE_ORG
-    if not github.is_org_member(token=token, org=org, login=login):
+    if not memberships.is_org_member(token=token, org=org, login=login):
         return None
     roles = {
         role
         for slug, role in settings.TRIAGE_TEAMS.items()
-        if github.is_team_member(token=token, org=org, team_slug=slug, login=login)
+        if memberships.is_team_member(token=token, org=org, team_slug=slug, login=login)
     }
     return next((role for role in ROLE_ORDER if role in roles), "viewer")
 

@@ -13,12 +13,15 @@ what G12 compares an issue's version with.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import quote
 
 from django.utils import timezone
 
 from rubric_app.github import client as github
+from rubric_app.github.data import MalformedResponse, ReleaseData, RepoFile, parse_time
 from rubric_app.models import Label, SkillFile
 from rubric_app.rubric.engine import skill
 from rubric_app.rubric.engine.skill import Changes, Skill, SkillFileError
@@ -60,7 +63,7 @@ def _read_file(gh: github.Client, row: SkillFile, path: str, parse) -> bool:
     """Read one file into its row (kept as the last good copy unless this one parses); True when its content changed."""
     now = row.checked_at = timezone.now()
     try:
-        got = github.repo_file(gh, path, etag=row.etag)
+        got = repo_file(gh, path, etag=row.etag)
     except github.GitHubError as exc:
         return _failed(row, f"could not read {path}: {exc.message}", now)
     if got.not_modified:
@@ -82,7 +85,7 @@ def _read_release(gh: github.Client, row: SkillFile) -> bool:
     """Read the latest release into its row; True when its tag changed."""
     now = row.checked_at = timezone.now()
     try:
-        got = github.latest_release(gh, etag=row.etag)
+        got = latest_release(gh, etag=row.etag)
     except github.GitHubError as exc:
         return _failed(row, f"could not read the latest release: {exc.message}", now)
     if got.not_modified:
@@ -199,3 +202,41 @@ def status() -> SkillStatus:
         )
     )
     return SkillStatus(current, files, current.changes(skill.shipped()))
+
+
+# --- the reads (GitHub's contents and releases APIs) ---------------------------------------------------------
+
+
+def repo_file(gh: github.Client, path: str, *, ref: str = "", etag: str = "") -> RepoFile:
+    """One file of the repository (GET /repos/{repo}/contents/{path}), decoded as UTF-8; with `etag`, an unchanged
+    file is answered 304 and not read again. PageGone when there is no such file; MalformedResponse when the answer
+    is no file (a directory, a symlink) or its content does not decode."""
+    answer, data = gh._read_json(
+        f"/repos/{gh.repo}/contents/{quote(path)}", params={"ref": ref} if ref else None, etag=etag
+    )
+    if answer.status == 304:
+        return RepoFile(path, etag=etag, not_modified=True)
+    if not isinstance(data, dict) or data.get("type") != "file":
+        raise MalformedResponse(f"{path} is not a file in {gh.repo}", answer.status)
+    try:
+        raw = data.get("content") or ""
+        text = base64.b64decode(raw) if data.get("encoding") == "base64" else raw.encode()
+        return RepoFile(path, text.decode("utf-8"), str(data.get("sha") or ""), answer.headers.get("etag", ""))
+    except (ValueError, TypeError) as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        why = f"{path}: its content does not decode ({exc.__class__.__name__})"
+        raise MalformedResponse(why, answer.status) from None
+
+
+def latest_release(gh: github.Client, *, etag: str = "") -> ReleaseData:
+    """The repository's latest release (GET /repos/{repo}/releases/latest: neither a draft nor a prerelease); with
+    `etag`, an unchanged one is answered 304. PageGone when the repository has none."""
+    answer, data = gh._read_json(f"/repos/{gh.repo}/releases/latest", etag=etag)
+    if answer.status == 304:
+        return ReleaseData(etag=etag, not_modified=True)
+    if not isinstance(data, dict) or not isinstance(data.get("tag_name"), str):
+        raise MalformedResponse(f"the latest release of {gh.repo} has no tag", answer.status)
+    try:
+        published = parse_time(data.get("published_at"))
+    except (TypeError, ValueError):
+        published = None
+    return ReleaseData(data["tag_name"], str(data.get("name") or ""), published, answer.headers.get("etag", ""))

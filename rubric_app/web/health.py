@@ -3,7 +3,7 @@
 The database (one query), the broker (a connection, two seconds at most), a live worker on each queue in
 HEALTH_QUEUES (the heartbeat table: no broker round trip), and, where a GitHub token is configured, a sync that
 finished within HEALTH_SYNC_STALE_MINUTES; and the issues the last syncs left out, with why (a page, a sync, a
-backfill goes on without them: sync.store_issues), which put nothing down. Cheap (three queries) and free of secrets:
+backfill goes on without them: mirror.store_issues), which put nothing down. Cheap (three queries) and free of secrets:
 it names parts, counts
 workers and gives times, never a URL, a token or an error's text that might hold one. Anonymous callers get only
 up or down (how many workers serve which queue, and when the last sync ran, tell an outsider when to strike):

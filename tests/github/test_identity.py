@@ -23,8 +23,7 @@ from django.utils import timezone
 
 from rubric_app.demo.github_people import DASHBOARD_LOGIN
 from rubric_app.demo.github_seeds import DEMO_ORG
-from rubric_app.github import client as github
-from rubric_app.github import identity, signin
+from rubric_app.github import identity, memberships, signin
 from rubric_app.models import GitHubCredential, GitHubWrite, Suggestion, TriageDecision
 from rubric_app.tasks import apply_decision_task
 from rubric_app.web.middleware import ROLE_CHECKED_KEY
@@ -90,8 +89,8 @@ def test_it_counts_a_public_member_asked_about_by_an_outsiders_token(github_sign
     token = github_signin.issue_token("demo-outsider")
     github_signin.public_members[DEMO_ORG] = {"demo-member"}
 
-    assert github.is_org_member(token=token, org=DEMO_ORG, login="demo-member") is True
-    assert github.is_org_member(token=token, org=DEMO_ORG, login="demo-triager") is False  # private: not seen
+    assert memberships.is_org_member(token=token, org=DEMO_ORG, login="demo-member") is True
+    assert memberships.is_org_member(token=token, org=DEMO_ORG, login="demo-triager") is False  # private: not seen
 
 
 def test_it_removes_the_role_at_the_daily_check_once_github_answers_302(client, github_signin):

@@ -24,7 +24,7 @@ from rubric_app.rubric.reading.catalog import catalog_names
 from rubric_app.triage.decisions import plan_changes
 from rubric_app.triage.followups import issues_changed
 from rubric_app.vocabulary import Route
-from rubric_app.web.forms import TriageForm
+from rubric_app.web.decision_forms import TriageForm
 from rubric_app.web.labels import handoff_oncalls
 from tests.factories import make_issue, make_label
 

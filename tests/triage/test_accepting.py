@@ -18,7 +18,7 @@ from rubric_app.models import Issue, Label, TriageDecision
 from rubric_app.rubric.offline.evaluation import issue_from_record
 from rubric_app.rubric.rules.skill_additions import reproduction_reply
 from rubric_app.triage import accepting, metrics, suggestions
-from rubric_app.web.forms import GroupDecisionForm
+from rubric_app.web.decision_forms import GroupDecisionForm
 from rubric_app.web.labels import handoff_oncalls
 from tests.factories import make_issue
 from tests.rubric.test_binding import _demo, _pool

@@ -22,7 +22,7 @@ from rubric_app.models import GitHubWrite, Issue, Label, TriageDecision
 from rubric_app.rubric.reading.catalog import load_replies
 from rubric_app.triage import accepting
 from rubric_app.triage.decisions import G4_MESSAGE, Plan, plan_changes, request_decision
-from rubric_app.web.forms import TriageForm
+from rubric_app.web.decision_forms import TriageForm
 from tests.factories import make_issue, make_label, make_suggestion
 from tests.helpers import wait_until, wait_until_finished
 from tests.runs.test_stuck_work import _children, _private_queue, broker  # noqa: F401  (the broker fixture)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from rubric_app.github.applying import apply_decision
 from rubric_app.models import Comment, Issue, TriageDecision
-from rubric_app.web.forms import BotCorrectionForm
+from rubric_app.web.decision_forms import BotCorrectionForm
 from rubric_app.web.markdown import render_markdown
 from tests.factories import make_issue, make_suggestion
 

@@ -18,9 +18,7 @@ from rubric_app.models import (
     WorkerHeartbeat,
 )
 from rubric_app.triage import decisions, evidence
-from rubric_app.web.forms import (
-    GroupDecisionForm,
-)
+from rubric_app.web.decision_forms import GroupDecisionForm
 from rubric_app.web.views.access import partial_template, require, waiting
 
 

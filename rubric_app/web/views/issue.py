@@ -19,11 +19,8 @@ from rubric_app.rubric.rules.skill_additions import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import accepting, decisions, evidence, similar
 from rubric_app.vocabulary import BOT_TRIAGED, Route, is_bot
-from rubric_app.web.forms import (
-    BisectForm,
-    BotCorrectionForm,
-    TriageForm,
-)
+from rubric_app.web.decision_forms import BotCorrectionForm, TriageForm
+from rubric_app.web.forms import BisectForm
 from rubric_app.web.views.access import get_issue_for_user, polled, require, waiting
 
 

@@ -16,9 +16,7 @@ from rubric_app.models import (
 )
 from rubric_app.triage import metrics
 from rubric_app.web import health as health_check
-from rubric_app.web.forms import (
-    MetricsForm,
-)
+from rubric_app.web.forms import MetricsForm
 from rubric_app.web.views.access import PAGE_SIZE, partial_template, require
 
 

@@ -19,7 +19,8 @@ from rubric_app.models import AgendaItem, Duty, Issue, Label, Meeting, TriageDec
 from rubric_app.rubric.engine.agenda import AGENDA_ORDER, agenda_group
 from rubric_app.triage import decisions, metrics, sharing
 from rubric_app.vocabulary import TRIAGE_REVIEW
-from rubric_app.web.forms import MEETING_DECISIONS, AgendaItemForm, DutyForm, MeetingDecisionForm
+from rubric_app.web.decision_forms import MEETING_DECISIONS, MeetingDecisionForm
+from rubric_app.web.forms import AgendaItemForm, DutyForm
 from rubric_app.web.labels import module_label_names
 from rubric_app.web.views.access import get_issue_for_user, latest_done_run, latest_verdict, partial_template, require
 
