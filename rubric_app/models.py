@@ -256,6 +256,9 @@ class Issue(models.Model):
     # event sent before the deletion) never brings the issue back (mirror.store_issues).
     gone_at = models.DateTimeField(null=True, blank=True)
     gone = models.CharField(max_length=200, blank=True, help_text='Why it left GitHub: "deleted", "transferred to ..."')
+    # When it left the queue open (handed off, transferred, deleted), as the mirror learned it: an applied decision's
+    # moment, a tombstone's, or GitHub's stamp of the change a sync saw; the metrics count it "left" that week.
+    left_queue_at = models.DateTimeField(null=True, blank=True)
 
     objects = IssueQuerySet.as_manager()
 
@@ -558,6 +561,9 @@ class BisectionRun(models.Model):
     automatic = models.BooleanField(default=False)
     caused_by = models.CharField(max_length=200, blank=True)
     caused_by_login = models.CharField(max_length=100, blank=True, help_text="for AUTO_BISECT_PER_AUTHOR")
+    # Queued by an operator's pass over the open queue (manage.py auto_bisect, make run's demo): outside the hourly
+    # budget, which bounds what outsiders' posts can start (runs/auto_bisect.py).
+    backlog = models.BooleanField(default=False)
     repro_hash = models.CharField(max_length=64, blank=True, help_text="sha256 of the repro: one run per repro")
     # The torch build it ran on (a name of the worker's TORCH_BUILDS; "" for the worker's first): with
     # torch_version, what compares the same repro across builds (rubric_app/bisection/builds.py).
@@ -816,6 +822,20 @@ def week_start(day) -> date:
     if isinstance(day, datetime):
         day = timezone.localdate(day)
     return day - timedelta(days=day.weekday())
+
+
+class FollowUpDismissal(models.Model):
+    """A meeting's follow-up (triage/meeting_followups.py) the chair set aside, with why: the audit record. It holds
+    for that decision only; a later decision on the issue can bring it back."""
+
+    decision = models.OneToOneField(TriageDecision, on_delete=models.CASCADE, related_name="dismissal")
+    meeting = models.ForeignKey(Meeting, on_delete=models.SET_NULL, null=True, blank=True, related_name="dismissals")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    note = models.TextField()
+    at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"follow-up of decision {self.decision_id} dismissed"
 
 
 class DutyQuerySet(models.QuerySet):

@@ -390,13 +390,13 @@ def _update_local(issue: Issue, after: set[str], decision: TriageDecision) -> No
             issue.review_flagged_at = timezone.now()
             fields.append("review_flagged_at")
         if decision.transfer_to:
-            issue.in_queue = False  # it lives in another repository now (G2)
-            fields.append("in_queue")
+            issue.in_queue, issue.left_queue_at = False, timezone.now()  # it lives in another repository now (G2)
+            fields += ["in_queue", "left_queue_at"]
         elif decision.close_issue:
             issue.state, issue.in_queue, issue.closed_at = Issue.State.CLOSED, False, timezone.now()
             fields += ["state", "in_queue", "closed_at"]
         elif not after & set(settings.GITHUB_QUEUE_LABELS):
-            issue.in_queue = False  # handed off (G5): it left our queue
-            fields.append("in_queue")
+            issue.in_queue, issue.left_queue_at = False, timezone.now()  # handed off (G5): it left our queue
+            fields += ["in_queue", "left_queue_at"]
         if fields:
             issue.save(update_fields=fields)

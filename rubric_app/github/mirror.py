@@ -47,6 +47,7 @@ ISSUE_FIELDS = [
     "replaced",
     "gone_at",
     "gone",
+    "left_queue_at",
 ]
 
 
@@ -222,7 +223,7 @@ def _rows(numbers: list[int], *, authoritative: bool, lock: bool) -> tuple[dict[
     those an authoritative read may tie with (same updated_at)."""
     qs = Issue.objects.filter(number__in=numbers).order_by("number")
     qs = qs.select_for_update() if lock else qs
-    rows = {row["number"]: row for row in qs.values(*ROW_FIELDS, "title", "state", "gone_at")}
+    rows = {row["number"]: row for row in qs.values(*ROW_FIELDS, "title", "state", "gone_at", "left_queue_at")}
     labels: dict[int, set[str]] = {row["pk"]: set() for row in rows.values()}
     if authoritative and rows:
         through = Issue.labels.through.objects.filter(issue_id__in=labels)
@@ -232,10 +233,17 @@ def _rows(numbers: list[int], *, authoritative: bool, lock: bool) -> tuple[dict[
 
 
 def _newer(
-    items: list[github.IssueData], rows: dict[int, dict], labels: dict[int, set[str]], *, known_only: bool, tie: bool
+    items: list[github.IssueData],
+    rows: dict[int, dict],
+    labels: dict[int, set[str]],
+    *,
+    known_only: bool,
+    tie: bool,
+    revived: frozenset[int] = frozenset(),
 ) -> tuple[list[github.IssueData], list[int]]:
     """(the items to store, the ids of rows the others match): never older data over newer, never an issue the
-    mirror does not know outside the queue (known_only), never data no newer than an issue's tombstone.
+    mirror does not know outside the queue (known_only), never data no newer than an issue's tombstone, unless
+    GitHub itself showed the issue back in this repository's queue (revived: see _revive).
 
     tie: the data was just read from GitHub, so when its updated_at equals ours (second resolution) but the content
     differs, it wins; a webhook's data does not."""
@@ -243,6 +251,9 @@ def _newer(
     for data in items:
         row, queued = rows.get(data.number), in_queue(data)
         if row is None and not queued and known_only:
+            continue
+        if row is not None and row["gone_at"] and data.number in revived:
+            changed.append(data)  # GitHub shows it here whatever the stamps: the tombstone was wrong or undone
             continue
         if row is not None and row["gone_at"] and data.updated_at <= row["gone_at"]:
             continue  # sent before it was deleted or transferred: a late event must not bring it back
@@ -260,6 +271,37 @@ def _newer(
             continue
         changed.append(data)
     return changed, touched
+
+
+def _revive(
+    items: list[github.IssueData], gh: github.Client, *, read_one_by_one: bool
+) -> tuple[list[github.IssueData], frozenset[int]]:
+    """A listing shows in this repository's queue an issue the mirror has tombstoned with a stamp no older than the
+    listed data (a `transferred` event undone, a transient 404, a listing that lags a deletion): the issue is read
+    again, one request each (none most of the time). Shown here again, its tombstone goes whatever the stamps, and the
+    fresh read is stored; answered 404, the listing lagged and the tombstone stays (the item is left out); shown in
+    another repository, it stays buried (store_issues' transferred). read_one_by_one: the items are such reads
+    already (a departure's, a tombstone's re-read), not read again. Returns (items, numbers revived)."""
+    here = [i for i in items if not transferred(i) and (read_one_by_one or in_queue(i))]
+    buried = dict(
+        Issue.objects.filter(number__in=[i.number for i in here]).exclude(gone_at=None).values_list("number", "gone_at")
+    )
+    suspects = {i.number for i in here if i.number in buried and i.updated_at <= buried[i.number]}
+    if read_one_by_one or not suspects:
+        return items, frozenset(suspects)
+    kept, revived = [], set()
+    for data in items:
+        if data.number not in suspects:
+            kept.append(data)
+            continue
+        try:
+            fresh = gh.issue(data.number)
+        except github.PageGone:
+            continue
+        kept.append(fresh)
+        if not transferred(fresh):
+            revived.add(fresh.number)
+    return kept, frozenset(revived)
 
 
 @dataclass
@@ -305,13 +347,15 @@ def store_issues(
     report: SyncReport,
     only_known_or_queued: bool = True,
     authoritative: bool = True,
+    read_one_by_one: bool = False,
 ) -> list[int]:
     """Upsert issues (skipping PRs and older data) and their comments; returns the ids that changed.
 
     Issues not in the queue and unknown locally are ignored. Comments are fetched
     (gh given) only when comments_count or updated_at changed. authoritative: the data was
     just read from GitHub, so when its updated_at equals ours (second resolution) but the
-    content differs, it wins; a webhook's data does not.
+    content differs, it wins; a webhook's data does not. read_one_by_one: each item is a read of the issue's own
+    address, not a listing's (see _revive).
 
     GitHub is read first (comments, label events), outside any transaction: neither a request nor a rate-limit wait
     ever holds the rows locked, so call it outside one when gh is given. Then one transaction writes, deciding again
@@ -322,13 +366,16 @@ def store_issues(
     connection, a constraint) fail the whole call, to be retried.
     """
     items = sorted((i for i in items if not i.is_pull_request), key=lambda i: i.number)
+    revived: frozenset[int] = frozenset()
+    if gh is not None and authoritative:
+        items, revived = _revive(items, gh, read_one_by_one=read_one_by_one)
     moved = [i for i in items if transferred(i)]
     items = [i for i in items if i not in moved]
     threads: dict[int, Thread] = {}
     vanished: list[github.IssueData] = []
     if gh is not None:  # what is newer, unlocked, only to choose whose threads to read: _write decides again
         rows, labels = _rows([i.number for i in items], authoritative=authoritative, lock=False)
-        changed, _ = _newer(items, rows, labels, known_only=only_known_or_queued, tie=authoritative)
+        changed, _ = _newer(items, rows, labels, known_only=only_known_or_queued, tie=authoritative, revived=revived)
         threads, vanished = _read_threads(changed, rows, gh, report)
     for data in moved:
         bury(data.number, data.updated_at, f"transferred to {moved_to(data)}")
@@ -336,7 +383,7 @@ def store_issues(
         bury(data.number, data.updated_at, "deleted or transferred (its comments answered 404)")
     report.transferred, report.gone = report.transferred + len(moved), report.gone + len(vanished)
     items = [i for i in items if i not in vanished]
-    options = {"known_only": only_known_or_queued, "tie": authoritative}
+    options = {"known_only": only_known_or_queued, "tie": authoritative, "revived": revived}
     try:
         with transaction.atomic():
             ids, counts = _write(items, threads, **options)
@@ -362,13 +409,18 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _write(
-    items: list[github.IssueData], threads: dict[int, Thread], *, known_only: bool, tie: bool
+    items: list[github.IssueData],
+    threads: dict[int, Thread],
+    *,
+    known_only: bool,
+    tie: bool,
+    revived: frozenset[int] = frozenset(),
 ) -> tuple[list[int], list[int]]:
     """store_issues' transaction: the rows locked, what is newer decided again, written with the comments and events
     read for them; returns (ids changed, [how many changed, how many left the queue])."""
     now = timezone.now()
     rows, labels = _rows([i.number for i in items], authoritative=tie, lock=True)
-    changed, touched = _newer(items, rows, labels, known_only=known_only, tie=tie)
+    changed, touched = _newer(items, rows, labels, known_only=known_only, tie=tie, revived=revived)
     if touched:
         Issue.objects.filter(pk__in=touched).update(last_synced_at=now)
     left = sum(1 for d in changed if rows.get(d.number, {}).get("in_queue") and not in_queue(d))
@@ -385,6 +437,8 @@ def _write(
     if not tie:  # a webhook's issue, sent before its label was deleted or renamed: the label is not put back
         gone = set(Label.objects.filter(pk__in=label_ids.values(), in_catalog=False).values_list("name", flat=True))
         label_ids = {name: pk for name, pk in label_ids.items() if name not in gone}
+    else:  # GitHub just showed an issue carrying a label the catalog lost: the sync's end asks GitHub (confirm_labels)
+        Label.objects.filter(pk__in=label_ids.values(), in_catalog=False, unconfirmed=False).update(unconfirmed=True)
     through = Issue.labels.through
     through.objects.filter(issue_id__in=ids.values()).delete()
     through.objects.bulk_create(
@@ -421,10 +475,18 @@ def _issue_row(data: github.IssueData, row: dict, now: datetime) -> Issue:
         closed_at=data.closed_at,
         state_reason=data.state_reason[:20],
         review_flagged_at=(row.get("review_flagged_at") or data.updated_at) if flagged else None,
+        left_queue_at=_left_queue_at(data, row),
         replaced=dict(data.replaced),
         gone_at=None,
         gone="",
     )
+
+
+def _left_queue_at(data: github.IssueData, row: dict) -> datetime | None:
+    """When it left the queue open (metrics): GitHub's stamp of the change that took it out, kept while it stays out."""
+    if in_queue(data) or data.state != "open":
+        return None
+    return data.updated_at if row.get("in_queue") or not row.get("left_queue_at") else row["left_queue_at"]
 
 
 def transferred(data: github.IssueData) -> bool:
@@ -443,6 +505,7 @@ def bury(number: int, stamp: datetime, why: str) -> int:
     leaves the queue, and no data as old as the stamp brings it back (_newer). Returns 1 when the mirror has it."""
     rows = Issue.objects.filter(number=number)
     rows.filter(Q(gone_at__isnull=True) | Q(gone_at__lt=stamp)).update(gone_at=stamp, gone=why[:200])
+    rows.filter(in_queue=True).update(left_queue_at=timezone.now())  # the metrics' "left" (when, not GitHub's stamp)
     return rows.update(in_queue=False, last_synced_at=timezone.now())
 
 

@@ -17,12 +17,15 @@ open queue and re-reads the queued issues it no longer shows (deleted or
 transferred away: no `since` listing shows those).
 
 Pages are stored by github/mirror.py (store_issues): never older data over newer, deleted or transferred issues
-tombstoned, never put back by a late webhook.
+tombstoned, never put back by a late webhook; but GitHub showing one in this repository's queue again (a listing
+confirmed by a read of the issue, or a read of the issue itself) does, whatever the stamps. Each sync reads again the
+issues tombstoned since the last.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
@@ -41,9 +44,12 @@ log = logging.getLogger(__name__)
 FULL_KEY = "queue:full"
 INCREMENTAL_KEY = "queue:incremental"
 DEPARTURES_KEY = "queue:departures"
+TOMBSTONES_KEY = "queue:tombstones"
 LOCK_KEY = "queue:lock"
 # Longer than any sync should take; a claim this old belongs to a worker that died mid-sync.
 SYNC_LEASE = timedelta(hours=1)
+# How long a departure re-read answered 404 waits before asking again (_read_departed).
+DEPARTURE_RECHECK_S = 1.0
 
 
 # --- the syncs ---------------------------------------------------------------------------------
@@ -91,6 +97,7 @@ def _sync(*, full: bool, gh: github.Client, report: SyncReport) -> SyncReport:
             _full_sync(gh, state, report)
         else:
             _incremental_sync(gh, state, report)
+        report.lost_labels += confirm_labels(gh)  # the labels this sync's listings showed on issues again
         report.changed(sorted(set(report.lost_labels)), "label gone")
     except github.GitHubError as exc:
         state.last_error = f"{exc.__class__.__name__}: {exc.message}"
@@ -176,16 +183,27 @@ def _mark_departures(gh: github.Client, started_at: datetime, report: SyncReport
     """Re-read each queued issue the listing did not show since started_at, to learn why it left; the departures are
     then checked until the next DEPARTURE_CHECK_MINUTES (_check_departures)."""
     missing = Issue.objects.filter(in_queue=True).exclude(last_synced_at__gte=started_at)
-    for number in list(missing.values_list("number", flat=True)):
+    for number, stamp in list(missing.values_list("number", "updated_at")):
         try:
-            data = gh.issue(number)
+            data = _read_departed(gh, number)
         except github.PageGone as exc:  # deleted or transferred: it left, but the row stays, tombstoned
-            bury(number, timezone.now(), f"deleted or transferred (GitHub answered {exc.status})")
+            # As of GitHub's last stamp for it, never our clock: anything newer GitHub shows of it brings it back.
+            bury(number, stamp, f"deleted or transferred (GitHub answered {exc.status})")
             report.gone, report.left_queue = report.gone + 1, report.left_queue + 1
             continue
-        changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False)
+        changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False, read_one_by_one=True)
         report.changed(changed, "departure")
     SyncState.objects.update_or_create(key=DEPARTURES_KEY, defaults={"last_finished_at": timezone.now()})
+
+
+def _read_departed(gh: github.Client, number: int) -> github.IssueData:
+    """A departed issue read again; a 404 is asked once more after DEPARTURE_RECHECK_S, since GitHub answers a live
+    issue 404 now and then (a replica behind): one stray answer must not bury it. PageGone when both say so."""
+    try:
+        return gh.issue(number)
+    except github.PageGone:
+        time.sleep(DEPARTURE_RECHECK_S)
+        return gh.issue(number)
 
 
 def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -> None:
@@ -215,7 +233,29 @@ def _incremental_sync(gh: github.Client, state: SyncState, report: SyncReport) -
     # The ETag only means something for the same `since`: keep it only when the mark did not move.
     state.etag = first_etag if state.high_water_mark == since else ""
     state.save(update_fields=["etag"])
+    _recheck_tombstones(gh, report)
     _check_departures(gh, report)
+
+
+def _recheck_tombstones(gh: github.Client, report: SyncReport) -> None:
+    """Read again, once, each issue tombstoned since the previous sync (a webhook's `deleted` or `transferred`, a
+    departure): a transfer undone or sent in error leaves the issue in this repository's queue, and no `since`
+    listing shows it again (its updated_at does not move). One request each; none most of the time."""
+    state, _ = SyncState.objects.get_or_create(key=TOMBSTONES_KEY)
+    started = timezone.now()
+    full = SyncState.objects.filter(key=FULL_KEY).values_list("last_started_at", flat=True).first()
+    since = state.last_finished_at or full
+    buried = Issue.objects.exclude(gone_at=None)
+    buried = buried.filter(last_synced_at__gte=since) if since else buried.none()
+    for number in list(buried.values_list("number", flat=True)):
+        try:
+            data = gh.issue(number)
+        except github.PageGone:
+            continue  # gone indeed
+        changed = store_issues([data], gh=gh, report=report, only_known_or_queued=False, read_one_by_one=True)
+        report.changed(changed, "departure")
+    state.last_finished_at = started
+    state.save(update_fields=["last_finished_at"])
 
 
 def _check_departures(gh: github.Client, report: SyncReport) -> None:
@@ -228,6 +268,8 @@ def _check_departures(gh: github.Client, report: SyncReport) -> None:
         minutes=settings.DEPARTURE_CHECK_MINUTES
     ):
         return
+    # The catalog too: a label re-created on GitHub (its webhook missed) is back within the hour, not at a full sync.
+    report.labels_synced = sync_labels(gh, report)
     for label in settings.GITHUB_QUEUE_LABELS:
         url = gh.issues_url(label=label, state="open", sort="created")
         while url:

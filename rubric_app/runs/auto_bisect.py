@@ -24,6 +24,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from rubric_app import bisection
@@ -47,19 +48,25 @@ class Outcome:
     reason: str
 
 
-def queue_for_issues(issue_ids: list[int], *, cause: str) -> list[Outcome]:
+def queue_for_issues(issue_ids: list[int], *, cause: str, backlog: bool = False) -> list[Outcome]:
     """Consider each issue's repro for an automatic run (see the module's bounds); return what was done.
 
-    cause: what brought the text ("sync", "webhook"), shown with the run as who caused it.
+    cause: what brought the text ("sync", "webhook"), shown with the run as who caused it. backlog: an operator's
+    pass over issues already here (manage.py auto_bisect): see queue_for_issue.
     """
     if settings.AUTO_BISECT == "off" or not issue_ids:
         return []
     issues = Issue.objects.filter(pk__in=issue_ids, is_pull_request=False, state=Issue.State.OPEN)
     issues = issues.prefetch_related("comments")
-    return [queue_for_issue(issue, cause=cause) for issue in issues]
+    return [queue_for_issue(issue, cause=cause, backlog=backlog) for issue in issues]
 
 
-def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
+def queue_for_issue(issue: Issue, *, cause: str, backlog: bool = False) -> Outcome:
+    """backlog: an operator asked for the open queue's repros (manage.py auto_bisect; make run's demo at each start).
+    The hourly budget bounds what outsiders' posts can start, one arrival at a time; an operator's pass is bounded by
+    the queue it names, so it neither waits for that budget nor spends it (the demo's 20-odd repros sat waiting
+    behind it for minutes after each start, and then starved the hour's arrivals). The rest holds: one run per repro,
+    each author's daily budget, the sandbox, the automatic lanes' low priority."""
     if settings.AUTO_BISECT == "off":
         return Outcome(None, "automatic bisection is off (AUTO_BISECT=off)")
     # Whose repro counts (repro_sources.py): the reporter's or a maintainer's, never another commenter's on its own.
@@ -88,7 +95,7 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
         Issue.objects.select_for_update().filter(pk=issue.pk).first()
         if BisectionRun.objects.filter(issue=issue, repro_hash=code_hash).exists():
             return Outcome(None, "this repro was already bisected")
-        refusal = _over_budget(poster)
+        refusal = _over_budget(poster, hourly=not backlog)
         # An author's first report waits for the hourly budget instead of being dropped (the per-author one cannot
         # refuse it): a flood of throwaway reports can delay a newcomer's run, never take it away.
         waits = bool(refusal) and bool(poster) and not _has_reported(poster)
@@ -108,6 +115,7 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
             caused_by=f"@{poster} ({cause})" if poster else cause,
             caused_by_login=poster,
             repro_author=poster,
+            backlog=backlog,
             status=BisectionRun.Status.WAITING if waits else BisectionRun.Status.QUEUED,
         )
         fetches = NEEDS_NETWORK.search(repro.code)
@@ -126,14 +134,21 @@ def queue_for_issue(issue: Issue, *, cause: str) -> Outcome:
     return Outcome(run, "queued")
 
 
-def _over_budget(poster: str) -> str:
+def hourly_spent(now=None) -> QuerySet[BisectionRun]:
+    """The automatic runs that spend this hour's budget (AUTO_BISECT_PER_HOUR): sent in the last hour, not
+    re-checks (build_checks.py has their budget), not an operator's backlog pass (queue_for_issue)."""
+    now = now or timezone.now()
+    automatic = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True, backlog=False)
+    # A waiting place spends the hourly budget only once it is sent (release_waiting dates it then).
+    return automatic.exclude(status=BisectionRun.Status.WAITING).filter(created_at__gte=now - timedelta(hours=1))
+
+
+def _over_budget(poster: str, *, hourly: bool = True) -> str:
     """Why the budgets refuse another automatic run now ("" when they allow it). Re-checks on a new build have a
     budget of their own (build_checks.py) and do not count here."""
     now = timezone.now()
     automatic = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True)
-    # A waiting place spends the hourly budget only once it is sent (release_waiting dates it then).
-    sent = automatic.exclude(status=BisectionRun.Status.WAITING)
-    if sent.filter(created_at__gte=now - timedelta(hours=1)).count() >= settings.AUTO_BISECT_PER_HOUR:
+    if hourly and hourly_spent(now).count() >= settings.AUTO_BISECT_PER_HOUR:
         return f"over the hourly budget ({settings.AUTO_BISECT_PER_HOUR} automatic runs an hour, AUTO_BISECT_PER_HOUR)"
     if poster:
         today = automatic.filter(caused_by_login=poster, created_at__gte=now - timedelta(days=1)).count()
@@ -156,10 +171,7 @@ def release_waiting(now=None) -> int:
     returns how many. Each is dated when sent, so it spends the budget of this hour. The sweep calls it (beat, every
     5 minutes), so a place is honoured within minutes of the budget freeing."""
     now = now or timezone.now()
-    sent = BisectionRun.objects.filter(automatic=True, recheck_of__isnull=True).exclude(
-        status=BisectionRun.Status.WAITING
-    )
-    room = settings.AUTO_BISECT_PER_HOUR - sent.filter(created_at__gte=now - timedelta(hours=1)).count()
+    room = settings.AUTO_BISECT_PER_HOUR - hourly_spent(now).count()
     if room <= 0 or settings.AUTO_BISECT == "off":
         return 0
     with transaction.atomic():

@@ -49,10 +49,31 @@ class Board:
     budget_oldest: datetime | None
     events: object  # a lazy queryset of RunnerEvent
     stale_s: float
+    budget: Budget | None = None
+
+
+@dataclass
+class Budget:
+    """The hourly budget of automatic runs (runs/auto_bisect.py) as it stands, and the runs waiting for it: why
+    they wait, and when the next place frees."""
+
+    per_hour: int
+    spent: int  # automatic runs sent in the last hour
+    frees_at: datetime | None  # when the oldest of them leaves the hour (the sweep sends a waiting run then)
+    waiting: object  # a lazy queryset: the waiting runs, oldest first, with their issues (read only where shown)
+
+    @property
+    def why(self) -> str:
+        if self.spent >= self.per_hour:
+            return (
+                f"the hourly budget is spent: {self.spent} of {self.per_hour} automatic runs sent in the last hour "
+                "(AUTO_BISECT_PER_HOUR)"
+            )
+        return f"{self.spent} of {self.per_hour} sent in the last hour: the next sweep (every 5 minutes) sends them"
 
 
 def board(now=None) -> Board:
-    """The runners page's content (see the module), in six queries."""
+    """The runners page's content (see the module), in six queries (seven with runs waiting for the budget)."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.WORKER_HEARTBEAT_STALE_S)
     rows = {
@@ -85,10 +106,33 @@ def board(now=None) -> Board:
         oldest = min(filter(None, [group["oldest"], before.oldest if before else None]))
         by_lane[name] = Lane(name, group["count"] + (before.waiting if before else 0), oldest)
     lanes = [by_lane.get(name, Lane(name, 0, None)) for queue in BISECTION_QUEUES.values() for name in sorted(queue)]
-    budget = BisectionRun.objects.filter(status=BisectionRun.Status.WAITING).aggregate(
-        count=Count("pk"), oldest=Min("created_at")
+    hour = now - timedelta(hours=1)
+    sent = Q(automatic=True, recheck_of__isnull=True, backlog=False, created_at__gte=hour) & ~Q(
+        status=BisectionRun.Status.WAITING
+    )  # what auto_bisect.hourly_spent counts, in the same query as the waiting runs
+    waiting_q = Q(status=BisectionRun.Status.WAITING)
+    budget = BisectionRun.objects.filter(waiting_q | sent).aggregate(
+        count=Count("pk", filter=waiting_q),
+        oldest=Min("created_at", filter=waiting_q),
+        spent=Count("pk", filter=sent),
+        first_sent=Min("created_at", filter=sent),
     )
+    waiting_runs = (
+        BisectionRun.objects.filter(waiting_q)
+        .select_related("issue")
+        .only("pk", "created_at", "caused_by", "device", "issue__number", "issue__title")
+        .order_by("created_at", "pk")[:20]
+    )
+    first_sent = budget["first_sent"]
+    frees_at = first_sent + timedelta(hours=1) if first_sent else None
+    hourly = Budget(settings.AUTO_BISECT_PER_HOUR, budget["spent"], frees_at, waiting_runs)
     events = RunnerEvent.objects.select_related("runner")[:20]  # read only where shown (not by the board's poll)
     return Board(
-        list(rows.values()), lanes, budget["count"], budget["oldest"], events, settings.WORKER_HEARTBEAT_STALE_S
+        list(rows.values()),
+        lanes,
+        budget["count"],
+        budget["oldest"],
+        events,
+        settings.WORKER_HEARTBEAT_STALE_S,
+        hourly,
     )

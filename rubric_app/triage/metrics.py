@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import connections
-from django.db.models import Case, Count, DateTimeField, F, FloatField, Func, IntegerField, Q, Value, When
+from django.db.models import Case, Count, DateTimeField, FloatField, Func, IntegerField, Q, Value, When
 from django.db.models.functions import Coalesce, Greatest, Least
 from django.db.models.lookups import IsNull, LessThan
 from django.utils import timezone
@@ -193,15 +193,17 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def _left_week(bounds: list[datetime]) -> Case:
     """The week (WeekOf's numbering) an issue left the open queue in: when it was closed (closed_at, or its
-    last update for rows synced before closed_at was kept), or its last update when it left open
-    (handed off, relabelled); NULL while it is in the queue.
+    last update for rows synced before closed_at was kept), or when it left open (left_queue_at: handed off,
+    transferred, deleted; else its last update); NULL while it is in the queue. A hand-off applied from the
+    dashboard (G5) or a transfer (G2) leaves the issue's GitHub stamp (updated_at) where it was, in a week
+    already past: counted by it, they were missed (issue 53).
 
     The week of each branch, not the week of one CASE of the moment: SQLite would evaluate that CASE
     again at each comparison of the search.
     """
     return Case(
         When(state=Issue.State.CLOSED, then=WeekOf(Coalesce("closed_at", "updated_at"), bounds)),
-        When(in_queue=False, then=WeekOf(F("updated_at"), bounds)),
+        When(in_queue=False, then=WeekOf(Coalesce("left_queue_at", "updated_at"), bounds)),
         default=None,
         output_field=IntegerField(),
     )

@@ -246,6 +246,23 @@ def test_it_bisects_the_backlog_from_the_command_line(auto):
     assert list(BisectionRun.objects.values_list("issue__number", "automatic")) == [(5600, True)]
 
 
+def test_it_sends_an_operators_backlog_pass_whole_without_spending_the_hourly_budget(auto):
+    """Issue 53: make run's demo queued its repros with `manage.py auto_bisect` at each start, and 7 of them waited
+    minutes behind AUTO_BISECT_PER_HOUR; the hour's arrivals then found the budget spent."""
+    auto.AUTO_BISECT_PER_HOUR = 3
+    for i in range(6):
+        make_issue(5800 + i, body=body(REPRO.replace("+ 1", f"+ {i}")), author=f"demo{i}")
+
+    call_command("auto_bisect")
+
+    runs = BisectionRun.objects.filter(automatic=True)
+    assert runs.filter(status="queued", backlog=True).count() == 6 and not runs.filter(status="waiting").exists()
+    assert auto_bisect.hourly_spent().count() == 0
+    # An arrival after it finds the hour's budget whole; the per-author budget still holds for the backlog.
+    arrival = make_issue(5810, body=body(REPRO.replace("+ 1", "+ 10")), author="demo0")
+    assert queue(arrival)[0].reason == "queued" and auto_bisect.hourly_spent().count() == 1
+
+
 def test_it_ends_an_automatic_run_no_worker_reached_in_a_day_but_never_resends_the_backlog(auto):
     issue = make_issue(5700, body=body(), author="a")
     run = queue(issue)[0].run

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from rubric_app.github.applying import apply_decision
 from rubric_app.github.sync import sync_queue
@@ -210,3 +211,34 @@ def test_it_passes_these_tests_on_sqlite(tmp_path):
     """The embedded default's paths (the weeks by comparisons, the hours ranked in Python): this file again,
     in a child pytest on a SQLite database."""
     passes_on_sqlite(__file__, tmp_path)
+
+
+def test_it_counts_a_hand_off_and_a_transfer_applied_from_the_dashboard_as_left_this_week(
+    on_github, fake_github, triager
+):
+    """Issue 53: both leave the issue's GitHub stamp (updated_at) a month back; counted by it, they were missed."""
+    make_label("oncall: export", github=fake_github)
+    fake_github.add_issue(1002, labels=["oncall: pt2"])
+    month_ago = timezone.now() - timedelta(days=30)
+    moved = make_issue(1002, labels=("oncall: pt2",), created_at=month_ago, updated_at=month_ago)
+    Issue.objects.filter(pk=on_github.pk).update(created_at=month_ago, updated_at=month_ago)
+    on_github.refresh_from_db()
+    before = metrics.queue_health(weeks=2).weeks[-1].closed
+
+    handed = request_decision(
+        issue=on_github,
+        user=triager,
+        plan=Plan(add=["oncall: export"], remove=["oncall: pt2"]),
+        labels_seen=["oncall: pt2"],
+        redirect="oncall: export",
+    )
+    transfer = request_decision(
+        issue=moved, user=triager, plan=Plan(transfer_to="pytorch/vision"), labels_seen=["oncall: pt2"]
+    )
+    assert apply_decision(handed.pk).status == "applied", handed.result_message
+    assert apply_decision(transfer.pk).status == "applied", transfer.result_message
+
+    assert not Issue.objects.filter(number__in=[1001, 1002], in_queue=True).exists()
+    assert metrics.queue_health(weeks=2).weeks[-1].closed == before + 2
+    sync_queue(full=True)  # the sync sees both gone from the queue (one in another repository): still this week's
+    assert metrics.queue_health(weeks=2).weeks[-1].closed == before + 2

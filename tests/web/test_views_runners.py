@@ -63,7 +63,7 @@ def test_it_lets_no_one_but_an_operator_register_or_revoke(client, request, pers
 def test_it_shows_each_runner_what_it_serves_runs_and_when_it_last_beat(
     client, viewer, settings, django_assert_num_queries
 ):
-    settings.WORKER_HEARTBEAT_STALE_S = 45
+    settings.WORKER_HEARTBEAT_STALE_S, settings.AUTO_BISECT_PER_HOUR = 45, 20
     only_this_tests_workers()
     gpu = _runner("gpu-1", "cuda", gpu="NVIDIA H100 80GB HBM3")
     cpu = _runner("cpu-1", "cpu", ago=300)  # silent for five minutes
@@ -76,8 +76,8 @@ def test_it_shows_each_runner_what_it_serves_runs_and_when_it_last_beat(
     BisectionRun.objects.create(issue=issue, repro_code="x", automatic=True, status="waiting")  # over the budget
     client.force_login(viewer)
     # session, user, permissions (2), the runners with their beats, their runs with issues, the lanes' waiting runs,
-    # the runs over the budget, the registrations
-    with django_assert_num_queries(9):
+    # the budget (waiting and spent), the runs waiting for it with their issues, the registrations
+    with django_assert_num_queries(10):
         html = client.get(reverse("rubric_app:runners")).content.decode()
     row = html.split('id="runner-gpu-1"')[1].split("</tr>")[0]
     assert "GPU (cuda)" in row and "NVIDIA H100 80GB HBM3" in row and "Xeon 8480" in row and "amx_tile" in row
@@ -88,12 +88,14 @@ def test_it_shows_each_runner_what_it_serves_runs_and_when_it_last_beat(
     lanes = html.split("Waiting runs")[1]
     assert "<td><code>cpu</code></td><td>1</td>" in lanes and "<td><code>gpu_auto</code></td><td>1</td>" in lanes
     assert "automatic, over the budget</td><td>1</td>" in lanes
+    waiting = html.split('id="budget-waiting"')[1].split("</section>")[0]  # which runs wait for the budget, and why
+    assert "#5301" in waiting and "1 of 20 sent in the last hour" in waiting
     # As many runners again: the same queries.
     for n in range(2, 6):
         _runner(f"cpu-{n}", "cpu")
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         client.get(reverse("rubric_app:runners"))
-    with django_assert_num_queries(8):  # the htmx poll: the board only, no registrations
+    with django_assert_num_queries(9):  # the htmx poll: the board only, no registrations
         fragment = client.get(reverse("rubric_app:runners"), headers=HTMX).content.decode()
     assert "<html" not in fragment and fragment.lstrip().startswith('<div id="runners-board"')
     assert cpu.name in fragment

@@ -18,6 +18,9 @@ class Command(BaseCommand):
         if settings.AUTO_BISECT == "off":
             raise CommandError("AUTO_BISECT is off: set AUTO_BISECT=cpu (or all) to bisect repros automatically")
         issues = Issue.objects.filter(number__in=numbers) if numbers else Issue.objects.in_queue()
-        outcomes = auto_bisect.queue_for_issues(list(issues.values_list("pk", flat=True)), cause="backlog")
+        # An operator's pass over the queue: outside the hourly budget, which bounds arrivals (queue_for_issue).
+        outcomes = auto_bisect.queue_for_issues(
+            list(issues.values_list("pk", flat=True)), cause="backlog", backlog=True
+        )
         queued = sum(o.reason == "queued" for o in outcomes)
         self.stdout.write(f"{queued} automatic bisections queued, {len(outcomes) - queued} not (no repro, or bounded)")

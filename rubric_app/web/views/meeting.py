@@ -17,7 +17,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from rubric_app.models import AgendaItem, Duty, Issue, Label, Meeting, TriageDecision
 from rubric_app.rubric.engine.agenda import AGENDA_ORDER, agenda_group
-from rubric_app.triage import decisions, metrics, sharing
+from rubric_app.triage import decisions, meeting_followups, metrics, sharing
 from rubric_app.vocabulary import TRIAGE_REVIEW
 from rubric_app.web.decision_forms import MEETING_DECISIONS, MeetingDecisionForm
 from rubric_app.web.forms import AgendaItemForm, DutyForm
@@ -101,6 +101,7 @@ def _meeting_context(request: HttpRequest, current: Meeting | None, agenda=None)
     }
     if not request.htmx:  # the agenda fragment shows neither the decisions, the queue's health, the roster nor labels
         context.update(health=metrics.queue_health(weeks=4), roster=sharing.roster(), modules=module_label_names())
+        context["followups"] = meeting_followups.follow_ups()
         context.update(_recorded_context(current))
         if request.user.has_perm("rubric_app.apply_labels"):  # the cards' label pickers type ahead from it
             context["pickable"] = MeetingDecisionForm(allowed=Label.objects.triage_catalog()).pickable
@@ -315,10 +316,47 @@ def meeting_minutes(request: HttpRequest, pk: int) -> HttpResponse:
     # Items the meeting gave an owner or a note without deciding them: in the minutes too.
     items = held.items.select_related("issue", "owner").order_by("issue__number")
     discussed = [item for item in items if item.issue_id not in decided]
-    text = render_to_string("rubric_app/minutes.md", {"meeting": held, "rows": rows, "discussed": discussed})
+    followups = meeting_followups.follow_ups()
+    dismissed = held.dismissals.select_related("decision__issue", "by").order_by("at")
+    context = {"meeting": held, "rows": rows, "discussed": discussed, "followups": followups, "dismissed": dismissed}
+    text = render_to_string("rubric_app/minutes.md", context)
     response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="triage-minutes-{held.started_at:%Y-%m-%d}.md"'
     return response
+
+
+@login_required
+@require_POST
+def followup_readd(request: HttpRequest, pk: int) -> HttpResponse:
+    """The chair puts a follow-up back on the agenda: `triage review` flagged on GitHub (R11), audited."""
+    require(request, "record_meeting_decision")
+    decision = get_object_or_404(meeting_followups.pending(), pk=pk)
+    flagged = meeting_followups.readd(decision, by=request.user, note=request.POST.get("note", ""))
+    done = flagged.status != TriageDecision.Status.REFUSED
+    message = f"#{decision.issue.number}: " + ("flagged for the agenda." if done else flagged.result_message)
+    return _followups(request, message, ok=done)
+
+
+@login_required
+@require_POST
+def followup_dismiss(request: HttpRequest, pk: int) -> HttpResponse:
+    """The chair sets a follow-up aside, saying why (FollowUpDismissal: the audit record)."""
+    require(request, "record_meeting_decision")
+    decision = get_object_or_404(meeting_followups.pending(), pk=pk)
+    current = Meeting.objects.filter(ended_at__isnull=True).first()
+    try:
+        meeting_followups.dismiss(decision, by=request.user, note=request.POST.get("note", ""), meeting=current)
+    except ValueError as exc:
+        return _followups(request, f"#{decision.issue.number}: not dismissed. {exc}", ok=False)
+    return _followups(request, f"#{decision.issue.number}: dismissed.", ok=True)
+
+
+def _followups(request: HttpRequest, message: str, *, ok: bool) -> HttpResponse:
+    if request.htmx:
+        context = {"followups": meeting_followups.follow_ups(), "followup_message": message}
+        return render(request, "rubric_app/meeting.html#followups", context, status=200 if ok else 400)
+    (messages.success if ok else messages.error)(request, message)
+    return redirect(f"{reverse('rubric_app:meeting')}#followups")
 
 
 def _back(request: HttpRequest, default: str = "rubric_app:meeting") -> HttpResponse:
