@@ -216,12 +216,17 @@ def test_it_places_every_module_of_the_app_in_a_layer():
 
 def upward_imports(graph: dict[str, dict[str, int]]) -> list[str]:
     """Each import (from the graph: module -> {imported module: line}) that points up the layers."""
+    return pointing_up(graph, layer_of, [name for name, _ in LAYERS])
+
+
+def pointing_up(graph: dict[str, dict[str, int]], level_of, names: list[str]) -> list[str]:
+    """Each edge of the graph from a module at one level (level_of: its index in names, or None) to one above it."""
     return [
-        f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        f"{name}:{line} ({names[level_of(name)]}) imports {target} ({names[level_of(target)]})"
         for name, edges in graph.items()
-        if layer_of(name) is not None
+        if level_of(name) is not None
         for target, line in edges.items()
-        if layer_of(target) is not None and layer_of(target) > layer_of(name)
+        if level_of(target) is not None and level_of(target) > level_of(name)
     ]
 
 
@@ -261,13 +266,7 @@ def wing_of(module: str) -> int | None:
 
 def upward_wing_imports(graph: dict[str, dict[str, int]]) -> list[str]:
     """Each import inside the rubric that points up its wings."""
-    return [
-        f"{name}:{line} ({WINGS[wing_of(name)]}) imports {target} ({WINGS[wing_of(target)]})"
-        for name, edges in graph.items()
-        if wing_of(name) is not None
-        for target, line in edges.items()
-        if wing_of(target) is not None and wing_of(target) > wing_of(name)
-    ]
+    return pointing_up(graph, wing_of, list(WINGS))
 
 
 def test_it_places_every_module_of_the_rubric_in_a_wing():
