@@ -214,19 +214,19 @@ def test_it_passes_these_tests_on_sqlite(tmp_path):
 
 
 def test_it_counts_a_hand_off_and_a_transfer_applied_from_the_dashboard_as_left_this_week(
-    on_github, fake_github, triager
+    suggested_on_github, fake_github, triager
 ):
     """Issue 53: both leave the issue's GitHub stamp (updated_at) a month back; counted by it, they were missed."""
     make_label("oncall: export", github=fake_github)
     fake_github.add_issue(1002, labels=["oncall: pt2"])
     month_ago = timezone.now() - timedelta(days=30)
     moved = make_issue(1002, labels=("oncall: pt2",), created_at=month_ago, updated_at=month_ago)
-    Issue.objects.filter(pk=on_github.pk).update(created_at=month_ago, updated_at=month_ago)
-    on_github.refresh_from_db()
+    Issue.objects.filter(pk=suggested_on_github.pk).update(created_at=month_ago, updated_at=month_ago)
+    suggested_on_github.refresh_from_db()
     before = metrics.queue_health(weeks=2).weeks[-1].closed
 
     handed = request_decision(
-        issue=on_github,
+        issue=suggested_on_github,
         user=triager,
         plan=Plan(add=["oncall: export"], remove=["oncall: pt2"]),
         labels_seen=["oncall: pt2"],
