@@ -149,6 +149,8 @@ class Named:
 
     number: int
     by: str
+    author: str = ""  # who wrote the sentence, and GitHub's author_association of them
+    association: str = ""
 
 
 def has_standing(source: Source, *, closed_as_duplicate: bool = False, unknown_counts: bool = False) -> bool:
@@ -183,7 +185,7 @@ def original_named(
             for match in _NAMES_ORIGINAL.finditer(line):
                 number = int(match.group(1))
                 if number != issue.number:
-                    found = Named(number, _speaker(source, closed_as_duplicate))
+                    found = Named(number, _speaker(source, closed_as_duplicate), source.author, source.association)
     return found
 
 
