@@ -27,10 +27,9 @@ def mark_threshold() -> float:
     """The mark's threshold in use: the one the weekly training calibrated on the repository's own pairs and promoted
     through the label model's gate (triage/mark_calibration.py), else the shipped calibration (duplicates.MARK_AT:
     the demo, a mirror with no history). One query."""
-    for figures in TrainedModel.objects.in_use_order().values_list("figures", flat=True)[:1]:
-        mark = (figures or {}).get("mark") or {}
-        if mark.get("promoted") and mark.get("threshold") is not None:
-            return float(mark["threshold"])
+    promoted = TrainedModel.objects.in_use_order().filter(figures__mark__promoted=True)
+    for figures in promoted.values_list("figures", flat=True)[:1]:
+        return float(figures["mark"]["threshold"])
     return duplicates.MARK_AT
 
 
