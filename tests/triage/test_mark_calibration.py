@@ -28,9 +28,9 @@ KINDS = [
 ]
 # Filler enough that no two issues of history are copies of each other (the mark would rightly call those duplicates).
 FILLER = """lorem ipsum dolor amet consectetur adipiscing elit sed eiusmod tempor incididunt labore magna aliqua
-enim minim veniam quis nostrud exercitation ullamco laboris nisi aliquip commodo consequat duis aute irure reprehenderit voluptate
-velit esse cillum fugiat nulla pariatur excepteur sint occaecat cupidatat proident sunt culpa officia deserunt mollit
-anim""".split()
+enim minim veniam quis nostrud exercitation ullamco laboris nisi aliquip commodo consequat duis aute
+irure reprehenderit voluptate velit esse cillum fugiat nulla pariatur excepteur sint occaecat
+cupidatat proident sunt culpa officia deserunt mollit anim""".split()
 # Each pair's own failure, in words no other issue uses.
 FAILURES = [
     "heliotrope cascade overflow in the reduction kernel",
