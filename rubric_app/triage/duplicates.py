@@ -13,24 +13,15 @@ none per issue.
 
 from __future__ import annotations
 
-from rubric_app.models import DuplicatePair, Issue, TrainedModel, TriageDecision
+from rubric_app.models import Issue
 from rubric_app.rubric import duplicates
-from rubric_app.rubric.types import IssueText
 from rubric_app.triage import similar
+from rubric_app.triage.originals import ROW_FIELDS, closed_as_duplicates, mark_threshold, report_of
+
+__all__ = ["MARK_FIELDS", "ROW_FIELDS", "mark", "mark_threshold", "marked_as_duplicates_of", "reports_near"]
 
 MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_duplicate_reasons"]
-ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original", "named_original_by"]
 _ROW_FIELDS = ROW_FIELDS
-
-
-def mark_threshold() -> float:
-    """The mark's threshold in use: the one the weekly training calibrated on the repository's own pairs and promoted
-    through the label model's gate (triage/mark_calibration.py), else the shipped calibration (duplicates.MARK_AT:
-    the demo, a mirror with no history). One query."""
-    promoted = TrainedModel.objects.in_use_order().filter(figures__mark__promoted=True)
-    for figures in promoted.values_list("figures", flat=True)[:1]:
-        return float(figures["mark"]["threshold"])
-    return duplicates.MARK_AT
 
 
 def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = None) -> int:
@@ -55,11 +46,11 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)} if named else {}
     unread = {row.pk for row in originals.values()} - vectors.keys()
     vectors.update(similar.stored_vectors(unread) if unread else {})
-    closed_as_duplicates = _closed_as_duplicates(candidates.values())
+    closed_as = closed_as_duplicates(candidates.values())
     threshold = mark_threshold()
     # Each row read once as the scoring reads it: a candidate is near many of the batch's issues.
     reports = {
-        row.pk: _report(row, vectors, closed_as_duplicates)
+        row.pk: report_of(row, vectors.get(row.pk, {}), closed_as)
         for row in (*issues, *candidates.values(), *originals.values())
     }
     for issue in issues:
@@ -93,56 +84,3 @@ def marked_as_duplicates_of(issue: Issue) -> list[int]:
     """The open queue issues marked possible duplicates of `issue` (a decision just closed it, perhaps as a duplicate
     itself: their best original may now be the one it names)."""
     return list(Issue.objects.in_queue().filter(possible_duplicate=issue).values_list("pk", flat=True))
-
-
-def _closed_as_duplicates(rows) -> dict[int, tuple[int, str]]:
-    """{number: (the original, who said it)} for the rows whose thread names none yet but that are known duplicates:
-    a pair the history sync recorded (GitHub's marked_as_duplicate event, its closed-as-duplicate state), or a
-    dashboard decision that closed it as a duplicate (before the thread's "Duplicate of #N" is synced). Two queries,
-    none without such rows."""
-    numbers = [row.number for row in rows if not row.named_original]
-    if not numbers:
-        return {}
-    found = {}
-    for number, original, source, by in DuplicatePair.objects.filter(duplicate__number__in=numbers).values_list(
-        "duplicate__number", "original", "source", "said_by"
-    ):
-        found[number] = (original, f"@{by} ({DuplicatePair.Source(source).label})" if by else "GitHub")
-    closing = [row.number for row in rows if row.state_reason == "duplicate" and row.number not in found]
-    if closing:
-        applied = TriageDecision.objects.filter(
-            issue__number__in=closing, status=TriageDecision.Status.APPLIED, duplicate_of__isnull=False
-        )
-        for number, original, by in applied.values_list("issue__number", "duplicate_of", "user__username"):
-            found[number] = (original, f"@{by} (closed from the dashboard)")
-    return found
-
-
-def report_of(row: Issue, vector: dict[str, float], closed_as: dict[int, tuple[int, str]]) -> duplicates.Report:
-    """The row (ROW_FIELDS loaded) as the ranking reads it."""
-    named, by = (
-        (row.named_original, row.named_original_by) if row.named_original else closed_as.get(row.number, (None, ""))
-    )
-    return duplicates.Report(
-        number=row.number,
-        vector=vector,
-        title=row.title,
-        names=duplicates.names_of(IssueText(number=row.number, title=row.title, body=row.body)),
-        signature=row.signature,
-        state=row.state,
-        named_original=named,
-        named_by=by,
-        state_reason=row.state_reason,
-    )
-
-
-def _report(row: Issue, vectors: dict[int, dict[str, float]], closed_as) -> duplicates.Report:
-    return report_of(row, vectors.get(row.pk, {}), closed_as)
-
-
-def ranked(issue: Issue, rows: list[Issue], vectors: dict[int, dict[str, float]]) -> list[duplicates.Match]:
-    """The issue page's similar issues in the mark's order, with its reasons: one ranking (duplicates.rank) for both.
-    rows: the candidates (ROW_FIELDS loaded), vectors: everyone's stored vector."""
-    closed_as = _closed_as_duplicates(rows)
-    report = report_of(issue, vectors.get(issue.pk, {}), {})
-    return duplicates.rank(report, [_report(row, vectors, closed_as) for row in rows])

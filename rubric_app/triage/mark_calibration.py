@@ -21,7 +21,7 @@ from rubric_app.rubric.signature import signature_of
 from rubric_app.rubric.similarity import terms_of
 from rubric_app.rubric.types import IssueText
 from rubric_app.triage import similar
-from rubric_app.triage.duplicates import ROW_FIELDS, mark_threshold, report_of
+from rubric_app.triage.originals import ROW_FIELDS, mark_threshold, report_of
 
 MIN_PAIRS = 10  # fewer repository pairs say nothing of a threshold's precision
 MAX_OTHERS = 2_000  # the newest other issues of history asked (enough for a 1% rate within a few tenths)

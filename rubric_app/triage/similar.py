@@ -25,6 +25,7 @@ from rubric_app.models import BisectionRun, Issue, IssueTerm, TriageDecision
 from rubric_app.rubric import duplicates
 from rubric_app.rubric.signature import Signature, signature_of
 from rubric_app.rubric.similarity import shared_words, terms_of
+from rubric_app.triage import originals
 from rubric_app.vocabulary import is_module
 
 CHAMPIONS = 200  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
@@ -248,11 +249,9 @@ class Similar:
 
 def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
     """The issue's most similar issues (open and closed, in the queue or history), in the possible-duplicate mark's
-    order and with its reasons (one ranking, triage/duplicates.ranked: same failure signature first, then the score
+    order and with its reasons (one ranking, triage/originals.ranked: same failure signature first, then the score
     as an original, the closed or earlier one first among those about as likely); its own duplicates last, marked so,
     never offered. A few queries, whatever the size of the mirror."""
-    from rubric_app.triage import duplicates as marking  # it reads this module's index
-
     loaded: dict[int, dict[str, float]] = {}
     vector = vector_of(issue)
     twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
@@ -265,12 +264,12 @@ def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
         return []
     rows = (
         Issue.objects.filter(pk__in=list(found))
-        .only(*marking.ROW_FIELDS, "closed_at", "in_queue", "is_pull_request", "html_url")
+        .only(*originals.ROW_FIELDS, "closed_at", "in_queue", "is_pull_request", "html_url")
         .prefetch_related("labels")
         .in_bulk()
     )
     by_number = {row.number: row for row in rows.values()}
-    order = marking.ranked(issue, list(rows.values()), {**loaded, issue.pk: vector})
+    order = originals.ranked(issue, list(rows.values()), {**loaded, issue.pk: vector})
     shown, seen = [], set()
     for match in order:
         row = by_number.get(match.via if match.number not in by_number else match.number)
