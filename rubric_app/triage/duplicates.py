@@ -42,11 +42,12 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues}, loaded=vectors) if issues else {}
     found = {pk for others in near.values() for pk, *_ in others}
     candidates = {row.pk: row for row in Issue.objects.filter(pk__in=found).only(*_ROW_FIELDS)} if found else {}
-    named = {row.named_original for row in candidates.values() if row.named_original}
+    # The original each candidate is a duplicate of: its thread's (said with standing), a recorded pair's, a decision's.
+    closed_as = closed_as_duplicates(candidates.values())
+    named = {row.named_original or closed_as.get(row.number, (None,))[0] for row in candidates.values()} - {None}
     originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)} if named else {}
     unread = {row.pk for row in originals.values()} - vectors.keys()
     vectors.update(similar.stored_vectors(unread) if unread else {})
-    closed_as = closed_as_duplicates(candidates.values())
     threshold = mark_threshold()
     # Each row read once as the scoring reads it: a candidate is near many of the batch's issues.
     reports = {
@@ -56,7 +57,7 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     for issue in issues:
         nearest = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
         older = [row for row in nearest if row.number < issue.number]
-        older += [originals[r.named_original] for r in older if r.named_original in originals]
+        older += [originals[n] for n in (reports[r.pk].named_original for r in older) if n in originals]
         best = duplicates.best_original(
             reports[issue.pk], [reports[pk] for pk in {row.pk: row for row in older}], threshold=threshold
         )

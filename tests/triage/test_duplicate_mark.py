@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from rubric_app.models import Comment, Issue
+from rubric_app.models import Comment, DuplicatePair, Issue
 from rubric_app.rubric.offline import duplicates as offline
 from rubric_app.rubric.offline.evaluation import issue_from_record, read_jsonl
 from rubric_app.triage import followups, similar
@@ -77,6 +77,22 @@ def test_it_lets_no_strangers_duplicate_of_move_the_mark_but_a_members(twins):
     # It was not closed as a duplicate on GitHub (state_reason), so nothing calls it that; the open one is "open".
     assert not any("closed as its duplicate" in r for r in marked.possible_duplicate_reasons)
     assert outsider.state_as_original == "open"
+
+
+def test_it_follows_a_duplicate_marked_on_github_to_its_original_and_says_who_marked_it(twins):
+    """#182012 marked a duplicate of #182000 on GitHub (the history recorded the timeline's event; no comment): GitHub's
+    state says it, so the mark follows to #182000 and names who marked it."""
+    original, report, outsider = twins
+    Issue.objects.filter(pk=original.pk).update(state_reason="duplicate")
+    DuplicatePair.objects.create(duplicate=original, original=182000, source="event", said_by="akowalczyk-inductor")
+
+    followups.issues_changed([report.pk], "sync")
+
+    marked = Issue.objects.get(pk=report.pk)
+    assert marked.possible_duplicate_id == outsider.pk
+    assert marked.possible_duplicate_reasons[0] == (
+        "#182012, closed as its duplicate (said by @akowalczyk-inductor (marked as a duplicate)), is similar:"
+    )
 
 
 def test_it_lists_the_marks_original_first_on_the_page_with_the_marks_reasons(client, triager, twins):
