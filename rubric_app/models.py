@@ -243,6 +243,11 @@ class Issue(models.Model):
     # one this duplicates ("Duplicate of #N"), and the fix someone named ("fixed by #123").
     named_original = models.PositiveIntegerField(null=True, blank=True)
     named_fix = models.CharField(max_length=40, blank=True)
+    # Who named the original ("@login (member)", "GitHub: closed as a duplicate"): only standing names one (RUBRIC
+    # possible duplicates: a stranger's sentence moves no mark), and the mark's evidence says who it was.
+    named_original_by = models.CharField(max_length=120, blank=True)
+    # The build its thread says the fix is in ("the 2026-09-20 nightly", "2.12"), said by someone with standing.
+    fixed_in = models.CharField(max_length=60, blank=True)
     # The possible-duplicate mark (rubric_app/triage/duplicates.py): its best original when that clears the
     # calibrated threshold, the score, and why ("both name `diagonal_scatter`", "titles share ..."); none below it.
     possible_duplicate = models.ForeignKey(
@@ -373,11 +378,28 @@ class Issue(models.Model):
 
     @property
     def state_as_original(self) -> str:
-        """What a possible-duplicate mark says of this issue as the original: "closed: fixed by #123" when its thread
-        names the fix, else closed_how ("closed as completed on 2026-03-02"), or "open"."""
-        if self.state == self.State.CLOSED and self.named_fix:
-            return f"closed: fixed by {self.named_fix}"
+        """What a possible-duplicate mark says of this issue as the original, by its state: "closed as fixed on
+        2026-09-18 by the linked PR (in the 2026-09-20 nightly)", "closed as not planned on ...", "closed as a
+        duplicate on ...", "open". Never "closed" while it is open."""
+        if (
+            self.state == self.State.CLOSED
+            and self.state_reason in ("completed", "")
+            and (self.named_fix or self.fixed_in)
+        ):
+            when = f" on {self.closed_at:%Y-%m-%d}" if self.closed_at else ""
+            by = f" by {self.named_fix}" if self.named_fix else ""
+            build = f" (in {self.fixed_in})" if self.fixed_in else ""
+            return f"closed as fixed{when}{by}{build}"
         return self.closed_how
+
+    @property
+    def fixed(self) -> bool:
+        """Closed as completed with a fix its thread names: a duplicate of it is asked to try the build with the fix."""
+        return (
+            self.state == self.State.CLOSED
+            and self.state_reason in ("completed", "")
+            and bool(self.named_fix or self.fixed_in)
+        )
 
     @property
     def closed_how(self) -> str:
@@ -388,6 +410,31 @@ class Issue(models.Model):
         how = {"completed": " as completed", "not_planned": " as not planned", "duplicate": " as a duplicate"}
         when = f" on {self.closed_at:%Y-%m-%d}" if self.closed_at else ""
         return f"closed{how.get(self.state_reason, '')}{when}"
+
+
+class DuplicatePair(models.Model):
+    """One of the repository's own duplicate pairs, as the history sync read it (triage/repository_pairs.py): the
+    duplicate, the original it names, how it is known (GitHub's closed-as-duplicate state, a marked_as_duplicate
+    timeline event, a member's or maintainer's "Duplicate of #N") and who said it. The weekly training calibrates the
+    possible-duplicate mark on them; a stranger's sentence is never one."""
+
+    class Source(models.TextChoices):
+        STATE = "state", "closed as a duplicate"
+        EVENT = "event", "marked as a duplicate"
+        COMMENT = "comment", "a member's comment"
+
+    duplicate = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="duplicate_pairs")
+    original = models.PositiveIntegerField(help_text="the original's number")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    said_by = models.CharField(max_length=100, blank=True, help_text="who said it (a login), or GitHub")
+    association = models.CharField(max_length=30, blank=True)
+    said_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["duplicate", "original", "source"], name="duplicatepair_unique")]
+
+    def __str__(self) -> str:
+        return f"#{self.duplicate_id} duplicates #{self.original} ({self.source}, {self.said_by})"
 
 
 class IssueTerm(models.Model):
@@ -923,6 +970,7 @@ __all__ = [
     "SyncState",
     "TrainedModel",
     "TrainedModelQuerySet",
+    "DuplicatePair",
     "WebhookDelivery",
     "WebhookDeliveryQuerySet",
     "WorkerHeartbeat",

@@ -119,6 +119,8 @@ FEEDBACK_LABELS = frozenset({BOT_MISLABELED, AGENT_INCORRECT})
 REGRESSION = "regression"
 MAY_BE_FIXED = "may_be_fixed"
 CONFIRM_FIXED_REPLY = "confirm_fixed"
+# The duplicate reply of our own for an original closed as fixed: try the build with the fix (issue 52).
+DUPLICATE_OF_FIXED_REPLY = "duplicate_of_fixed"
 
 
 class Kind:

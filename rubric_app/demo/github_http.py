@@ -240,6 +240,9 @@ class Handler(BaseHTTPRequestHandler):
             if rest == "/events" and method == "GET":
                 rows, link, _ = paginate(issue.get("events", []), query, f"{fake.url}{path}")
                 return 200, [fake.event_json(e) for e in rows], {"Link": link} if link else {}
+            if rest == "/timeline" and method == "GET":
+                rows, link, _ = paginate(issue.get("timeline", []), query, f"{fake.url}{path}")
+                return 200, [fake.timeline_json(e) for e in rows], {"Link": link} if link else {}
             if rest == "/labels" and method == "GET":
                 return 200, [fake.label_json(name) for name in issue["labels"]], {}
             if rest == "/labels" and method == "POST":

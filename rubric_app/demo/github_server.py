@@ -350,6 +350,34 @@ class FakeGitHub(People):
             elif issue["state"] == "open":
                 issue["closed_at"] = issue["state_reason"] = None
 
+    def mark_duplicate(self, number: int, original: int, actor: str = "a-maintainer") -> None:
+        """Someone marks the issue a duplicate of #original on GitHub: a `marked_as_duplicate` event on its timeline
+        (naming the original as `canonical`, as GitHub's MarkedAsDuplicateEvent does) and the issue closed with
+        state_reason "duplicate"."""
+        with self.lock:
+            issue = self.issues[number]
+            stamp = self.tick()
+            issue.setdefault("timeline", []).append(
+                {
+                    "id": self._next_event_id,
+                    "event": "marked_as_duplicate",
+                    "actor": actor,
+                    "created_at": stamp,
+                    "canonical": original,
+                }
+            )
+            self._next_event_id += 1
+            issue.update(state="closed", state_reason="duplicate", closed_at=stamp, updated_at=stamp)
+
+    def timeline_json(self, event: dict) -> dict:
+        return {
+            "id": event["id"],
+            "event": event["event"],
+            "actor": {"login": event["actor"]},
+            "created_at": _iso(event["created_at"]),
+            "canonical": {"number": event["canonical"], "url": f"{self._base()}/issues/{event['canonical']}"},
+        }
+
     def move_issue(self, number: int, repo: str) -> None:
         """The issue was transferred to `repo` and the listing still shows it there (repository_url names the other
         repository, as in GitHub's listing right after a transfer); its own addresses answer 404."""

@@ -74,6 +74,11 @@ def load_demo_issues(path: Path = DEMO_FILE, repo: str = "pytorch/pytorch") -> i
                 "updated_at": _when(data["updated_at"]),
                 "comments_count": len(data.get("comments", [])),
                 "in_queue": data.get("state", "open") == "open",
+                # GitHub's close: why and when (a demo issue closed as completed when it was last updated).
+                "state_reason": data.get("state_reason", "completed") if data.get("state") == "closed" else "",
+                "closed_at": _when(data.get("closed_at") or data["updated_at"])
+                if data.get("state") == "closed"
+                else None,
                 "last_synced_at": now,
                 "comments_synced_at": now,
                 "review_flagged_at": _when(data["updated_at"]) if TRIAGE_REVIEW in data["labels"] else None,

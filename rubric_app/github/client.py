@@ -26,6 +26,7 @@ from rubric_app.github.data import (
     MAX_RATE_LIMIT_WAITS,
     Answer,
     CommentData,
+    DuplicateEventData,
     GitHubError,
     GitHubUnavailable,
     IssueData,
@@ -40,6 +41,7 @@ from rubric_app.github.data import (
     excerpt,
     next_link,
     parse_comment,
+    parse_duplicate_event,
     parse_issue,
     parse_label,
     parse_label_event,
@@ -240,6 +242,12 @@ class Client:
     def label_events(self, number: int) -> list[LabelEventData]:
         """The issue's label events (who added or removed which label), oldest first (one request per 100 events)."""
         events = self._every_page(f"/repos/{self.repo}/issues/{number}/events", parse=parse_label_event)
+        return [e for e in events if e is not None]
+
+    def duplicate_events(self, number: int) -> list[DuplicateEventData]:
+        """Who marked the issue a duplicate of which original (its timeline's marked_as_duplicate events), oldest
+        first (one request per 100 timeline events)."""
+        events = self._every_page(f"/repos/{self.repo}/issues/{number}/timeline", parse=parse_duplicate_event)
         return [e for e in events if e is not None]
 
     def labels(self) -> list[LabelData]:

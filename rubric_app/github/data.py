@@ -71,6 +71,15 @@ class LabelEventData:
 
 
 @dataclass(frozen=True)
+class DuplicateEventData:
+    """A marked_as_duplicate event of an issue's timeline: who marked it a duplicate of which original, when."""
+
+    original: int
+    actor: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
 class IssueData:
     number: int
     title: str
@@ -217,6 +226,17 @@ def parse_label_event(raw: dict) -> LabelEventData | None:
         actor=str((raw.get("actor") or {}).get("login", "")),
         created_at=parse_time(raw["created_at"]),
     )
+
+
+def parse_duplicate_event(raw: dict) -> DuplicateEventData | None:
+    """A marked_as_duplicate timeline event naming its original (`canonical`); None for any other event."""
+    if raw.get("event") != "marked_as_duplicate" or not isinstance(raw.get("canonical"), dict):
+        return None
+    number = raw["canonical"].get("number")
+    if not isinstance(number, int) or isinstance(number, bool) or number <= 0:
+        return None
+    actor = raw.get("actor") if isinstance(raw.get("actor"), dict) else {}
+    return DuplicateEventData(number, str(actor.get("login") or "")[:100], parse_time(raw["created_at"]))
 
 
 def parse_comment(raw: dict, earlier: dict[str, str] | None = None) -> CommentData:

@@ -45,7 +45,7 @@ from django.utils import timezone
 
 from rubric_app import processes
 from rubric_app.github import client as github
-from rubric_app.github import connect, mirror
+from rubric_app.github import connect, mirror, repository_pairs
 from rubric_app.github.data import parse_time
 from rubric_app.models import Issue, SyncState
 
@@ -331,6 +331,11 @@ def store_page(page: github.Page, gh: github.PacedClient, report: HistoryReport)
     report.comments_fetched += counts.comments_fetched
     report.transferred, report.gone = report.transferred + counts.transferred, report.gone + counts.gone
     report.skipped_issues += counts.skipped_issues
+    # The repository's own duplicate pairs (the mark's calibration): the timeline is read only for the issues GitHub
+    # closed as duplicates (one request each), the threads of the others are already stored.
+    closed_as_duplicates = [i.number for i in page.items if i.state_reason == "duplicate" and not i.is_pull_request]
+    stored = set(Issue.objects.filter(pk__in=changed, number__in=closed_as_duplicates).values_list("number", flat=True))
+    repository_pairs.record(changed, {number: gh.duplicate_events(number) for number in sorted(stored)})
     counts.changed(changed, "history")
     return changed
 

@@ -32,6 +32,7 @@ from rubric_app.vocabulary import (
     BOT_TRIAGED,
     CONFIRM_FIXED_REPLY,
     CPU_INDUCTOR_ONCALL,
+    DUPLICATE_OF_FIXED_REPLY,
     EDGE_CASES,
     FEEDBACK_LABELS,
     HIGH_PRIORITY,
@@ -84,8 +85,27 @@ class Plan:
         return not (self.add or self.remove or self.reply or self.close or self.transfer_to)
 
 
+# What plan_duplicate reads of the original.
+FIX_FIELDS = ("number", "state", "state_reason", "closed_at", "named_fix", "fixed_in")
+DUPLICATE_REPLIES = ("duplicate", DUPLICATE_OF_FIXED_REPLY)
+
+
 def plan_duplicate(original: int) -> Plan:
-    """Close as a duplicate of #original, with the standard comment (which GitHub reads as the link)."""
+    """Close as a duplicate of #original, with the standard comment (which GitHub reads as the link). When the
+    original was closed as fixed (Issue.fixed: its thread names the fix or the build with it), the reply asks the
+    reporter to try the build with the fix, not to follow a closed issue for updates (one query)."""
+    row = Issue.objects.filter(number=original).only(*FIX_FIELDS).first() if original else None
+    if row is not None and row.fixed:
+        build = row.fixed_in if row.fixed_in and "nightly" in row.fixed_in else ""
+        version = build or (f"torch {row.fixed_in} or newer" if row.fixed_in else "the latest nightly")
+        summary = " ".join(x for x in (f"by {row.named_fix}" if row.named_fix else "", row.closed_how) if x)
+        return Plan(
+            reply=DUPLICATE_OF_FIXED_REPLY,
+            close_reason="duplicate",
+            duplicate_of=original,
+            fixed_on=version,
+            fixed_summary=summary,
+        )
     return Plan(reply="duplicate", close_reason="duplicate", duplicate_of=original)
 
 
@@ -251,8 +271,8 @@ def refusal(
             f"G2: {plan.transfer_to!r} is not a repository the dashboard transfers to "
             f"({', '.join(TRANSFER_REPOS)}); transfer it on GitHub by hand."
         )
-    if plan.reply == "duplicate" or plan.duplicate_of is not None:
-        if plan.reply != "duplicate" or plan.close_reason != "duplicate":
+    if plan.reply in DUPLICATE_REPLIES or plan.duplicate_of is not None:
+        if plan.reply not in DUPLICATE_REPLIES or plan.close_reason != "duplicate":
             return "A duplicate is closed as a duplicate, with the duplicate reply naming the original."
         if original is None or original.number != plan.duplicate_of:
             original = Issue.objects.filter(number=plan.duplicate_of).first() if plan.duplicate_of else None

@@ -13,13 +13,15 @@ none per issue.
 
 from __future__ import annotations
 
-from rubric_app.models import Issue, TriageDecision
+from rubric_app.models import Issue
 from rubric_app.rubric.likeness import duplicates
-from rubric_app.rubric.reading.types import IssueText
 from rubric_app.triage import similar
+from rubric_app.triage.originals import ROW_FIELDS, closed_as_duplicates, mark_threshold, report_of
+
+__all__ = ["MARK_FIELDS", "ROW_FIELDS", "mark", "mark_threshold", "marked_as_duplicates_of", "reports_near"]
 
 MARK_FIELDS = ["possible_duplicate", "possible_duplicate_score", "possible_duplicate_reasons"]
-_ROW_FIELDS = ["number", "title", "body", "state", "state_reason", "signature", "named_original"]
+_ROW_FIELDS = ROW_FIELDS
 
 
 def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = None) -> int:
@@ -40,21 +42,25 @@ def mark(issue_ids: list[int], vectors: dict[int, dict[str, float]] | None = Non
     near = similar.rank({issue.pk: vectors.get(issue.pk, {}) for issue in issues}, loaded=vectors) if issues else {}
     found = {pk for others in near.values() for pk, *_ in others}
     candidates = {row.pk: row for row in Issue.objects.filter(pk__in=found).only(*_ROW_FIELDS)} if found else {}
-    named = {row.named_original for row in candidates.values() if row.named_original}
+    # The original each candidate is a duplicate of: its thread's (said with standing), a recorded pair's, a decision's.
+    closed_as = closed_as_duplicates(candidates.values())
+    named = {row.named_original or closed_as.get(row.number, (None,))[0] for row in candidates.values()} - {None}
     originals = {row.number: row for row in Issue.objects.filter(number__in=named).only(*_ROW_FIELDS)} if named else {}
     unread = {row.pk for row in originals.values()} - vectors.keys()
     vectors.update(similar.stored_vectors(unread) if unread else {})
-    closed_as_duplicates = _closed_as_duplicates(candidates.values())
+    threshold = mark_threshold()
     # Each row read once as the scoring reads it: a candidate is near many of the batch's issues.
     reports = {
-        row.pk: _report(row, vectors, closed_as_duplicates)
+        row.pk: report_of(row, vectors.get(row.pk, {}), closed_as)
         for row in (*issues, *candidates.values(), *originals.values())
     }
     for issue in issues:
         nearest = [candidates[pk] for pk, *_ in near.get(issue.pk, ()) if pk in candidates]
         older = [row for row in nearest if row.number < issue.number]
-        older += [originals[r.named_original] for r in older if r.named_original in originals]
-        best = duplicates.best_original(reports[issue.pk], [reports[pk] for pk in {row.pk: row for row in older}])
+        older += [originals[n] for n in (reports[r.pk].named_original for r in older) if n in originals]
+        best = duplicates.best_original(
+            reports[issue.pk], [reports[pk] for pk in {row.pk: row for row in older}], threshold=threshold
+        )
         target = None
         if best is not None:
             target = originals.get(best.number) or next((r for r in older if r.number == best.number), None)
@@ -79,28 +85,3 @@ def marked_as_duplicates_of(issue: Issue) -> list[int]:
     """The open queue issues marked possible duplicates of `issue` (a decision just closed it, perhaps as a duplicate
     itself: their best original may now be the one it names)."""
     return list(Issue.objects.in_queue().filter(possible_duplicate=issue).values_list("pk", flat=True))
-
-
-def _closed_as_duplicates(rows) -> dict[int, int]:
-    """{number: the original a dashboard decision closed it as a duplicate of} for the rows closed as duplicates whose
-    thread names none yet (one query, none without such rows): what the dashboard did counts like what the thread
-    says, before the thread's "Duplicate of #N" is synced."""
-    numbers = [row.number for row in rows if row.state_reason == "duplicate" and not row.named_original]
-    if not numbers:
-        return {}
-    applied = TriageDecision.objects.filter(
-        issue__number__in=numbers, status=TriageDecision.Status.APPLIED, duplicate_of__isnull=False
-    )
-    return dict(applied.values_list("issue__number", "duplicate_of"))
-
-
-def _report(row: Issue, vectors: dict[int, dict[str, float]], closed_as: dict[int, int]) -> duplicates.Report:
-    return duplicates.Report(
-        number=row.number,
-        vector=vectors.get(row.pk, {}),
-        title=row.title,
-        names=duplicates.names_of(IssueText(number=row.number, title=row.title, body=row.body)),
-        signature=row.signature,
-        state=row.state,
-        named_original=row.named_original or closed_as.get(row.number),
-    )

@@ -27,6 +27,7 @@ from rubric_app.rubric.engine.model import MODEL_FILE, MODEL_LABELS, LabelModel
 from rubric_app.rubric.offline import promotion
 from rubric_app.rubric.offline.evaluation import ALIASES, COMPONENTS, training_examples
 from rubric_app.rubric.offline.fitting import fit_model
+from rubric_app.triage import mark_calibration
 from rubric_app.vocabulary import PT2_ONCALL, TRIAGED
 
 # The model in use, as this process last loaded it: ((row id, created_at), model).
@@ -170,12 +171,15 @@ def train_from_history(
         f"over authors and kinds of report) and the {len(slices.reference)} of the reference slice (up to #{until}); "
         f"{slices.collapsed} issues counted once with their near-duplicates."
     )
+    mark = mark_calibration.calibrated()
     fitted = fit_model(pool, folds=folds, decisions=[(feats, answers) for _n, feats, answers in decided])
     candidate = LabelModel.from_json(fitted.to_json())  # judged as every process will load it
     model, learned, name = in_use_for_gate()
     verdict = promotion.judge(slices, candidate, model, learned)
     promote = verdict.promote or force
     reason = verdict.reason if verdict.promote or not force else f"promoted by --force; the gate said: {verdict.reason}"
+    # The mark's threshold goes through the same gate: used only once this row is promoted (and sound on its own).
+    mark["promoted"] = promote and mark["sound"]
     row = TrainedModel.objects.create(
         source="history",
         trained_on=len(pool),
@@ -190,6 +194,7 @@ def train_from_history(
             "shuffled": verdict.shuffled,
             "reference": {**verdict.reference, "size": verdict.reference_size, "compared": verdict.reference_compared},
             "collapsed": verdict.collapsed,
+            "mark": mark,
         },
         reference_until=until,
         status=TrainedModel.Status.PROMOTED if promote else TrainedModel.Status.REFUSED,
@@ -204,7 +209,27 @@ def train_from_history(
     for line in verdict.table():
         out(line)
     out(f"{'Promoted' if promote else 'Not promoted'}: {reason}.")
+    out(mark_summary(mark))
     return row, verdict
+
+
+def mark_summary(mark: dict) -> str:
+    """The mark's calibration in one line: its figures beside the threshold in use's, and what became of it."""
+    new, old = mark["candidate"], mark["in_use"]
+
+    def said(f: dict) -> str:
+        precision = "—" if f["precision"] is None else f"{f['precision']:.2f}"
+        rate = "—" if f["rate"] is None else f"{f['rate']:.1%}"
+        return (
+            f"at {f['threshold']:.4f}: {f['pair_marks']} marks, {f['right']} right (precision {precision}), "
+            f"{f['other_marks']} of {f['others']} other issues ({rate})"
+        )
+
+    fate = "used from now on" if mark["promoted"] else f"not used ({mark['why'] if not mark['sound'] else 'the gate'})"
+    return (
+        f"Possible-duplicate mark on {new['pairs']} repository pairs (top-1 {new['top1']}, top-5 {new['top5']}): "
+        f"calibrated {said(new)}; in use {said(old)}; {fate}."
+    )
 
 
 def reference_until(records: list[dict]) -> int:

@@ -21,10 +21,11 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, Prefetch, QuerySet
 
 from rubric_app.models import BisectionRun, Issue, IssueTerm, TriageDecision
-from rubric_app.rubric.likeness.duplicates import named_fix, named_original
+from rubric_app.rubric.likeness import duplicates
 from rubric_app.rubric.likeness.neighbours import shared_words, terms_of
 from rubric_app.rubric.likeness.signature import Signature, signature_of
 from rubric_app.rubric.reading.types import IssueText, Neighbour
+from rubric_app.triage import originals
 from rubric_app.vocabulary import is_module
 
 CHAMPIONS = 200  # per term: the issues where it weighs most (measured: bench/bench_similar.py)
@@ -39,7 +40,7 @@ VOTE_CANDIDATES = 10
 GROUP_MEMBERS_SHOWN = 8
 SIGNATURE_FIELDS = ["signature", "signature_text", "signature_parts"]
 # What index() reads off an issue's text besides its vector: the signature, and the original and fix its thread names.
-INDEX_FIELDS = [*SIGNATURE_FIELDS, "named_original", "named_fix"]
+INDEX_FIELDS = [*SIGNATURE_FIELDS, "named_original", "named_original_by", "named_fix", "fixed_in"]
 
 
 def signature_fields(signature: Signature | None) -> dict:
@@ -72,7 +73,11 @@ def index(issues: list[Issue], texts: list[IssueText]) -> None:
         signature = signature_of(text)
         for name, value in signature_fields(signature).items():
             setattr(issue, name, value)
-        issue.named_original, issue.named_fix = named_original(text), named_fix(text)
+        # Only standing names an original or a fix: a member's sentence, or any once GitHub closed it as a duplicate.
+        standing = {"closed_as_duplicate": issue.state == Issue.State.CLOSED and issue.state_reason == "duplicate"}
+        named = duplicates.original_named(text, **standing)
+        issue.named_original, issue.named_original_by = (named.number, named.by) if named else (None, "")
+        issue.named_fix, issue.fixed_in = duplicates.named_fix(text, **standing), duplicates.fixed_in(text, **standing)
         issue.similarity_vector = terms_of(text, signature)
         labelled = any(is_module(name) for name in text.labels)  # it may vote (neighbours_for_votes)
         rows += [(issue.pk, term, weight, labelled) for term, weight in issue.similarity_vector.items()]
@@ -220,64 +225,66 @@ def rank(
 
 @dataclass
 class Similar:
-    """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed;
-    own_duplicate: it duplicates this issue (its thread or a decision says so): never offered as the original."""
+    """One neighbour as the issue page shows it: the issue (labels prefetched), its cosine and why it is listed (the
+    ranking's reasons, the mark's own: triage/duplicates.ranked); own_duplicate: it duplicates this issue (its thread
+    or a decision says so): never offered as the original."""
 
     issue: Issue
     similarity: float
     same_signature: bool
     words: list[str] = field(default_factory=list)
     own_duplicate: bool = False
+    reasons: list[str] = field(default_factory=list)
 
     @property
     def reason(self) -> str:
         if self.own_duplicate:
             return "its own duplicate: says it duplicates this issue"
+        if self.reasons:
+            return "; ".join(self.reasons[:3])
         if self.same_signature:
             return "same signature"
         return f"similar text ({', '.join(self.words)})" if self.words else "similar text"
 
 
 def neighbours(issue: Issue, limit: int = SHOWN) -> list[Similar]:
-    """The issue's most similar issues (open and closed, in the queue or history): same failure signature
-    first, and among those the closed ones first (the original a report may duplicate: "fixed by #N"), then by
-    cosine; its own duplicates marked so. Six queries, whatever the size of the mirror."""
+    """The issue's most similar issues (open and closed, in the queue or history), in the possible-duplicate mark's
+    order and with its reasons (one ranking, triage/originals.ranked: same failure signature first, then the score
+    as an original, the closed or earlier one first among those about as likely); its own duplicates last, marked so,
+    never offered. A few queries, whatever the size of the mirror."""
+    loaded: dict[int, dict[str, float]] = {}
+    vector = vector_of(issue)
     twin = f"sig:{issue.signature}" if issue.signature else ""  # two vectors share it: the same signature
-    found = [
-        (twin in terms, score, pk, words)
-        for pk, score, words, terms in rank({issue.pk: vector_of(issue)}).get(issue.pk, ())
+    found = {
+        pk: (twin in terms, score, words)
+        for pk, score, words, terms in rank({issue.pk: vector}, loaded=loaded).get(issue.pk, ())
         if score >= MIN_SHOWN
-    ]
-    found = sorted(found, key=lambda item: (not item[0], -item[1], item[2]))[: limit * 2]
+    }
     if not found:
         return []
     rows = (
-        Issue.objects.filter(pk__in=[pk for _, _, pk, _ in found])
-        .only(
-            "number",
-            "title",
-            "state",
-            "state_reason",
-            "closed_at",
-            "in_queue",
-            "is_pull_request",
-            "signature",
-            "html_url",
-            "named_original",
-        )
+        Issue.objects.filter(pk__in=list(found))
+        .only(*originals.ROW_FIELDS, "closed_at", "in_queue", "is_pull_request", "html_url")
         .prefetch_related("labels")
         .in_bulk()
     )
-    closed = {pk for pk, row in rows.items() if row.state == Issue.State.CLOSED}
-    found = sorted(found, key=lambda item: (not item[0], not (item[0] and item[2] in closed), -item[1], item[2]))[
-        :limit
+    by_number = {row.number: row for row in rows.values()}
+    order = originals.ranked(issue, list(rows.values()), {**loaded, issue.pk: vector})
+    shown, seen = [], set()
+    for match in order:
+        row = by_number.get(match.via if match.number not in by_number else match.number)
+        if row is None or row.pk in seen:
+            continue
+        seen.add(row.pk)
+        same, score, words = found[row.pk]
+        shown.append(Similar(row, score, same, words, reasons=match.reasons))
+    own = own_duplicates(issue, [row for pk, row in rows.items() if pk not in seen])
+    shown += [
+        Similar(row, found[pk][1], found[pk][0], found[pk][2], own_duplicate=row.number in own)
+        for pk, row in sorted(rows.items(), key=lambda item: -found[item[0]][1])
+        if pk not in seen
     ]
-    own = own_duplicates(issue, [rows[pk] for _, _, pk, _ in found if pk in rows])
-    return [
-        Similar(rows[pk], score, same, words, own_duplicate=rows[pk].number in own)
-        for same, score, pk, words in found
-        if pk in rows
-    ]
+    return shown[:limit]
 
 
 def own_duplicates(issue: Issue, rows: list[Issue]) -> set[int]:

@@ -41,7 +41,7 @@ def test_it_closes_a_possible_duplicate_with_d_then_enter(
     _reports(fake_github, [5101, 5102])
     page = make_page(triager.username)
     page.goto("/issues/5102")
-    assert "same signature" in page.locator('[data-similar="5101"]').inner_text()
+    assert "same failure signature" in page.locator('[data-similar="5101"]').inner_text()
     assert "AssertionError: expected a static pad amount" in page.inner_text("[data-signature]")
     mark = page.locator('[data-possible-duplicate="5101"]')
     assert "Possible duplicate of #5101" in mark.inner_text() and "same failure signature" in mark.inner_text()

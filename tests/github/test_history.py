@@ -299,7 +299,7 @@ def test_it_shows_a_closed_original_first_marked_closed_and_offers_it_as_the_dup
     listed = re.findall(r'data-similar="(\d+)"', page)
     assert listed[:2] == ["610", "611"] and "612" in listed  # same signature, the closed one first; then text
     first = page[page.index('data-similar="610"') : page.index('data-similar="611"')]
-    assert "closed as completed on 2026-03-02" in first and "same signature" in first
+    assert "closed as completed on 2026-03-02" in first and "same failure signature" in first
     # The possible-duplicate mark offers the closed original (before the open #611, a later report of the same
     # failure), and only there: no neighbour of the list offers to close it.
     mark = page[page.index("data-possible-duplicate=") : page.index('data-similar="610"')]

@@ -255,14 +255,14 @@ def test_it_shows_the_model_in_use_and_every_candidate_in_constant_queries(clien
         data="{}",
         figures=figures,
     )
-    # session, user, permissions (2), the model in use, the candidates
-    with django_assert_num_queries(6):
+    # session, user, permissions (2), the model in use, the candidates, the mark's threshold in use (issue 52)
+    with django_assert_num_queries(7):
         html = client.get(URL).content.decode()
     assert f'data-in-use="{in_use.pk}"' in html and "worse than the model in use on routing F1" in html
     assert 'data-status="refused"' in html and "component F1" in html
     for _ in range(20):
         TrainedModel.objects.create(status=TrainedModel.Status.REFUSED, reason="r", data="{}", figures=figures)
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         assert client.get(URL).status_code == 200
 
 

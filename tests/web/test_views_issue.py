@@ -292,13 +292,14 @@ def test_it_makes_the_same_number_of_queries_however_long_the_issue(
     # session, user, permissions (2), issue, labels, comments, suggestions, runs, the triage skill's files (the labels'
     # descriptions), triage catalog, latest decision, previous and next issue in the queue, the workers' heartbeats;
     # similar issues: the issue's vector, candidates, their scores, the neighbours and their labels, the decisions that
-    # closed any of them as its duplicate (the possible-duplicate mark's original comes with the issue: no query)
-    with django_assert_num_queries(21):
+    # closed any of them as its duplicate or the pairs the history recorded (the possible-duplicate mark's original
+    # comes with the issue: no query), and the mark's threshold in use (issue 52)
+    with django_assert_num_queries(22):
         client.get(_url("issue", 2001))
     for i in range(2, 12):
         Comment.objects.create(issue=triaged_issue, github_id=i, body=f"comment {i}")
         BisectionRun.objects.create(issue=triaged_issue, repro_code="x", status="done")
-    with django_assert_num_queries(21):
+    with django_assert_num_queries(22):
         assert 'data-similar="2003"' in client.get(_url("issue", 2001)).content.decode()
 
 

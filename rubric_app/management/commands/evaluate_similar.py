@@ -95,18 +95,25 @@ class Command(BaseCommand):
             report = evaluate_duplicates(records, path)
         except (OSError, ValueError, KeyError) as exc:
             raise CommandError(f"{path}: {exc}") from None
+        w = report.weights
         self.stdout.write(
-            f"possible duplicates: the originals of real pairs in a pool of {report.pool} PT2 issues; each "
-            f"method's mark at its threshold (calibrated on the development pairs: ours "
-            f"{report.calibrated['ours']:.4f}, shipped {report.thresholds['ours']:.2f}; TF-IDF "
+            f"possible duplicates: the originals of real pairs ({report.pairs['development']} development, "
+            f"{report.pairs['held-out']} held-out: split by a hash of the original's number, fixed before any tuning) "
+            f"in a pool of {report.pool} PT2 issues; each method's mark at its threshold (calibrated on the "
+            f"development pairs: ours {report.calibrated['ours']:.4f}, shipped {report.thresholds['ours']:.2f}; TF-IDF "
             f"{report.calibrated['TF-IDF']:.4f}), on the pairs' duplicates and on the other {report.negatives} "
             "issues asked as they arrived (strict precision: those all count wrong)"
         )
-        for part in ("development", "held-out"):
+        self.stdout.write(
+            f"  weights chosen on the development pairs: title {w.title}, name {w.name}, margin {w.margin}; "
+            "development (CV): each pair ranked with the weights the other pairs chose (leave-one-out), each fold "
+            "marked at the threshold the other folds calibrated"
+        )
+        for part in ("development (CV)", "development", "held-out"):
             for method in ("ours", "TF-IDF"):
                 f = report.figures[(method, part)]
                 self.stdout.write(
-                    f"  {part:>11} {method:>6}: {f.queries:2} pairs  top-1 {f.top(1):2}  top-5 {f.top(5):2}  "
+                    f"  {part:>16} {method:>6}: {f.queries:2} pairs  top-1 {f.top(1):2}  top-5 {f.top(5):2}  "
                     f"marked {f.pair_marks} ({f.marked_right} right)  other issues marked {f.other_marks}  "
                     f"strict precision {f.precision:.3f}"
                 )

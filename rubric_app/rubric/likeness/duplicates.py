@@ -5,7 +5,9 @@ the titles compared as titles (a title is a summary, not more words of the body)
 names both reports use (the op or API, the config flag, the exception, the quoted identifier). An issue whose
 thread says it duplicates another (`named_original`: "Duplicate of #N", "dupe of", "same as #N", "tracked at #N")
 is never the original itself: its score passes to the issue it names, or it is left out when it names the report
-(a report's own duplicate is never its original). `best_original` is the one a "possible duplicate" mark offers,
+(a report's own duplicate is never its original). Only standing names an original: a member's or maintainer's
+sentence (GitHub's author_association), or GitHub's own closed-as-duplicate state; a stranger's "Duplicate of #N"
+moves nothing, and the reasons say who said it. `best_original` is the one a "possible duplicate" mark offers,
 when it clears MARK_AT: calibrated for precision on real duplicate pairs (rubric_app/data/pt2_duplicate_pairs.json,
 evaluate_similar --duplicates); below it the issue page lists similar issues without offering to close anything.
 
@@ -21,8 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rubric_app.rubric.likeness.neighbours import Vocabulary, _token, shipped_vocabulary, tokens_of
-from rubric_app.rubric.reading.text import sources_of
+from rubric_app.rubric.reading.text import Source, sources_of
 from rubric_app.rubric.reading.types import IssueText
+from rubric_app.vocabulary import is_maintainer
 
 MAX_LINE = 1_000
 MAX_LINES = 2_000  # per source
@@ -39,6 +42,24 @@ RARE_NAME = 3
 # Candidates this close to the best are all about as likely: the original is then a closed one, else the
 # earliest report (the others may well duplicate it too), as the group route takes the oldest report.
 EARLIER_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The ranking's knobs, as one value: what offline/duplicates.choose_weights compares by cross-validation."""
+
+    title: float = TITLE_WEIGHT
+    name: float = NAME_WEIGHT
+    margin: float = EARLIER_MARGIN
+
+
+SHIPPED = Weights()
+# The knobs' candidates, few on purpose (each more is one more way to fit the development pairs' noise): the shipped
+# weights and their neighbours; offline/duplicates.choose_weights keeps the one cross-validation prefers.
+GRID = tuple(
+    Weights(title, name, margin) for title in (0.5, 1.0, 1.5) for name in (0.0, 0.08, 0.16) for margin in (0.0, 0.1)
+)
+
 # "Possible duplicate of #N" at or above this score (one mark per issue, its best original): the threshold
 # offline/duplicate_recall.calibrate chose on the development pairs, rounded up (at most one in a hundred of the pool's
 # other PT2 issues marked: 7 of 727, near-copies of an earlier report; none of the real pairs clears it,
@@ -54,10 +75,18 @@ _NAMES_ORIGINAL = re.compile(
     r"|(?:is|been)\s+tracked\s+(?:at|in)\s+)" + _REF,
     re.I,
 )
-# A fix named in the thread: "fixed by #123", "closed by https://github.com/pytorch/pytorch/pull/123".
+# A fix named in the thread: "fixed by #123", "closed by https://github.com/pytorch/pytorch/pull/123", "fixed by the
+# linked PR" (GitHub's own link, which the REST issue does not carry).
 _FIX = re.compile(
     r"\b(?:fixed|closed|resolved|addressed)\s+(?:by|in|with|via)\s+"
-    r"(?:#(\d{1,9})\b|https?://github\.com/pytorch/pytorch/(?:pull|commit)/([0-9a-f]{7,40}|\d{1,9})\b)",
+    r"(?:#(\d{1,9})\b|https?://github\.com/pytorch/pytorch/(?:pull|commit)/([0-9a-f]{7,40}|\d{1,9})\b"
+    r"|(the\s+linked\s+(?:PR|pull\s+request|commit))\b)",
+    re.I,
+)
+# The build a fix is in, as the thread says it: "available in the 2026-09-20 nightly", "nightly 20260920", "in 2.12".
+_BUILD = re.compile(
+    r"\b(?:in|from)\s+(?:the\s+)?(?:(\d{4}-\d{2}-\d{2}|\d{8})\s+nightly|nightly\s+(\d{4}-?\d{2}-?\d{2}))\b"
+    r"|\b(?:in|from)\s+(?:the\s+)?(?:torch|pytorch|release)?\s*(v?2\.\d{1,2}(?:\.\d{1,2})?)(?:\s+release)?\b",
     re.I,
 )
 # The names a report and its original use alike, whatever their other words.
@@ -90,6 +119,8 @@ class Report:
     signature: str = ""
     state: str = "open"
     named_original: int | None = None
+    named_by: str = ""  # who named it ("@login (member)", "GitHub: closed as a duplicate"): shown with the reasons
+    state_reason: str = ""  # GitHub's, once closed
 
 
 @dataclass
@@ -110,28 +141,84 @@ def _lines(text: str) -> list[str]:
     return [line[:MAX_LINE] for line in text.split("\n", MAX_LINES)[:MAX_LINES]]
 
 
-def named_original(issue: IssueText) -> int | None:
-    """The issue another person named as this one's original in its thread ("Duplicate of #N", "dupe of",
-    "closing as duplicate of", "same as #N", "tracked at #N"; the last one said), or None. "Similar to #N" is no
-    such statement, nor is anything in the title or the description (a reporter's "possibly related: #N")."""
+@dataclass(frozen=True)
+class Named:
+    """An original named in a thread: its number and who said it ("@login (member)"; "GitHub: closed as a
+    duplicate" when GitHub's own state is what gives the sentence its standing)."""
+
+    number: int
+    by: str
+    author: str = ""  # who wrote the sentence, and GitHub's author_association of them
+    association: str = ""
+
+
+def has_standing(source: Source, *, closed_as_duplicate: bool = False, unknown_counts: bool = False) -> bool:
+    """Whether a comment's sentence about duplicates counts: a member's, owner's or collaborator's (GitHub's
+    author_association), any when GitHub closed the issue as a duplicate (its state says so), and one whose author's
+    association is unknown only where the caller says so (harvested threads that never recorded it)."""
+    if closed_as_duplicate or is_maintainer(source.association):
+        return True
+    return unknown_counts and not source.association
+
+
+def _speaker(source: Source, closed_as_duplicate: bool) -> str:
+    if is_maintainer(source.association):
+        return f"@{source.author or '?'} ({source.association.strip().lower()})"
+    if closed_as_duplicate:
+        return "GitHub: closed as a duplicate"
+    return f"@{source.author}" if source.author else "its thread"
+
+
+def original_named(
+    issue: IssueText, *, closed_as_duplicate: bool = False, unknown_counts: bool = False
+) -> Named | None:
+    """The issue someone with standing named as this one's original in its thread ("Duplicate of #N", "dupe of",
+    "closing as duplicate of", "same as #N", "tracked at #N"; the last one said), and who, or None. "Similar to #N" is
+    no such statement, nor is anything in the title or the description (a reporter's "possibly related: #N"), nor a
+    stranger's comment (has_standing)."""
     found = None
     for source in sources_of(issue)[2:]:
+        if not has_standing(source, closed_as_duplicate=closed_as_duplicate, unknown_counts=unknown_counts):
+            continue
         for line in _lines(source.text):
             for match in _NAMES_ORIGINAL.finditer(line):
                 number = int(match.group(1))
                 if number != issue.number:
-                    found = number
+                    found = Named(number, _speaker(source, closed_as_duplicate), source.author, source.association)
     return found
 
 
-def named_fix(issue: IssueText) -> str:
-    """The fix the thread names ("#123", "a1b2c3d"), the last one said, or ""."""
+def named_original(issue: IssueText, **standing) -> int | None:
+    """original_named's number, or None."""
+    found = original_named(issue, **standing)
+    return found.number if found else None
+
+
+def named_fix(issue: IssueText, **standing) -> str:
+    """The fix the thread names ("#123", "a1b2c3d", "the linked PR"), the last one said by someone with standing,
+    or ""."""
     found = ""
     for source in sources_of(issue)[2:]:
+        if not has_standing(source, **standing):
+            continue
         for line in _lines(source.text):
             for match in _FIX.finditer(line):
-                found = f"#{match.group(1)}" if match.group(1) else match.group(2)[:12]
+                number, commit, linked = match.groups()
+                found = f"#{number}" if number else (commit[:12] if commit else " ".join(linked.split()))
     return found
+
+
+def fixed_in(issue: IssueText, **standing) -> str:
+    """The build the thread says a fix is in ("the 2026-09-20 nightly", "2.12"), by someone with standing, or ""."""
+    found = ""
+    for source in sources_of(issue)[2:]:
+        if not has_standing(source, **standing):
+            continue
+        for line in _lines(source.text):
+            for match in _BUILD.finditer(line):
+                day, day2, release = match.groups()
+                found = f"the {day or day2} nightly" if (day or day2) else release
+    return found[:60]
 
 
 def names_of(issue: IssueText) -> frozenset[str]:
@@ -167,6 +254,7 @@ def match(
     candidate: Report,
     vocabulary: Vocabulary | None = None,
     report_title: dict[str, float] | None = None,
+    weights: Weights = SHIPPED,
 ) -> Match:
     """How likely `candidate` is the original `report` duplicates, and why. report_title: the report's title_vector,
     when the caller matches it against many candidates."""
@@ -188,14 +276,18 @@ def match(
     if shared_title:
         reasons.append(f"titles share {', '.join(shared_title)} ({title:.0%})")
     reasons.append(f"similar text ({text:.0%})")
-    score = text + TITLE_WEIGHT * title + NAME_WEIGHT * len(names)
+    score = text + weights.title * title + weights.name * len(names)
     return Match(candidate.number, round(score, 4), reasons)
 
 
-def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None = None) -> list[Match]:
-    """The candidates as originals of `report`, best first. A candidate that says it duplicates the report is left
-    out (an issue's own duplicate is never its original); one that names another original passes its score to it
-    (when that one is among the candidates, or as a match of its own)."""
+def rank(
+    report: Report, candidates: list[Report], vocabulary: Vocabulary | None = None, weights: Weights = SHIPPED
+) -> list[Match]:
+    """The candidates as originals of `report`, best first: one sharing its failure signature before any other (the
+    issue page's rule, so the page's list and the mark agree), then by score. A candidate that says it duplicates the
+    report is left out (an issue's own duplicate is never its original); one that names another original (someone
+    with standing said so: Report.named_by) passes its score to it (when that one is among the candidates, or as a
+    match of its own)."""
     vocabulary = vocabulary or shipped_vocabulary()
     report_title = title_vector(report.title, vocabulary)
     by_number = {c.number: c for c in candidates}
@@ -203,7 +295,7 @@ def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None
 
     def matched(candidate: Report) -> Match:
         if candidate.number not in direct:
-            direct[candidate.number] = match(report, candidate, vocabulary, report_title)
+            direct[candidate.number] = match(report, candidate, vocabulary, report_title, weights)
         return direct[candidate.number]
 
     best: dict[int, Match] = {}
@@ -215,21 +307,18 @@ def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None
         if original is not None and original != candidate.number:
             if original == report.number:
                 continue
-            found = Match(
-                original,
-                found.score,
-                [f"#{candidate.number}, closed as its duplicate, is similar:", *found.reasons],
-                via=candidate.number,
-            )
+            found = Match(original, found.score, [_passed_through(candidate), *found.reasons], via=candidate.number)
             if original in by_number and matched(by_number[original]).score >= found.score:
                 continue
         if found.number not in best or found.score > best[found.number].score:
             best[found.number] = found
-    ranked = sorted(best.values(), key=lambda m: (-m.score, m.number))
+    twins = {c.number for c in candidates if report.signature and c.signature == report.signature}
+    ranked = sorted(best.values(), key=lambda m: (m.number not in twins, -m.score, m.number))
     if not ranked:
         return ranked
     closed = {c.number for c in candidates if c.state == "closed" and c.named_original is None}
-    head = [m for m in ranked if m.score >= ranked[0].score - EARLIER_MARGIN]
+    same = ranked[0].number in twins
+    head = [m for m in ranked if m.score >= ranked[0].score - weights.margin and (m.number in twins) == same]
     head.sort(key=lambda m: (m.number not in closed, m.number))
     if head[0] is not ranked[0]:
         head[0].reasons.append(
@@ -238,7 +327,24 @@ def rank(report: Report, candidates: list[Report], vocabulary: Vocabulary | None
     return head + ranked[len(head) :]
 
 
-def best_original(report: Report, candidates: list[Report], vocabulary: Vocabulary | None = None) -> Match | None:
-    """The possible duplicate mark: the best original when it clears MARK_AT, else None."""
-    ranked = rank(report, candidates, vocabulary)
-    return ranked[0] if ranked and ranked[0].marked else None
+def _passed_through(candidate: Report) -> str:
+    """The reason a match passed through a duplicate: who said it duplicates the original. "Closed as its duplicate"
+    only where GitHub says it was closed as one: an open issue is never called closed."""
+    by = f" (said by {candidate.named_by})" if candidate.named_by else ""
+    if candidate.state == "closed" and candidate.state_reason == "duplicate":
+        return f"#{candidate.number}, closed as its duplicate{by}, is similar:"
+    state = "open" if candidate.state != "closed" else "closed"
+    return f"#{candidate.number} ({state}), named its duplicate{by}, is similar:"
+
+
+def best_original(
+    report: Report,
+    candidates: list[Report],
+    vocabulary: Vocabulary | None = None,
+    threshold: float = MARK_AT,
+    weights: Weights = SHIPPED,
+) -> Match | None:
+    """The possible duplicate mark: the best original when it clears `threshold` (the calibrated one in use:
+    triage/duplicates.mark_threshold), else None."""
+    ranked = rank(report, candidates, vocabulary, weights)
+    return ranked[0] if ranked and ranked[0].score >= threshold else None

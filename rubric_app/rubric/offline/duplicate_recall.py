@@ -8,7 +8,12 @@ mark at its threshold (duplicates.MARK_AT): of the marks made, on the pairs' dup
 of the files asked the same way (which duplicates no issue of the pool as far as anyone said), the share naming the
 right original. The baseline, computed in the same run on the same pool, is a plain TF-IDF cosine (every word, raw
 counts, the pool's IDF, full vectors), its mark threshold calibrated the same way (calibrate). The pairs are split
-once (held_out): the development part chose the knobs, the held-out part is only reported. Pure Python.
+once (held_out, fixed before any tuning): the held-out part is only reported, never chosen on. On the development
+part every knob is chosen by cross-validation: the ranking's weights (duplicates.GRID) by leave-one-out over the
+development pairs (each pair scored with the weights the others chose: choose_weights), the mark's threshold by
+k-fold over the development pairs and the other issues together (each fold marked at the threshold the other folds
+calibrate); those cross-validated figures are printed beside the held-out ones, which use the weights and threshold
+chosen on the whole development part. Pure Python.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from rubric_app.rubric.reading.types import IssueText
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "data" / "pt2_duplicate_pairs.json"
 CANDIDATES = 30  # the first stage's candidates, as the database's lookup (triage/similar.py CANDIDATES)
 TOP = 5
+FOLDS = 5  # the mark threshold's cross-validation
 # A method's mark threshold (calibrate): the lowest score at which its marks on the development pairs reach
 # PRECISION_TARGET while it marks at most MARK_BUDGET of the pool's other issues (the same rule for ours and the
 # baseline's). The budget keeps the mark rare: a short precise list beats a long list of maybes. Those other marks
@@ -85,8 +91,12 @@ class DuplicateReport:
     negatives: int  # the other issues asked, whose marks can only be wrong
     thresholds: dict[str, float]  # per method: ours the shipped duplicates.MARK_AT, the baseline's calibrated
     calibrated: dict[str, float]  # per method, what calibrate() chooses on the development part
-    figures: dict[tuple[str, str], Figures]  # (method, part) -> figures; parts: "development", "held-out"
+    # (method, part) -> figures; parts: "development (CV)" (cross-validated), "development" (the shipped knobs, as
+    # tuned on it: not a figure to trust), "held-out" (the knobs chosen on the development part)
+    figures: dict[tuple[str, str], Figures]
     misses: list[tuple[int, int, list[int]]] = field(default_factory=list)  # development only: (dup, orig, top 5)
+    weights: duplicates.Weights = duplicates.SHIPPED  # what choose_weights keeps on the whole development part
+    pairs: dict[str, int] = field(default_factory=dict)  # per part: how many pairs
 
 
 def arrival(record: dict[str, Any]) -> IssueText:
@@ -112,6 +122,8 @@ def load_pairs(path: Path = PAIRS_FILE) -> tuple[list[Pair], list[dict[str, Any]
 
 def _report(issue: IssueText, state: str = "open") -> duplicates.Report:
     signature = signature_of(issue)
+    # Harvested threads never recorded who is a member: their sentences count (each was read by a person).
+    named = duplicates.original_named(issue, unknown_counts=True)
     return duplicates.Report(
         number=issue.number,
         vector=terms_of(issue, signature),
@@ -119,7 +131,8 @@ def _report(issue: IssueText, state: str = "open") -> duplicates.Report:
         names=duplicates.names_of(issue),
         signature=signature.key if signature is not None and signature.specific else "",
         state=state,
-        named_original=duplicates.named_original(issue),
+        named_original=named.number if named else None,
+        named_by=named.by if named else "",
     )
 
 
@@ -155,17 +168,24 @@ def evaluate_duplicates(records: list[dict[str, Any]], path: Path = PAIRS_FILE) 
     def older(number: int) -> set[int]:
         return set(numbers[: bisect_left(numbers, number)])
 
-    scored: dict[str, list[tuple[int | None, bool | None, float, list[int]]]] = {"ours": [], "TF-IDF": []}
+    grid = list(dict.fromkeys([duplicates.SHIPPED, *duplicates.GRID]))
+    # Per weights, per query: the outcome (the candidates found once, by cosine, then ranked with each weights).
+    ours_by: dict[duplicates.Weights, list[tuple]] = {w: [] for w in grid}
+    plain_scored: list[tuple] = []
     for query, original in queries:
         report = _report(query)
         # On arrival the mirror holds the issues filed before it (a lower number), never a later one.
         near = [reports[n] for n, _ in ours.nearest(report.vector, CANDIDATES, among=older(query.number))]
-        ranked = duplicates.rank(report, near)
-        scored["ours"].append(_outcome([m.number for m in ranked], [m.score for m in ranked], original))
+        for w in grid:
+            ranked = duplicates.rank(report, near, weights=w)
+            ours_by[w].append(_outcome([m.number for m in ranked], [m.score for m in ranked], original))
         found = theirs.nearest(plain_query[id(query)], CANDIDATES, among=older(query.number))
-        scored["TF-IDF"].append(_outcome([n for n, _ in found], [s for _, s in found], original))
+        plain_scored.append(_outcome([n for n, _ in found], [s for _, s in found], original))
 
     parts = ["held-out" if held_out(p.original) else "development" for p in pairs]
+    dev_index = [i for i, part in enumerate(parts) if part == "development"]
+    chosen = choose_weights({w: [ours_by[w][i] for i in dev_index] for w in grid})
+    scored = {"ours": ours_by[chosen], "TF-IDF": plain_scored}
     thresholds, calibrated, figures = {}, {}, {}
     for method, outcomes in scored.items():
         asked, others = outcomes[: len(pairs)], outcomes[len(pairs) :]
@@ -173,19 +193,68 @@ def evaluate_duplicates(records: list[dict[str, Any]], path: Path = PAIRS_FILE) 
         calibrated[method] = calibrate(dev, others)
         thresholds[method] = duplicates.MARK_AT if method == "ours" else calibrated[method]
         for part in ("development", "held-out"):
-            chosen = [o for o, p in zip(asked, parts) if p == part]
-            f = figures[(method, part)] = Figures(ranks=[rank for rank, *_ in chosen])
-            for _rank, right, score, _top in chosen:
-                if score >= thresholds[method]:
-                    f.pair_marks += 1
-                    f.marked_right += bool(right)
-            f.other_marks = sum(1 for *_, score, _top in others if score >= thresholds[method])
+            picked = [o for o, p in zip(asked, parts) if p == part]
+            figures[(method, part)] = _figures(picked, others, thresholds[method])
+    per_weights = {w: (ours_by[w][: len(pairs)], ours_by[w][len(pairs) :]) for w in grid}
+    figures[("ours", "development (CV)")] = cross_validated(per_weights, dev_index)
+    plain = {None: (plain_scored[: len(pairs)], plain_scored[len(pairs) :])}
+    figures[("TF-IDF", "development (CV)")] = cross_validated(plain, dev_index)
     misses = [
         (p.duplicate.number, p.original, top)
         for p, part, (rank, _, _, top) in zip(pairs, parts, scored["ours"])
         if part == "development" and rank != 1
     ]
-    return DuplicateReport(len(pool), len(negatives), thresholds, calibrated, figures, misses)
+    counts = {part: parts.count(part) for part in ("development", "held-out")}
+    return DuplicateReport(len(pool), len(negatives), thresholds, calibrated, figures, misses, chosen, counts)
+
+
+def _figures(asked: list[tuple], others: list[tuple], threshold: float) -> Figures:
+    f = Figures(ranks=[rank for rank, *_ in asked])
+    for _rank, right, score, _top in asked:
+        if score >= threshold:
+            f.pair_marks += 1
+            f.marked_right += bool(right)
+    f.other_marks = sum(1 for *_, score, _top in others if score >= threshold)
+    return f
+
+
+def _merit(outcomes: list[tuple]) -> tuple[int, int]:
+    """What choose_weights maximises: originals first, then originals among the first five."""
+    ranks = [rank for rank, *_ in outcomes]
+    return sum(1 for r in ranks if r == 1), sum(1 for r in ranks if r is not None and r <= TOP)
+
+
+def choose_weights(by_weights: dict) -> object:
+    """The weights whose ranking puts the most development originals first (then in the top five); a tie keeps the
+    earlier in by_weights' order (the shipped weights first: a change must earn its place)."""
+    return max(by_weights, key=lambda w: (_merit(by_weights[w]), -list(by_weights).index(w)))
+
+
+def cross_validated(per_weights: dict, dev_index: list[int], folds: int = FOLDS) -> Figures:
+    """The development pairs' figures with every knob chosen without them. per_weights: {weights: (the pairs'
+    outcomes, the other issues' outcomes)} (one key: nothing to choose). The ranks: leave-one-out, each pair ranked
+    by the weights choose_weights takes on the other development pairs. The mark: k-fold over the development pairs
+    and the other issues together, each fold marked at the threshold calibrate() sets on the other folds (with the
+    weights chosen on them)."""
+    f = Figures()
+    for i in dev_index:
+        rest = [j for j in dev_index if j != i]
+        w = choose_weights({w: [asked[j] for j in rest] for w, (asked, _o) in per_weights.items()})
+        f.ranks.append(per_weights[w][0][i][0])
+    negatives = len(next(iter(per_weights.values()))[1])
+    for fold in range(folds):
+        train_pairs = [j for n, j in enumerate(dev_index) if n % folds != fold]
+        test_pairs = [j for n, j in enumerate(dev_index) if n % folds == fold]
+        train_others = [j for j in range(negatives) if j % folds != fold]
+        test_others = [j for j in range(negatives) if j % folds == fold]
+        w = choose_weights({w: [asked[j] for j in train_pairs] for w, (asked, _o) in per_weights.items()})
+        asked, others = per_weights[w]
+        threshold = calibrate([asked[j] for j in train_pairs], [others[j] for j in train_others])
+        part = _figures([asked[j] for j in test_pairs], [others[j] for j in test_others], threshold)
+        f.pair_marks += part.pair_marks
+        f.marked_right += part.marked_right
+        f.other_marks += part.other_marks
+    return f
 
 
 def _outcome(

@@ -121,6 +121,17 @@ OWN_REPLIES = {
         "reply with the error and the output of `python -m torch.utils.collect_env`, and we will look again. If it "
         "is fixed, feel free to close the issue.",
     },
+    # PyTorch's duplicate reply says "follow {original} for updates": wrong advice once the original is fixed.
+    "duplicate_of_fixed": {
+        "action": "Close as a duplicate, with a comment naming the original and the build with its fix",
+        "use_when": "The issue reports the same failure as an existing issue that was closed as fixed",
+        "comment": "Duplicate of {original}\n\n"
+        "Thanks for the report! This looks like the same problem as {original}, which has been fixed ({summary}). "
+        "Could you try {version} (for a nightly: "
+        "`pip install --pre torch --index-url https://download.pytorch.org/whl/nightly`) and check whether it still "
+        "fails for you? If it does, please reply here with the error and the output of "
+        "`python -m torch.utils.collect_env`, and we will reopen this issue.",
+    },
 }
 
 

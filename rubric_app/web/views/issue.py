@@ -13,11 +13,11 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from rubric_app.github import skill_files
 from rubric_app.models import BisectionRun, Issue, Label, Suggestion, TriageDecision, WorkerHeartbeat
-from rubric_app.rubric.likeness.duplicates import MARK_AT
 from rubric_app.rubric.reading.automation import AGENT_LABEL
 from rubric_app.rubric.rules.skill_additions import bot_breaches
 from rubric_app.runs import bisect_runs, build_checks, repro_sources
 from rubric_app.triage import accepting, decisions, evidence, similar
+from rubric_app.triage import duplicates as marking
 from rubric_app.vocabulary import BOT_TRIAGED, Route, is_bot
 from rubric_app.web.decision_forms import BotCorrectionForm, TriageForm
 from rubric_app.web.forms import BisectForm
@@ -119,7 +119,7 @@ def _issue_context(issue: Issue, agent_repro: bool = False, repro_choice: str = 
         "build_runs": build_checks.side_by_side(runs),
         "decision": issue.decisions.select_related("user").order_by("-created_at").first(),
         "similar": similar.neighbours(issue),
-        "mark_at": MARK_AT,
+        "mark_at": marking.mark_threshold(),
         **_bot_context(issue, extra.pop("bot_form", None), descriptions),
         "agent_script": agent.script if agent else "",
         "agent_labelled_by": _agent_labelled_by(issue) if automation.agent_label else "",

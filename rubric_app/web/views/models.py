@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from rubric_app.models import TrainedModel
+from rubric_app.triage import duplicates as marking
 from rubric_app.triage import model_store
 from rubric_app.web.views.access import require
 
@@ -25,5 +26,7 @@ def models_page(request: HttpRequest) -> HttpResponse:
         if row is not None:
             row.figure_rows = model_store.figure_rows(row)
             row.reference_rows = model_store.figure_rows(row, "reference")
+            row.mark_line = model_store.mark_summary(row.figures["mark"]) if row.figures.get("mark") else ""
     context = {"in_use": in_use, "candidates": candidates, "fallback": model_store.fallback_name()}
+    context["mark_at"] = marking.mark_threshold()
     return render(request, "rubric_app/models.html", context)
