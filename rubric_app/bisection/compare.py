@@ -81,7 +81,8 @@ def _compare_grads(ref: dict, res: dict, tol: float) -> str:
     fp64 = _flat(ref.get("fp64_grads") or [])
     for i, (a, b) in enumerate(zip(flat_e, flat_a)):
         if (a is None) != (b is None):
-            return f"gradient {i}: {'none' if b is None else 'one'} reached the input, vs {'none' if a is None else 'one'} in eager"
+            got, expected = ("no", "a") if b is None else ("a", "no")
+            return f"gradient {i}: {got} gradient reached the input, {expected} gradient in eager"
         if a is None:
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
