@@ -43,7 +43,7 @@ from .flow import ends_with_component
 from .model import LabelModel, features
 from .preselection import Status, calibrate_status, concludes_route, pending, preselect
 from .rules import thread_facts
-from .rules_skill import Layer, dispatcher_layer, never_applied, release_gate
+from .rules_skill import BISECTION_NEED, G9_REASON, Layer, dispatcher_layer, never_applied, release_gate
 from .scoring import model_findings, scorer, settles, strongest
 from .similarity import similar_findings
 from .text import code_blocks, read_code, read_sources
@@ -202,8 +202,11 @@ def _bisection(issue: IssueText) -> list[Finding]:
     found = []
     for verdict in issue.bisection:
         source = f"bisection:{verdict.run_id}" if verdict.run_id is not None else "bisection"
-        kind = Kind.ROUTE if is_oncall(verdict.label) else Kind.FLAG if verdict.label == TRIAGE_REVIEW else Kind.ADD
-        found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, "bisection verdict"))
+        flag = verdict.label in (TRIAGE_REVIEW, NEEDS_REPRODUCTION)
+        kind = Kind.ROUTE if is_oncall(verdict.label) else Kind.FLAG if flag else Kind.ADD
+        # G9: a repro the bisection could not run as posted; the reason says so in G9's words (rules_skill.g9_need).
+        reason = G9_REASON.format(BISECTION_NEED) if verdict.label == NEEDS_REPRODUCTION else "bisection verdict"
+        found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, reason))
     return found
 
 
@@ -392,7 +395,7 @@ def _checklist(
     ]
     return (
         route_and_status(out, checks, status, w.labelled)
-        + component_checks(out, w.findings)
+        + component_checks(out, w.findings, w.facts.issue.bisected)
         + skill_checks(out, w.facts, w.flags, layer)
         + crowded_checks(crowded)
         + weak_checks(out, {**w.adds, **w.rule_adds}, unsure, asked=frozenset(x.label for x in crowded))
