@@ -184,11 +184,12 @@ def _evidence(prefix: str, result: dict) -> str:
     return f"{prefix}: {what}{where}"
 
 
-def decide(results: list[dict], device: str, read_failures: bool = True) -> Verdict:
+def decide(results: list[dict], device: str, read_failures: bool = True, packages: tuple[str, ...] = ()) -> Verdict:
     """Return the labels (dicts with label, rule_id, evidence) and a summary for one bisection's results.
 
     read_failures=False decides by the first failing mode alone (how verdicts were decided before
-    read_failure; evaluate_verdicts measures one against the other)."""
+    read_failure; evaluate_verdicts measures one against the other). packages: what the runner that ran it has
+    installed (its RESULT's list), for a repro that cannot run here."""
     ran = [r for r in results if r["status"] != "skipped"]
     if not ran:
         return Verdict(summary="Nothing ran.")
@@ -209,7 +210,7 @@ def decide(results: list[dict], device: str, read_failures: bool = True) -> Verd
         )
     eager = ran[0]
     if eager["mode"] == "eager" and eager["status"] != "passed":
-        return _eager_failed(eager)
+        return _eager_failed(eager, packages)
     bad = next((r for r in ran if r["status"] != "passed"), None)
     if bad is None:
         return Verdict(
@@ -314,7 +315,7 @@ def g9_label(evidence: str) -> dict:
     return {"label": NEEDS_REPRODUCTION, "rule_id": "G9", "evidence": evidence[:500]}
 
 
-def _eager_failed(eager: dict) -> Verdict:
+def _eager_failed(eager: dict, packages: tuple[str, ...] = ()) -> Verdict:
     """Plain eager failed: the repro cannot run on this runner (a package it lacks), is not runnable as posted (an
     undefined name, a syntax error), or really fails without the compiler. None of these says anything about a
     component; the first two ask for a self-contained reproduction (G9)."""
@@ -325,6 +326,8 @@ def _eager_failed(eager: dict) -> Verdict:
         name = blocker["name"]
         package = name.split(".")[0]
         lacks = f"this runner lacks the package {package}"
+        if packages and package.lower().replace("-", "_") not in packages:
+            lacks += f" (not among the {len(packages)} packages it has installed)"
         if package == "torch":
             lacks = f"this runner's torch has no module {name}"
         return Verdict(
