@@ -4,8 +4,10 @@ import torch
 x = torch.randn(8, 8, requires_grad=True)
 src = torch.randn(8, requires_grad=True)
 
+
 def fn(x, src):
     return torch.diagonal_scatter(x, src, 0).sum()
+
 
 x1 = x.clone().detach().requires_grad_(True)
 fn(x1, src).backward()
