@@ -202,8 +202,7 @@ def undefined_names(code: str) -> set[str]:
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
+            bound.add(node.name)  # its parameters are ast.arg nodes, bound below
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.arg):
