@@ -127,6 +127,7 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
                 "device",
                 "builds",
                 "hardware",
+                "packages",
                 "boot",
                 "seen_at",
                 "runner",
