@@ -440,7 +440,7 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
             }
         )
         return
-    printed = oracle.capture_stdout() if spec["style"] == "script" and not spec.get("narrow") else None
+    printed = oracle.capture_stdout(spec["code"]) if spec["style"] == "script" and not spec.get("narrow") else None
     filename = os.path.join(workdir, "repro.py")
     try:
         random.seed(0)

@@ -18,7 +18,10 @@ from typing import Any
 NOISY_LINE = re.compile(
     r"\b(?:time|times|ms|sec|secs|seconds|speed|speedup|it/s|elapsed|latency|memory|MB|GB|id)\b", re.I
 )
-NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|\b(?:nan|inf)\b")
+# A number standing alone: not the digits of an address (0x7f3a...), a name (conv2d) or a version (2.13.0).
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])|\b(?:nan|inf)\b")
+# A script that times or profiles something prints numbers that change from run to run: none of them is compared.
+TIMING = re.compile(r"\b(?:time|timeit|perf_counter|monotonic|datetime|benchmark|profiler?|Timer)\b")
 MAX_PRINTED = 2000  # numbers kept per mode
 MAX_CAPTURED = 256 * 1024  # characters of stdout kept to read them from
 
@@ -81,7 +84,10 @@ class PrintedNumbers(io.TextIOBase):
         return found[:MAX_PRINTED]
 
 
-def capture_stdout() -> PrintedNumbers:
+def capture_stdout(code: str) -> PrintedNumbers | None:
+    """Keep what the script prints, unless it times something (TIMING): then its printed numbers say nothing."""
+    if TIMING.search(code):
+        return None
     sys.stdout = PrintedNumbers(sys.stdout)
     return sys.stdout
 

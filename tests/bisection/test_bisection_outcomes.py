@@ -7,6 +7,7 @@ import pytest
 
 from rubric_app.bisection.compare import compare_all
 from rubric_app.bisection.extract import has_own_check, undefined_names
+from rubric_app.bisection.oracle import NUMBER, TIMING
 from rubric_app.bisection.verdict import CANNOT_RUN, EAGER_FAILS, NO_FAILURE, decide, outcome
 
 SKIPPED = [{"mode": m, "status": "skipped", "phase": "", "exception": "", "message": ""} for m in ("dynamo_eager",)]
@@ -76,3 +77,9 @@ def test_it_names_the_first_of_outputs_gradients_mutations_that_differs():
     assert compare_all(ref, wrong_grad, 1e-4)[0] == "gradients"
     assert compare_all(ref, lost_write, 1e-4)[0] == "mutations"
     assert compare_all(ref, {**lost_write, "outputs": [torch.zeros(2)]}, 1e-4)[0] == "outputs"
+
+
+def test_it_reads_only_numbers_standing_alone_and_none_from_a_script_that_times_itself():
+    assert NUMBER.findall("tensor([1.5, -2e-3]) <object at 0x7f3a9> conv2d torch 2.13.0 nan") == ["1.5", "-2e-3", "nan"]
+    assert TIMING.search("import time\nt = time.time()\nprint(time.time() - t)\n")
+    assert not TIMING.search("x = torch.randn(3)\nprint(torch.compile(f)(x))\n")
