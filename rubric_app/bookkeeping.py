@@ -127,6 +127,7 @@ class WorkerHeartbeatQuerySet(models.QuerySet):
                 "device",
                 "builds",
                 "hardware",
+                "packages",
                 "boot",
                 "seen_at",
                 "runner",
@@ -193,6 +194,9 @@ class WorkerHeartbeat(models.Model):
     builds = models.JSONField(default=dict, blank=True)
     # What the machine has (rubric_app/runs/hardware.py): {"cpu": model, "isa": [CPU flags], "gpu": name}.
     hardware = models.JSONField(default=dict, blank=True)
+    # The Python packages its default build's interpreter has (builds.installed_packages): a repro importing one it
+    # lacks "cannot run here" (bisection/verdict.py), which says nothing about the repro or the compiler.
+    packages = models.JSONField(default=list, blank=True)
     # This worker process's start (runs/workers.py): a runner beating with another boot was restarted.
     boot = models.CharField(max_length=64, blank=True)
     seen_at = models.DateTimeField(default=timezone.now)

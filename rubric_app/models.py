@@ -356,6 +356,7 @@ class Issue(models.Model):
             self.thread_text(self.comments.all()),
             labels=tuple(self.label_names()),
             bisection=bisection,
+            bisected=tuple(run.verdict_summary for run in runs if run.verdict_summary),
             neighbours=neighbours,
         )
 

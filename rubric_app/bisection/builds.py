@@ -15,6 +15,7 @@ compare() reads the same repro's runs on several versions:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import subprocess
@@ -64,6 +65,25 @@ def installed_version(python: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout.strip()[:100] if done.returncode == 0 else ""
+
+
+MAX_PACKAGES = 2000
+
+
+@functools.cache
+def installed_packages(python: str) -> tuple[str, ...]:
+    """The distributions installed for `python` (normalized names: lower case, "-" and "." as "_"), sorted; () when it
+    cannot tell. A runner's heartbeat and each RESULT carry them, so a verdict can say a repro's import is one this
+    runner lacks. Read in a subprocess from the metadata (no import of torch); cached per interpreter."""
+    probe = "import importlib.metadata as m\nfor d in m.distributions(): print(d.metadata['Name'] or '')"
+    try:
+        done = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, timeout=60, env={})
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if done.returncode != 0:
+        return ()
+    names = {re.sub(r"[-.]+", "_", line.strip().lower())[:100] for line in done.stdout.splitlines() if line.strip()}
+    return tuple(sorted(names))[:MAX_PACKAGES]
 
 
 def version_key(version: str) -> tuple:

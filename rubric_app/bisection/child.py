@@ -20,6 +20,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from . import oracle
+
 MODES = (
     "eager",
     "dynamo_eager",
@@ -214,6 +216,9 @@ class Recorder:
         import torch
 
         self.mode, self.overrides, self.outputs = mode, overrides, []
+        # What a report of wrong gradients or a lost mutation looks at (oracle.py): the inputs of every compiled
+        # call (their .grad at the end), the compiled modules (their parameters' .grad), each call's inputs after it.
+        self.inputs, self.modules, self.mutations = [], [], []
         self.original = torch.compile
         torch.compile = self.compile
 
@@ -232,18 +237,35 @@ class Recorder:
                 kwargs.pop("options", None)
             target = self.original(model, **kwargs)
         if isinstance(target, torch.nn.Module):
-            target.register_forward_hook(lambda _m, _a, out: self.outputs.append(_detach(out)))
+            self.modules.append(target)
+            target.register_forward_hook(lambda _m, args, out: self.record(args, out))
             return target
         return self.wrap(target)
+
+    def record(self, args: Any, out: Any) -> None:
+        self.outputs.append(_detach(out))
+        self.inputs += [x for x in oracle.tensors(args) if not any(x is seen for seen in self.inputs)]
+        self.mutations.append(oracle.state(args))
 
     def wrap(self, target: Callable) -> Callable:
         def recorded(*args, **kwargs):
             set_phase("runtime")
             out = target(*args, **kwargs)
-            self.outputs.append(_detach(out))
+            self.record((args, kwargs), out)
             return out
 
         return recorded
+
+    def payload(self, printed: oracle.PrintedNumbers | None) -> dict:
+        """What the script's compiled calls did, for compare.py: outputs, the inputs' state after each call, the
+        gradients backward left on their inputs and parameters (where any requires grad), the printed numbers."""
+        payload = {"outputs": list(self.outputs), "mutations": list(self.mutations)}
+        params = [p for m in self.modules for p in m.parameters()]
+        if any(x.requires_grad for x in self.inputs + params):
+            payload["grads"] = oracle.gradients(self.inputs, self.modules)
+        if printed is not None:
+            payload["printed"] = printed.numbers()
+        return payload
 
 
 def _to(value: Any, device: str, fp64: bool) -> Any:
@@ -273,20 +295,50 @@ def _run_module_style(ns: dict, mode: str, device: str, recorder: Recorder) -> d
         fn = fn.to(device)
     kwargs = dict(ns.get("COMPILE_KWARGS", {}))
     target = torch.compile(fn, **kwargs)
-    outs = [target(*_to(args, device, False)) for args in calls]
-    del outs  # the recorder kept detached copies
-    result = {"outputs": list(recorder.outputs)}
+    grads, backprop = [], bool(ns.get("BACKWARD"))
+    for args in calls:
+        grads.append(_call(target, fn, _to(args, device, False), backprop))
+    result = {"outputs": list(recorder.outputs), "mutations": list(recorder.mutations)}
+    if backprop:
+        result["grads"] = grads
     if isinstance(ns.get("TOL"), (int, float)):
         result["tol"] = float(ns["TOL"])
     if mode == "eager":
         # The float64 truth for same(fp64_ref=...); optional: many repros are dtype-specific.
         try:
             fn64 = copy.deepcopy(fn).to(torch.float64) if isinstance(fn, torch.nn.Module) else fn
-            result["fp64"] = [_detach(fn64(*_to(args, device, True))) for args in calls]
+            outs64, grads64 = [], []
+            for args in calls:
+                args64 = _to(args, device, True)
+                out = fn64(*args64)
+                outs64.append(_detach(out))
+                if backprop:
+                    oracle.backward(out)
+                    grads64.append(oracle.gradients(oracle.tensors(args64), _modules(fn64)))
+            result["fp64"] = outs64
+            result["fp64_grads"] = grads64 if backprop else None
         except Exception as exc:  # noqa: BLE001 - any failure only means "no fp64 reference"
-            result["fp64"] = None
+            result["fp64"] = result["fp64_grads"] = None
             result["fp64_error"] = f"{qualname(exc)}: {str(exc)[:200]}"
     return result
+
+
+def _modules(fn: Any) -> list:
+    import torch
+
+    return [fn] if isinstance(fn, torch.nn.Module) else []
+
+
+def _call(target: Callable, fn: Any, args: tuple, backprop: bool) -> list:
+    """One call of the compiled fn; with BACKWARD, backprop its outputs (as torch's run_fwd_maybe_bwd does) and
+    return the gradients of its inputs and of fn's parameters, zeroed first so the calls do not add up."""
+    for module in _modules(fn):
+        module.zero_grad(set_to_none=True)
+    out = target(*args)
+    if not backprop:
+        return []
+    oracle.backward(out)
+    return oracle.gradients(oracle.tensors(args), _modules(fn))
 
 
 def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
@@ -335,6 +387,23 @@ def _narrow(ns: dict, device: str, compile_fn: Callable) -> dict:
     }
 
 
+def compared(style: str, payload: dict | None) -> str:
+    """What this mode's result rests on, for the verdict to say (and what it could not look at)."""
+    seen = ["the script's own checks (its exceptions, assertions and exit status)"] if style == "script" else []
+    if payload is None:
+        return "; ".join(seen + ["nothing else: the repro stopped with an exception"])
+    calls = len(payload.get("outputs") or [])
+    seen.append(f"the outputs of {calls} compiled call(s)" if calls else "no compiled call's outputs (none ran)")
+    if payload.get("grads") is not None:
+        seen.append("gradients of the inputs and parameters")
+    if calls:
+        seen.append("the inputs' state after each call")
+    if payload.get("printed"):
+        seen.append(f"{len(payload['printed'])} printed number(s)")
+    missing = [] if payload.get("grads") is not None else ["gradients (nothing ran backward)"]
+    return "; ".join(seen) + (f". Not compared: {', '.join(missing)}" if missing else "")
+
+
 def _uncalled_test_fn(code: str, ns: dict) -> bool:
     """True when the script defines test_fn() at top level and never calls it itself (then the harness does)."""
     import ast
@@ -371,12 +440,14 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
             }
         )
         return
+    printed = oracle.capture_stdout(spec["code"]) if spec["style"] == "script" and not spec.get("narrow") else None
+    filename = os.path.join(workdir, "repro.py")
     try:
         random.seed(0)
         torch.manual_seed(0)
         set_phase("runtime")
         module = types.ModuleType("__main__" if spec["style"] == "script" else "repro")
-        module.__file__ = os.path.join(workdir, "repro.py")
+        module.__file__ = filename
         sys.modules[module.__name__] = module
         code = compile(spec["code"], module.__file__, "exec")
         # The PT2 Repro Agent's convention: the script reads its backend from TORCH_COMPILE_BACKEND and defines
@@ -409,13 +480,13 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
             torch.manual_seed(0)
             payload = _run_module_style(module.__dict__, spec["mode"], spec["device"], recorder)
         else:
-            payload = {"outputs": recorder.outputs}
+            payload = recorder.payload(printed)
     except BaseException as exc:  # noqa: BLE001 - whatever the repro raises is the result
         status, phase = classify(exc)
         exception, message, tail = qualname(exc), describe(exc), traceback_tail(exc)
-        payload = None
+        payload, blocked = None, oracle.blocker(exc, spec["code"], filename)
     else:
-        tail = ""
+        tail, blocked = "", None
     event = {
         "event": "result",
         "status": status,
@@ -423,7 +494,10 @@ def run(spec: dict, res_fd: int, workdir: str) -> None:
         "exception": exception,
         "message": message,
         "traceback": tail,
+        "compared": compared(spec["style"], payload),
     }
+    if blocked is not None:
+        event["blocker"] = blocked
     if payload is not None:
         buffer = io.BytesIO()
         try:

@@ -169,9 +169,55 @@ def repros_by_text(texts: list[str], *, convert: bool = True) -> list[Repro]:
     return found
 
 
+# What makes a script its own oracle: it checks something itself, or looks at what the conversion would lose
+# (gradients, the state of its inputs). Such a script runs as written in every mode (child.Recorder).
+OWN_CHECK = re.compile(
+    r"\.backward\(|\.grad\b|autograd\.grad\(|assert_close|assert_allclose|allclose\(|\bsys\.exit\(|\bexit\("
+    r"|\.\w{1,40}_\(|\bcopy_\("
+)
+
+
+def has_own_check(code: str) -> bool:
+    """True when the script asserts, raises or exits itself, runs backward, reads `.grad`, or calls an in-place op:
+    its own check (or the gradients and mutations it looks at) decides, so it runs as written, not converted."""
+    tree = parse(code)
+    if tree is None:
+        return False
+    if any(isinstance(node, (ast.Assert, ast.Raise)) for node in ast.walk(tree)):
+        return True
+    return bool(OWN_CHECK.search(code))
+
+
+def undefined_names(code: str) -> set[str]:
+    """Names the code reads but never binds anywhere (nor are builtins): a snippet, not a program. Kept as posted,
+    so the NameError the run meets points at the line the reporter wrote."""
+    import builtins
+
+    tree = parse(code)
+    if tree is None:
+        return set()
+    bound = set(dir(builtins)) | {"__name__", "__file__"}
+    read = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)  # its parameters are ast.arg nodes, bound below
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+    return read - bound
+
+
 def _converted(repro: Repro) -> Repro:
-    """The repro in the module convention when it is a script to_module_style can convert, else as posted."""
-    if repro.style == "script":
+    """The repro in the module convention when it is a script to_module_style can convert and that has no check of
+    its own (has_own_check), else as posted."""
+    if repro.style == "script" and not has_own_check(repro.code) and not undefined_names(repro.code):
         converted = to_module_style(repro.code)
         if converted is not None:
             return Repro(code=converted, style="module", source=repro.source, score=repro.score, original=repro.code)

@@ -25,7 +25,7 @@ import sys
 import time
 
 from . import child
-from .compare import compare_outputs
+from .compare import compare_all
 from .sandbox import (
     Limits,
     RunCgroup,
@@ -57,7 +57,9 @@ STATUSES = ("passed", "raised", "oom", "crashed", "resource")
 PHASES = ("", "setup", "runtime", "dynamo_tracing", "backend_compile", "compare")
 # Result event fields: (type, cap on the length of a string); strings beyond the cap are cut.
 RESULT_FIELDS = {"status": (str, 20), "phase": (str, 40), "exception": (str, 300), "message": (str, 2000)}
-OPTIONAL_FIELDS = {"traceback": (str, 4000), "payload_note": (str, 300)}
+OPTIONAL_FIELDS = {"traceback": (str, 4000), "payload_note": (str, 300), "compared": (str, 600)}
+BLOCKER_FIELDS = {"kind": (str, 20), "name": (str, 200), "text": (str, 300)}
+BLOCKERS = ("missing_module", "not_runnable")
 NARROWED_FIELDS = {"backend": (str, 100), "subsystem": (str, 100), "debug_info": (str, 500)}
 
 
@@ -286,7 +288,7 @@ def validated_events(lines: list[bytes]) -> tuple[list[dict], int]:
 
     Kept events have exactly the documented keys with the documented types, every
     string capped: phase {"event", "phase"}; result {"event", "status", "phase",
-    "exception", "message", optional "traceback", "payload", "payload_note", "narrowed"};
+    "exception", "message", optional "traceback", "payload", "payload_note", "compared", "blocker", "narrowed"};
     sandbox/refused only as the very first event (G sends them before the repro runs,
     so a later one is the repro's forgery).
     """
@@ -332,6 +334,13 @@ def _validated(event: dict, first: bool) -> dict | None:
             clean["payload"] = payload
         else:
             clean["payload_note"] = "outputs over the size limit: not compared"
+    blocker = event.get("blocker")
+    if isinstance(blocker, dict):
+        found = _fields(blocker, BLOCKER_FIELDS, required=True)
+        line = blocker.get("line")
+        if found is not None and found["kind"] in BLOCKERS:
+            found["line"] = line if isinstance(line, int) and not isinstance(line, bool) and line >= 0 else 0
+            clean["blocker"] = found
     narrowed = event.get("narrowed")
     if isinstance(narrowed, dict):
         found = _fields(narrowed, NARROWED_FIELDS, required=False)
@@ -437,7 +446,10 @@ def _outcome(
             exception=final["exception"],
             message=final["message"],
             traceback=final.get("traceback", ""),
+            compared=final.get("compared", ""),
         )
+        if "blocker" in final:
+            result["blocker"] = final["blocker"]
         if final.get("narrowed") is not None:
             result["narrowed"] = final["narrowed"]
         elif final["status"] == "passed":
@@ -516,9 +528,9 @@ def _compare(spec: dict, final: dict, result: dict) -> None:
         result["message"] = "no eager reference to compare with"
         return
     tol = payload.get("tol")
-    problem = compare_outputs(ref, payload, float(tol) if isinstance(tol, (int, float)) else 1e-4)
+    differed, problem = compare_all(ref, payload, float(tol) if isinstance(tol, (int, float)) else 1e-4)
     if problem:
-        result.update(status="diverged", phase="compare", message=problem[:2000])
+        result.update(status="diverged", phase="compare", message=problem[:2000], differed=differed)
 
 
 def serve(expected_parent: int = 0) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from rubric_app.rubric.likeness.signature import pt2_frame
 
 from ..vocabulary import CPU_INDUCTOR_ONCALL as CPU_INDUCTOR
-from ..vocabulary import DECOMPOSITIONS, DYNAMIC_SHAPES, DYNAMO, FUNCTORCH, INDUCTOR, TRIAGE_REVIEW
+from ..vocabulary import DECOMPOSITIONS, DYNAMIC_SHAPES, DYNAMO, FUNCTORCH, INDUCTOR, NEEDS_REPRODUCTION, TRIAGE_REVIEW
 from ..vocabulary import PT2_DISPATCHER as DISPATCHER
 
 # (label, rule id, what the first failing mode says) by first failing mode.
@@ -185,11 +185,12 @@ def _evidence(prefix: str, result: dict) -> str:
     return f"{prefix}: {what}{where}"
 
 
-def decide(results: list[dict], device: str, read_failures: bool = True) -> Verdict:
+def decide(results: list[dict], device: str, read_failures: bool = True, packages: tuple[str, ...] = ()) -> Verdict:
     """Return the labels (dicts with label, rule_id, evidence) and a summary for one bisection's results.
 
     read_failures=False decides by the first failing mode alone (how verdicts were decided before
-    read_failure; evaluate_verdicts measures one against the other)."""
+    read_failure; evaluate_verdicts measures one against the other). packages: what the runner that ran it has
+    installed (its RESULT's list), for a repro that cannot run here."""
     ran = [r for r in results if r["status"] != "skipped"]
     if not ran:
         return Verdict(summary="Nothing ran.")
@@ -210,16 +211,11 @@ def decide(results: list[dict], device: str, read_failures: bool = True) -> Verd
         )
     eager = ran[0]
     if eager["mode"] == "eager" and eager["status"] != "passed":
-        return Verdict(
-            first_failure="eager",
-            summary=f"The repro fails in plain eager, without torch.compile ({eager['status']}: "
-            f"{eager['exception'] or eager['message'][:120]}): not a compile bug. Fix the repro or ask the "
-            "reporter for one that runs in eager.",
-        )
+        return _eager_failed(eager, packages)
     bad = next((r for r in ran if r["status"] != "passed"), None)
     if bad is None:
         return Verdict(
-            summary=f"No failure reproduced on {device}: every mode matched eager. "
+            summary=f"No failure reproduced on {device}: every mode matched eager. {compared(eager)} "
             "Try other inputs, another device, or ask for a fuller repro."
         )
     if bad.get("budget_s"):
@@ -274,7 +270,85 @@ def decide(results: list[dict], device: str, read_failures: bool = True) -> Verd
         notes.append(f"torch's CompilerBisector blames backend {narrowed['backend']} (no narrower subsystem)")
     if label == INDUCTOR and device == "cpu" and "device=cuda" not in probes:
         notes.append("CUDA not checked: oncall: cpu inductor (R2.4) needs a passing GPU run")
-    summary = f"First failure: {bad['mode']} ({bad['status']}). Component: {component}."
+    differed = f", {bad['differed']} differ first" if bad.get("differed") else ""
+    summary = f"First failure: {bad['mode']} ({bad['status']}{differed}). Component: {component}."
     if notes:
         summary += " " + "; ".join(notes) + "."
+    summary += " " + compared(eager)
     return Verdict(labels=labels, summary=summary, first_failure=bad["mode"])
+
+
+# The outcome a verdict reads first (evaluate_bisection counts them).
+FAILURE, NO_FAILURE, CANNOT_RUN, NOT_RUNNABLE, EAGER_FAILS = (
+    "failure at a mode",
+    "no failure",
+    "cannot run here",
+    "not runnable as posted",
+    "fails in plain eager",
+)
+
+
+def outcome(results: list[dict]) -> str:
+    """Which of the verdict's outcomes these results make: FAILURE, NO_FAILURE, CANNOT_RUN, NOT_RUNNABLE,
+    EAGER_FAILS, or "needs a GPU" / "no verdict" (a harness failure, an automatic run's budget)."""
+    ran = [r for r in results if r["status"] != "skipped"]
+    bad = next((r for r in ran if r["status"] != "passed"), None)
+    if bad is None:
+        return NO_FAILURE if ran else "no verdict"
+    if needs_gpu(bad):
+        return "needs a GPU"
+    if bad["phase"] == "setup" or bad.get("budget_s"):
+        return "no verdict"
+    if bad["mode"] == "eager":
+        kind = (bad.get("blocker") or {}).get("kind")
+        return {"missing_module": CANNOT_RUN, "not_runnable": NOT_RUNNABLE}.get(kind, EAGER_FAILS)
+    return FAILURE
+
+
+def compared(eager: dict) -> str:
+    """What the verdict rests on (the eager reference's record of what it compared), in one sentence."""
+    what = (eager.get("compared") or "").strip()
+    return f"Compared: {what}." if what else "Compared: the outputs of the compiled calls."
+
+
+def g9_label(evidence: str) -> dict:
+    """The request for a self-contained reproduction (G9) a repro that could not run here makes: never a component."""
+    return {"label": NEEDS_REPRODUCTION, "rule_id": "G9", "evidence": evidence[:500]}
+
+
+def _eager_failed(eager: dict, packages: tuple[str, ...] = ()) -> Verdict:
+    """Plain eager failed: the repro cannot run on this runner (a package it lacks), is not runnable as posted (an
+    undefined name, a syntax error), or really fails without the compiler. None of these says anything about a
+    component; the first two ask for a self-contained reproduction (G9)."""
+    blocker = eager.get("blocker") or {}
+    error = (eager["message"] or eager["exception"]).strip().splitlines()
+    error = error[-1][:200] if error else eager["status"]
+    if blocker.get("kind") == "missing_module":
+        name = blocker["name"]
+        package = name.split(".")[0]
+        lacks = f"this runner lacks the package {package}"
+        if packages and package.lower().replace("-", "_") not in packages:
+            lacks += f" (not among the {len(packages)} packages it has installed)"
+        if package == "torch":
+            lacks = f"this runner's torch has no module {name}"
+        return Verdict(
+            labels=[] if package == "torch" else [g9_label(f"cannot run here: the repro imports {name} ({lacks})")],
+            first_failure="eager",
+            summary=f"Cannot run here: the repro imports {name}, and {lacks} (ModuleNotFoundError), so it stopped "
+            "before any compile. Nothing was learned about the compiler and no mode was compared. Ask for a "
+            "reproduction that needs only torch (G9).",
+        )
+    if blocker.get("kind") == "not_runnable":
+        where = f" at line {blocker['line']}: `{blocker['text']}`" if blocker.get("line") else ""
+        what = f"{blocker['name']}{where}"
+        return Verdict(
+            labels=[g9_label(f"not runnable as posted: {what}")],
+            first_failure="eager",
+            summary=f"Not runnable as posted: {what}. The snippet is not a whole program, so nothing was learned "
+            "about the compiler and no mode was compared. Ask for a self-contained reproduction (G9).",
+        )
+    return Verdict(
+        first_failure="eager",
+        summary=f"Fails in plain eager, without torch.compile ({eager['status']}: {error}): not a compile bug as "
+        f"posted. {compared(eager)} Fix the repro or ask the reporter for one that runs in eager.",
+    )

@@ -143,7 +143,7 @@ def _result(runner: Runner, report: jobs.Report) -> BisectionRun | None:
         return None
     results = capped_results(report.results())
     device = "cpu" if run.device == BisectionRun.Device.BOTH else run.device
-    decided = verdict.decide(results, device)
+    decided = verdict.decide(results, device, packages=report.names("packages"))
     now = timezone.now()
     done = _held(runner, report).update(
         status=BisectionRun.Status.DONE,
@@ -266,6 +266,9 @@ def _heartbeat_row(runner: Runner, beat: object, signed: datetime) -> WorkerHear
         raise TypeError("builds is not {name: version}")
     if not isinstance(hardware, dict) or len(json.dumps(hardware)) > 10_000:
         raise TypeError("hardware is not a small object")
+    packages = beat.get("packages") or []
+    if not (isinstance(packages, list) and len(packages) <= 2000 and all(isinstance(x, str) for x in packages)):
+        raise TypeError("packages is not a list of at most 2000 names")
     active, waiting, slots = beat.get("active", []), beat.get("waiting", 0), beat.get("slots", 1)
     if not (isinstance(active, list) and len(active) <= 64 and all(type(pk) is int for pk in active)):
         raise TypeError("active is not a short list of run ids")
@@ -281,6 +284,7 @@ def _heartbeat_row(runner: Runner, beat: object, signed: datetime) -> WorkerHear
         device=runner.device,
         builds={k[:40]: v[:100] for k, v in list(builds_.items())[:20]},
         hardware=hardware,
+        packages=[x[:100] for x in packages],
         boot=boot[:64],
         seen_at=timezone.now(),
         sent_at=signed,

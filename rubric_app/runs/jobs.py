@@ -161,6 +161,13 @@ class Report:
         value = self.body.get(key, {})
         return value if isinstance(value, dict) else {}
 
+    def names(self, key: str, cap: int = 2000) -> tuple[str, ...]:
+        """A list of short names (the installed packages), or () when the body's value is anything else."""
+        value = self.body.get(key, [])
+        if not isinstance(value, list) or len(value) > cap or not all(isinstance(x, str) for x in value):
+            return ()
+        return tuple(x[:100] for x in value)
+
 
 def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):

@@ -190,6 +190,8 @@ def run_job(
         sandbox=report.sandbox,
         log=report.log,
         hardware={"device": "cuda" if mode_device == "cuda" else "cpu", **hardware.this_machine()},
+        # What this build's interpreter has installed: a repro importing anything else "cannot run here" (verdict.py).
+        packages=list(builds.installed_packages(hosted[build])),
     )
 
 
@@ -220,6 +222,7 @@ def heartbeat(*, boot: str, slots: int, active: list[int], stopped: bool = False
         "lanes": lanes(),
         "builds": hosted_versions(),
         "hardware": hardware.this_machine(),
+        "packages": list(builds.installed_packages(next(iter(settings.TORCH_BUILDS.values())))),
         "slots": slots,
         "active": active,
         "waiting": dispatch.waiting(broker.jobs_queue(name())),

@@ -265,7 +265,9 @@ def test_it_extracts_in_linear_bounded_time_from_hostile_text():
         from rubric_app.bisection import detect_style, extract_repro
         unclosed = "```x\\n" * 200_000  # every line opens a fence that never closes
         blank = "```python\\nimport torch\\n" + "\\n" * 1_000_000 + "x = torch.compile(f)\\n```"
-        spaces = "```python\\nimport torch\\n" + " \\n" * 9_000 + "print(torch.compile(f)(torch.randn(2)))\\n```"
+        # f defined: a snippet reading an undefined name stays as posted (extract.undefined_names), never converted.
+        head = "```python\\nimport torch\\ndef f(x):\\n    return x\\n"
+        spaces = head + " \\n" * 9_000 + "print(torch.compile(f)(torch.randn(2)))\\n```"
         ticks = "`" * 1_000_000 + "\\n" + "``` " * 250_000
         print(extract_repro([unclosed, blank, ticks] * 3), extract_repro([spaces]).style, detect_style("\\n" * 100_000))
     """)

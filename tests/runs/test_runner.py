@@ -240,6 +240,35 @@ def test_it_ends_the_runs_of_a_runner_that_beats_again_after_a_restart(issue, gp
     assert (row.name, row.boot, row.device, row.hardware) == ("gpu-7", "b2", "cuda", {"gpu": "NVIDIA H100 80GB HBM3"})
 
 
+CANNOT_IMPORT = [
+    {
+        "mode": "eager",
+        "status": "raised",
+        "phase": "runtime",
+        "exception": "ModuleNotFoundError",
+        "message": "ModuleNotFoundError: No module named 'timm'",
+        "blocker": {"kind": "missing_module", "name": "timm", "line": 0, "text": ""},
+    }
+]
+
+
+def test_it_keeps_the_packages_a_runner_has_and_reads_them_in_a_verdict_that_cannot_run_here(issue, gpu7):
+    """Issue 51: the heartbeat says what the runner has installed; a RESULT whose repro imports something else is
+    "cannot run here" naming it, with G9's request, never a component."""
+    only_this_tests_workers()
+    _beat(gpu7, packages=["torch", "sympy"])
+    _beat(gpu7, packages=["torch", "sympy", "numpy"], sent_at=timezone.now().timestamp() + 1)
+    assert WorkerHeartbeat.objects.get(runner=gpu7).packages == ["torch", "sympy", "numpy"]
+
+    run = _given(issue, gpu7)
+    result = _report(run, jobs.RESULT, results=CANNOT_IMPORT, packages=["torch", "sympy", "numpy"])
+    _record(gpu7, _report(run, jobs.STARTED), result)
+    run.refresh_from_db()
+    assert run.verdict_summary.startswith("Cannot run here: the repro imports timm")
+    assert "not among the 3 packages it has installed" in run.verdict_summary
+    assert [(x["label"], x["rule_id"]) for x in run.verdict_labels] == [("needs reproduction", "G9")]
+
+
 def test_it_refuses_a_replayed_heartbeat(issue, gpu7):
     only_this_tests_workers()
     run = _given(issue, gpu7)

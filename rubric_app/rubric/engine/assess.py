@@ -35,7 +35,14 @@ from rubric_app.rubric.reading.types import Assessment, Avoided, ChecklistItem, 
 # Importing the rules' modules registers their rules (facts.RULES).
 from rubric_app.rubric.rules import agents, domain, general, review, skill_additions
 from rubric_app.rubric.rules.general import thread_facts
-from rubric_app.rubric.rules.skill_additions import Layer, dispatcher_layer, never_applied, release_gate
+from rubric_app.rubric.rules.skill_additions import (
+    BISECTION_NEED,
+    G9_REASON,
+    Layer,
+    dispatcher_layer,
+    never_applied,
+    release_gate,
+)
 from rubric_app.vocabulary import (
     COMPILE_UX,
     CORE_COMPONENTS,
@@ -218,8 +225,11 @@ def _bisection(issue: IssueText) -> list[Finding]:
     found = []
     for verdict in issue.bisection:
         source = f"bisection:{verdict.run_id}" if verdict.run_id is not None else "bisection"
-        kind = Kind.ROUTE if is_oncall(verdict.label) else Kind.FLAG if verdict.label == TRIAGE_REVIEW else Kind.ADD
-        found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, "bisection verdict"))
+        flag = verdict.label in (TRIAGE_REVIEW, NEEDS_REPRODUCTION)
+        kind = Kind.ROUTE if is_oncall(verdict.label) else Kind.FLAG if flag else Kind.ADD
+        # G9: a repro the bisection could not run as posted; the reason says so in G9's words (rules_skill.g9_need).
+        reason = G9_REASON.format(BISECTION_NEED) if verdict.label == NEEDS_REPRODUCTION else "bisection verdict"
+        found.append(Finding(verdict.rule_id, kind, verdict.label, 1.0, verdict.evidence, source, reason))
     return found
 
 
@@ -408,7 +418,7 @@ def _checklist(
     ]
     return (
         route_and_status(out, checks, status, w.labelled)
-        + component_checks(out, w.findings)
+        + component_checks(out, w.findings, w.facts.issue.bisected)
         + skill_checks(out, w.facts, w.flags, layer)
         + crowded_checks(crowded)
         + weak_checks(out, {**w.adds, **w.rule_adds}, unsure, asked=frozenset(x.label for x in crowded))

@@ -171,15 +171,27 @@ def g6_item(status: Status) -> ChecklistItem:
     return ChecklistItem("G6", "Not redirected and not flagged: triaged.", "satisfied")
 
 
-def component_checks(out: Assessment, findings: list[Finding]) -> list[ChecklistItem]:
-    """The questions that would confirm or change the suggested components (R1.1, R2, R5)."""
+def component_checks(out: Assessment, findings: list[Finding], bisected: tuple[str, ...] = ()) -> list[ChecklistItem]:
+    """The questions that would confirm or change the suggested components (R1.1, R2, R5). bisected: the verdicts of
+    the issue's finished bisection runs, newest first (IssueText.bisected)."""
     if out.route == Route.HANDOFF:
         return []
     labels = {s.label for s in out.add}
     items = []
-    backend = next((x for x in findings if decisive(x)), None)
+    backend = next((x for x in findings if decisive(x) and x.label in CORE_COMPONENTS), None)
+    backend = backend or next((x for x in findings if decisive(x) and x.label != NEEDS_REPRODUCTION), None)
     if backend:
         items.append(ChecklistItem("R2", "Backend results decide the component.", "satisfied", backend.evidence))
+    elif bisected:
+        # A finished run that named no component still answered R2's question: say what it found, never "no results".
+        items.append(
+            ChecklistItem(
+                "R2",
+                f"The bisection ran and named no component: {bisected[0][:400]}",
+                "needs_human",
+                bisected[0][:300],
+            )
+        )
     elif labels & {INDUCTOR, PT2_DISPATCHER, DYNAMO} or TRIAGE_REVIEW in labels:
         items.append(
             ChecklistItem(

@@ -45,8 +45,9 @@ class Status:
 def concludes(x: Finding) -> bool:
     """A G9 finding that leaves no judgement: reproducing needs a file to download (G9.1), so nobody can run the
     repro as posted. G9.2's reasons (a GPU named without a script, a private model, an upgrade, a cluster) are a
-    judgement: offered, and `triaged` waits for the triager."""
-    return x.rule_id == "G9.1"
+    judgement: offered, and `triaged` waits for the triager. A bisection that could not run the posted repro (a
+    package the runner lacks, a snippet with an undefined name) concludes as G9.1 does: nobody ran it as posted."""
+    return x.rule_id == "G9.1" or (x.source.startswith("bisection") and x.label == NEEDS_REPRODUCTION)
 
 
 def concludes_route(x: Finding) -> bool:

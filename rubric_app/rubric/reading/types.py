@@ -59,6 +59,9 @@ class IssueText:
     comments: tuple[CommentText, ...] = ()
     labels: tuple[str, ...] = ()
     bisection: tuple[BisectionEvidence, ...] = ()
+    # The verdicts of the issue's finished bisection runs, newest first, whatever they concluded ("No failure
+    # reproduced ...", "Cannot run here ..."): R2's checklist item reads them even where no label came of them.
+    bisected: tuple[str, ...] = ()
     author: str = ""  # the reporter: the thread reader weighs others' conclusions above theirs
     neighbours: tuple[Neighbour, ...] = ()  # the most similar issues, most similar first
     shared: tuple[SharedEvidence, ...] = ()  # what settles a component on the issues sharing its failure

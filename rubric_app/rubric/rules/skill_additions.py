@@ -94,6 +94,9 @@ INFRASTRUCTURE = re.compile(
 RUNNABLE = re.compile(r"\bimport torch\b|\btorch\.\w{1,40}\(", I)
 
 G9_REASON = "reproducing needs {}: ask for a self-contained reproduction, not triaged yet"
+# G9 from a finished bisection: the posted repro imports a package the runner lacks, or is a snippet (NameError,
+# SyntaxError), so it never reached the compiler (bisection/verdict.py).
+BISECTION_NEED = "what the posted repro lacks (the bisection could not run it as posted)"
 
 
 def g9_need(x: Finding) -> str:
