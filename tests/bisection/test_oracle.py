@@ -13,7 +13,8 @@ import pytest
 
 from rubric_app.bisection import Limits, bisect, extract_repro
 from rubric_app.bisection.verdict import CANNOT_RUN, EAGER_FAILS, FAILURE, NOT_RUNNABLE, outcome
-from rubric_app.rubric import BisectionEvidence, IssueText, evaluate
+from rubric_app.rubric.engine.assess import evaluate
+from rubric_app.rubric.reading.types import BisectionEvidence, IssueText
 
 pytestmark = pytest.mark.torch
 REPROS = Path(__file__).parent.parent / "repros"
