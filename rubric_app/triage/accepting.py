@@ -30,7 +30,7 @@ from rubric_app.vocabulary import (
     TRIAGE_REVIEW,
     TRIAGED,
     Route,
-    is_module,
+    is_component,
     is_oncall,
 )
 
@@ -283,16 +283,17 @@ def meeting_plan(issue: Issue, outcome: str, component: str = "") -> decisions.P
 
     Only the meeting may add `high priority` (R11); request_decision enforces who may. An outcome that adds
     `triaged` leaves it off while the issue carries `needs reproduction` (G9: triaged once a reproduction has
-    arrived). Where the outcome adds `triaged` to an issue without a component (G4), `component` is added only if
-    the rubric suggested it for this issue; without one, request_decision refuses the decision and says why.
+    arrived). Where the outcome adds `triaged` to an issue without a component (G4; a category label such as
+    `module: crash` is none), `component` is added only if the rubric suggested it for this issue and it names a
+    component; without one, request_decision refuses the decision and says why.
     """
     current = set(issue.label_names())
     add = [name for name in MEETING_LABELS[outcome] if name not in current]
     if NEEDS_REPRODUCTION in current:
         add = [name for name in add if name != TRIAGED]
     remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
-    if TRIAGED in add and not issue.module_labels:
+    if TRIAGED in add and not issue.component_labels:
         suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}
-        if is_module(component) and component in suggested:
+        if is_component(component) and component in suggested and component not in current:
             add.append(component)
     return decisions.Plan(add, remove, close_reason="completed" if outcome == "close" else "")
