@@ -199,10 +199,11 @@ def near_labels(typed: str, allowed, limit: int = 3) -> list[str]:
     within = sorted(name for name in allowed if words and words <= _words(name))
     if within:
         return within[:limit]
-    short = {}
-    for name in allowed:
-        short.setdefault(name.lower(), name)
-        short.setdefault(name.lower().removeprefix("module: "), name)
+    short = {}  # each name, without its "module: ", and each word of four letters or more: the name
+    for name in sorted(allowed):
+        for form in (name.lower(), name.lower().removeprefix("module: "), *_words(name) - {"module"}):
+            if len(form) >= 4:
+                short.setdefault(form, name)
     close = difflib.get_close_matches(key.removeprefix("module: "), list(short), n=limit * 2, cutoff=0.75)
     return list(dict.fromkeys(short[c] for c in close))[:limit]
 

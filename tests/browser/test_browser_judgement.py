@@ -9,35 +9,18 @@ Applies go through the real worker to the fake GitHub server.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from rubric_app.demo.github_seeds import DEMO_FILE, seed_demo
-from rubric_app.github.sync import sync_queue
-from rubric_app.models import Issue, TriageDecision
+from rubric_app.models import TriageDecision
 from tests.browser.conftest import screenshot
 from tests.browser.test_browser_flow import _not_reloaded, _sized, _still_the_same_document
 from tests.browser.test_browser_triage import _wait_for_recorded, _wait_for_status
 from tests.factories import make_issue
+from tests.helpers import demo_synced
 
 pytestmark = [pytest.mark.browser]
 
 WIDTHS = [1280, 800]
-
-
-def _demo(fake, tmp_path, *numbers: int, labels: dict[int, list[str]] | None = None) -> None:
-    """Only these demo issues, on the fake GitHub as `make run` seeds it (labels overridden where given), then
-    synced into the dashboard: the rubric reads them as it reads the demo."""
-    demo = json.loads(DEMO_FILE.read_text(encoding="utf-8"))
-    chosen = [dict(i) for i in demo["issues"] if i["number"] in numbers]
-    for data in chosen:
-        data["labels"] = (labels or {}).get(data["number"], data["labels"])
-    path = tmp_path / "demo.json"
-    path.write_text(json.dumps({**demo, "issues": chosen}), encoding="utf-8")
-    seed_demo(fake, path)
-    sync_queue(full=True)
-    assert set(Issue.objects.values_list("number", flat=True)) >= set(numbers)
 
 
 def _plan(page, number: int) -> list[str]:
@@ -71,7 +54,7 @@ def test_it_previews_and_applies_g2s_transfer_of_170116_with_a(
 ):
     """#170116: "transfer this to the vision repo" (G2). `a` in the queue previews the transfer with its evidence, and
     Enter applies it; on the issue page the route is pre-selected as pytorch/vision."""
-    _demo(fake_github, tmp_path, 170116)
+    demo_synced(fake_github, tmp_path, 170116)
     page = _sized(make_page(triager.username), width)
     page.goto("/issues/170116")
     assert page.is_checked('#triage-form input[name=route][value="transfer"]')
@@ -98,7 +81,7 @@ def test_it_flags_review_with_r_from_the_queue_row_and_applies_exactly_the_previ
 ):
     """#170134: the Hold asks whether the slowdown is a regression (R11), never saying it is one. `r` on the row opens
     its preview with the review box ticked; the plan says so; Enter applies exactly that plan."""
-    _demo(fake_github, tmp_path, 170134)
+    demo_synced(fake_github, tmp_path, 170134)
     page = _sized(make_page(triager.username), width)
     page.goto("/?lane=all")
     _not_reloaded(page)
@@ -129,7 +112,7 @@ def test_it_lifts_the_hold_or_answers_it_with_low_priority_from_the_queue_row(
 ):
     """#170134's Hold lifted (untick it: `triaged`), and #170110's fuzzer Hold answered with `low priority` (R12.5):
     each from its row's preview, the plan following each box, Enter applying exactly it; the other row untouched."""
-    _demo(fake_github, tmp_path, 170134, 170110)
+    demo_synced(fake_github, tmp_path, 170134, 170110)
     page = _sized(make_page(triager.username), width)
     page.goto("/?lane=all")
     _not_reloaded(page)
@@ -174,7 +157,7 @@ def test_it_keeps_the_suggested_component_beside_module_crash_on_the_meeting_car
 ):
     """#170092 (illegal memory access, R11): the chair picks `module: crash` on the card and decides `high priority`;
     the suggested component stays ticked, so the decision adds it too (a category label is no component, G4)."""
-    _demo(fake_github, tmp_path, 170092, labels={170092: ["oncall: pt2", "triage review"]})
+    demo_synced(fake_github, tmp_path, 170092, labels={170092: ["oncall: pt2", "triage review"]})
     page = _sized(make_page(chair.username), width)
     page.goto("/meeting")
     page.click("[data-start-meeting]")
@@ -197,7 +180,7 @@ def test_it_keeps_the_suggested_component_beside_module_crash_on_the_meeting_car
 def test_it_finds_correctness_in_the_picker_and_offers_did_you_mean_for_a_near_miss(
     transactional_db, fake_github, triager, make_page, tmp_path, width
 ):
-    _demo(fake_github, tmp_path, 170134)
+    demo_synced(fake_github, tmp_path, 170134)
     page = _sized(make_page(triager.username), width)
     page.goto("/?lane=all")
     _select(page, 170134)
@@ -219,7 +202,7 @@ def test_it_finds_correctness_in_the_picker_and_offers_did_you_mean_for_a_near_m
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_it_keeps_one_preview_open_after_j(transactional_db, fake_github, triager, make_page, tmp_path, width):
-    _demo(fake_github, tmp_path, 170134, 170110)
+    demo_synced(fake_github, tmp_path, 170134, 170110)
     page = _sized(make_page(triager.username), width)
     page.goto("/?lane=all")
     _select(page, 170134)
