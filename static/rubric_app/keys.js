@@ -174,7 +174,7 @@
     var box = row ? edit && edit.querySelector("input[name=review]") : document.querySelector("#triage-form input[name=review]");
     if (box) { box.click(); return true; }  // as the mouse does: the same events, so the preview follows
     if (!row || !acceptForm(row)) return false;
-    reviewAfter = slotOf(row).slice(1);
+    reviewAfter = "apply-preview-" + row.getAttribute("data-issue-row");
     return accept();
   }
 
