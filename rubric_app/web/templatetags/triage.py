@@ -168,7 +168,8 @@ def queue_row_values(context, issue) -> dict:
         does.duplicate and issue.possible_duplicate_id
     )
     return {
-        "does": does,
+        **vars(does),
+        "waiting_note": does.waiting_note,
         "number": number,
         "url": issue.get_absolute_url(),
         "title": issue.title,
