@@ -57,6 +57,7 @@ from rubric_app.vocabulary import (
     REGRESSION,
     RUN_QUEUES,
     TRIAGE_REVIEW,
+    is_component,
     is_module,
     is_oncall,
 )
@@ -307,12 +308,18 @@ class Issue(models.Model):
 
     @property
     def suggested_component(self) -> Suggestion | None:
-        """The most confident suggested `module:` label (what G4 asks a triaged PT2 issue to carry), or None.
+        """The most confident suggested component (what G4 asks a triaged PT2 issue to carry; never a category label
+        such as `module: crash`), or None.
 
         Reads the prefetched suggestions: no query per agenda item.
         """
-        modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and is_module(s.label)]
+        modules = [s for s in self.suggestions.all() if s.kind == Suggestion.Kind.ADD and is_component(s.label)]
         return max(modules, key=lambda s: s.confidence, default=None)
+
+    @property
+    def component_labels(self) -> list[str]:
+        """Its `module:` labels that name a component (a category such as `module: crash` names none)."""
+        return [name for name in self.label_names() if is_component(name)]
 
     def automation(self, comments: list[Comment]) -> Automation:
         """What PyTorch's automation said on this issue (the Repro Agent, other agents, the triage bot), read

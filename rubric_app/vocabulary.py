@@ -246,6 +246,17 @@ def is_module(name: str) -> bool:
     return name.startswith("module:")
 
 
+# `module:` by name, yet each says what kind of bug it is, not which component owns it: on a meeting card it never
+# stands for the component G4 asks for (issue 53: #170092 was decided with `module: crash` and no component).
+SILENT_CORRECTNESS = "module: correctness (silent)"
+CATEGORY_LABELS = frozenset({MODULE_CRASH, SILENT_CORRECTNESS, MODULE_REGRESSION, EDGE_CASES})
+
+
+def is_component(name: str) -> bool:
+    """A `module:` label that names a component (what owns the fix), not a category of bug (CATEGORY_LABELS)."""
+    return is_module(name) and name not in CATEGORY_LABELS
+
+
 def is_oncall(name: str) -> bool:
     """An oncall queue's label (`oncall: ...`): a route, never a checkbox."""
     return name.startswith("oncall:")

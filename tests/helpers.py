@@ -344,3 +344,22 @@ def deliver_signed(client, event: str, body: bytes | dict, delivery: str, secret
     assert response.status_code == 202, response.content
     process_webhook(WebhookDelivery.objects.get(delivery_id=delivery).pk)
     return WebhookDelivery.objects.get(delivery_id=delivery)
+
+
+def demo_synced(fake, tmp_path: Path, *numbers: int, labels: dict[int, list[str]] | None = None) -> None:
+    """Only these demo issues (labels overridden where given), seeded on the fake GitHub as `make run` seeds it, then
+    synced with the rubric's refresh (what a sync's follow-up does, without the automatic bisections)."""
+    from rubric_app.demo.github_seeds import DEMO_FILE, seed_demo
+    from rubric_app.github.sync import sync_queue
+    from rubric_app.models import Issue
+    from rubric_app.triage import suggestions
+
+    demo = json.loads(DEMO_FILE.read_text(encoding="utf-8"))
+    chosen = [dict(i) for i in demo["issues"] if i["number"] in numbers]
+    for data in chosen:
+        data["labels"] = (labels or {}).get(data["number"], data["labels"])
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps({**demo, "issues": chosen}), encoding="utf-8")
+    seed_demo(fake, path)
+    sync_queue(full=True, on_changed=lambda ids, cause: suggestions.refresh(Issue.objects.filter(pk__in=ids)))
+    assert set(Issue.objects.filter(number__in=numbers).values_list("number", flat=True)) == set(numbers)

@@ -11,18 +11,26 @@ concludes (a transfer, a hand-off, the CPU lane, a request for a reproduction) i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from django.core.exceptions import ObjectDoesNotExist
+
 from rubric_app.models import Issue, Suggestion
 from rubric_app.rubric.reading.catalog import transfer_repo
+from rubric_app.rubric.reading.thread import TRANSFER
 from rubric_app.triage import decisions
 from rubric_app.vocabulary import (
     CPU_INDUCTOR_ONCALL,
     HIGH_PRIORITY,
+    LANE_BOT,
+    LANE_FIXED,
+    LANE_REVIEW,
     LOW_PRIORITY,
     NEEDS_REPRODUCTION,
     TRIAGE_REVIEW,
     TRIAGED,
     Route,
-    is_module,
+    is_component,
     is_oncall,
 )
 
@@ -103,11 +111,83 @@ def route_evidence(issue: Issue, route: str, handoff_to: str = "") -> str:
 
 def suggested_transfer(issue: Issue) -> str:
     """The repository G2's checklist item says the issue belongs in, when the engine routed it there ("transfer") and
-    it is one the dashboard transfers to; else ""."""
+    it is one the dashboard transfers to; else "".
+
+    The item's evidence is the thread's sentence ("transfer this to the vision repo"), not a bare name: the name is
+    what G2's own pattern read in it (rubric.thread.TRANSFER), then the repository that name means (catalog)."""
     if issue.suggested_route != Route.TRANSFER:
         return ""
-    item = next((i for i in issue.checklist if i.get("rule_id") == "G2"), None)
-    return transfer_repo(item.get("evidence", "")) if item else ""
+    item = next((i for i in issue.checklist if isinstance(i, dict) and i.get("rule_id") == "G2"), None)
+    return transfer_named(str(item.get("evidence", ""))) if item else ""
+
+
+def transfer_named(sentence: str) -> str:
+    """The repository a G2 sentence names ("the fix belongs in pytorch/vision", "the vision repo"), else ""."""
+    said = TRANSFER.search(sentence)
+    return transfer_repo(said.group("repo") if said else sentence)
+
+
+# What `a` does on a queue row (its Accept form): preview the rubric's answer, keep the bot's labels (no GitHub
+# write), or preview the reply asking the reporter to confirm a fix; "" where the row has nothing to accept.
+ROW_PREVIEW, ROW_BOT, ROW_CONFIRM_FIXED = "preview", "bot", "confirm fixed"
+
+# Why `j` passes over a queue row (keys.js): the meeting decides a flagged issue (R11), and a decision on its way
+# to GitHub has been made already. The triage review lane lists the flagged ones on purpose: there they count.
+WAITING_NOTES = {"meeting": "waiting for the meeting (R11)", "decision": "a decision is on its way to GitHub"}
+
+
+@dataclass(frozen=True)
+class RowAccepts:
+    """A queue row's actions for one triager: what `a` does (ROW_*, "" for nothing), whether "take it" is offered
+    and the possible-duplicate mark carries the preview `d` submits, who took the issue, and what the row waits for
+    ("meeting", "decision" or "": row_waiting)."""
+
+    accept: str
+    take: bool
+    duplicate: bool
+    taken_by: str
+    waiting: str
+
+    @property
+    def waiting_note(self) -> str:
+        return WAITING_NOTES.get(self.waiting, "")
+
+
+def row_accepts(issue: Issue, lane: str | None, user, *, can_apply: bool) -> RowAccepts:
+    """What a queue row offers `user` (the issue as IssueQuerySet.for_queue prefetches it: add_suggestions, the
+    checklist, the assignment; annotated with_decision_in_flight).
+
+    Reviewing the bot's lane, `a` keeps the bot's labels; in the may-be-fixed lane it asks the reporter to confirm on
+    the newer build; elsewhere it previews the rubric's answer where the rubric has one: a label to add, or a route it
+    concludes without labels (G2's transfer, suggested_transfer). Nothing to apply for a reader without the right."""
+    try:
+        holder = issue.assignment
+    except ObjectDoesNotExist:
+        holder = None
+    if not can_apply:
+        accept = ""
+    elif lane == LANE_BOT:
+        accept = ROW_BOT
+    elif lane == LANE_FIXED:
+        accept = ROW_CONFIRM_FIXED
+    else:
+        accept = ROW_PREVIEW if issue.add_suggestions or suggested_transfer(issue) else ""
+    return RowAccepts(
+        accept=accept,
+        take=can_apply and (holder is None or holder.user_id != user.pk),
+        duplicate=can_apply,
+        taken_by=holder.user.get_username() if holder else "",
+        waiting=row_waiting(issue, lane),
+    )
+
+
+def row_waiting(issue: Issue, lane: str | None) -> str:
+    """ "decision", "meeting" or "": what a queue row waits for (its issue annotated by with_decision_in_flight)."""
+    if getattr(issue, "decision_in_flight", False):
+        return "decision"
+    if lane != LANE_REVIEW and any(label.name == TRIAGE_REVIEW for label in issue.labels.all()):
+        return "meeting"
+    return ""
 
 
 def group_accepted(members: list[Issue], offered: list[str], handoffs: set[str]) -> dict:
@@ -203,16 +283,17 @@ def meeting_plan(issue: Issue, outcome: str, component: str = "") -> decisions.P
 
     Only the meeting may add `high priority` (R11); request_decision enforces who may. An outcome that adds
     `triaged` leaves it off while the issue carries `needs reproduction` (G9: triaged once a reproduction has
-    arrived). Where the outcome adds `triaged` to an issue without a component (G4), `component` is added only if
-    the rubric suggested it for this issue; without one, request_decision refuses the decision and says why.
+    arrived). Where the outcome adds `triaged` to an issue without a component (G4; a category label such as
+    `module: crash` is none), `component` is added only if the rubric suggested it for this issue and it names a
+    component; without one, request_decision refuses the decision and says why.
     """
     current = set(issue.label_names())
     add = [name for name in MEETING_LABELS[outcome] if name not in current]
     if NEEDS_REPRODUCTION in current:
         add = [name for name in add if name != TRIAGED]
     remove = [TRIAGE_REVIEW] if TRIAGE_REVIEW in current else []
-    if TRIAGED in add and not issue.module_labels:
+    if TRIAGED in add and not issue.component_labels:
         suggested = {s.label for s in issue.suggestions.all() if s.kind == Suggestion.Kind.ADD}
-        if is_module(component) and component in suggested:
+        if is_component(component) and component in suggested and component not in current:
             add.append(component)
     return decisions.Plan(add, remove, close_reason="completed" if outcome == "close" else "")

@@ -15,6 +15,7 @@ from rubric_app.rubric.reading.flow import change_breaks_g4
 from rubric_app.triage import accepting, decisions
 from rubric_app.vocabulary import (
     CORE_COMPONENTS,
+    LOW_PRIORITY,
     MAY_BE_FIXED,
     Route,
     is_module,
@@ -174,6 +175,14 @@ class TriageForm(forms.Form):
         held = self.is_valid() and self.cleaned_data["hold"] and not self.cleaned_data["review"]
         return accepting.undecided(self.issue) if held else ""
 
+    def undecided(self) -> str:
+        """What the Hold asks the triager (accepting.undecided): shown beside the boxes that answer it."""
+        return accepting.undecided(self.issue)
+
+    def answers_low_priority(self) -> bool:
+        """R12.5 offers `low priority` as the Hold's answer: a box of this form."""
+        return LOW_PRIORITY in dict(self.fields["labels"].choices)
+
     def route_evidence(self) -> str:
         """Why the rubric takes the chosen route, where it concludes it (the preview says it)."""
         if not self.is_valid():
@@ -305,10 +314,11 @@ class MeetingDecisionForm(forms.Form):
         self.pickable = self.fields["add_labels"].offer(allowed, refused)  # what the cards' pickers offer
 
     def plan(self, issue: Issue) -> decisions.Plan:
-        """The Plan of the chosen outcome (accepting.meeting_plan) with the labels picked on the card; a picked
-        `module:` label is the component, so the suggested one is not added beside it (G4)."""
+        """The Plan of the chosen outcome (accepting.meeting_plan) with the labels picked on the card; the suggested
+        component stays ticked unless the chair unticks it (a picked category label such as `module: crash` is no
+        component, G4)."""
         picked = self.cleaned_data["add_labels"]
-        component = "" if any(is_module(n) for n in picked) else self.cleaned_data["component"]
+        component = self.cleaned_data["component"]
         plan = accepting.meeting_plan(issue, self.cleaned_data["decision"], component)
         current = set(issue.label_names())
         return replace(plan, add=plan.add + [n for n in picked if n not in current and n not in plan.add])

@@ -4,6 +4,9 @@ without JavaScript) with the field that checks what was picked against the triag
 
 from __future__ import annotations
 
+import difflib
+import re
+
 from django import forms
 from django.utils.html import format_html, format_html_join
 
@@ -148,12 +151,7 @@ class CatalogLabelsField(forms.Field):
         return pickable
 
     def to_python(self, value) -> list[str]:
-        by_lower = {name.lower(): name for name in self.allowed}
-        out = []
-        for name in split_names(value):
-            key = name.lower()
-            out.append(by_lower.get(key) or by_lower.get(f"module: {key}") or name)
-        return list(dict.fromkeys(out))
+        return list(dict.fromkeys(picked_label(name, self.allowed) or name for name in split_names(value)))
 
     def validate(self, value: list[str]) -> None:
         for name in value:
@@ -161,9 +159,53 @@ class CatalogLabelsField(forms.Field):
                 raise forms.ValidationError(self.refused[name])
         unknown = [name for name in value if name not in self.allowed]
         if unknown:
+            hints = [
+                f"{name!r}: did you mean {' or '.join(near)}?"
+                for name in unknown
+                if (near := near_labels(name, self.allowed))
+            ]
             raise forms.ValidationError(
-                f"Not in the triage label catalog (G7): {', '.join(unknown)}. Pick a label from the list."
+                f"Not in the triage label catalog (G7): {', '.join(unknown)}. "
+                + (" ".join(hints) + " " if hints else "")
+                + "Pick a label from the list."
             )
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(name: str) -> set[str]:
+    return set(_WORD.findall(name.lower()))
+
+
+def picked_label(typed: str, allowed) -> str:
+    """The catalog label `typed` means, or "": the name in any case, the part after "module: " ("dynamo"), or the
+    one label whose name holds every typed word ("correctness" is `module: correctness (silent)`). Words shared by
+    several labels pick none (the picker then lists them as did-you-mean, near_labels)."""
+    key = " ".join(typed.lower().split())
+    by_lower = {name.lower(): name for name in allowed}
+    if key in by_lower or f"module: {key}" in by_lower:
+        return by_lower.get(key) or by_lower[f"module: {key}"]
+    words = _words(key) - {"module"}
+    within = [name for name in allowed if words and words <= _words(name)]
+    return within[0] if len(within) == 1 else ""
+
+
+def near_labels(typed: str, allowed, limit: int = 3) -> list[str]:
+    """Catalog labels close to what was typed but not picked (a near miss, "corectness"; or a word several labels
+    hold): what the picker's refusal offers as did-you-mean. Only catalog labels, best first."""
+    key = " ".join(typed.lower().split())
+    words = _words(key) - {"module"}
+    within = sorted(name for name in allowed if words and words <= _words(name))
+    if within:
+        return within[:limit]
+    short = {}  # each name, without its "module: ", and each word of four letters or more: the name
+    for name in sorted(allowed):
+        for form in (name.lower(), name.lower().removeprefix("module: "), *_words(name) - {"module"}):
+            if len(form) >= 4:
+                short.setdefault(form, name)
+    close = difflib.get_close_matches(key.removeprefix("module: "), list(short), n=limit * 2, cutoff=0.75)
+    return list(dict.fromkeys(short[c] for c in close))[:limit]
 
 
 # Typed in a picker but chosen elsewhere on the form: said so, rather than "not in the catalog".

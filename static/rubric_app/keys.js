@@ -27,8 +27,20 @@
 
   function selectedRow() { return document.querySelector("[data-issue-row].selected"); }
 
+  // The preview a row left behind closes when the selection moves on (`j`, `k`): one live "Apply to GitHub" form on
+  // the page, the selected row's. A decision on its way stays: its slot shows GitHub's answer as it comes.
+  function closePreview(row) {
+    var slot = row && document.querySelector(slotOf(row));
+    if (!slot || slot.querySelector("[data-decision-status]")) return;
+    if (!slot.querySelector("[data-queue-edit], .preview, [data-form-errors]")) return;
+    if (pending && pending.slot === slotOf(row)) pending = null;
+    slot.innerHTML = "";
+    slot.classList.remove("refused");
+  }
+
   function select(row) {
     var old = selectedRow();
+    if (old && old !== row) closePreview(old);
     if (old) old.classList.remove("selected");
     // Space and Tab must not act on a box of the preview left behind.
     var focused = document.activeElement;
@@ -124,7 +136,7 @@
 
   function applyWhenCurrent() {
     var p = pending;
-    if (!p) return;
+    if (!p || reviewAfter) return;  // `a r Enter` typed fast: Enter waits for the preview with the flag
     // Its preview is on the way (a row's: `a`'s, or that of a box just unticked): htmx:afterSettle calls again.
     if (busy(p.form) || busy(document.querySelector(p.slot + " [data-queue-edit]"))) return;
     var button = document.querySelector(p.slot + " [data-apply]");
@@ -153,11 +165,17 @@
     return true;
   }
 
+  // `r` in the queue: the review box of the selected row's preview, opened first by `a` where it is not open yet.
+  var reviewAfter = null;
+
   function toggleReview() {
-    var box = document.querySelector("#triage-form input[name=review]");
-    if (!box) return false;
-    box.click();  // as the mouse does: the same events, so the preview follows
-    return true;
+    var row = selectedRow();
+    var edit = row && queueEdit(row);
+    var box = row ? edit && edit.querySelector("input[name=review]") : document.querySelector("#triage-form input[name=review]");
+    if (box) { box.click(); return true; }  // as the mouse does: the same events, so the preview follows
+    if (!row || !acceptForm(row)) return false;
+    reviewAfter = "apply-preview-" + row.getAttribute("data-issue-row");
+    return accept();
   }
 
   // htmx keeps sending the last submit button clicked in a form with its later requests until that
@@ -249,16 +267,35 @@
       var box = shown.querySelector("[data-queue-labels] input[type=checkbox]");
       if (box) box.focus({ preventScroll: true });  // Space unticks it, Tab reaches the next and the picker
     }
+    if (reviewAfter && shown.id === reviewAfter) {
+      reviewAfter = null;
+      var review = shown.querySelector("[data-queue-edit] input[name=review]");
+      if (review) review.click();
+      applyWhenCurrent();
+    }
   });
 
   // The label picker (web/forms.py LabelPicker): a catalog label typed or picked in its field becomes a ticked box
   // beside it, and the field empties for the next one. Without JS the field itself is posted (names, comma-separated).
+  // The one label whose name holds every word typed ("correctness": module: correctness (silent)), as the server
+  // reads it (labels.picked_label); words several labels share pick none, and the preview says which they are.
+  function onlyLabelWith(list, typed) {
+    var words = (typed.match(/[a-z0-9]+/g) || []).filter(function (w) { return w !== "module"; });
+    if (!words.length) return null;
+    var within = Array.prototype.filter.call(list.options, function (o) {
+      var own = o.value.toLowerCase().match(/[a-z0-9]+/g) || [];
+      return words.every(function (w) { return own.indexOf(w) >= 0; });
+    });
+    return within.length === 1 ? within[0] : null;
+  }
+
   function pickLabel(input) {
     var list = input.list, typed = input.value.trim().toLowerCase();
     if (!list || !typed) return;
     // As the server reads it (labels.CatalogLabelsField): any case, and "crash" stands for "module: crash".
     var option = Array.prototype.find.call(list.options, function (o) { return o.value.toLowerCase() === typed; }) ||
-      Array.prototype.find.call(list.options, function (o) { return o.value.toLowerCase() === "module: " + typed; });
+      Array.prototype.find.call(list.options, function (o) { return o.value.toLowerCase() === "module: " + typed; }) ||
+      onlyLabelWith(list, typed);
     if (!option) return;
     var name = option.value;
     var picked = input.closest("[data-label-picker]").querySelector(".picked");
@@ -342,5 +379,30 @@
     });
   }
   document.addEventListener("htmx:afterSwap", function () { restore(); settleFilters(); });
+
+  // Leaving the page aborts the polls in flight, and htmx logs each abort as an error: the requests still in flight
+  // when the page goes finish their handlers (htmx's own bookkeeping) with that log silenced, and none starts after.
+  var inFlight = [], leaving = false;
+  document.addEventListener("htmx:beforeRequest", function (event) { if (leaving) event.preventDefault(); });
+  document.addEventListener("htmx:beforeSend", function (event) { inFlight.push(event.detail.xhr); });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    inFlight = inFlight.filter(function (xhr) { return xhr !== event.detail.xhr; });
+  });
+  function quietly(handler) {
+    return function () {
+      var log = console.error;
+      console.error = function () {};
+      try { return handler && handler.apply(this, arguments); } finally { console.error = log; }
+    };
+  }
+  window.addEventListener("beforeunload", function () {
+    leaving = true;
+    setTimeout(function () { leaving = false; }, 5000);  // still here (a download): the polls go on
+    inFlight.forEach(function (xhr) {
+      xhr.onerror = quietly(xhr.onerror);
+      xhr.onabort = quietly(xhr.onabort);
+    });
+  });
+  window.addEventListener("pageshow", function () { leaving = false; });
   document.addEventListener("DOMContentLoaded", restore);
 })();

@@ -294,3 +294,17 @@ def test_it_says_what_the_reporter_says_and_what_this_run_saw():
     raised = [{"mode": "eager", "status": "passed"}, {"mode": "aot_eager", "status": "raised"}]
     weighed = run_notes(demo(170032), raised, verdict, 41)
     assert any("Bisection run 41 points at module: pt2-dispatcher" in n for n in weighed)
+
+
+def test_it_never_capitalises_a_login_at_the_start_of_a_note():
+    """Issue 53: "Dvargas-dispatch says" named nobody; a login is written as GitHub spells it."""
+    text = IssueText(
+        1,
+        "[aot_eager] retain_grad is ignored under torch.compile",
+        "The gradient is missing under torch.compile.",
+        author="reporter",
+        comments=(CommentText("I tried it: fails on aot_eager, passes in eager.", author="dvargas-dispatch"),),
+    )
+    results = [{"mode": m, "status": "passed"} for m in ("eager", "dynamo_eager", "aot_eager", "inductor")]
+    notes = run_notes(text, results, [], 8)
+    assert any(n.startswith("On the thread, dvargas-dispatch (comment 1) says aot_eager fails") for n in notes), notes

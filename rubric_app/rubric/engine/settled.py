@@ -82,6 +82,8 @@ def run_notes(issue: IssueText, results: list[dict], verdict: list[dict], run_id
         if status not in SAW or (status != "passed") == said.failed:
             continue
         speaker = who(facts, said.source)
+        if not speaker.startswith(("the reporter", "comment")):  # a login is written as GitHub spells it
+            speaker = f"On the thread, {speaker}"
         notes.append(
             f"{speaker[0].upper()}{speaker[1:]} says {backend} {'fails' if said.failed else 'passes'} "
             f'("{said.evidence}"); this run saw {backend} {SAW[status]}.'

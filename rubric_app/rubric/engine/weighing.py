@@ -85,6 +85,10 @@ def r11_item(review: Finding | None) -> ChecklistItem:
     return ChecklistItem("R11", r11_question(review), "needs_human", review.evidence)
 
 
+# What says a slowdown is a regression (R11's perf clause): the word, or slower than an earlier version.
+_REGRESSED = re.compile(r"regress|slower (?:than|compared|vs)|used to|before", re.I)
+
+
 def r11_question(review: Finding) -> str:
     """What R11 asks the triager where only judgement raises the flag (offered, not ticked): the meeting's question,
     and the two answers (the flag, or `triaged`)."""
@@ -95,6 +99,13 @@ def r11_question(review: Finding) -> str:
             "(offered, not ticked)."
         )
     why = review.reason.split(":")[0]
+    if why.startswith("a performance regression") and not _REGRESSED.search(review.evidence):
+        # "2x slower" says how slow, not that it was faster before: no regression is asserted, only asked (R11).
+        return (
+            f"A slowdown (“{review.evidence}”), nothing said to have regressed: did it run faster on an earlier "
+            "build? R11: the meeting takes an important model that regressed by more than 10%. Flag triage review "
+            "if it did, or mark it triaged (offered, not ticked)."
+        )
     if why.startswith("a performance regression"):
         asks = "the meeting takes an important model that regressed by more than 10%"
     elif why.startswith("an important"):

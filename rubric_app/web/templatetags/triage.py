@@ -8,16 +8,15 @@ import re
 from html import escape as escape_html
 
 from django import template
-from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateformat import format as date_format
-from django.utils.html import conditional_escape, escape, format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from rubric_app.rubric.reading.flow import G4_VIOLATION, breaks_g4
 from rubric_app.runs import hardware
-from rubric_app.vocabulary import LANE_REVIEW, MAY_BE_FIXED, REGRESSION, TRIAGE_REVIEW, Route
+from rubric_app.triage import accepting
+from rubric_app.vocabulary import MAY_BE_FIXED, REGRESSION, Route
 from rubric_app.web.labels import LABEL_DATALIST_ID, LabelPicker, catalog_descriptions, module_label_names
 from rubric_app.web.markdown import MarkdownBudget, render_markdown
 from rubric_app.web.markdown import summary as markdown_summary
@@ -158,137 +157,39 @@ def ms_from_now(moment) -> int:
 
 
 @register.simple_tag(takes_context=True)
-def queue_row(context, issue) -> SafeString:
-    """One issue's rows of the queue table: the row, then the slot its Accept preview fills.
-
-    Built here, with f-strings and html.escape, rather than in the template: the template engine
-    (and format_html's lazy wrappers) spent about 0.3 ms a row on this markup, most of what a queue
-    page cost to render. URLs come from reverse(), never joined by hand. The row shows the issue as
-    IssueQuerySet.for_queue prefetches it (labels, add_suggestions, latest_verdict, assignment); every value
-    is escaped.
-    """
-    user, url = context["user"], escape_html(issue.get_absolute_url())
-    assign_url = escape_html(reverse("rubric_app:issue_assign", args=[issue.number]))
-    preview_url = escape_html(reverse("rubric_app:issue_preview", args=[issue.number]))
-    can_apply = user.has_perm("rubric_app.apply_labels")
-    try:
-        holder = issue.assignment
-    except ObjectDoesNotExist:
-        holder = None
-    csrf = f'<input type="hidden" name="csrfmiddlewaretoken" value="{escape_html(str(context.get("csrf_token", "")))}">'
-    warnings = "".join(
-        f'<div class="warn" title="{escape_html(str(w.get("text")))}">⚠ {escape_html(str(w.get("rule_id")))}: '
-        f"{escape_html(str(w.get('text')))}</div>"
-        for w in violations(issue)
+def queue_row_values(context, issue) -> dict:
+    """What the queue-row partial (queue.html) shows of one issue, read once here: what the row offers the user
+    (accepting.row_accepts: the policy is the domain's) and the issue's values and URLs (reverse()), as a dict,
+    which the template engine looks up first: a queue page renders fifty rows, each with some forty values."""
+    user, lane = context["user"], context.get("lane")
+    does = accepting.row_accepts(issue, lane, user, can_apply=user.has_perm("rubric_app.apply_labels"))
+    number = issue.number
+    needs_preview = does.accept in (accepting.ROW_PREVIEW, accepting.ROW_CONFIRM_FIXED) or (
+        does.duplicate and issue.possible_duplicate_id
     )
-    taken = f" · <span data-assignee>taken by {escape_html(holder.user.get_username())}</span>" if holder else ""
-    take = (
-        f'<form method="post" action="{assign_url}">{csrf}<input type="hidden" name="next" '
-        f'value="{escape_html(context["request"].get_full_path())}">'
-        '<button type="submit" class="link" data-take>take it</button></form>'
-        if can_apply and (holder is None or holder.user_id != user.pk)
-        else ""
-    )
-    accept = (
-        f'<form method="post" action="{preview_url}" hx-post="{preview_url}" hx-target="#apply-preview-{issue.number}" '
-        f'hx-swap="outerHTML">{csrf}<input type="hidden" name="accept" value="1">'
-        '<input type="hidden" name="in_queue" value="1">'
-        '<button type="submit" class="accept" data-accept title="Preview the suggested labels (a)">'
-        "Accept…</button></form>"
-        if can_apply and issue.add_suggestions
-        else ""
-    )
-    if context.get("lane") == "bot" and can_apply:  # reviewing the bot: `a` keeps its labels (no GitHub write)
-        seen = "".join(
-            f'<input type="hidden" name="labels_seen" value="{escape_html(n)}">' for n in issue.label_names()
-        )
-        accept = (
-            f'<form method="post" action="{url}/bot/confirm" hx-post="{url}/bot/confirm" '
-            f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}{seen}'
-            '<button type="submit" class="accept" data-accept data-bot-confirm title="Keep the bot\'s labels (a)">'
-            "Bot was right</button></form>"
-        )
-    if context.get("lane") == "fixed" and can_apply:  # may be fixed: `a` previews the reply asking to confirm
-        accept = _route_preview(
-            issue,
-            preview_url,
-            csrf,
-            {"route": "confirm fixed"},
-            '<button type="submit" class="accept" data-accept data-confirm-fixed '
-            'title="Preview the reply asking the reporter to confirm on the newer build (a)">Ask to confirm…</button>',
-        )
-    duplicate = _possible_duplicate(issue, preview_url, csrf, can_apply)
-    labels = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
-    suggested = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
-    opened = date_format(timezone.localtime(issue.created_at), "Y-m-d")
-    issue_age = conditional_escape(age_now(context, issue.created_at))
-    waiting = row_waiting(issue, context.get("lane"))
-    note = f' · <span class="waiting-note">{WAITING_NOTES[waiting]}</span>' if waiting else ""
-    return mark_safe(  # noqa: S308 - every interpolated value is escaped above
-        f'<tr class="issue-row" data-issue-row="{issue.number}" data-href="{url}" data-waiting="{waiting}">'
-        f'<td><a href="{url}">#{issue.number}</a></td>'
-        f'<td><a class="title" href="{url}">{escape_html(issue.title)}</a>{warnings}<div class="muted">by '
-        f'{escape_html(issue.author or "?")}{taken}{note}<span class="opened-narrow"> · {issue_age}</span></div>'
-        f"{duplicate}{take}</td>"
-        f"<td>{row_labels(issue.number, labels)}</td><td>{suggested}</td>"
-        f'<td class="verdict">{_build_marker(issue)}{escape_html(issue.latest_verdict or "")}</td>'
-        f'<td class="age" title="opened {opened}">{issue_age}</td><td>{accept}</td></tr>'
-        f'<tr class="preview-row"><td colspan="7"><div id="apply-preview-{issue.number}"></div></td></tr>'
-    )
+    return {
+        **vars(does),
+        "waiting_note": does.waiting_note,
+        "number": number,
+        "url": issue.get_absolute_url(),
+        "title": issue.title,
+        "author": issue.author or "?",
+        "preview_url": reverse("rubric_app:issue_preview", args=[number]) if needs_preview else "",
+        "assign_url": reverse("rubric_app:issue_assign", args=[number]) if does.take else "",
+        "confirm_url": reverse("rubric_app:bot_confirm", args=[number]) if does.accept == accepting.ROW_BOT else "",
+        "labels_seen": json.dumps(issue.label_names()) if needs_preview else "",
+        "label_names": issue.label_names() if does.accept == accepting.ROW_BOT else (),
+        "age": age_now(context, issue.created_at),
+        "opened": issue.created_at,
+        "warnings": violations(issue),
+        "verdict": issue.latest_verdict or "",
+    }
 
 
-def _route_preview(issue, preview_url: str, csrf: str, fields: dict[str, str], button: str) -> str:
-    """A row's form previewing a route (into the row's preview slot), with the labels the row shows as seen."""
-    hidden = "".join(
-        f'<input type="hidden" name="{name}" value="{escape_html(value)}">'
-        for name, value in {**fields, "labels_seen": json.dumps(issue.label_names()), "in_queue": "1"}.items()
-    )
-    return (
-        f'<form method="post" action="{preview_url}" hx-post="{preview_url}" '
-        f'hx-target="#apply-preview-{issue.number}" hx-swap="outerHTML">{csrf}{hidden}{button}</form>'
-    )
-
-
-def _possible_duplicate(issue, preview_url: str, csrf: str, can_apply: bool) -> str:
-    """The row's possible-duplicate mark (triage/duplicates.py, select_related by for_queue): the original, its state
-    ("closed: fixed by #123"), the evidence, and for a triager the form `d` submits: the preview of the close (the
-    suggested labels going to an open original, as the group route gives them), never the close itself."""
-    original = issue.possible_duplicate
-    if original is None:
-        return ""
-    url = escape_html(original.get_absolute_url())
-    why = escape_html("; ".join(str(r) for r in issue.possible_duplicate_reasons[:3]))
-    preview = (
-        _route_preview(
-            issue,
-            preview_url,
-            csrf,
-            {"route": "duplicate", "duplicate_of": str(original.number), "accept": "duplicate"},
-            f'<button type="submit" class="link" data-mark-duplicate="{original.number}" '
-            f'title="Preview closing it as a duplicate of #{original.number} (d)">close as its duplicate…</button>',
-        )
-        if can_apply
-        else ""
-    )
-    return (
-        f'<div class="possible-duplicate" data-possible-duplicate="{original.number}">possible duplicate of '
-        f'<a href="{url}">#{original.number}</a> ({escape_html(original.state_as_original)})'
-        f'<div class="muted" data-duplicate-evidence>{why}</div>{preview}</div>'
-    )
-
-
-# Why `j` passes over a queue row (keys.js): the meeting decides a flagged issue (R11), and a decision on its way
-# to GitHub has been made already. The triage review lane lists the flagged ones on purpose: there they count.
-WAITING_NOTES = {"meeting": "waiting for the meeting (R11)", "decision": "a decision is on its way to GitHub"}
-
-
-def row_waiting(issue, lane: str | None) -> str:
-    """ "decision", "meeting" or "": what a queue row waits for (its issue annotated by with_decision_in_flight)."""
-    if getattr(issue, "decision_in_flight", False):
-        return "decision"
-    if lane != LANE_REVIEW and any(label.name == TRIAGE_REVIEW for label in issue.labels.all()):
-        return "meeting"
-    return ""
+@register.simple_tag(takes_context=True)
+def csrf_input(context) -> SafeString:
+    """The CSRF field once for a table of forms (the token is queue_cache's marker there)."""
+    return format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', context.get("csrf_token", ""))
 
 
 def row_labels(number: int, chips: str, oob: bool = False) -> str:
@@ -313,6 +214,12 @@ def label_chips(issue, where: str = "header") -> SafeString:
 BUILD_MARKERS = {REGRESSION: ("regression", "R11"), MAY_BE_FIXED: ("may be fixed", "")}
 
 
+@register.simple_tag
+def build_marker(issue) -> SafeString:
+    """What the repro's runs across torch builds say, as the queue row marks it (BUILD_MARKERS)."""
+    return mark_safe(_build_marker(issue))  # noqa: S308 - escaped in _build_marker
+
+
 def _build_marker(issue) -> str:
     if issue.build_finding not in BUILD_MARKERS:
         return ""
@@ -325,6 +232,20 @@ def _build_marker(issue) -> str:
         f'<span class="badge build-{issue.build_finding}" data-build-finding="{issue.build_finding}" '
         f'title="{summary}">{text}{rule}</span> {shown}'
     )
+
+
+@register.simple_tag
+def suggested_chips(issue) -> SafeString:
+    """The queue row's Suggested cell: its first three suggestions, else why its route adds no label."""
+    chips = "".join(f"{_suggested_chip(s)} " for s in issue.add_suggestions[:3]) or _no_labels_why(issue)
+    return mark_safe(chips)  # noqa: S308 - escaped in _chip and _no_labels_why
+
+
+@register.simple_tag
+def row_label_chips(issue) -> SafeString:
+    """The queue row's labels as chips, in the span a finished decision's poll replaces (row_labels)."""
+    chips = "".join(f"{_chip(label.name, label.color)} " for label in issue.labels.all())
+    return mark_safe(row_labels(issue.number, chips))  # noqa: S308 - escaped in _chip
 
 
 def _suggested_chip(s) -> str:
