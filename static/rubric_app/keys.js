@@ -130,6 +130,13 @@
 
   function busy(form) { return !!form && form.classList.contains("htmx-request"); }
 
+  // htmx shows a swapped preview at once but wires its forms only when it settles (20 ms on): an Apply button clicked
+  // before then sends a plain POST and leaves the page. htmx:afterSettle calls applyWhenCurrent again.
+  function settling(slot) {
+    var el = document.querySelector(slot);
+    return !!el && (el.classList.contains("htmx-settling") || !!el.querySelector(".htmx-settling"));
+  }
+
   // Enter applies the preview only once it is the preview of what is ticked: typed fast, `a r Enter`
   // would otherwise apply the preview of `a` while the box of `r` shows ticked.
   var pending = null;
@@ -138,7 +145,7 @@
     var p = pending;
     if (!p || reviewAfter) return;  // `a r Enter` typed fast: Enter waits for the preview with the flag
     // Its preview is on the way (a row's: `a`'s, or that of a box just unticked): htmx:afterSettle calls again.
-    if (busy(p.form) || busy(document.querySelector(p.slot + " [data-queue-edit]"))) return;
+    if (busy(p.form) || busy(document.querySelector(p.slot + " [data-queue-edit]")) || settling(p.slot)) return;
     var button = document.querySelector(p.slot + " [data-apply]");
     var current = button && (p.form.id !== "triage-form" || choices(button.form) === choices(p.form));
     if (current) { pending = null; button.click(); return; }

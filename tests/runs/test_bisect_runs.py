@@ -95,8 +95,9 @@ def test_it_runs_a_bisection_and_its_verdict_feeds_the_suggestions(issue, triage
     # compares with, the labels of the issues sharing its failure signature, the promoted model: 19); the
     # possible-duplicate mark (issue 44: the issue's row and the lookup of its candidates with the vector just
     # indexed: 2, none found here); the run read back (1); and before any of it, the run given to a registered runner
-    # (issue 49: the runner got or created, the run bound to it and read back: 5).
-    with django_assert_max_num_queries(72):
+    # (issue 49: the runner got or created, the run bound to it and read back: 5); the mark's threshold in use (issue
+    # 52: the latest promoted model's calibration, 1).
+    with django_assert_max_num_queries(73):
         bisect_here(run)
     run.refresh_from_db()
     assert run.status == "done" and run.finished_at and run.current_mode == ""
