@@ -58,6 +58,12 @@ else
   "$PY" manage.py load_demo --users
 fi
 
+# The runners' registrations first, before any worker writes: on the embedded SQLite a registration racing the
+# coordinator's first writes (the automatic runs just queued) was refused as "database is locked".
+register() { "$PY" manage.py register_runner "$1" --device "${BISECTION_DEVICE:-cpu}" --rotate --secret-only; }
+cpu_secret=$(register cpu)
+auto_secret=$(register auto)
+
 # github: GitHub writes, one at a time (concurrency 1 is what paces them).
 step "Workers: github (label writes), default (the coordinator: it gives runs to runners and reads their signed reports; webhooks, rubric refreshes) + beat (periodic sync, stuck-work sweep), and two registered bisection runners holding no secret but their own: cpu (people's runs) and auto (automatic runs, re-checks)"
 "$PY" -m celery -A triage_site worker -n github@%h -Q github --concurrency 1 --loglevel INFO \
@@ -76,18 +82,16 @@ pids+=($!)
 # behind them.
 # A broker of your own (CELERY_BROKER_URL) serves the runners too unless RUNNER_BROKER_URL names theirs.
 runner_broker=${RUNNER_BROKER_URL:-${CELERY_BROKER_URL:-}}
-runner() {  # runner NAME LANES: a registered bisection runner with a scrubbed environment
-  local secret
-  secret=$("$PY" manage.py register_runner "$1" --device "${BISECTION_DEVICE:-cpu}" --rotate --secret-only)
-  env -i PATH="$PATH" TRIAGE_VAR_DIR="$VAR" PYTHONUNBUFFERED=1 RUNNER_NAME="$1" RUNNER_SECRET="$secret" RUNNER_LANES="$2" \
+runner() {  # runner NAME SECRET LANES: a registered bisection runner with a scrubbed environment
+  env -i PATH="$PATH" TRIAGE_VAR_DIR="$VAR" PYTHONUNBUFFERED=1 RUNNER_NAME="$1" RUNNER_SECRET="$2" RUNNER_LANES="$3" \
     ${runner_broker:+RUNNER_BROKER_URL="$runner_broker"} ${TORCH_BUILDS:+TORCH_BUILDS="$TORCH_BUILDS"} \
     ${BISECTION_DEVICE:+BISECTION_DEVICE="$BISECTION_DEVICE"} ${LOG_LEVEL:+LOG_LEVEL="$LOG_LEVEL"} \
     "$PY" -m celery -A triage_site.runner worker -n "$1@%h" --concurrency 1 --loglevel INFO \
     >"$LOGS/worker-$1.log" 2>&1 &
   pids+=($!)
 }
-runner cpu cpu
-runner auto cpu_auto,cpu_recheck
+runner cpu "$cpu_secret" cpu
+runner auto "$auto_secret" cpu_auto,cpu_recheck
 
 "$PY" manage.py runserver "127.0.0.1:$PORT" --noreload >"$LOGS/web.log" 2>&1 &
 pids+=($!)
